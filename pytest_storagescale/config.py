@@ -1,0 +1,214 @@
+"""Settings resolved once per session: option > environment > ini > default.
+
+Every setting remembers where its value came from, so the pytest header can say
+``storage_endpoint: root://... (from --storage-endpoint)``. Parsers raise
+:class:`~pytest_storagescale.errors.StorageScaleUsageError` naming the value, what is
+valid and how to fix it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from .errors import StorageScaleUsageError
+
+EXECUTORS = ("threads", "processes")
+DRIVER_CHOICES = ("auto", "xrootd", "gfal2", "local")
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: str | float | int, *, what: str = "duration") -> float:
+    """Parse ``500ms``, ``10s``, ``5m``, ``1h`` or a bare number of seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        match = _DURATION_RE.match(str(value))
+        if not match:
+            raise StorageScaleUsageError(
+                f"{what}: {value!r} is not a duration. Write a number with a unit: "
+                f"500ms, 10s, 5m or 1h (a bare number means seconds)."
+            )
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if seconds <= 0:
+        raise StorageScaleUsageError(f"{what}: {value!r} must be longer than zero, e.g. 10s.")
+    return seconds
+
+
+def parse_clients(value: str, *, what: str = "--storage-clients") -> tuple[int, ...]:
+    """Parse a comma-separated list of concurrencies such as ``5,50,200``."""
+    items = [item.strip() for item in str(value).split(",") if item.strip()]
+    try:
+        clients = tuple(int(item) for item in items)
+    except ValueError:
+        clients = ()
+    if not clients or any(c < 1 for c in clients):
+        raise StorageScaleUsageError(
+            f"{what}: {value!r} is not a list of client counts. Write positive whole "
+            f"numbers separated by commas, e.g. --storage-clients 5,50,200."
+        )
+    return clients
+
+
+def parse_choice(value: str, choices: tuple[str, ...], *, what: str) -> str:
+    """Accept one of ``choices`` (case-insensitive)."""
+    normalized = str(value).strip().lower()
+    if normalized not in choices:
+        raise StorageScaleUsageError(
+            f"{what}: unknown value {value!r}. Valid values: {', '.join(choices)}."
+        )
+    return normalized
+
+
+def parse_byte_size(value: str | int, *, what: str = "size") -> int:
+    """Parse ``1MB``, ``10 MiB``, ``4k`` or a bare number of bytes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    else:
+        match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]i?[bB]?|[bB])?\s*$", str(value))
+        if not match:
+            raise StorageScaleUsageError(
+                f"{what}: {value!r} is not a size. Write e.g. 1MB, 10MiB, 512k or 0."
+            )
+        unit = (match.group(2) or "b").lower().rstrip("b") or "b"
+        factor = {
+            "b": 1, "k": 10**3, "m": 10**6, "g": 10**9,
+            "ki": 2**10, "mi": 2**20, "gi": 2**30,
+        }[unit]
+        size = int(float(match.group(1)) * factor)
+    if size < 0:
+        raise StorageScaleUsageError(f"{what}: {value!r} must not be negative.")
+    return size
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One resolved value and where it came from (for the header)."""
+
+    value: Any
+    source: str
+
+
+# name -> (command-line flag, parser or None, default, help)
+OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
+    "storage_endpoint": (
+        "--storage-endpoint", None, None,
+        "storage under test, e.g. root://host:1094//eos/test/storagescale; its path is "
+        "the test area (a per-run directory is made under it). Default: start the "
+        "embedded XRootD endpoint.",
+    ),
+    "storage_system": (
+        "--storage-system", None, None,
+        "storage system (xrootd, dcache, eos, gpfs, ceph, ...): which thresholds folder "
+        "applies. Default: from the suite folder, else xrootd.",
+    ),
+    "storage_version": (
+        "--storage-version", None, None,
+        "storage version. Default: detected from the endpoint.",
+    ),
+    "storage_thresholds": (
+        "--storage-thresholds", None, None,
+        "thresholds file, or folder laid out as <system>/*.toml. Default: thresholds/ "
+        "under the rootdir.",
+    ),
+    "storage_clients": (
+        "--storage-clients", parse_clients, None,
+        "run only these concurrencies, e.g. 5,50 (overrides the thresholds file).",
+    ),
+    "storage_duration": (
+        "--storage-duration", lambda v: parse_duration(v, what="--storage-duration"), None,
+        "measured duration of every load step, e.g. 10s or 20m (overrides the file).",
+    ),
+    "storage_hang_timeout": (
+        "--storage-hang-timeout",
+        lambda v: parse_duration(v, what="--storage-hang-timeout"), None,
+        "an operation running longer than this counts its client as hung (overrides "
+        "the file).",
+    ),
+    "storage_results": (
+        "--storage-results", None, None,
+        "write JSON results to this file, each step as soon as it ends.",
+    ),
+    "storage_executor": (
+        "--storage-executor", lambda v: parse_choice(v, EXECUTORS, what="--storage-executor"),
+        "threads",
+        "how clients run: threads (default) or processes (spawned; hung ones killed).",
+    ),
+    "storage_driver": (
+        "--storage-driver", lambda v: parse_choice(v, DRIVER_CHOICES, what="--storage-driver"),
+        "auto",
+        "client library: auto (by URL scheme), xrootd, gfal2 or local.",
+    ),
+}
+
+
+def _env_name(name: str) -> str:
+    return name.upper().replace("STORAGE_", "STORAGESCALE_", 1)
+
+
+def resolve_setting(config: pytest.Config, name: str) -> Setting:
+    """Resolve one setting: option > environment > ini > default."""
+    flag, parser, default, _ = OPTIONS[name]
+    candidates = (
+        (config.getoption(name), flag),
+        (os.environ.get(_env_name(name)) or None, f"${_env_name(name)}"),
+        (config.getini(name) or None, f"ini {name}"),
+    )
+    for raw, source in candidates:
+        if raw is not None:
+            return Setting(parser(raw) if parser else raw, source)
+    return Setting(default, "default")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All ``storage_*`` settings of a session, resolved and validated once."""
+
+    values: dict[str, Setting] = field(default_factory=dict)
+    rootpath: Path = Path(".")
+    invocation_path: Path = Path(".")
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> Settings:
+        values = {name: resolve_setting(config, name) for name in OPTIONS}
+        return cls(values, Path(config.rootpath), Path(config.invocation_params.dir))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[f"storage_{name}"].value
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def source(self, name: str) -> str:
+        return self.values[f"storage_{name}"].source
+
+    def thresholds_path(self) -> Path:
+        """The thresholds file or folder: relative paths from where pytest was run."""
+        if self.thresholds is None:
+            return self.rootpath / "thresholds"
+        path = Path(self.thresholds).expanduser()
+        return path if path.is_absolute() else self.invocation_path / path
+
+    def results_path(self) -> Path | None:
+        if self.results is None:
+            return None
+        path = Path(self.results).expanduser()
+        return path if path.is_absolute() else self.invocation_path / path
+
+    def header_lines(self) -> list[str]:
+        lines = []
+        for name, setting in self.values.items():
+            if setting.value is None and setting.source == "default":
+                continue
+            value = setting.value
+            if isinstance(value, tuple):
+                value = ",".join(map(str, value))
+            lines.append(f"{name}: {value} (from {setting.source})")
+        return lines

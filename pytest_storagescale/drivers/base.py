@@ -1,0 +1,166 @@
+"""The driver interface every client library implements.
+
+A driver instance is **one client** of the storage: its own connection and login
+(the load engine makes one per simulated client). Public methods guard every
+mutating operation: a path outside ``writable_root`` (the run's test area) raises
+:class:`~pytest_storagescale.errors.UnsafePathError` before anything is sent.
+Subclasses implement the ``_``-prefixed methods and raise
+:class:`~pytest_storagescale.errors.StorageError` subclasses on failure.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..endpoints.url import EndpointURL, is_inside
+from ..errors import StorageNotFound, UnsafePathError
+
+
+@dataclass(frozen=True)
+class StatInfo:
+    size: int
+    is_dir: bool
+
+
+class Driver(abc.ABC):
+    """One client connection to an endpoint."""
+
+    #: short name used in errors and results
+    name: ClassVar[str] = "driver"
+    #: URL schemes this driver speaks
+    schemes: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        endpoint: EndpointURL,
+        *,
+        client_id: str = "storagescale",
+        timeout: float = 60.0,
+        writable_root: str | None = None,
+        options: dict | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.client_id = client_id
+        self.timeout = timeout
+        #: mutating operations are refused outside this path (None: refuse all)
+        self.writable_root = writable_root
+        self.options = options or {}
+
+    # -- the guard ------------------------------------------------------------
+    def _guard(self, operation: str, path: str) -> None:
+        if self.writable_root is None or not is_inside(path, self.writable_root):
+            raise UnsafePathError(
+                f"refusing {operation} of {path!r}: outside this run's test area "
+                f"{self.writable_root!r} on {self.endpoint.display}"
+            )
+
+    # -- read-only operations -------------------------------------------------
+    def stat(self, path: str) -> StatInfo:
+        return self._stat(path)
+
+    def ls(self, path: str) -> list[str]:
+        return self._ls(path)
+
+    def get(self, path: str, local_path: str | None = None) -> int:
+        """Copy ``path`` whole to ``local_path`` (or read and discard); return bytes."""
+        return self._get(path, local_path)
+
+    def read(self, path: str, offset: int, size: int) -> bytes:
+        return self._read(path, offset, size)
+
+    def readv(self, path: str, chunks: list[tuple[int, int]]) -> int:
+        """Vector read of ``(offset, size)`` chunks in one request; return bytes."""
+        return self._readv(path, chunks)
+
+    def checksum(self, path: str, algorithm: str = "adler32") -> str:
+        return self._checksum(path, algorithm).lower()
+
+    def version(self) -> str:
+        return self._version()
+
+    def close(self) -> None:
+        """Release the connection (best effort)."""
+
+    # -- mutating operations: guarded ----------------------------------------
+    def mkdir(self, path: str) -> None:
+        self._guard("mkdir", path)
+        self._mkdir(path)
+
+    def put(self, path: str, data: bytes) -> int:
+        """Write ``data`` as the whole content of ``path`` (create or overwrite)."""
+        self._guard("put", path)
+        return self._put(path, data)
+
+    def put_file(self, local_path: str, path: str) -> int:
+        """Upload a local file to ``path``."""
+        self._guard("put", path)
+        with open(local_path, "rb") as handle:
+            return self._put(path, handle.read())
+
+    def delete(self, path: str) -> None:
+        self._guard("delete", path)
+        self._delete(path)
+
+    def rmdir(self, path: str) -> None:
+        self._guard("rmdir", path)
+        self._rmdir(path)
+
+    def rename(self, source: str, target: str) -> None:
+        self._guard("rename", source)
+        self._guard("rename", target)
+        self._rename(source, target)
+
+    def remove_tree(self, path: str) -> int:
+        """Delete ``path`` and everything below it; return entries removed."""
+        self._guard("delete", path)
+        removed = 0
+        try:
+            info = self._stat(path)
+        except StorageNotFound:  # already gone
+            return 0
+        if not info.is_dir:
+            self._delete(path)
+            return 1
+        for name in self._ls(path):
+            removed += self.remove_tree(f"{path.rstrip('/')}/{name}")
+        self._rmdir(path)
+        return removed + 1
+
+    # -- what a driver implements --------------------------------------------
+    @abc.abstractmethod
+    def _stat(self, path: str) -> StatInfo: ...
+
+    @abc.abstractmethod
+    def _ls(self, path: str) -> list[str]: ...
+
+    @abc.abstractmethod
+    def _mkdir(self, path: str) -> None: ...
+
+    @abc.abstractmethod
+    def _put(self, path: str, data: bytes) -> int: ...
+
+    @abc.abstractmethod
+    def _get(self, path: str, local_path: str | None) -> int: ...
+
+    @abc.abstractmethod
+    def _read(self, path: str, offset: int, size: int) -> bytes: ...
+
+    @abc.abstractmethod
+    def _readv(self, path: str, chunks: list[tuple[int, int]]) -> int: ...
+
+    @abc.abstractmethod
+    def _delete(self, path: str) -> None: ...
+
+    @abc.abstractmethod
+    def _rmdir(self, path: str) -> None: ...
+
+    @abc.abstractmethod
+    def _rename(self, source: str, target: str) -> None: ...
+
+    @abc.abstractmethod
+    def _checksum(self, path: str, algorithm: str) -> str: ...
+
+    @abc.abstractmethod
+    def _version(self) -> str: ...

@@ -1,0 +1,196 @@
+"""XRootD driver (pyxrootd, the ``XRootD.client`` bindings).
+
+Each driver instance logs in as its own user name (``<client_id>@host:port``): the
+XRootD client multiplexes every request for the same user@host:port over one
+connection, so distinct user names are what make C clients look like C clients to
+the server.
+
+Timeouts: every request passes ``timeout=`` (whole seconds), and the client's
+``TimeoutResolution`` is set to 1 s (default 15 s) so that a timeout fires when
+it should.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Read by the client library when it first starts; set before the import below.
+_RESOLUTION_SET_BY_USER = "XRD_TIMEOUTRESOLUTION" in os.environ
+os.environ.setdefault("XRD_TIMEOUTRESOLUTION", "1")
+os.environ.setdefault("XRD_CONNECTIONRETRY", "1")
+os.environ.setdefault("XRD_CONNECTIONWINDOW", "15")
+
+from XRootD import client  # noqa: E402
+from XRootD.client.flags import (  # noqa: E402
+    MkDirFlags,
+    OpenFlags,
+    QueryCode,
+    StatInfoFlags,
+)
+
+from ..errors import (  # noqa: E402
+    StorageError,
+    StorageNotFound,
+    StoragePermissionDenied,
+    StorageTimeout,
+    StorageUnreachable,
+)
+from .base import Driver, StatInfo  # noqa: E402
+
+if not _RESOLUTION_SET_BY_USER:
+    client.EnvPutInt("TimeoutResolution", 1)  # in case the library was started earlier
+
+_CHUNK = 8 * 1024 * 1024
+# XrdClStatus.hh codes
+_TIMEOUT_CODES = {103, 206}  # errSocketTimeout, errOperationExpired
+_UNREACHABLE_CODES = {101, 102, 104, 107, 108, 110}  # address, socket, disconnect, conn., TLS
+_AUTH_CODES = {202, 203, 204}  # handshake, login, auth failed
+_KXR_NOT_AUTHORIZED, _KXR_NOT_FOUND = 3010, 3011
+
+
+class XRootDDriver(Driver):
+    """One XRootD client (``root://``) with its own connection."""
+
+    name = "xrootd"
+    schemes = ("root", "xroot", "roots")
+
+    def __init__(self, endpoint, **kwargs) -> None:
+        super().__init__(endpoint, **kwargs)
+        port = f":{endpoint.port}" if endpoint.port else ""
+        self._server = f"{endpoint.scheme}://{self.client_id}@{endpoint.host}{port}"
+        self._fs = client.FileSystem(self._server)
+
+    @property
+    def _timeout(self) -> int:
+        return max(1, min(65535, int(round(self.timeout))))
+
+    def _url(self, path: str) -> str:
+        return f"{self._server}/{path}"
+
+    def _check(self, status, operation: str, path: str) -> None:
+        if status.ok:
+            return
+        native = f"status={status.status} code={status.code} errno={status.errno}"
+        message = status.message.strip()
+        kwargs = dict(
+            driver=self.name, endpoint=self.endpoint.server, operation=operation,
+            path=path, native_status=native,
+        )
+        if status.code in _TIMEOUT_CODES:
+            raise StorageTimeout(message, error_class="timeout", **kwargs)
+        if status.code in _UNREACHABLE_CODES:
+            raise StorageUnreachable(message, error_class="unreachable", **kwargs)
+        if status.code in _AUTH_CODES or status.errno == _KXR_NOT_AUTHORIZED:
+            raise StoragePermissionDenied(message, error_class="permission", **kwargs)
+        if status.errno == _KXR_NOT_FOUND or status.code == 304:
+            raise StorageNotFound(message, error_class="not_found", **kwargs)
+        error_class = f"xrootd_errno_{status.errno}" if status.errno else f"xrootd_{status.code}"
+        raise StorageError(message, error_class=error_class, **kwargs)
+
+    # -- namespace -----------------------------------------------------------
+    def _stat(self, path: str) -> StatInfo:
+        status, info = self._fs.stat(path, timeout=self._timeout)
+        self._check(status, "stat", path)
+        return StatInfo(size=info.size, is_dir=bool(info.flags & StatInfoFlags.IS_DIR))
+
+    def _ls(self, path: str) -> list[str]:
+        status, listing = self._fs.dirlist(path, timeout=self._timeout)
+        self._check(status, "ls", path)
+        return [entry.name for entry in listing]
+
+    def _mkdir(self, path: str) -> None:
+        status, _ = self._fs.mkdir(path, MkDirFlags.MAKEPATH, timeout=self._timeout)
+        self._check(status, "mkdir", path)
+
+    def _delete(self, path: str) -> None:
+        status, _ = self._fs.rm(path, timeout=self._timeout)
+        self._check(status, "delete", path)
+
+    def _rmdir(self, path: str) -> None:
+        status, _ = self._fs.rmdir(path, timeout=self._timeout)
+        self._check(status, "rmdir", path)
+
+    def _rename(self, source: str, target: str) -> None:
+        status, _ = self._fs.mv(source, target, timeout=self._timeout)
+        self._check(status, "rename", source)
+
+    def _checksum(self, path: str, algorithm: str) -> str:
+        status, answer = self._fs.query(QueryCode.CHECKSUM, path, timeout=self._timeout)
+        self._check(status, "checksum", path)
+        name, _, value = answer.decode().strip("\x00\n ").partition(" ")
+        if name.lower() != algorithm.lower():
+            raise StorageError(
+                f"server answered a {name} checksum, {algorithm} was asked for",
+                driver=self.name, endpoint=self.endpoint.server, operation="checksum",
+                path=path, error_class="checksum_type",
+            )
+        return value.strip()
+
+    def _version(self) -> str:
+        status, answer = self._fs.query(QueryCode.CONFIG, "version", timeout=self._timeout)
+        self._check(status, "version", "/")
+        return answer.decode().strip("\x00\n ").lstrip("v")
+
+    # -- data ----------------------------------------------------------------
+    def _open(self, path: str, flags: int, operation: str, mode: int = 0) -> client.File:
+        handle = client.File()
+        status, _ = handle.open(self._url(path), flags, mode, timeout=self._timeout)
+        self._check(status, operation, path)
+        return handle
+
+    def _close(self, handle: client.File, operation: str, path: str) -> None:
+        status, _ = handle.close(timeout=self._timeout)
+        self._check(status, operation, path)
+
+    def _put(self, path: str, data: bytes) -> int:
+        handle = self._open(path, OpenFlags.DELETE | OpenFlags.MAKEPATH, "put", 0o644)
+        try:
+            for offset in range(0, len(data), _CHUNK):
+                chunk = data[offset:offset + _CHUNK]
+                status, _ = handle.write(chunk, offset, len(chunk), timeout=self._timeout)
+                self._check(status, "put", path)
+        finally:
+            self._close(handle, "put", path)
+        return len(data)
+
+    def _get(self, path: str, local_path: str | None) -> int:
+        handle = self._open(path, OpenFlags.READ, "get")
+        total = 0
+        sink = open(local_path, "wb") if local_path else None
+        try:
+            while True:
+                status, data = handle.read(total, _CHUNK, timeout=self._timeout)
+                self._check(status, "get", path)
+                if not data:
+                    break
+                if sink:
+                    sink.write(data)
+                total += len(data)
+                if len(data) < _CHUNK:
+                    break
+        finally:
+            if sink:
+                sink.close()
+            self._close(handle, "get", path)
+        return total
+
+    def _read(self, path: str, offset: int, size: int) -> bytes:
+        handle = self._open(path, OpenFlags.READ, "read")
+        try:
+            status, data = handle.read(offset, size, timeout=self._timeout)
+            self._check(status, "read", path)
+        finally:
+            self._close(handle, "read", path)
+        return data
+
+    def _readv(self, path: str, chunks: list[tuple[int, int]]) -> int:
+        handle = self._open(path, OpenFlags.READ, "readv")
+        try:
+            status, info = handle.vector_read(chunks, timeout=self._timeout)
+            self._check(status, "readv", path)
+        finally:
+            self._close(handle, "readv", path)
+        return info.size
+
+    def close(self) -> None:
+        self._fs = None

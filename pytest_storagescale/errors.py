@@ -1,0 +1,83 @@
+"""The exception hierarchy.
+
+Two families: :class:`StorageScaleUsageError` for bad input a person must fix
+(options, thresholds files, endpoints) and :class:`StorageError` for what the
+storage answered during an operation. Usage errors subclass ``pytest.UsageError``
+so pytest prints them as one ``ERROR:`` paragraph, without a traceback.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+class StorageScaleUsageError(pytest.UsageError):
+    """Bad input: the message names the value, what is valid and how to fix it."""
+
+
+class ThresholdsError(StorageScaleUsageError):
+    """A thresholds file is malformed, or no file matches the storage version."""
+
+
+class EndpointError(StorageScaleUsageError):
+    """The endpoint cannot be used: unreachable, refused, or not set up."""
+
+
+class UnsafePathError(Exception):
+    """A mutating operation targeted a path outside the run's own test area.
+
+    This is a bug guard, not a storage answer: the plugin never writes, renames
+    or deletes outside ``<endpoint path>/<run directory>``.
+    """
+
+
+class StorageError(Exception):
+    """An operation failed on the storage.
+
+    Carries what an operator needs: driver, endpoint, operation, path and the
+    native status (XRootD status/code/errno, gfal2 GError code).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        driver: str,
+        endpoint: str,
+        operation: str,
+        path: str,
+        native_status: str = "",
+        error_class: str = "error",
+    ) -> None:
+        self.message = message
+        self.driver = driver
+        self.endpoint = endpoint
+        self.operation = operation
+        self.path = path
+        self.native_status = native_status
+        #: short class name used to group failures in results, e.g. ``timeout``
+        self.error_class = error_class
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        status = f" [{self.native_status}]" if self.native_status else ""
+        return (
+            f"{self.driver} {self.operation} {self.endpoint}{self.path}: "
+            f"{self.message}{status}"
+        )
+
+
+class StorageTimeout(StorageError):
+    """The operation did not finish within its timeout."""
+
+
+class StorageNotFound(StorageError):
+    """The path does not exist."""
+
+
+class StoragePermissionDenied(StorageError):
+    """The storage refused the operation for this identity (credentials)."""
+
+
+class StorageUnreachable(StorageError):
+    """The endpoint could not be contacted (connection refused, DNS, TLS)."""

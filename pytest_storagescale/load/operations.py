@@ -1,0 +1,257 @@
+"""The operations a load step repeats: stat, ls, mkdir, put, get, read, readv, delete,
+and ``mixed`` (readers and writers at once).
+
+An operation is described by plain data so that spawned worker processes can
+rebuild it: ``OPERATIONS[name]`` plus the step's parameters and the context that
+:meth:`Operation.prepare` returned. ``prepare`` runs once per step, untimed (it
+creates the files a step reads); :meth:`Operation.run` is one timed repetition by
+one client and returns the bytes it moved.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import shutil
+import tempfile
+from typing import Any, ClassVar
+
+from ..config import parse_byte_size
+from ..drivers.base import Driver
+from ..errors import StorageScaleUsageError
+
+
+@functools.lru_cache(maxsize=8)
+def payload(size: int) -> bytes:
+    """Incompressible data of ``size`` bytes, made once per process and size."""
+    return os.urandom(size)
+
+
+class Operation:
+    """One kind of request a client repeats back to back."""
+
+    name: ClassVar[str] = ""
+    #: per-op keys allowed in ``[ops.<name>]`` and their defaults
+    defaults: ClassVar[dict[str, Any]] = {}
+    #: sides of a composite step (``mixed``); empty for a plain operation
+    sides: ClassVar[tuple[str, ...]] = ()
+    #: True when ``run`` moves file data (the table then shows MB/s)
+    moves_data: ClassVar[bool] = False
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(self.defaults)
+
+    def parse_params(self, table: dict[str, Any], *, where: str) -> dict[str, Any]:
+        params = dict(self.defaults)
+        for key, value in table.items():
+            default = self.defaults[key]
+            if key.endswith("size"):
+                params[key] = parse_byte_size(value, what=f"{where}.{key}")
+            elif isinstance(default, bool):
+                if not isinstance(value, bool):
+                    raise StorageScaleUsageError(f"{where}.{key}: must be true or false.")
+                params[key] = value
+            elif isinstance(default, int):
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise StorageScaleUsageError(
+                        f"{where}.{key}: {value!r} must be a positive whole number."
+                    )
+                params[key] = value
+        return params
+
+    def groups(self, clients: int) -> list[tuple[str, Operation, int]]:
+        """The sides of a step at ``clients``: (side name, operation, client count)."""
+        return [(self.name, self, clients)]
+
+    def prepare(self, driver: Driver, workdir: str, params: dict, clients: int) -> dict:
+        """Create what the step reads (untimed); return a picklable context."""
+        driver.mkdir(workdir)
+        return {"workdir": workdir, **params}
+
+    def cleanup(self, context: dict) -> None:
+        """Remove local leftovers of the step (the remote workdir is removed by the caller)."""
+
+    def before(self, driver: Driver, client: int, iteration: int, context: dict) -> None:
+        """Untimed set-up of one repetition (e.g. the file ``delete`` removes)."""
+
+    def run(self, driver: Driver, client: int, iteration: int, context: dict) -> int:
+        raise NotImplementedError
+
+
+def _sample_file(driver: Driver, path: str, size: int) -> None:
+    driver.put(path, payload(size) if size else b"")
+
+
+class Stat(Operation):
+    """``stat`` of one existing file."""
+
+    name = "stat"
+    defaults = {"file_size": 1024}
+
+    def prepare(self, driver, workdir, params, clients):
+        context = super().prepare(driver, workdir, params, clients)
+        context["target"] = f"{workdir}/stat-target"
+        _sample_file(driver, context["target"], params["file_size"])
+        return context
+
+    def run(self, driver, client, iteration, context):
+        driver.stat(context["target"])
+        return 0
+
+
+class List(Operation):
+    """``ls`` of a directory with ``entries`` files (the seeds' ``lcg-ls`` of a test dir)."""
+
+    name = "ls"
+    defaults = {"entries": 10}
+
+    def prepare(self, driver, workdir, params, clients):
+        context = super().prepare(driver, workdir, params, clients)
+        context["target"] = f"{workdir}/ls-dir"
+        driver.mkdir(context["target"])
+        for index in range(params["entries"]):
+            _sample_file(driver, f"{context['target']}/entry-{index:05d}", 0)
+        return context
+
+    def run(self, driver, client, iteration, context):
+        names = driver.ls(context["target"])
+        if len(names) != context["entries"]:
+            raise ValueError(f"ls returned {len(names)} entries, expected {context['entries']}")
+        return 0
+
+
+class MakeDir(Operation):
+    """``mkdir`` of a new directory per repetition."""
+
+    name = "mkdir"
+
+    def run(self, driver, client, iteration, context):
+        driver.mkdir(f"{context['workdir']}/c{client:05d}-{iteration:07d}")
+        return 0
+
+
+class Put(Operation):
+    """Write a new ``file_size`` file per repetition (xrdcp / lcg-cp to the storage)."""
+
+    name = "put"
+    moves_data = True
+    defaults = {"file_size": 1_000_000}
+
+    def run(self, driver, client, iteration, context):
+        path = f"{context['workdir']}/c{client:05d}-{iteration:07d}"
+        return driver.put(path, payload(context["file_size"]))
+
+
+class Get(Operation):
+    """Read a whole file: client ``i`` reads file ``i % files``; ``files = 1`` is the
+    hot-file case. ``to_disk = true`` copies to local disk like ``lcg-cp``."""
+
+    name = "get"
+    moves_data = True
+    defaults = {"file_size": 1_000_000, "files": 10, "to_disk": False}
+
+    def prepare(self, driver, workdir, params, clients):
+        context = super().prepare(driver, workdir, params, clients)
+        for index in range(min(params["files"], clients)):
+            _sample_file(driver, f"{workdir}/file-{index:05d}", params["file_size"])
+        context["files"] = min(params["files"], clients)
+        if params["to_disk"]:
+            context["local_dir"] = tempfile.mkdtemp(prefix="storagescale-get-")
+        return context
+
+    def cleanup(self, context):
+        if context.get("local_dir"):
+            shutil.rmtree(context["local_dir"], ignore_errors=True)
+
+    def run(self, driver, client, iteration, context):
+        source = f"{context['workdir']}/file-{client % context['files']:05d}"
+        local = (
+            os.path.join(context["local_dir"], f"c{client:05d}") if context.get("local_dir")
+            else None
+        )
+        moved = driver.get(source, local)
+        if moved != context["file_size"]:
+            raise ValueError(f"get {source}: {moved} bytes, expected {context['file_size']}")
+        return moved
+
+
+class Read(Operation):
+    """Open, read ``read_size`` bytes at a random offset, close."""
+
+    name = "read"
+    moves_data = True
+    defaults = {"file_size": 10_000_000, "read_size": 65536}
+
+    def prepare(self, driver, workdir, params, clients):
+        context = super().prepare(driver, workdir, params, clients)
+        context["target"] = f"{workdir}/read-target"
+        _sample_file(driver, context["target"], params["file_size"])
+        return context
+
+    def _offsets(self, client, iteration, size, count, context):
+        rng = random.Random(client * 1_000_003 + iteration)
+        return [rng.randrange(0, max(1, context["file_size"] - size)) for _ in range(count)]
+
+    def run(self, driver, client, iteration, context):
+        (offset,) = self._offsets(client, iteration, context["read_size"], 1, context)
+        return len(driver.read(context["target"], offset, context["read_size"]))
+
+
+class ReadV(Read):
+    """Open, one vector read of ``chunks`` x ``chunk_size`` at random offsets, close."""
+
+    name = "readv"
+    defaults = {"file_size": 10_000_000, "chunks": 16, "chunk_size": 4096}
+
+    def run(self, driver, client, iteration, context):
+        size = context["chunk_size"]
+        offsets = sorted(self._offsets(client, iteration, size, context["chunks"], context))
+        return driver.readv(context["target"], [(o, size) for o in offsets])
+
+
+class Delete(Operation):
+    """Delete a file (created untimed just before)."""
+
+    name = "delete"
+
+    def before(self, driver, client, iteration, context):
+        driver.put(self._path(client, iteration, context), b"")
+
+    def _path(self, client, iteration, context):
+        return f"{context['workdir']}/c{client:05d}-{iteration:07d}"
+
+    def run(self, driver, client, iteration, context):
+        driver.delete(self._path(client, iteration, context))
+        return 0
+
+
+class Mixed(Operation):
+    """Readers (``get``) and writers (``put``) at once, ``clients`` on each side."""
+
+    name = "mixed"
+    moves_data = True
+    sides = ("readers", "writers")
+    defaults = {"file_size": 1_000_000, "files": 10}
+
+    def groups(self, clients):
+        return [("readers", Get(), clients), ("writers", Put(), clients)]
+
+    def prepare(self, driver, workdir, params, clients):
+        super().prepare(driver, workdir, params, clients)
+        readers = Get().prepare(
+            driver, f"{workdir}/readers", {**Get.defaults, **params}, clients
+        )
+        writers = Put().prepare(driver, f"{workdir}/writers", {"file_size": params["file_size"]},
+                                clients)
+        return {"workdir": workdir, "readers": readers, "writers": writers}
+
+    def cleanup(self, context):
+        Get().cleanup(context["readers"])
+
+
+OPERATIONS: dict[str, Operation] = {
+    op.name: op for op in (Stat(), List(), MakeDir(), Put(), Get(), Read(), ReadV(), Delete(),
+                           Mixed())
+}

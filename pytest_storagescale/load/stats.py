@@ -1,0 +1,211 @@
+"""What a load step measures, and how partial measurements merge.
+
+A :class:`SideAccumulator` collects one side of a step (a plain step has one side,
+a mixed step has ``readers`` and ``writers``) inside one process; accumulators
+from several processes merge through :meth:`SideAccumulator.to_wire` /
+:meth:`SideAccumulator.from_wire`. Latencies go into an HdrHistogram (microsecond
+resolution, 3 significant digits, up to one hour) so they merge exactly.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+_LOWEST_US, _HIGHEST_US, _DIGITS = 1, 3_600_000_000, 3
+
+
+def new_histogram() -> HdrHistogram:
+    return HdrHistogram(_LOWEST_US, _HIGHEST_US, _DIGITS)
+
+
+class SideAccumulator:
+    """Counts, bytes, latencies and a per-second timeline for one side of a step."""
+
+    def __init__(self, seconds: int) -> None:
+        self._lock = threading.Lock()
+        self.succeeded = 0
+        self.failed = 0
+        self.bytes = 0
+        self.errors: Counter[str] = Counter()
+        self.error_examples: dict[str, str] = {}
+        self.histogram = new_histogram()
+        # per second since the step start (warm-up included): completions, failures,
+        # operations in flight and hung clients (sampled once a second)
+        self.completions = [0] * seconds
+        self.failures = [0] * seconds
+        self.in_flight = [0] * seconds
+        self.hung_series = [0] * seconds
+        self.hung = 0
+
+    def record(self, second: int, latency_s: float, nbytes: int, error: Exception | None,
+               counted: bool) -> None:
+        """Record one finished operation. ``counted`` is False during warm-up."""
+        with self._lock:
+            if 0 <= second < len(self.completions):
+                if error is None:
+                    self.completions[second] += 1
+                else:
+                    self.failures[second] += 1
+            if not counted:
+                return
+            if error is None:
+                self.succeeded += 1
+                self.bytes += nbytes
+                self.histogram.record_value(
+                    min(max(int(latency_s * 1e6), _LOWEST_US), _HIGHEST_US)
+                )
+            else:
+                self.failed += 1
+                cls = getattr(error, "error_class", None) or type(error).__name__
+                self.errors[cls] += 1
+                self.error_examples.setdefault(cls, str(error)[:300])
+
+    def to_wire(self) -> dict[str, Any]:
+        """A picklable, JSON-able form, for the process executor."""
+        return {
+            "succeeded": self.succeeded, "failed": self.failed, "bytes": self.bytes,
+            "errors": dict(self.errors), "error_examples": self.error_examples,
+            "histogram": self.histogram.encode().decode("ascii"),
+            "completions": self.completions, "failures": self.failures,
+            "in_flight": self.in_flight, "hung_series": self.hung_series, "hung": self.hung,
+        }
+
+    def merge_wire(self, wire: dict[str, Any]) -> None:
+        self.succeeded += wire["succeeded"]
+        self.failed += wire["failed"]
+        self.bytes += wire["bytes"]
+        self.errors.update(wire["errors"])
+        for cls, text in wire["error_examples"].items():
+            self.error_examples.setdefault(cls, text)
+        self.histogram.add(HdrHistogram.decode(wire["histogram"].encode("ascii")))
+        for name in ("completions", "failures", "in_flight", "hung_series"):
+            mine, theirs = getattr(self, name), wire[name]
+            for i in range(min(len(mine), len(theirs))):
+                mine[i] += theirs[i]
+        self.hung += wire["hung"]
+
+
+@dataclass
+class SideResult:
+    """The measured outcome of one side of a step (what the table and rules read)."""
+
+    clients: int
+    duration_s: float
+    succeeded: int
+    failed: int
+    hung: int
+    bytes: int
+    latency_s: dict[str, float]
+    errors: dict[str, int]
+    error_examples: dict[str, str]
+    timeline: dict[str, list[int]]
+    #: the latency HdrHistogram (microseconds), base64 as HdrHistogram encodes it
+    histogram: str = ""
+
+    @classmethod
+    def from_accumulator(cls, acc: SideAccumulator, clients: int, duration_s: float) -> SideResult:
+        return cls(
+            clients=clients, duration_s=duration_s, succeeded=acc.succeeded,
+            failed=acc.failed, hung=acc.hung, bytes=acc.bytes,
+            latency_s=latency_summary(acc.histogram),
+            histogram=acc.histogram.encode().decode("ascii"),
+            errors=dict(acc.errors), error_examples=dict(acc.error_examples),
+            timeline={
+                "completions": acc.completions, "failures": acc.failures,
+                "in_flight": acc.in_flight, "hung": acc.hung_series,
+            },
+        )
+
+    @property
+    def rate_hz(self) -> float:
+        return self.succeeded / self.duration_s
+
+    @property
+    def mb_s(self) -> float:
+        return self.bytes / self.duration_s / 1e6
+
+    @property
+    def error_ratio(self) -> float:
+        attempts = self.succeeded + self.failed + self.hung
+        return (self.failed + self.hung) / attempts if attempts else 0.0
+
+    def metric(self, name: str) -> float:
+        """A rule metric by name (see ``thresholds.METRICS``)."""
+        if name.endswith("_s") and name[:-2] in self.latency_s:
+            return self.latency_s[name[:-2]]
+        if name == "mbit_s":
+            return self.mb_s * 8
+        return float(getattr(self, name))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clients": self.clients, "duration_s": self.duration_s,
+            "succeeded": self.succeeded, "failed": self.failed, "hung": self.hung,
+            "bytes": self.bytes, "rate_hz": self.rate_hz, "mb_s": self.mb_s,
+            "error_ratio": self.error_ratio,
+            "latency_s": {k: _finite(v) for k, v in self.latency_s.items()},
+            "errors": self.errors, "error_examples": self.error_examples,
+            "timeline": self.timeline, "histogram": self.histogram,
+        }
+
+
+def latency_summary(h: HdrHistogram) -> dict[str, float]:
+    """mean, p50, p90, p99 and max in seconds (NaN when nothing was recorded)."""
+    if not h.get_total_count():
+        return {k: float("nan") for k in ("mean", "p50", "p90", "p99", "max")}
+    return {
+        "mean": h.get_mean_value() / 1e6,
+        "p50": h.get_value_at_percentile(50) / 1e6,
+        "p90": h.get_value_at_percentile(90) / 1e6,
+        "p99": h.get_value_at_percentile(99) / 1e6,
+        "max": h.get_max_value() / 1e6,
+    }
+
+
+def _finite(value: float) -> float | None:
+    return None if value != value else value  # NaN -> null in JSON
+
+
+@dataclass
+class StepResult:
+    """One load step: an operation at a concurrency, with one or more sides."""
+
+    op: str
+    clients: int
+    started: float
+    ended: float
+    duration_s: float
+    warmup_s: float
+    sides: dict[str, SideResult] = field(default_factory=dict)
+    #: why the step's directory could not be removed afterwards (None: removed)
+    cleanup_error: str | None = None
+
+    @property
+    def total(self) -> SideResult:
+        """The whole step; for a one-sided step, that side."""
+        if len(self.sides) == 1:
+            return next(iter(self.sides.values()))
+        parts = list(self.sides.values())
+        merged = new_histogram()
+        for part in parts:
+            if part.histogram:
+                merged.add(HdrHistogram.decode(part.histogram.encode("ascii")))
+        return SideResult(
+            clients=sum(p.clients for p in parts), duration_s=self.duration_s,
+            succeeded=sum(p.succeeded for p in parts), failed=sum(p.failed for p in parts),
+            hung=sum(p.hung for p in parts), bytes=sum(p.bytes for p in parts),
+            latency_s=latency_summary(merged),
+            errors=dict(sum((Counter(p.errors) for p in parts), Counter())),
+            error_examples={k: v for p in parts for k, v in p.error_examples.items()},
+            timeline={},
+            histogram=merged.encode().decode("ascii"),
+        )
+
+    def metric(self, name: str) -> float:
+        side, _, bare = name.rpartition(".")
+        return (self.sides[side] if side else self.total).metric(bare)
