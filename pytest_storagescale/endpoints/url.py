@@ -65,7 +65,7 @@ class EndpointURL:
     @property
     def display(self) -> str:
         """The URL without user or password, for headers, tables and results."""
-        sep = "//" if self.scheme in ("root", "xroot", "roots") else ""
+        sep = "/" if self.scheme in ("root", "xroot", "roots") else ""
         return f"{self.server}{sep}{self.path}" if self.scheme != "file" else f"file://{self.path}"
 
     def with_path(self, path: str) -> EndpointURL:

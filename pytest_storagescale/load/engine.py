@@ -19,13 +19,14 @@ import multiprocessing
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..drivers.base import Driver
 from ..drivers.registry import driver_class
 from ..endpoints.url import EndpointURL
-from ..errors import StorageError
+from ..errors import StorageError, StorageNotFound
 from .operations import OPERATIONS, Operation
 from .stats import SideAccumulator, SideResult, StepResult
 
@@ -213,6 +214,10 @@ def run_clients(
     drain_until = clock.end_at + plan.hang_timeout
     while time.time() < drain_until:
         check_hangs()
+        second = int(time.time() - clock.start_at)
+        if second != last_sample:
+            sample(second)
+            last_sample = second
         if all(slot.done or slot.hung for slot in slots):
             break
         waiter.wait(_HANG_CHECK_INTERVAL / 2)
@@ -343,11 +348,19 @@ def run_step(plan: StepPlan, *, executor: str = "threads", keep_workdir: bool = 
     )
 
 
-def cleanup_tree(driver: Driver, path: str) -> str | None:
+def cleanup_tree(driver: Driver, path: str, *, parallel: int = 16) -> str | None:
     """Remove a step's directory; the driver's guard keeps this inside the test area.
-    Returns the error text when the storage refused (reported with the step)."""
+
+    The entries are removed by ``parallel`` requests in flight (a put scan leaves
+    tens of thousands of files). Returns the error text when the storage refused,
+    reported with the step."""
     try:
+        entries = [f"{path.rstrip('/')}/{name}" for name in driver.ls(path)]
+        with ThreadPoolExecutor(parallel, thread_name_prefix="storagescale-cleanup") as pool:
+            list(pool.map(driver.remove_tree, entries))
         driver.remove_tree(path)
+    except StorageNotFound:
+        return None
     except StorageError as exc:
         return str(exc)
     return None

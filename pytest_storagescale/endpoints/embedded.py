@@ -1,0 +1,223 @@
+"""The embedded endpoint: a real ``xrootd`` server on free loopback ports.
+
+Started when no ``--storage-endpoint`` is given (and by the plugin's own tests). It
+lives in a private temporary directory, runs as an unprivileged user when the
+session is root (xrootd refuses to run as root), is ready when it answers a
+``query config version`` (probed, never slept for), and is stopped and removed at
+the end.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from ..errors import EndpointError
+
+INSTALL_HINT = (
+    "install the XRootD server: 'sudo apt-get install xrootd-server xrootd-server-plugins' "
+    "(Debian/Ubuntu) or 'dnf install xrootd-server' (EL), or run 'make setup' in the "
+    "pytest-storagescale checkout; or point the suite at a running server with "
+    "--storage-endpoint root://host:1094//path."
+)
+#: the exported test area inside the embedded server
+AREA = "/storagescale"
+
+
+def free_port() -> int:
+    """A TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def xrootd_binary() -> str:
+    path = shutil.which("xrootd") or (
+        "/usr/bin/xrootd" if os.access("/usr/bin/xrootd", os.X_OK) else None
+    )
+    if path is None:
+        raise EndpointError(f"the embedded endpoint needs the xrootd binary, not found on PATH: "
+                            f"{INSTALL_HINT}")
+    return path
+
+
+def xrootd_version(binary: str | None = None) -> str:
+    """The server's version from ``xrootd -v`` (e.g. ``5.5.3``), without starting it."""
+    result = subprocess.run(
+        [binary or xrootd_binary(), "-v"], capture_output=True, text=True, timeout=30,
+    )
+    text = (result.stdout + result.stderr).strip().splitlines()
+    return text[-1].strip().lstrip("v") if text else "unknown"
+
+
+def unprivileged_user() -> str | None:
+    """The user to run xrootd as when we are root: ``xrootd`` if it exists, else ``nobody``."""
+    if os.geteuid() != 0:
+        return None
+    for name in ("xrootd", "nobody"):
+        try:
+            pwd.getpwnam(name)
+            return name
+        except KeyError:
+            continue
+    raise EndpointError(
+        "running as root, and neither an 'xrootd' nor a 'nobody' user exists to run the "
+        "embedded xrootd as (it refuses to run as root). Create one: 'useradd -r xrootd'."
+    )
+
+
+class EmbeddedXRootD:
+    """A throwaway xrootd serving ``root://127.0.0.1:<port>//storagescale``.
+
+    ``extra_config`` lines are appended to the configuration (e.g. the throttle
+    plugin). Use as a context manager or call :meth:`start` / :meth:`stop`.
+    """
+
+    def __init__(self, *, extra_config: str = "", startup_timeout: float = 30.0) -> None:
+        self.extra_config = extra_config
+        self.startup_timeout = startup_timeout
+        self.binary = xrootd_binary()
+        self.directory: Path | None = None
+        self.process: subprocess.Popen | None = None
+        self.port = 0
+        self.version = ""
+
+    @property
+    def url(self) -> str:
+        """The test area's URL."""
+        return f"root://127.0.0.1:{self.port}/{AREA}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    @property
+    def log_path(self) -> Path:
+        assert self.directory is not None
+        return self.directory / "xrootd.log"
+
+    def _write_config(self) -> Path:
+        assert self.directory is not None
+        d = self.directory
+        config = d / "xrootd.cfg"
+        config.write_text(
+            "\n".join([
+                "all.export /",
+                f"xrd.port {self.port}",
+                f"oss.localroot {d / 'data'}",
+                f"all.adminpath {d / 'admin'}",
+                f"all.pidpath {d / 'run'}",
+                "xrootd.chksum adler32",
+                # enough threads for 1000+ clients blocked in requests
+                "xrd.sched mint 16 maxt 4096 avlt 256 idle 60",
+                self.extra_config,
+                "",
+            ])
+        )
+        return config
+
+    def start(self) -> EmbeddedXRootD:
+        self.version = xrootd_version(self.binary)
+        self.directory = Path(tempfile.mkdtemp(prefix="storagescale-xrootd-"))
+        for sub in ("data", "admin", "run"):
+            (self.directory / sub).mkdir()
+        (self.directory / "data" / AREA.strip("/")).mkdir()
+        user = unprivileged_user()
+        if user:
+            entry = pwd.getpwnam(user)
+            for path in [self.directory, *self.directory.rglob("*")]:
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+        last_error = ""
+        for _ in range(3):  # a port picked free can be taken before xrootd binds it
+            self.port = free_port()
+            command = [self.binary, "-c", str(self._write_config()), "-l", str(self.log_path)]
+            if user:
+                command += ["-R", user]
+            self.process = subprocess.Popen(
+                command, cwd=self.directory, stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )
+            last_error = self._wait_ready()
+            if not last_error:
+                return self
+            self._terminate()
+        tail = self._log_tail()
+        self.stop()
+        raise EndpointError(f"the embedded xrootd did not start: {last_error}. Log tail:\n{tail}")
+
+    def _wait_ready(self) -> str:
+        """Probe until the server answers; return '' when ready, else why not."""
+        from ..drivers.xrootd import XRootDDriver
+        from .url import EndpointURL
+
+        assert self.process is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            try:
+                # wait() is the pause between probes, and notices an early exit
+                code = self.process.wait(timeout=0.05)
+                return f"xrootd exited with code {code}"
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    pass
+            except OSError:
+                continue
+            probe = XRootDDriver(EndpointURL.parse(self.url), client_id="ssprobe", timeout=5)
+            try:
+                probe.version()
+                return ""
+            except Exception as exc:  # noqa: BLE001 - keep probing until the deadline
+                last = str(exc)
+                continue
+        return f"no answer on port {self.port} within {self.startup_timeout:.0f} s" + (
+            f" ({last})" if "last" in locals() else ""
+        )
+
+    def _log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except (OSError, AssertionError):
+            return "(no log)"
+
+    def freeze(self) -> None:
+        """SIGSTOP the server: it keeps its connections but answers nothing."""
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def _terminate(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            os.kill(self.process.pid, signal.SIGCONT)  # a frozen server cannot exit
+            self.process.terminate()
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=5)
+        except ProcessLookupError:
+            pass
+
+    def stop(self) -> None:
+        """Stop the server and remove its directory."""
+        self._terminate()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+    def __enter__(self) -> EmbeddedXRootD:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()

@@ -1,0 +1,1 @@
+"""What people read: the seeds-style table and the JSON results file."""

@@ -1,0 +1,82 @@
+"""The seeds-style table: one row per step (per side for a mixed step).
+
+    op    clients  succeeded      rate   failed  hung   p50     p99    verdict
+    stat       50     55100   11020 Hz       0     0   4 ms   12 ms   pass
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+COLUMNS = ("op", "clients", "succeeded", "rate", "MB/s", "failed", "hung", "p50", "p99",
+           "verdict")
+
+
+def format_rate(hz: float) -> str:
+    if hz >= 100:
+        return f"{hz:.0f} Hz"
+    if hz >= 10:
+        return f"{hz:.1f} Hz"
+    return f"{hz:.2f} Hz"
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "-"
+    if seconds < 0.001:
+        return f"{seconds * 1e6:.0f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.0f} ms" if seconds >= 0.01 else f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s" if seconds < 100 else f"{seconds:.0f} s"
+
+
+def step_rows(step: dict[str, Any]) -> list[list[str]]:
+    """Table rows for one step of the JSON results."""
+    rows = []
+    sides = step.get("sides") or {step["op"]: step}
+    for side_name, side in sides.items():
+        name = step["op"] if len(sides) == 1 else f"{step['op']}/{side_name}"
+        latency = side.get("latency_s", {})
+        rows.append([
+            name,
+            str(side["clients"]),
+            str(side["succeeded"]),
+            format_rate(side["rate_hz"]),
+            f"{side['mb_s']:.1f}" if side.get("bytes") else "-",
+            str(side["failed"]),
+            str(side["hung"]),
+            format_seconds(latency.get("p50")),
+            format_seconds(latency.get("p99")),
+            step["verdict"],
+        ])
+    return rows
+
+
+def render(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS) -> list[str]:
+    """Align ``rows`` under ``columns``: text left, numbers right."""
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
+              for i, c in enumerate(columns)]
+    left = {0, len(columns) - 1}
+
+    def line(cells):
+        return "  ".join(
+            cell.ljust(w) if i in left else cell.rjust(w) for i, (cell, w) in
+            enumerate(zip(cells, widths))
+        ).rstrip()
+
+    return [line(columns), *(line(r) for r in rows)]
+
+
+def format_table(steps: list[dict[str, Any]]) -> list[str]:
+    return render([row for step in steps for row in step_rows(step)])
+
+
+def format_violations(checks: list[dict[str, Any]], thresholds_file: str) -> list[str]:
+    """The failure table of one step: metric, observed, limit, rule, file."""
+    rows = [
+        [c["metric"], f"{c['observed']:.6g}", f"{c['comparison']} {c['limit']:g}", c["rule"],
+         thresholds_file, "ok" if c["passed"] else "VIOLATED"]
+        for c in checks
+    ]
+    return render(rows, ("metric", "observed", "limit", "rule", "file", "result"))
