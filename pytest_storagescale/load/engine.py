@@ -222,6 +222,7 @@ def run_clients(
             break
         waiter.wait(_HANG_CHECK_INTERVAL / 2)
     check_hangs()
+    sample(min(int(time.time() - clock.start_at), clock.seconds - 1))
     for slot in slots:
         if not slot.done and not slot.hung:
             # still running at the drain's end: it has been busy for less than

@@ -1,0 +1,169 @@
+"""The plugin as a user meets it: options, header, parametrization, verdicts, results.
+
+These runs use the reference driver (``file://`` endpoints) so they are fast; the
+same paths against a real server are in ``test_xrootd_integration.py``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+THRESHOLDS = """
+[storage]
+system = "xrootd"
+versions = ["*"]
+
+[defaults]
+duration = "0.3s"
+warmup = "0s"
+hang_timeout = "5s"
+
+[ops.stat]
+clients = [1, 3]
+
+[[ops.stat.expect]]
+clients = "*"
+rules = ["failed == 0", "hung == 0", "rate_hz >= RATE"]
+"""
+
+SUITE = """
+import pytest
+
+@pytest.mark.storagescale_op("stat")
+def test_stat_scan(storage_load, storage_clients):
+    storage_load.run()
+
+@pytest.mark.storagescale_op("put")
+def test_put_scan(storage_load, storage_clients):
+    storage_load.run()
+"""
+
+
+@pytest.fixture
+def suite(pytester, tmp_path):
+    """A suite folder with a thresholds file; returns the args pointing at a file:// area."""
+    area = tmp_path / "area"
+    area.mkdir()
+
+    def make(rate: str = "1", thresholds: str = THRESHOLDS) -> list[str]:
+        pytester.makepyfile(test_suite=SUITE)
+        folder = pytester.path / "thr" / "xrootd"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "any.toml").write_text(thresholds.replace("RATE", rate))
+        return [f"--storage-endpoint=file://{area}", "--storage-version=1.0",
+                "--storage-thresholds=thr", "-p", "no:cacheprovider"]
+
+    make.area = area  # type: ignore[attr-defined]
+    return make
+
+
+def test_scan_is_parametrized_from_thresholds_and_passes(pytester, suite):
+    args = suite()
+    result = pytester.runpytest(*args, "-rs", "--storage-results=out/results.json")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines([
+        "storagescale: xrootd 1.0 at file://*",
+        "*thresholds: *any.toml (matched version 1.0 with pattern '[*]')",
+        "op*clients*succeeded*rate*MB/s*failed*hung*p50*p99*verdict",
+        "stat*1*Hz*-*0*0*pass",
+        "stat*3*Hz*-*0*0*pass",
+        "*SKIPPED*has no [[]ops.put[]] section*",
+    ])
+    document = json.loads((pytester.path / "out" / "results.json").read_text())
+    assert document["run"]["version"] == "1.0" and document["run"]["system"] == "xrootd"
+    assert document["run"]["client"]["versions"]["pytest"]
+    steps = document["steps"]
+    assert [s["clients"] for s in steps] == [1, 3]
+    for step in steps:
+        for key in ("test", "op", "clients", "duration_s", "started", "ended", "succeeded",
+                    "failed", "hung", "rate_hz", "mb_s", "latency_s", "errors", "verdict",
+                    "violations"):
+            assert key in step, key
+        assert step["succeeded"] > 0 and step["verdict"] == "pass"
+        assert step["rate_hz"] == pytest.approx(step["succeeded"] / step["duration_s"])
+        assert set(step["latency_s"]) >= {"p50", "p90", "p99", "max"}
+        assert step["ended"] > step["started"]
+    # the run's directory is removed at the end; nothing else was touched
+    assert list(suite.area.iterdir()) == []
+
+
+def test_clients_option_overrides_scan_list(pytester, suite):
+    result = pytester.runpytest(*suite(), "--storage-clients=2", "-v")
+    result.stdout.fnmatch_lines(["*test_stat_scan[[]c2[]] PASSED*"])
+    result.assert_outcomes(passed=1, skipped=1)
+
+
+def test_broken_rule_fails_with_violation_table(pytester, suite):
+    result = pytester.runpytest(*suite(rate="1e12"), "--storage-clients=1")
+    result.assert_outcomes(failed=1, skipped=1)
+    result.stdout.fnmatch_lines([
+        "*stat step at 1 clients broke its thresholds (*any.toml, matched version 1.0*",
+        "*metric*observed*limit*rule*file*result*",
+        "*rate_hz*>= 1e+12*rate_hz >= 1e12*any.toml*VIOLATED*",
+        "stat*1*fail",
+    ])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_header_names_each_setting_and_its_source(pytester, suite, monkeypatch):
+    args = suite()
+    pytester.makeini("[pytest]\nstorage_executor = processes\n")
+    monkeypatch.setenv("STORAGESCALE_HANG_TIMEOUT", "7s")
+    result = pytester.runpytest(*args, "--storage-duration=2s", "--collect-only")
+    result.stdout.fnmatch_lines([
+        "storagescale: endpoint file://*",
+        "  storage_version: 1.0 (from --storage-version)",
+        "  storage_duration: 2.0 (from --storage-duration)",
+        "  storage_hang_timeout: 7.0 (from $STORAGESCALE_HANG_TIMEOUT)",
+        "  storage_executor: processes (from ini storage_executor)",
+    ])
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("--storage-executor=fibers",
+         "ERROR: --storage-executor: unknown value 'fibers'. Valid values: threads, processes."),
+        ("--storage-duration=soon", "ERROR: --storage-duration: 'soon' is not a duration.*"),
+        ("--storage-clients=many", "ERROR: --storage-clients: 'many' is not a list*"),
+        ("--storage-driver=curl", "ERROR: --storage-driver: unknown value 'curl'. Valid*"),
+    ],
+)
+def test_bad_option_is_one_error_line(pytester, suite, option, message):
+    result = pytester.runpytest(*suite(), option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_bad_thresholds_file_is_a_usage_error(pytester, suite):
+    args = suite(thresholds=THRESHOLDS.replace("failed == 0", "failures == 0"))
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: *any.toml: [[]ops.stat.expect[]][[]0[]].rules[[]0[]]: unknown metric 'failures'*"]
+    )
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_no_file_for_version_is_a_usage_error(pytester, suite):
+    args = suite(thresholds=THRESHOLDS.replace('["*"]', '["5.5.*"]'))
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: *no thresholds file matches xrootd version '1.0'*"])
+
+
+@pytest.mark.parametrize(
+    "endpoint, message",
+    [
+        ("gopher://host/x", "ERROR: --storage-endpoint: 'gopher://host/x' has scheme 'gopher'*"),
+        ("root://host:1094", "ERROR: --storage-endpoint: *has no test-area path*"),
+    ],
+)
+def test_bad_endpoint_url(pytester, suite, endpoint, message):
+    args = [a for a in suite() if not a.startswith("--storage-endpoint")]
+    result = pytester.runpytest(*args, f"--storage-endpoint={endpoint}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])

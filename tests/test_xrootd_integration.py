@@ -1,0 +1,198 @@
+"""Against a real xrootd started by the test: the driver, the engine, hangs, errors.
+
+Marked ``integration``; each test is bounded (steps of a few seconds).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+
+from pytest_storagescale.drivers.xrootd import XRootDDriver
+from pytest_storagescale.endpoints.embedded import free_port
+from pytest_storagescale.endpoints.url import EndpointURL
+from pytest_storagescale.errors import StorageNotFound, UnsafePathError
+from pytest_storagescale.load.engine import StepPlan, run_step
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def area(embedded_xrootd, request):
+    """A per-test directory on the embedded server, and a driver allowed to write there."""
+    root = f"/storagescale/{request.node.name[:40]}"
+    driver = XRootDDriver(EndpointURL.parse(embedded_xrootd.url), client_id="sstests",
+                          timeout=10, writable_root=root)
+    driver.mkdir(root)
+    yield root, driver
+    driver.remove_tree(root)
+
+
+def _plan(server, root, **kw) -> StepPlan:
+    values = dict(op="stat", clients=5, duration=1.0, warmup=0.2, hang_timeout=3.0,
+                  endpoint_url=server.url, driver="xrootd", workdir=f"{root}/step",
+                  writable_root=root, tag="t00")
+    values.update(kw)
+    return StepPlan(**values)
+
+
+def test_driver_round_trip(area):
+    root, driver = area
+    data = bytes(range(256)) * 4000
+    path = f"{root}/dir/file.dat"
+    assert driver.put(path, data) == len(data)
+    assert driver.stat(path).size == len(data) and not driver.stat(path).is_dir
+    assert driver.stat(f"{root}/dir").is_dir
+    assert driver.ls(f"{root}/dir") == ["file.dat"]
+    assert driver.read(path, 1000, 10) == data[1000:1010]
+    assert driver.readv(path, [(0, 100), (5000, 200)]) == 300
+    assert driver.get(path) == len(data)
+    assert driver.checksum(path) == f"{zlib.adler32(data):08x}"
+    driver.rename(path, f"{root}/dir/renamed.dat")
+    assert driver.ls(f"{root}/dir") == ["renamed.dat"]
+    driver.delete(f"{root}/dir/renamed.dat")
+    driver.rmdir(f"{root}/dir")
+    assert driver.version().startswith("5.")
+
+
+def test_errors_carry_driver_endpoint_operation_path_and_status(area, embedded_xrootd):
+    root, driver = area
+    with pytest.raises(StorageNotFound) as info:
+        driver.stat(f"{root}/missing")
+    error = info.value
+    assert (error.driver, error.operation, error.path) == ("xrootd", "stat", f"{root}/missing")
+    assert error.endpoint == f"root://127.0.0.1:{embedded_xrootd.port}"
+    assert "errno=3011" in error.native_status and error.error_class == "not_found"
+
+
+def test_guard_refuses_writes_outside_the_run_area(area, embedded_xrootd):
+    root, driver = area
+    outside = "/storagescale/not-mine.dat"
+    other = XRootDDriver(EndpointURL.parse(embedded_xrootd.url), client_id="ssother",
+                         writable_root="/storagescale")
+    other.put(outside, b"precious")
+    try:
+        for attempt in (lambda: driver.delete(outside), lambda: driver.put(outside, b"x"),
+                        lambda: driver.remove_tree("/storagescale"),
+                        lambda: driver.rename(outside, f"{root}/stolen"),
+                        lambda: driver.delete(f"{root}/../not-mine.dat")):
+            with pytest.raises(UnsafePathError, match="outside this run's test area"):
+                attempt()
+        assert driver.read(outside, 0, 8) == b"precious"
+    finally:
+        other.delete(outside)
+
+
+def _connections_to(port: int) -> int:
+    """Established TCP connections to ``port`` seen in this network namespace."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):  # the client may use mapped IPv6
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if remote_port == port and fields[3] == "01":
+                count += 1
+    return count
+
+
+def test_each_client_has_its_own_connection(area, embedded_xrootd):
+    root, _ = area
+    seen = []
+    plan = _plan(embedded_xrootd, root, clients=40, duration=2.0, tag="k01")
+    timer = threading.Timer(1.5, lambda: seen.append(_connections_to(embedded_xrootd.port)))
+    timer.start()
+    result = run_step(plan)
+    timer.join()
+    assert result.total.succeeded > 0 and result.total.failed == 0
+    assert seen[0] >= 40, f"only {seen[0]} connections for 40 clients"
+
+
+@pytest.mark.parametrize("executor", ["threads", "processes"])
+def test_frozen_server_gives_hung_clients_and_step_ends_on_time(area, embedded_xrootd, executor):
+    root, _ = area
+    plan = _plan(embedded_xrootd, root, clients=10, duration=5.0, warmup=0.5, hang_timeout=1.5,
+                 tag="h" + executor[0], processes=2)
+    # freeze once the clients are running (processes take a moment to spawn)
+    freeze_after = 2.0 if executor == "threads" else 3.0
+    threading.Timer(freeze_after, embedded_xrootd.freeze).start()
+    began = time.monotonic()
+    try:
+        result = run_step(plan, keep_workdir=True)
+    finally:
+        elapsed = time.monotonic() - began
+        embedded_xrootd.thaw()
+    step = result.total
+    assert step.hung > 0, step
+    assert step.succeeded > 0  # it worked before the freeze
+    # the step ends by end_at + hang_timeout, plus process start-up for processes
+    budget = plan.warmup + plan.duration + plan.hang_timeout + (12 if executor == "processes" else 2)
+    assert elapsed < budget, f"step took {elapsed:.1f} s, budget {budget:.1f} s"
+    assert max(step.timeline["hung"]) > 0
+
+
+def test_thousand_clients_with_threads(area, embedded_xrootd):
+    root, _ = area
+    plan = _plan(embedded_xrootd, root, clients=1000, duration=3.0, warmup=2.0,
+                 hang_timeout=20.0, tag="m01")
+    seen = []
+    timer = threading.Timer(4.0, lambda: seen.append(_connections_to(embedded_xrootd.port)))
+    timer.start()
+    result = run_step(plan)
+    timer.join()
+    step = result.total
+    assert step.failed == 0 and step.hung == 0, step.errors
+    assert step.succeeded > 1000
+    assert seen[0] >= 1000, f"{seen[0]} connections for 1000 clients"
+
+
+def test_processes_executor_merges_all_clients(area, embedded_xrootd):
+    root, _ = area
+    plan = _plan(embedded_xrootd, root, op="get", clients=6, duration=1.5,
+                 params={"file_size": 100_000, "files": 3}, tag="p01", processes=3)
+    result = run_step(plan, executor="processes")
+    step = result.total
+    assert step.failed == 0 and step.succeeded > 6
+    assert step.bytes == step.succeeded * 100_000
+    assert sum(result.sides["get"].timeline["completions"]) >= step.succeeded
+
+
+def test_unreachable_endpoint_is_a_clear_error(pytester):
+    port = free_port()  # nothing listens there
+    pytester.makepyfile(test_s="""
+        import pytest
+        @pytest.mark.storagescale_op("stat")
+        def test_stat(storage_load, storage_clients):
+            storage_load.run()
+    """)
+    began = time.monotonic()
+    result = pytester.runpytest(f"--storage-endpoint=root://127.0.0.1:{port}//data/test",
+                                f"--storage-thresholds={REPO / 'thresholds'}")
+    assert time.monotonic() - began < 30
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        f"ERROR: --storage-endpoint root://127.0.0.1:{port}//data/test: cannot use the storage:*"
+        "--storage-version VERSION skips the detection.)"
+    ])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_xrootd_suite_against_embedded_server(pytester):
+    """The shipped suite and thresholds, as `make demo` runs them, with tiny steps."""
+    result = pytester.runpytest(
+        str(REPO / "suites" / "xrootd"), f"--storage-thresholds={REPO / 'thresholds'}",
+        "--storage-clients=3", "--storage-duration=0.5s", "-p", "no:cacheprovider",
+        "--storage-results=results.json",
+    )
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines([
+        "storagescale: xrootd 5.* at root://127.0.0.1:*//storagescale",
+        "*thresholds: *thresholds/xrootd/5.x.toml (matched version 5.* with pattern '5.[*]')",
+        "op*clients*succeeded*rate*",
+        "stat*3*pass", "ls*3*pass", "put*3*pass", "get*3*pass",
+        "mixed/readers*3*pass", "mixed/writers*3*pass",
+    ])
