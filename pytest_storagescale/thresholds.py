@@ -29,11 +29,12 @@ import fnmatch
 import operator
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from .config import parse_byte_size, parse_duration
+from .config import parse_duration
 from .errors import StorageScaleUsageError, ThresholdsError
 
 #: metrics a rule may name; a mixed step prefixes them with its side (``readers.mb_s``)
@@ -48,7 +49,9 @@ COMPARISONS: dict[str, Callable[[float, float], bool]] = {
 DEFAULT_KEYS = ("duration", "warmup", "hang_timeout")
 #: keys an ``[ops.<op>]`` table may hold besides the per-op parameters
 OP_KEYS = ("clients", "expect", *DEFAULT_KEYS)
-_RULE_RE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(>=|<=|==|>|<)\s*([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)\s*$")
+_RULE_RE = re.compile(
+    r"^\s*([A-Za-z_][\w.]*)\s*(>=|<=|==|>|<)\s*([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)\s*$"
+)
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,9 @@ def load_thresholds(path: Path, *, reason: str = "") -> ThresholdSet:
     system = storage.get("system")
     versions = storage.get("versions")
     if not isinstance(system, str) or not system:
-        raise ThresholdsError(f"{_where(path, '[storage].system')}: must be a name, e.g. \"dcache\".")
+        raise ThresholdsError(
+            f"{_where(path, '[storage].system')}: must be a name, e.g. \"dcache\"."
+        )
     if not (isinstance(versions, list) and versions and all(isinstance(v, str) for v in versions)):
         raise ThresholdsError(
             f"{_where(path, '[storage].versions')}: must be a list of version patterns, "

@@ -80,7 +80,7 @@ class Driver(abc.ABC):
     def version(self) -> str:
         return self._version()
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, most drivers keep nothing
         """Release the connection (best effort)."""
 
     # -- mutating operations: guarded ----------------------------------------

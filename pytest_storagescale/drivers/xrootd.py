@@ -59,10 +59,8 @@ class XRootDDriver(Driver):
         port = f":{endpoint.port}" if endpoint.port else ""
         self._server = f"{endpoint.scheme}://{self.client_id}@{endpoint.host}{port}"
         self._fs = client.FileSystem(self._server)
-
-    @property
-    def _timeout(self) -> int:
-        return max(1, min(65535, int(round(self.timeout))))
+        #: per-request timeout in whole seconds, as the client library takes it
+        self._timeout = max(1, min(65535, int(round(self.timeout))))
 
     def _url(self, path: str) -> str:
         return f"{self._server}/{path}"

@@ -14,14 +14,16 @@ process (processes), so a frozen server cannot stop a step from ending by
 
 from __future__ import annotations
 
+import collections
 import math
 import multiprocessing
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..drivers.base import Driver
 from ..drivers.registry import driver_class
@@ -76,9 +78,15 @@ class _Clock:
 
 
 class _ClientSlot:
-    """What the coordinator sees of one client thread."""
+    """What the coordinator sees of one client thread.
 
-    __slots__ = ("assignment", "busy_since", "hung", "done", "thread")
+    The client appends ``(finished, latency, bytes, error)`` to ``records``, a deque
+    (thread-safe append/popleft without a lock); the coordinator drains every
+    client's deque into the side's accumulator. Clients never contend on a lock,
+    which at 1000 threads would convoy behind the GIL.
+    """
+
+    __slots__ = ("assignment", "busy_since", "hung", "done", "thread", "records")
 
     def __init__(self, assignment: ClientAssignment) -> None:
         self.assignment = assignment
@@ -86,6 +94,7 @@ class _ClientSlot:
         self.hung = False
         self.done = False
         self.thread: threading.Thread | None = None
+        self.records: collections.deque = collections.deque()
 
 
 def make_driver(plan: StepPlan, client_id: str, *, timeout: float | None = None) -> Driver:
@@ -105,54 +114,48 @@ def client_id(tag: str, index: int) -> str:
     return f"{tag[:3]}{index:05d}"
 
 
-def _operation_of(side_op: str) -> Operation:
-    return OPERATIONS[side_op]
-
-
 def _side_context(plan: StepPlan, context: dict, side: str) -> dict:
     return context[side] if OPERATIONS[plan.op].sides else context
 
 
 def _client_loop(
-    slot: _ClientSlot, plan: StepPlan, context: dict, clock: _Clock,
-    accumulator: SideAccumulator, stop: threading.Event,
-    driver_factory: Callable[[int], Driver],
+    slot: _ClientSlot, plan: StepPlan, context: dict, start_at: float, end_perf: float,
+    stop: threading.Event, driver_factory: Callable[[int], Driver],
 ) -> None:
     assignment = slot.assignment
-    operation = _operation_of(assignment.op_name)
+    operation = OPERATIONS[assignment.op_name]
+    has_setup = type(operation).before is not Operation.before
     side_context = _side_context(plan, context, assignment.side)
+    record = slot.records.append
+    perf_counter = time.perf_counter
+    index = assignment.index
     driver = None
     try:
-        driver = driver_factory(assignment.index)
-        delay = clock.start_at - time.time()
+        driver = driver_factory(index)
+        delay = start_at - time.time()
         if delay > 0:
             stop.wait(delay)
         iteration = 0
         while not stop.is_set():
             # busy_since covers the untimed set-up too: a hang there is still a hang
-            slot.busy_since = began = time.perf_counter()
+            slot.busy_since = began = perf_counter()
             error: Exception | None = None
             moved = 0
             try:
-                operation.before(driver, assignment.index, iteration, side_context)
-                began = time.perf_counter()
-                moved = operation.run(driver, assignment.index, iteration, side_context)
+                if has_setup:
+                    operation.before(driver, index, iteration, side_context)
+                    began = perf_counter()
+                moved = operation.run(driver, index, iteration, side_context)
             except Exception as exc:  # noqa: BLE001 - every failure is a measurement
                 error = exc
-            finished = time.perf_counter()
+            finished = perf_counter()
             slot.busy_since = None
-            if slot.hung:
-                return  # counted as hung; its late answer is not a measurement
-            now = time.time()
-            if now > clock.end_at:
-                return  # finished during the drain: outside the measured window
-            accumulator.record(
-                int(now - clock.start_at), finished - began, moved, error,
-                counted=now >= clock.measure_from,
-            )
+            if slot.hung or finished > end_perf:
+                return  # hung (counted as such) or finished in the drain: not measured
+            record((finished, finished - began, moved, error))
             iteration += 1
     except Exception as exc:  # noqa: BLE001 - a client that cannot even start failed
-        accumulator.record(0, 0.0, 0, exc, counted=True)
+        record((perf_counter(), 0.0, 0, exc))
     finally:
         slot.done = True
         if driver is not None and not slot.hung:
@@ -169,6 +172,11 @@ def run_clients(
     accumulators = {side: SideAccumulator(clock.seconds) for side in sides}
     stop = threading.Event()
     slots = [_ClientSlot(a) for a in assignments]
+    # the clients time with perf_counter; the step's clock is wall time
+    perf_offset = time.time() - time.perf_counter()
+    start_perf = clock.start_at - perf_offset
+    measure_perf = clock.measure_from - perf_offset
+    end_perf = clock.end_at - perf_offset
 
     def factory(index: int) -> Driver:
         return make_driver(plan, client_id(plan.tag, index))
@@ -176,11 +184,23 @@ def run_clients(
     for slot in slots:
         slot.thread = threading.Thread(
             target=_client_loop,
-            args=(slot, plan, context, clock, accumulators[slot.assignment.side], stop, factory),
+            args=(slot, plan, context, clock.start_at, end_perf, stop, factory),
             name=f"storagescale-client-{slot.assignment.index}",
             daemon=True,  # a hung client must never keep the session alive
         )
         slot.thread.start()
+
+    def collect() -> None:
+        """Move every client's finished operations into its side's accumulator."""
+        for slot in slots:
+            records = slot.records
+            if not records:
+                continue
+            accumulator = accumulators[slot.assignment.side]
+            while records:
+                finished, latency, moved, error = records.popleft()
+                accumulator.record(int(finished - start_perf), latency, moved, error,
+                                   counted=finished >= measure_perf)
 
     def check_hangs() -> None:
         now = time.perf_counter()
@@ -198,35 +218,30 @@ def run_clients(
             acc.in_flight[second] = sum(1 for s in mine if s.busy_since is not None)
             acc.hung_series[second] = sum(1 for s in mine if s.hung)
 
+    def tick(last_sample: int) -> int:
+        check_hangs()
+        collect()
+        second = int(time.time() - clock.start_at)
+        if second != last_sample and second >= 0:
+            sample(second)
+        return second
+
     waiter = threading.Event()  # never set: its wait() is an interruptible pause
     last_sample = -1
-    while True:
-        now = time.time()
-        check_hangs()
-        second = int(now - clock.start_at)
-        if second != last_sample and now >= clock.start_at:
-            sample(second)
-            last_sample = second
-        if now >= clock.end_at:
-            break
-        waiter.wait(min(_HANG_CHECK_INTERVAL, max(0.0, clock.end_at - now)))
+    while time.time() < clock.end_at:
+        last_sample = tick(last_sample)
+        waiter.wait(min(_HANG_CHECK_INTERVAL, max(0.0, clock.end_at - time.time())))
     stop.set()
     drain_until = clock.end_at + plan.hang_timeout
-    while time.time() < drain_until:
-        check_hangs()
-        second = int(time.time() - clock.start_at)
-        if second != last_sample:
-            sample(second)
-            last_sample = second
-        if all(slot.done or slot.hung for slot in slots):
-            break
+    while time.time() < drain_until and not all(slot.done or slot.hung for slot in slots):
+        last_sample = tick(last_sample)
         waiter.wait(_HANG_CHECK_INTERVAL / 2)
     check_hangs()
+    collect()
     sample(min(int(time.time() - clock.start_at), clock.seconds - 1))
     for slot in slots:
         if not slot.done and not slot.hung:
-            # still running at the drain's end: it has been busy for less than
-            # hang_timeout only if it started during the drain, which cannot happen
+            # still busy when the drain ended: it has been running for hang_timeout
             slot.hung = True
             accumulators[slot.assignment.side].hung += 1
     return accumulators
@@ -295,7 +310,7 @@ def _run_processes(plan: StepPlan, context: dict) -> tuple[_Clock, dict[str, Sid
         sides = {a.side for a in assignments}
         accumulators = {side: SideAccumulator(clock.seconds) for side in sides}
         deadline = clock.end_at + plan.hang_timeout + _PROCESS_GRACE
-        for process, connection, share in children:
+        for _process, connection, share in children:
             remaining = max(0.0, deadline - time.time())
             wire = None
             try:
@@ -323,7 +338,9 @@ def _run_processes(plan: StepPlan, context: dict) -> tuple[_Clock, dict[str, Sid
 EXECUTORS = {"threads": _run_threads, "processes": _run_processes}
 
 
-def run_step(plan: StepPlan, *, executor: str = "threads", keep_workdir: bool = False) -> StepResult:
+def run_step(
+    plan: StepPlan, *, executor: str = "threads", keep_workdir: bool = False
+) -> StepResult:
     """Prepare, run and clean up one step; return what it measured."""
     operation = OPERATIONS[plan.op]
     coordinator = make_driver(plan, "sscoord", timeout=max(plan.hang_timeout, 30.0))

@@ -9,7 +9,6 @@ resolution, 3 significant digits, up to one hour) so they merge exactly.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +26,7 @@ class SideAccumulator:
     """Counts, bytes, latencies and a per-second timeline for one side of a step."""
 
     def __init__(self, seconds: int) -> None:
-        self._lock = threading.Lock()
+        # one writer: the coordinator thread of the process (no lock needed)
         self.succeeded = 0
         self.failed = 0
         self.bytes = 0
@@ -45,25 +44,22 @@ class SideAccumulator:
     def record(self, second: int, latency_s: float, nbytes: int, error: Exception | None,
                counted: bool) -> None:
         """Record one finished operation. ``counted`` is False during warm-up."""
-        with self._lock:
-            if 0 <= second < len(self.completions):
-                if error is None:
-                    self.completions[second] += 1
-                else:
-                    self.failures[second] += 1
-            if not counted:
-                return
+        if 0 <= second < len(self.completions):
             if error is None:
-                self.succeeded += 1
-                self.bytes += nbytes
-                self.histogram.record_value(
-                    min(max(int(latency_s * 1e6), _LOWEST_US), _HIGHEST_US)
-                )
+                self.completions[second] += 1
             else:
-                self.failed += 1
-                cls = getattr(error, "error_class", None) or type(error).__name__
-                self.errors[cls] += 1
-                self.error_examples.setdefault(cls, str(error)[:300])
+                self.failures[second] += 1
+        if not counted:
+            return
+        if error is None:
+            self.succeeded += 1
+            self.bytes += nbytes
+            self.histogram.record_value(min(max(int(latency_s * 1e6), _LOWEST_US), _HIGHEST_US))
+        else:
+            self.failed += 1
+            cls = getattr(error, "error_class", None) or type(error).__name__
+            self.errors[cls] += 1
+            self.error_examples.setdefault(cls, str(error)[:300])
 
     def to_wire(self) -> dict[str, Any]:
         """A picklable, JSON-able form, for the process executor."""

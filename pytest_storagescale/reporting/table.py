@@ -62,7 +62,7 @@ def render(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS) -> list[st
     def line(cells):
         return "  ".join(
             cell.ljust(w) if i in left else cell.rjust(w) for i, (cell, w) in
-            enumerate(zip(cells, widths))
+            enumerate(zip(cells, widths, strict=True))
         ).rstrip()
 
     return [line(columns), *(line(r) for r in rows)]
