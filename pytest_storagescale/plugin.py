@@ -87,8 +87,20 @@ def pytest_collection_modifyitems(config: pytest.Config) -> None:
         raise StorageScaleUsageError(run.collection_errors[0])
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Clean up before the summary, so that a failed clean-up can be reported in it."""
+    run = session.config.stash.get(storage_run_key, None)
+    if run is not None:
+        run.finish()
+
+
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     run = config.stash.get(storage_run_key, None)
+    if run is not None and run.cleanup_error:
+        terminalreporter.write_line(
+            f"storagescale: could not remove this run's directory {run.run_id}: "
+            f"{run.cleanup_error}. Remove it by hand.", yellow=True,
+        )
     if run is None or not run.steps:
         return
     info = run.results.run

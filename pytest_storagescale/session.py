@@ -76,6 +76,7 @@ class StorageRun:
         self._step_counter = 0
         self.steps: list[dict[str, Any]] = []
         self.collection_errors: list[str] = []
+        self.cleanup_error: str | None = None
         self.results = ResultsFile(settings.results_path(), {})
 
     # -- the endpoint ----------------------------------------------------------
@@ -271,16 +272,20 @@ class StorageRun:
 
     # -- the end -----------------------------------------------------------------
     def finish(self) -> None:
-        """Remove this run's directory and stop the embedded server."""
+        """Remove this run's directory and stop the embedded server (idempotent).
+
+        A directory the storage refused to remove is kept in ``cleanup_error`` for
+        the terminal summary."""
         try:
             if self._run_dir_ready:
                 from .load.engine import cleanup_tree
 
                 driver = self.driver("ssclean", timeout=30)
                 try:
-                    cleanup_tree(driver, self.run_dir)
+                    self.cleanup_error = cleanup_tree(driver, self.run_dir)
                 finally:
                     driver.close()
+                self._run_dir_ready = False
         finally:
             if self._embedded is not None:
                 self._embedded.stop()
