@@ -80,8 +80,11 @@ class EmbeddedXRootD:
     plugin). Use as a context manager or call :meth:`start` / :meth:`stop`.
     """
 
-    def __init__(self, *, extra_config: str = "", startup_timeout: float = 30.0) -> None:
+    def __init__(self, *, extra_config: str = "", startup_timeout: float = 30.0,
+                 https: bool = True) -> None:
         self.extra_config = extra_config
+        self.https = https
+        self.http_port = 0
         self.startup_timeout = startup_timeout
         self.binary = xrootd_binary()
         self.directory: Path | None = None
@@ -93,6 +96,20 @@ class EmbeddedXRootD:
     def url(self) -> str:
         """The test area's URL."""
         return f"root://127.0.0.1:{self.port}/{AREA}"
+
+    @property
+    def https_url(self) -> str:
+        """The test area over HTTPS/WebDAV (XrdHttp), verified against :attr:`ca_dir`."""
+        return f"davs://127.0.0.1:{self.http_port}{AREA}"
+
+    def url_for(self, scheme: str) -> str:
+        return self.https_url if scheme in ("davs", "https") else self.url
+
+    @property
+    def ca_dir(self) -> str:
+        """The throwaway CA (hashed directory, as X509_CERT_DIR expects)."""
+        assert self.directory is not None
+        return str(self.directory / "ca")
 
     @property
     def pid(self) -> int:
@@ -118,11 +135,59 @@ class EmbeddedXRootD:
                 "xrootd.chksum adler32",
                 # enough threads for 1000+ clients blocked in requests
                 "xrd.sched mint 16 maxt 4096 avlt 256 idle 60",
+                *(self._https_config() if self.https else []),
                 self.extra_config,
                 "",
             ])
         )
         return config
+
+    def _https_config(self) -> list[str]:
+        d = self.directory
+        assert d is not None
+        return [
+            f"xrd.tls {d / 'tls' / 'host.pem'} {d / 'tls' / 'host.key'}",
+            f"xrd.tlsca certdir {d / 'ca'}",
+            f"xrd.protocol XrdHttp:{self.http_port} libXrdHttp.so",
+        ]
+
+    def _make_certificates(self) -> None:
+        """A throwaway CA and a host certificate for 127.0.0.1/localhost (openssl CLI)."""
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            raise EndpointError(
+                "the embedded endpoint's HTTPS needs the openssl command: "
+                "'sudo apt-get install openssl'."
+            )
+        assert self.directory is not None
+        ca, tls = self.directory / "ca", self.directory / "tls"
+        ca.mkdir()
+        tls.mkdir()
+        ext = tls / "ext.cnf"
+        ext.write_text(
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+            "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+        )
+        steps = [
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tls / "ca.key"),
+             "-out", str(ca / "storagescale-ca.pem"), "-days", "2",
+             "-subj", "/CN=pytest-storagescale throwaway CA"],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tls / "host.key"),
+             "-out", str(tls / "host.csr"), "-subj", "/CN=localhost"],
+            ["x509", "-req", "-in", str(tls / "host.csr"), "-CA", str(ca / "storagescale-ca.pem"),
+             "-CAkey", str(tls / "ca.key"), "-CAcreateserial", "-out", str(tls / "host.pem"),
+             "-days", "2", "-extfile", str(ext)],
+            ["rehash", str(ca)],
+        ]
+        for step in steps:
+            done = subprocess.run([openssl, *step], capture_output=True, text=True, timeout=60)
+            if done.returncode != 0:
+                raise EndpointError(
+                    f"making the embedded endpoint's certificates failed: openssl "
+                    f"{' '.join(step[:2])}: {done.stderr.strip()[-300:]}"
+                )
+        (tls / "host.key").chmod(0o400)  # xrootd refuses a key others can read
+        (tls / "ca.key").unlink()
 
     def start(self) -> EmbeddedXRootD:
         self.version = xrootd_version(self.binary)
@@ -130,6 +195,8 @@ class EmbeddedXRootD:
         for sub in ("data", "admin", "run"):
             (self.directory / sub).mkdir()
         (self.directory / "data" / AREA.strip("/")).mkdir()
+        if self.https:
+            self._make_certificates()
         user = unprivileged_user()
         if user:
             entry = pwd.getpwnam(user)
@@ -138,6 +205,7 @@ class EmbeddedXRootD:
         last_error = ""
         for _ in range(3):  # a port picked free can be taken before xrootd binds it
             self.port = free_port()
+            self.http_port = free_port() if self.https else 0
             command = [self.binary, "-c", str(self._write_config()), "-l", str(self.log_path)]
             if user:
                 command += ["-R", user]
@@ -168,8 +236,10 @@ class EmbeddedXRootD:
             except subprocess.TimeoutExpired:
                 pass
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    pass
+                for port in (self.port, self.http_port):
+                    if port:
+                        with socket.create_connection(("127.0.0.1", port), timeout=1):
+                            pass
             except OSError:
                 continue
             probe = XRootDDriver(EndpointURL.parse(self.url), client_id="ssprobe", timeout=5)

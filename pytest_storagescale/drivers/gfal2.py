@@ -1,0 +1,166 @@
+"""gfal2 driver: the grid's client library for ``davs://``, ``https://``, ``root://``,
+``file://`` (and ``srm://``, ``gsiftp://`` where the plugins are installed).
+
+One gfal2 context per driver instance, so one client is one context (a context's
+``cancel`` cancels everything on it). Timeouts go through gfal2's options
+(``CORE:NAMESPACE_TIMEOUT``, ``CORE:CHECKSUM_TIMEOUT``, ``HTTP PLUGIN:OPERATION_TIMEOUT``);
+for ``root://`` gfal2 sets none of its own and the XRootD client settings apply.
+TLS is verified against ``X509_CERT_DIR`` (the driver option ``ca_dir`` sets it),
+never switched off.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat as stat_module
+
+import gfal2
+
+from ..errors import (
+    StorageError,
+    StorageNotFound,
+    StoragePermissionDenied,
+    StorageTimeout,
+    StorageUnreachable,
+)
+from .base import Driver, StatInfo
+
+_CHUNK = 8 * 1024 * 1024
+_TIMEOUT_ERRNOS = {errno.ETIMEDOUT, errno.ECANCELED}
+_UNREACHABLE_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.EHOSTDOWN,
+                       errno.ENETUNREACH, errno.ECONNRESET}
+
+
+class Gfal2Driver(Driver):
+    """One gfal2 context: one client of the storage."""
+
+    name = "gfal2"
+    schemes = ("davs", "https", "dav", "http", "root", "xroot", "roots", "file")
+
+    def __init__(self, endpoint, **kwargs) -> None:
+        super().__init__(endpoint, **kwargs)
+        ca_dir = self.options.get("ca_dir")
+        if ca_dir:
+            # read by the http plugin when a context loads it
+            os.environ["X509_CERT_DIR"] = ca_dir
+        self._context = gfal2.creat_context()
+        seconds = max(1, int(round(self.timeout)))
+        for group, key in (("CORE", "NAMESPACE_TIMEOUT"), ("CORE", "CHECKSUM_TIMEOUT"),
+                           ("HTTP PLUGIN", "OPERATION_TIMEOUT")):
+            self._context.set_opt_integer(group, key, seconds)
+        self._context.set_user_agent("pytest-storagescale", "0.1")
+        port = f":{endpoint.port}" if endpoint.port else ""
+        sep = "/" if endpoint.scheme in ("root", "xroot", "roots") else ""
+        self._prefix = f"{endpoint.scheme}://{endpoint.host}{port}{sep}"
+
+    def _url(self, path: str) -> str:
+        return f"{self._prefix}{path}"
+
+    def _error(self, exc: gfal2.GError, operation: str, path: str) -> StorageError:
+        code, message = exc.code, (exc.message or str(exc)).strip()
+        kwargs = dict(
+            driver=self.name, endpoint=self.endpoint.server, operation=operation, path=path,
+            native_status=f"GError code={code} ({errno.errorcode.get(code, '?')})",
+        )
+        lowered = message.lower()
+        if "certificate" in lowered or "ssl" in lowered or "tls" in lowered:
+            return StorageUnreachable(
+                f"TLS verification failed: {message}. The client checks the server's "
+                f"certificate against X509_CERT_DIR ({os.environ.get('X509_CERT_DIR', '/etc/grid-security/certificates')}); "
+                f"install the CA there or point X509_CERT_DIR at it",
+                error_class="tls", **kwargs,
+            )
+        if code in _TIMEOUT_ERRNOS or "timeout" in lowered or "timed out" in lowered:
+            return StorageTimeout(message, error_class="timeout", **kwargs)
+        if code == errno.ENOENT:
+            return StorageNotFound(message, error_class="not_found", **kwargs)
+        if code in (errno.EACCES, errno.EPERM):
+            return StoragePermissionDenied(message, error_class="permission", **kwargs)
+        if code in _UNREACHABLE_ERRNOS:
+            return StorageUnreachable(message, error_class="unreachable", **kwargs)
+        return StorageError(message, error_class=f"errno_{errno.errorcode.get(code, code)}",
+                            **kwargs)
+
+    def _call(self, operation: str, path: str, function, *args):
+        try:
+            return function(*args)
+        except gfal2.GError as exc:
+            raise self._error(exc, operation, path) from None
+
+    # -- namespace -----------------------------------------------------------
+    def _stat(self, path: str) -> StatInfo:
+        info = self._call("stat", path, self._context.stat, self._url(path))
+        return StatInfo(size=info.st_size, is_dir=stat_module.S_ISDIR(info.st_mode))
+
+    def _ls(self, path: str) -> list[str]:
+        names = self._call("ls", path, self._context.listdir, self._url(path))
+        return sorted(n for n in names if n not in (".", ".."))
+
+    def _mkdir(self, path: str) -> None:
+        self._call("mkdir", path, self._context.mkdir_rec, self._url(path), 0o755)
+
+    def _delete(self, path: str) -> None:
+        self._call("delete", path, self._context.unlink, self._url(path))
+
+    def _rmdir(self, path: str) -> None:
+        self._call("rmdir", path, self._context.rmdir, self._url(path))
+
+    def _rename(self, source: str, target: str) -> None:
+        self._call("rename", source, self._context.rename, self._url(source), self._url(target))
+
+    def _checksum(self, path: str, algorithm: str) -> str:
+        return self._call("checksum", path, self._context.checksum, self._url(path),
+                          algorithm.upper())
+
+    def _version(self) -> str:
+        from ..endpoints.version import detect_version
+
+        return detect_version(self.endpoint, ca_dir=self.options.get("ca_dir"),
+                              timeout=self.timeout)
+
+    # -- data ----------------------------------------------------------------
+    def _put(self, path: str, data: bytes) -> int:
+        def write() -> int:
+            handle = self._context.open(self._url(path), "w")
+            for offset in range(0, len(data), _CHUNK):
+                handle.write(data[offset:offset + _CHUNK])
+            del handle  # gfal2-python closes (and commits the upload) on release
+            return len(data)
+        return self._call("put", path, write)
+
+    def _get(self, path: str, local_path: str | None) -> int:
+        if local_path:
+            return self.copy_out(path, local_path)
+
+        def read() -> int:
+            handle = self._context.open(self._url(path), "r")
+            total = 0
+            while chunk := handle.read_bytes(_CHUNK):
+                total += len(chunk)
+            return total
+        return self._call("get", path, read)
+
+    def copy_out(self, path: str, local_path: str) -> int:
+        """Copy to local disk like ``lcg-cp``/``gfal-copy``, ADLER32 verified end to end."""
+        params = self._context.transfer_parameters()
+        params.overwrite = True
+        params.timeout = max(1, int(round(self.timeout)))
+        params.set_checksum(gfal2.checksum_mode.both, "ADLER32", "")
+        self._call("get", path, self._context.filecopy, params, self._url(path),
+                   f"file://{os.path.abspath(local_path)}")
+        return os.path.getsize(local_path)
+
+    def _read(self, path: str, offset: int, size: int) -> bytes:
+        def read() -> bytes:
+            return self._context.open(self._url(path), "r").pread_bytes(offset, size)
+        return self._call("read", path, read)
+
+    def _readv(self, path: str, chunks: list[tuple[int, int]]) -> int:
+        def readv() -> int:
+            handle = self._context.open(self._url(path), "r")
+            return sum(len(handle.pread_bytes(o, s)) for o, s in chunks)
+        return self._call("readv", path, readv)
+
+    def close(self) -> None:
+        self._context = None
