@@ -21,6 +21,7 @@ from .errors import StorageScaleUsageError
 
 EXECUTORS = ("threads", "processes")
 DRIVER_CHOICES = ("auto", "xrootd", "gfal2", "local")
+EMBEDDED_PROTOCOLS = ("root", "davs")
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -141,6 +142,13 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "--storage-executor", lambda v: parse_choice(v, EXECUTORS, what="--storage-executor"),
         "threads",
         "how clients run: threads (default) or processes (spawned; hung ones killed).",
+    ),
+    "storage_embedded_protocol": (
+        "--storage-embedded-protocol",
+        lambda v: parse_choice(v, EMBEDDED_PROTOCOLS, what="--storage-embedded-protocol"),
+        "root",
+        "protocol the suites use on the embedded endpoint: root (xroot) or davs "
+        "(HTTPS/WebDAV, TLS verified against the session's throwaway CA).",
     ),
     "storage_driver": (
         "--storage-driver", lambda v: parse_choice(v, DRIVER_CHOICES, what="--storage-driver"),

@@ -12,6 +12,9 @@ from .reporting.table import format_violations
 from .session import StepOutcome, StorageRun
 from .stash import storage_run_key
 
+#: the ``user_properties`` key that carries a finished step in a test report
+STEP_PROPERTY = "storagescale_step"
+
 
 def _run(request: pytest.FixtureRequest) -> StorageRun:
     return request.config.stash[storage_run_key]
@@ -125,6 +128,11 @@ class StorageLoad:
         )
         self.outcomes.append(outcome)
         record = outcome.record
+        # the report carries the step to whoever writes the table and the results:
+        # this process, or the xdist controller (see plugin.pytest_runtest_logreport)
+        node.user_properties.append(
+            (STEP_PROPERTY, {"run": outcome.run_info, "step": record})
+        )
         if record["verdict"] == "error":
             pytest.fail(
                 f"{op} step at {clients} clients could not run: {record['error']}",

@@ -11,6 +11,7 @@ import pytest
 from .config import OPTIONS, Settings
 from .errors import StorageScaleUsageError
 from .fixtures import (  # noqa: F401 - fixtures are registered by import
+    STEP_PROPERTY,
     marker_arg,
     storage_clients,
     storage_endpoint,
@@ -21,6 +22,8 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
 from .reporting.table import format_table
 from .session import StorageRun
 from .stash import storage_run_key
+
+WORKER_INPUT_KEY = "storagescale"
 
 MARKERS = (
     "storagescale_op(op): a load test of this operation; storage_clients is parametrized "
@@ -40,7 +43,39 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
-    config.stash[storage_run_key] = StorageRun(Settings.from_config(config))
+    # an xdist worker gets the controller's run id, endpoint and shared folder
+    shared = getattr(config, "workerinput", {}).get(WORKER_INPUT_KEY)
+    run = StorageRun(Settings.from_config(config), shared=shared)
+    config.stash[storage_run_key] = run
+    if not run.is_worker:  # a worker leaves the steps in its reports for the controller
+        config.pluginmanager.register(StepCollector(run), "storagescale-step-collector")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller: hand every worker the same run (and embedded endpoint)."""
+    run: StorageRun = node.config.stash[storage_run_key]
+    node.workerinput[WORKER_INPUT_KEY] = run.shared_info()
+
+
+class StepCollector:
+    """Takes finished steps out of test reports (this process's, or on the xdist
+    controller every worker's) into the table and the results file. The step also
+    leaves the report's user_properties, so JUnit XML does not carry it."""
+
+    def __init__(self, run: StorageRun) -> None:
+        self.run = run
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        steps = [value for name, value in report.user_properties if name == STEP_PROPERTY]
+        if not steps:
+            return
+        report.user_properties[:] = [
+            (name, value) for name, value in report.user_properties if name != STEP_PROPERTY
+        ]
+        for step in steps:
+            self.run.record_step(step["run"], step["step"])
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -7,14 +7,20 @@ the version is detected when a suite is collected.
 
 from __future__ import annotations
 
+import fcntl
 import getpass
+import os
 import platform
 import secrets
+import shutil
 import socket
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from .config import Settings
@@ -55,6 +61,7 @@ class StepOutcome:
     result: StepResult | None
     record: dict[str, Any]
     thresholds: ThresholdSet
+    run_info: dict[str, Any]
 
     @property
     def verdict(self) -> str:
@@ -62,12 +69,23 @@ class StepOutcome:
 
 
 class StorageRun:
-    """Everything one pytest session knows about the storage under test."""
+    """Everything one pytest session knows about the storage under test.
 
-    def __init__(self, settings: Settings, *, run_id: str | None = None) -> None:
+    Three roles: a plain session does everything; under pytest-xdist the controller
+    owns the embedded server, the run directory's removal and the merged results,
+    and each worker (``shared`` given) uses the controller's endpoint and run id and
+    takes the load lock around every step, so that steps never overlap in time.
+    """
+
+    def __init__(self, settings: Settings, *, shared: dict[str, Any] | None = None) -> None:
         self.settings = settings
-        self.run_id = run_id or make_run_id()
-        self.started = time.time()
+        self.shared = shared
+        self.is_worker = shared is not None
+        self.run_id = shared["run_id"] if shared else make_run_id()
+        self.started = shared["started"] if shared else time.time()
+        self.shared_dir = Path(shared["shared_dir"]) if shared else (
+            Path(tempfile.gettempdir()) / self.run_id
+        )
         self._embedded = None
         self._endpoint: EndpointURL | None = None
         self._version: str | None = None
@@ -79,6 +97,16 @@ class StorageRun:
         self.cleanup_error: str | None = None
         self.results = ResultsFile(settings.results_path(), {})
 
+    def shared_info(self) -> dict[str, Any]:
+        """What a worker needs from the controller (sent in ``workerinput``)."""
+        self.shared_dir.mkdir(parents=True, exist_ok=True)
+        info = {"run_id": self.run_id, "started": self.started,
+                "shared_dir": str(self.shared_dir), "endpoint_url": None, "ca_dir": None}
+        if self.is_embedded:
+            info["endpoint_url"] = self.endpoint.url  # starts the server, once
+            info["ca_dir"] = self._embedded.ca_dir
+        return info
+
     # -- the endpoint ----------------------------------------------------------
     @property
     def is_embedded(self) -> bool:
@@ -88,31 +116,44 @@ class StorageRun:
     def endpoint(self) -> EndpointURL:
         """The endpoint; the embedded server is started on first use."""
         if self._endpoint is None:
-            if self.is_embedded:
+            if self.is_embedded and self.shared:
+                self._endpoint = EndpointURL.parse(self.shared["endpoint_url"])
+            elif self.is_embedded:
                 from .endpoints.embedded import EmbeddedXRootD
 
                 self._embedded = EmbeddedXRootD().start()
-                self._endpoint = EndpointURL.parse(self._embedded.url)
+                scheme = self.settings.embedded_protocol
+                self._endpoint = EndpointURL.parse(self._embedded.url_for(scheme))
             else:
                 self._endpoint = EndpointURL.parse(self.settings.endpoint)
         return self._endpoint
+
+    @property
+    def driver_options(self) -> dict[str, Any]:
+        if self.shared and self.shared.get("ca_dir"):
+            return {"ca_dir": self.shared["ca_dir"]}
+        if self._embedded is not None:
+            return {"ca_dir": self._embedded.ca_dir}
+        return {}
 
     @property
     def endpoint_display(self) -> str:
         if self._endpoint is not None:
             return self._endpoint.display
         if self.is_embedded:
-            return "embedded xrootd (root://127.0.0.1:<free port>//storagescale)"
+            return (f"embedded xrootd ({self.settings.embedded_protocol}://127.0.0.1:"
+                    f"<free port>//storagescale)")
         return EndpointURL.parse(self.settings.endpoint).display
 
     @property
     def embedded_server(self):
-        """The :class:`EmbeddedXRootD` when this session runs one (else None)."""
+        """The :class:`EmbeddedXRootD` when this process runs one (else None)."""
         return self._embedded
 
     @property
     def driver_name(self) -> str:
-        scheme = "root" if self.is_embedded else EndpointURL.parse(self.settings.endpoint).scheme
+        scheme = (self.settings.embedded_protocol if self.is_embedded
+                  else EndpointURL.parse(self.settings.endpoint).scheme)
         return driver_name_for(scheme, self.settings.driver)
 
     @property
@@ -128,6 +169,9 @@ class StorageRun:
             finally:
                 driver.close()
             self._run_dir_ready = True
+            # tells the controller that some worker made the directory
+            self.shared_dir.mkdir(parents=True, exist_ok=True)
+            (self.shared_dir / "run-dir-used").touch()
         return path
 
     def _unusable(self, exc: StorageError) -> str:
@@ -142,7 +186,8 @@ class StorageRun:
         """A new client of the endpoint that may write only inside this run's directory."""
         cls = driver_class(self.driver_name)
         root = writable_root if writable_root is not None else self.run_dir
-        return cls(self.endpoint, client_id=client_id, timeout=timeout, writable_root=root)
+        return cls(self.endpoint, client_id=client_id, timeout=timeout, writable_root=root,
+                   options=self.driver_options)
 
     # -- version and thresholds --------------------------------------------------
     @property
@@ -163,7 +208,8 @@ class StorageRun:
 
             return xrootd_version()
         driver = driver_class(self.driver_name)(
-            self.endpoint, client_id="ssversn", timeout=15, writable_root=None
+            self.endpoint, client_id="ssversn", timeout=15, writable_root=None,
+            options=self.driver_options,
         )
         try:
             return driver.version()
@@ -227,15 +273,16 @@ class StorageRun:
         )
         warmup = overrides.pop("warmup", op_plan.warmup)
         tag = self.next_tag()
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         plan = StepPlan(
             op=op, clients=clients, duration=duration, warmup=warmup,
             hang_timeout=hang_timeout, endpoint_url=self.endpoint.url,
-            driver=self.driver_name, workdir=f"{self.run_dir}/{op}-c{clients}-{tag}",
+            driver=self.driver_name, workdir=f"{self.run_dir}/{op}-c{clients}-{worker}-{tag}",
             writable_root=self.run_dir, params={**op_plan.params, **overrides}, tag=tag,
+            driver_options=self.driver_options,
         )
-        if not self.results.run:
-            self.results.run = self._run_info(system, thresholds)
         record: dict[str, Any] = {
+            "step_id": f"{worker}-{tag}", "worker": worker,
             "test": test, "op": op, "clients": clients, "system": system,
             "duration_s": duration, "warmup_s": warmup, "hang_timeout_s": hang_timeout,
             "params": plan.params, "executor": settings.executor,
@@ -243,7 +290,9 @@ class StorageRun:
         }
         result = None
         try:
-            result = run_step(plan, executor=settings.executor)
+            with self.load_lock():
+                record["lock_acquired"] = time.time()
+                result = run_step(plan, executor=settings.executor)
         except StorageError as exc:
             record.update(
                 ended=time.time(), verdict="error", violations=[], error=str(exc),
@@ -266,9 +315,31 @@ class StorageRun:
             record["clients"] = clients
             if len(result.sides) > 1:
                 record["sides"] = {name: side.to_json() for name, side in result.sides.items()}
+        return StepOutcome(result, record, thresholds, self._run_info(system, thresholds))
+
+    @contextmanager
+    def load_lock(self):
+        """Hold the endpoint for one load step: one step at a time across all xdist
+        workers of the session (an flock on a file in the session's shared folder)."""
+        self.shared_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.shared_dir / "load.lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def record_step(self, run_info: dict[str, Any], record: dict[str, Any]) -> None:
+        """Add a finished step to the table and the results file (controller or
+        single process); a step seen twice (call and teardown reports) counts once."""
+        if any(step.get("step_id") == record.get("step_id") for step in self.steps):
+            return
+        if not self.results.run:
+            self.results.run = run_info
         self.steps.append(record)
-        self.results.add(record)
-        return StepOutcome(result, record, thresholds)
+        self.steps.sort(key=lambda step: step.get("started", 0))
+        self.results.steps = self.steps
+        self.results.flush()
 
     # -- the end -----------------------------------------------------------------
     def finish(self) -> None:
@@ -276,8 +347,10 @@ class StorageRun:
 
         A directory the storage refused to remove is kept in ``cleanup_error`` for
         the terminal summary."""
+        if self.is_worker:
+            return  # the controller removes the run directory once every worker is done
         try:
-            if self._run_dir_ready:
+            if self._run_dir_ready or (self.shared_dir / "run-dir-used").exists():
                 from .load.engine import cleanup_tree
 
                 driver = self.driver("ssclean", timeout=30)
@@ -286,10 +359,12 @@ class StorageRun:
                 finally:
                     driver.close()
                 self._run_dir_ready = False
+                (self.shared_dir / "run-dir-used").unlink(missing_ok=True)
         finally:
             if self._embedded is not None:
                 self._embedded.stop()
                 self._embedded = None
+            shutil.rmtree(self.shared_dir, ignore_errors=True)
 
 
 def _base36(number: int) -> str:

@@ -65,10 +65,11 @@ class Gfal2Driver(Driver):
         )
         lowered = message.lower()
         if "certificate" in lowered or "ssl" in lowered or "tls" in lowered:
+            ca_dir = os.environ.get("X509_CERT_DIR", "/etc/grid-security/certificates")
             return StorageUnreachable(
                 f"TLS verification failed: {message}. The client checks the server's "
-                f"certificate against X509_CERT_DIR ({os.environ.get('X509_CERT_DIR', '/etc/grid-security/certificates')}); "
-                f"install the CA there or point X509_CERT_DIR at it",
+                f"certificate against X509_CERT_DIR ({ca_dir}); install the CA there or "
+                f"point X509_CERT_DIR at it",
                 error_class="tls", **kwargs,
             )
         if code in _TIMEOUT_ERRNOS or "timeout" in lowered or "timed out" in lowered:
