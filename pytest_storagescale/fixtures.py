@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -102,51 +103,132 @@ class StorageLoad:
         self._system = system
         self.outcomes: list[StepOutcome] = []
 
-    def run(self, op: str | None = None, clients: int | None = None, *,
-            check: bool = True, **overrides: Any) -> StepResult:
-        """Run ``op`` (default: the test's ``storagescale_op`` marker) at ``clients``
-        (default: the test's parametrized concurrency); return what it measured.
-
-        ``overrides`` replace the thresholds file's values for this step
-        (``duration=``, ``hang_timeout=``, ``warmup=``, per-op parameters such as
-        ``file_size=``). With ``check=False`` the rules are recorded but not enforced.
-        """
+    def _op(self, op: str | None) -> str:
         node = self._request.node
         op = op or marker_arg(node, "storagescale_op")
         if op is None:
             raise pytest.UsageError(
-                f"{node.nodeid}: storage_load.run() needs an op, or mark the test "
+                f"{node.nodeid}: storage_load needs an op, or mark the test "
                 f"@pytest.mark.storagescale_op('<op>')."
             )
+        return op
+
+    def _skip_without_section(self, op: str) -> None:
+        """The thresholds file is the test plan: no section, no test."""
+        thresholds = self._run.thresholds(self._system)
+        if thresholds.op(op) is None:
+            pytest.skip(f"{thresholds.path} has no [ops.{op}] section: this storage version "
+                        f"is not tested for {op}")
+
+    def _clients(self, clients: int | None) -> int:
+        node = self._request.node
+        if clients is None and hasattr(node, "callspec"):
+            clients = node.callspec.params.get("storage_clients")
         if clients is None:
-            clients = node.callspec.params.get("storage_clients") if hasattr(
-                node, "callspec") else None
-            if clients is None:
-                raise pytest.UsageError(f"{node.nodeid}: storage_load.run() needs clients=N.")
+            raise pytest.UsageError(f"{node.nodeid}: storage_load needs clients=N.")
+        return clients
+
+    def run(self, op: str | None = None, clients: int | None = None, *,
+            check: bool = True, label: str | None = None, judge=True, derive=None,
+            side: str | None = None, **overrides: Any) -> StepResult:
+        """Run section ``op`` of the thresholds file (default: the test's
+        ``storagescale_op`` marker) at ``clients`` (default: the test's parametrized
+        concurrency); return what it measured.
+
+        ``overrides`` replace the file's values for this step (``duration=``,
+        ``hang_timeout=``, ``warmup=``, per-op parameters such as ``file_size=``).
+        With ``check=False`` a broken rule is recorded but does not fail the test.
+        ``label``, ``judge``, ``derive`` and ``side``: see
+        :meth:`StorageRun.run_load_step`.
+        """
+        node = self._request.node
+        op, clients = self._op(op), self._clients(clients)
+        self._skip_without_section(op)
         outcome = self._run.run_load_step(
-            test=node.nodeid, system=self._system, op=op, clients=clients, overrides=overrides,
+            test=node.nodeid, system=self._system, op=op, clients=clients,
+            overrides=overrides, label=label, judge=judge, derive=derive, side=side,
         )
         self.outcomes.append(outcome)
         record = outcome.record
         # the report carries the step to whoever writes the table and the results:
-        # this process, or the xdist controller (see plugin.pytest_runtest_logreport)
+        # this process, or the xdist controller (see plugin.StepCollector)
         node.user_properties.append(
             (STEP_PROPERTY, {"run": outcome.run_info, "step": record})
         )
+        what = f"{op} step{f' ({label})' if label else ''} at {clients} clients"
         if record["verdict"] == "error":
-            pytest.fail(
-                f"{op} step at {clients} clients could not run: {record['error']}",
-                pytrace=False,
-            )
+            pytest.fail(f"{what} could not run: {record['error']}", pytrace=False)
         if check and record["verdict"] == "fail":
             ts = outcome.thresholds
             lines = [
-                f"{op} step at {clients} clients broke its thresholds "
-                f"({ts.path}, {ts.reason or 'given file'}):",
+                f"{what} broke its thresholds ({ts.path}, {ts.reason or 'given file'}):",
                 *format_violations(record["checks"], str(ts.path)),
             ]
             pytest.fail("\n".join(lines), pytrace=False)
         return outcome.result
+
+    def mixing(self, op: str | None = None, clients: int | None = None) -> StepResult:
+        """Seed 004's mixing test: readers alone, writers alone, then both at once.
+
+        The mixed step gets ``mix_ratio`` = (readers + writers MB/s when mixed) /
+        (readers alone + writers alone MB/s); the section's rules judge it
+        (e.g. ``mix_ratio >= 0.5``)."""
+        op, clients = self._op(op), self._clients(clients)
+        alone = {
+            side: self.run(op, clients, side=side, label="alone", judge=False)
+            for side in ("readers", "writers")
+        }
+        separate = sum(result.total.mb_s for result in alone.values())
+
+        def derive(mixed: StepResult) -> dict[str, float]:
+            together = sum(side.mb_s for side in mixed.sides.values())
+            return {"mix_ratio": together / separate if separate else float("nan")}
+
+        return self.run(op, clients, label="mixed", derive=derive)
+
+    def recovery(self, op: str | None = None) -> StepResult:
+        """Seed 000's recovery question: after an overload, does the storage come
+        back by itself?
+
+        Runs a probe at the section's first concurrency (the rate before), an
+        overload step at ``overload_clients`` for ``overload_duration``, then probes
+        again until the rate is back to ``recover_fraction`` of the rate before or
+        ``recover_within`` has passed. The last probe gets ``recovery_s`` (seconds
+        from the overload's end to the probe's end; infinite when it never
+        recovered) and is judged by the section's rules (e.g. ``recovery_s <= 300``).
+        """
+        op = self._op(op)
+        self._skip_without_section(op)
+        plan = self._run.thresholds(self._system).op(op)
+        if not plan.recovery:
+            raise pytest.UsageError(
+                f"{self._request.node.nodeid}: [ops.{op}] has no recovery probe settings "
+                f"(overload_clients, overload_duration, recover_fraction, recover_within)."
+            )
+        settings, probe_clients = plan.recovery, plan.clients[0]
+        before = self.run(op, probe_clients, label="before", judge=False)
+        self.run(op, settings["overload_clients"], label="overload", judge=False,
+                 duration=settings["overload_duration"])
+        overload_end = time.time()
+        target = before.total.rate_hz * settings["recover_fraction"]
+
+        def recovered(result: StepResult) -> bool:
+            return result.total.rate_hz >= target and result.total.failed == 0
+
+        def decide(result: StepResult) -> bool:
+            return recovered(result) or result.ended - overload_end >= settings["recover_within"]
+
+        def derive(result: StepResult) -> dict[str, float]:
+            return {"recovery_s": (result.ended - overload_end) if recovered(result)
+                    else float("inf")}
+
+        probe = 0
+        while True:  # bounded: every probe takes time, and recover_within ends it
+            probe += 1
+            result = self.run(op, probe_clients, label=f"probe {probe}", judge=decide,
+                              derive=derive)
+            if self.outcomes[-1].record["verdict"] != "info":
+                return result
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
@@ -254,10 +255,23 @@ class StorageRun:
         self._step_counter += 1
         return _base36(self._step_counter).rjust(3, "0")
 
-    def run_load_step(self, *, test: str, system: str, op: str, clients: int,
-                      overrides: dict[str, Any] | None = None) -> StepOutcome:
-        """Run ``op`` at ``clients`` with the plan of the matched thresholds file,
-        record it in the results and judge it against the file's rules."""
+    def run_load_step(
+        self, *, test: str, system: str, op: str, clients: int,
+        overrides: dict[str, Any] | None = None, label: str | None = None,
+        judge: bool | Callable[[StepResult], bool] = True,
+        derive: Callable[[StepResult], dict[str, float]] | None = None,
+        side: str | None = None,
+    ) -> StepOutcome:
+        """Run section ``op`` of the matched thresholds file at ``clients``, and judge
+        it against the section's rules.
+
+        ``label`` names the step's role in a multi-step test (``baseline``,
+        ``overload``...); ``judge=False`` records a measurement without rules
+        (verdict ``info``); ``derive`` adds metrics computed from the result and
+        earlier steps (``mix_ratio``, ``recovery_s``) before the rules are checked;
+        ``judge`` may decide from the result. ``side`` runs one side of a composite
+        section alone (``readers`` of ``mixed``: its ``get`` with the section's
+        parameters)."""
         thresholds = self.thresholds(system)
         op_plan = thresholds.op(op)
         if op_plan is None:
@@ -274,15 +288,29 @@ class StorageRun:
         warmup = overrides.pop("warmup", op_plan.warmup)
         tag = self.next_tag()
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        operation = op_plan.operation
+        params = {**op_plan.params, **overrides}
+        if side is not None:
+            from .load.operations import OPERATIONS
+
+            groups = {name: op for name, op, _ in OPERATIONS[operation].groups(clients)}
+            if side not in groups:
+                raise ThresholdsError(
+                    f"{thresholds.path}: [ops.{op}] runs {operation}, which has no side "
+                    f"{side!r}; sides: {', '.join(groups) or 'none'}."
+                )
+            operation = groups[side].name
+            params = {k: v for k, v in params.items() if k in groups[side].param_names}
         plan = StepPlan(
-            op=op, clients=clients, duration=duration, warmup=warmup,
+            op=operation, clients=clients, duration=duration, warmup=warmup,
             hang_timeout=hang_timeout, endpoint_url=self.endpoint.url,
             driver=self.driver_name, workdir=f"{self.run_dir}/{op}-c{clients}-{worker}-{tag}",
-            writable_root=self.run_dir, params={**op_plan.params, **overrides}, tag=tag,
-            driver_options=self.driver_options,
+            writable_root=self.run_dir, params=params, tag=tag,
+            driver_options=self.driver_options, operations=op_plan.operations,
         )
         record: dict[str, Any] = {
-            "step_id": f"{worker}-{tag}", "worker": worker,
+            "step_id": f"{worker}-{tag}", "worker": worker, "label": label,
+            "operation": operation, "operations_bound": op_plan.operations, "side": side,
             "test": test, "op": op, "clients": clients, "system": system,
             "duration_s": duration, "warmup_s": warmup, "hang_timeout_s": hang_timeout,
             "params": plan.params, "executor": settings.executor,
@@ -300,11 +328,16 @@ class StorageRun:
                 latency_s={}, errors={exc.error_class: 1}, checks=[],
             )
         else:
+            if derive is not None:
+                result.extra.update(derive(result))
             total = result.total
-            verdict = evaluate(op_plan.rules_for(clients), result.metric)
+            if callable(judge):
+                judge = judge(result)
+            verdict = evaluate(op_plan.rules_for(clients) if judge else [], result.metric)
             record.update(
                 started=result.started, ended=result.ended, **total.to_json(),
-                verdict=verdict.verdict, violations=verdict.violations,
+                verdict=verdict.verdict if judge else "info", violations=verdict.violations,
+                derived=dict(result.extra),
                 checks=[
                     {"rule": r.text, "metric": r.metric, "comparison": r.comparison,
                      "limit": r.limit, "observed": observed, "passed": ok}

@@ -39,16 +39,20 @@ from .errors import StorageScaleUsageError, ThresholdsError
 
 #: metrics a rule may name; a mixed step prefixes them with its side (``readers.mb_s``)
 METRICS = (
-    "rate_hz", "mb_s", "mbit_s", "succeeded", "failed", "hung", "error_ratio",
+    "rate_hz", "rate_per_min", "mb_s", "mbit_s", "succeeded", "failed", "hung", "error_ratio",
     "mean_s", "p50_s", "p90_s", "p99_s", "max_s",
+    # derived by a suite from several steps: mixed vs separate throughput, recovery time
+    "mix_ratio", "recovery_s",
 )
 COMPARISONS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt,
     "==": operator.eq,
 }
 DEFAULT_KEYS = ("duration", "warmup", "hang_timeout")
-#: keys an ``[ops.<op>]`` table may hold besides the per-op parameters
-OP_KEYS = ("clients", "expect", *DEFAULT_KEYS)
+#: keys an ``[ops.<name>]`` table may hold besides the per-op parameters
+OP_KEYS = ("op", "clients", "expect", "operations", *DEFAULT_KEYS)
+#: keys of a recovery probe section (see ``StorageLoad.recovery``)
+RECOVERY_KEYS = ("overload_clients", "overload_duration", "recover_fraction", "recover_within")
 _RULE_RE = re.compile(
     r"^\s*([A-Za-z_][\w.]*)\s*(>=|<=|==|>|<)\s*([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)\s*$"
 )
@@ -147,6 +151,13 @@ class OpPlan:
     hang_timeout: float
     params: dict[str, Any]
     expectations: tuple[Expectation, ...]
+    #: the engine operation this section runs (the section name unless ``op =`` says)
+    operation: str = ""
+    #: the step does this many operations and ends (count bound), 0: no bound
+    operations: int = 0
+    #: recovery probe settings (overload_clients, overload_duration, recover_fraction,
+    #: recover_within), empty for a plain step
+    recovery: dict[str, Any] = field(default_factory=dict)
 
     def rules_for(self, clients: int) -> list[Rule]:
         return [r for e in self.expectations if e.clients(clients) for r in e.rules]
@@ -232,13 +243,25 @@ def load_thresholds(path: Path, *, reason: str = "") -> ThresholdSet:
     ops = {}
     for name, table in ops_table.items():
         key = f"[ops.{name}]"
-        if name not in OPERATIONS:
+        if not isinstance(table, dict):
+            raise ThresholdsError(f"{_where(path, key)}: must be a table.")
+        op_name = table.get("op", name)
+        if op_name not in OPERATIONS:
+            what = f"op = {op_name!r}" if "op" in table else f"operation {name!r}"
             raise ThresholdsError(
-                f"{_where(path, key)}: unknown operation {name!r}. "
-                f"Known operations: {', '.join(OPERATIONS)}."
+                f"{_where(path, key)}: unknown {what}. Known operations: "
+                f"{', '.join(OPERATIONS)}. A section with another name says which it runs: "
+                f"op = \"get\"."
             )
-        operation = OPERATIONS[name]
-        _check_keys(table, (*OP_KEYS, *operation.param_names), path, key)
+        operation = OPERATIONS[op_name]
+        _check_keys(table, (*OP_KEYS, *RECOVERY_KEYS, *operation.param_names), path, key)
+        count_bound = table.get("operations", 0)
+        if not isinstance(count_bound, int) or isinstance(count_bound, bool) or count_bound < 0:
+            raise ThresholdsError(
+                f"{_where(path, key + '.operations')}: must be a whole number of operations "
+                f"(the step ends when that many were done), e.g. operations = 450."
+            )
+        recovery = _recovery(table, path, key)
         clients = table.get("clients")
         if not (isinstance(clients, list) and clients and all(
             isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in clients
@@ -295,8 +318,44 @@ def load_thresholds(path: Path, *, reason: str = "") -> ThresholdSet:
             hang_timeout=timings["hang_timeout"],
             params=params,
             expectations=tuple(expectations),
+            operation=op_name,
+            operations=count_bound,
+            recovery=recovery,
         )
     return ThresholdSet(path, system, tuple(versions), ops, reason)
+
+
+def _recovery(table: dict, path: Path, key: str) -> dict[str, Any]:
+    """Validate a recovery probe's keys (all or none)."""
+    present = [k for k in RECOVERY_KEYS if k in table]
+    if not present:
+        return {}
+    missing = [k for k in RECOVERY_KEYS if k not in table]
+    if missing:
+        raise ThresholdsError(
+            f"{_where(path, key)}: a recovery probe needs {', '.join(RECOVERY_KEYS)}; "
+            f"missing {', '.join(missing)}."
+        )
+    overload = table["overload_clients"]
+    if not isinstance(overload, int) or isinstance(overload, bool) or overload < 1:
+        raise ThresholdsError(
+            f"{_where(path, key + '.overload_clients')}: must be a client count, e.g. 600."
+        )
+    fraction = table["recover_fraction"]
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not (
+        0 < fraction <= 1
+    ):
+        raise ThresholdsError(
+            f"{_where(path, key + '.recover_fraction')}: {fraction!r} must be a fraction of the "
+            f"rate before the overload, between 0 and 1, e.g. 0.8."
+        )
+    return {
+        "overload_clients": overload,
+        "overload_duration": _duration(table["overload_duration"], path,
+                                       key + ".overload_duration"),
+        "recover_fraction": float(fraction),
+        "recover_within": _duration(table["recover_within"], path, key + ".recover_within"),
+    }
 
 
 def _specificity(pattern: str) -> int:

@@ -15,6 +15,7 @@ process (processes), so a frozen server cannot stop a step from ending by
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 import multiprocessing
 import os
@@ -60,6 +61,8 @@ class StepPlan:
     driver_options: dict[str, Any] = field(default_factory=dict)
     #: processes for the ``processes`` executor (0: one per core, at least 2)
     processes: int = 0
+    #: the step does this many operations, then ends (0: run for the duration)
+    operations: int = 0
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ def _side_context(plan: StepPlan, context: dict, side: str) -> dict:
 def _client_loop(
     slot: _ClientSlot, plan: StepPlan, context: dict, start_at: float, end_perf: float,
     stop: threading.Event, driver_factory: Callable[[int], Driver],
+    tickets: Callable[[], int] | None, max_ops: int,
 ) -> None:
     assignment = slot.assignment
     operation = OPERATIONS[assignment.op_name]
@@ -137,6 +141,8 @@ def _client_loop(
             stop.wait(delay)
         iteration = 0
         while not stop.is_set():
+            if tickets is not None and tickets() >= max_ops:
+                return  # a count-bounded step: every operation has been handed out
             # busy_since covers the untimed set-up too: a hang there is still a hang
             slot.busy_since = began = perf_counter()
             error: Exception | None = None
@@ -164,6 +170,7 @@ def _client_loop(
 
 def run_clients(
     plan: StepPlan, context: dict, assignments: list[ClientAssignment], clock: _Clock,
+    max_ops: int = 0,
 ) -> dict[str, SideAccumulator]:
     """Run ``assignments`` as threads in this process until the step's end; return
     one accumulator per side. Used directly (threads executor) and inside each
@@ -181,10 +188,13 @@ def run_clients(
     def factory(index: int) -> Driver:
         return make_driver(plan, client_id(plan.tag, index))
 
+    # a count bound hands out numbered operations; next() on a count is atomic
+    tickets = itertools.count().__next__ if max_ops else None
     for slot in slots:
         slot.thread = threading.Thread(
             target=_client_loop,
-            args=(slot, plan, context, clock.start_at, end_perf, stop, factory),
+            args=(slot, plan, context, clock.start_at, end_perf, stop, factory, tickets,
+                  max_ops),
             name=f"storagescale-client-{slot.assignment.index}",
             daemon=True,  # a hung client must never keep the session alive
         )
@@ -226,13 +236,19 @@ def run_clients(
             sample(second)
         return second
 
+    def enough() -> bool:
+        return bool(max_ops) and all(slot.done for slot in slots)
+
     waiter = threading.Event()  # never set: its wait() is an interruptible pause
     last_sample = -1
-    while time.time() < clock.end_at:
+    while time.time() < clock.end_at and not enough():
         last_sample = tick(last_sample)
         waiter.wait(min(_HANG_CHECK_INTERVAL, max(0.0, clock.end_at - time.time())))
     stop.set()
-    drain_until = clock.end_at + plan.hang_timeout
+    stopped_at = min(time.time(), clock.end_at)
+    for accumulator in accumulators.values():
+        accumulator.measured_s = max(0.0, stopped_at - clock.measure_from)
+    drain_until = stopped_at + plan.hang_timeout
     while time.time() < drain_until and not all(slot.done or slot.hung for slot in slots):
         last_sample = tick(last_sample)
         waiter.wait(_HANG_CHECK_INTERVAL / 2)
@@ -268,16 +284,16 @@ def _run_threads(plan: StepPlan, context: dict) -> tuple[_Clock, dict[str, SideA
     assignments = _assignments(plan)
     # time to start the threads before the clock runs (about 0.1 ms each)
     clock = _clock(plan, time.time() + 0.2 + len(assignments) / 2000)
-    return clock, run_clients(plan, context, assignments, clock)
+    return clock, run_clients(plan, context, assignments, clock, plan.operations)
 
 
-def _process_main(plan, context, assignments, connection) -> None:
+def _process_main(plan, context, assignments, max_ops, connection) -> None:
     """Entry point of a spawned client process."""
     try:
         driver_class(plan.driver)  # import the client library before the clock runs
         connection.send("ready")
         clock = connection.recv()
-        accumulators = run_clients(plan, context, assignments, clock)
+        accumulators = run_clients(plan, context, assignments, clock, max_ops)
         connection.send({side: acc.to_wire() for side, acc in accumulators.items()})
         connection.close()
     finally:
@@ -294,7 +310,11 @@ def _run_processes(plan: StepPlan, context: dict) -> tuple[_Clock, dict[str, Sid
     for share in shares:
         parent_end, child_end = spawn.Pipe()
         process = spawn.Process(
-            target=_process_main, args=(plan, context, share, child_end), daemon=True,
+            # a count bound is split by the processes' shares of the clients
+            target=_process_main,
+            args=(plan, context, share,
+                  math.ceil(plan.operations * len(share) / len(assignments)), child_end),
+            daemon=True,
             name="storagescale-clients",
         )
         process.start()
@@ -355,13 +375,16 @@ def run_step(
                 cleanup_error = cleanup_tree(coordinator, plan.workdir)
     finally:
         coordinator.close()
+    duration = plan.duration
+    if plan.operations:  # a count-bounded step measured until its count was reached
+        duration = max(max(a.measured_s for a in accumulators.values()), 1e-6)
     sides = {
-        side: SideResult.from_accumulator(accumulators[side], count, plan.duration)
+        side: SideResult.from_accumulator(accumulators[side], count, duration)
         for side, _, count in operation.groups(plan.clients)
     }
     return StepResult(
         op=plan.op, clients=plan.clients, started=clock.start_at, ended=time.time(),
-        duration_s=plan.duration, warmup_s=plan.warmup, sides=sides,
+        duration_s=duration, warmup_s=plan.warmup, sides=sides,
         cleanup_error=None if keep_workdir else cleanup_error,
     )
 

@@ -15,6 +15,7 @@ import os
 import random
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 from ..config import parse_byte_size
@@ -84,6 +85,12 @@ def _sample_file(driver: Driver, path: str, size: int) -> None:
     driver.put(path, payload(size) if size else b"")
 
 
+def _sample_files(driver: Driver, paths: list[str], size: int, parallel: int = 16) -> None:
+    """Create many sample files with ``parallel`` uploads in flight (untimed set-up)."""
+    with ThreadPoolExecutor(parallel, thread_name_prefix="storagescale-prepare") as pool:
+        list(pool.map(lambda path: _sample_file(driver, path, size), paths))
+
+
 class Stat(Operation):
     """``stat`` of one existing file."""
 
@@ -111,8 +118,8 @@ class List(Operation):
         context = super().prepare(driver, workdir, params, clients)
         context["target"] = f"{workdir}/ls-dir"
         driver.mkdir(context["target"])
-        for index in range(params["entries"]):
-            _sample_file(driver, f"{context['target']}/entry-{index:05d}", 0)
+        _sample_files(driver, [f"{context['target']}/entry-{i:05d}"
+                               for i in range(params["entries"])], 0)
         return context
 
     def run(self, driver, client, iteration, context):
@@ -145,8 +152,9 @@ class Put(Operation):
 
 
 class Get(Operation):
-    """Read a whole file: client ``i`` reads file ``i % files``; ``files = 1`` is the
-    hot-file case. ``to_disk = true`` copies to local disk like ``lcg-cp``."""
+    """Read a whole file. Client ``c`` at repetition ``r`` reads file
+    ``(c + r * clients) % files``, so the clients walk through all files; ``files = 1``
+    is the hot-file case. ``to_disk = true`` copies to local disk like ``lcg-cp``."""
 
     name = "get"
     moves_data = True
@@ -154,9 +162,9 @@ class Get(Operation):
 
     def prepare(self, driver, workdir, params, clients):
         context = super().prepare(driver, workdir, params, clients)
-        for index in range(min(params["files"], clients)):
-            _sample_file(driver, f"{workdir}/file-{index:05d}", params["file_size"])
-        context["files"] = min(params["files"], clients)
+        _sample_files(driver, [f"{workdir}/file-{i:05d}" for i in range(params["files"])],
+                      params["file_size"])
+        context["clients"] = clients
         if params["to_disk"]:
             context["local_dir"] = tempfile.mkdtemp(prefix="storagescale-get-")
         return context
@@ -166,7 +174,8 @@ class Get(Operation):
             shutil.rmtree(context["local_dir"], ignore_errors=True)
 
     def run(self, driver, client, iteration, context):
-        source = f"{context['workdir']}/file-{client % context['files']:05d}"
+        index = (client + iteration * context["clients"]) % context["files"]
+        source = f"{context['workdir']}/file-{index:05d}"
         local = (
             os.path.join(context["local_dir"], f"c{client:05d}") if context.get("local_dir")
             else None

@@ -40,6 +40,9 @@ class SideAccumulator:
         self.in_flight = [0] * seconds
         self.hung_series = [0] * seconds
         self.hung = 0
+        #: seconds actually measured (shorter than the duration when a count bound ended
+        #: the step early)
+        self.measured_s = 0.0
 
     def record(self, second: int, latency_s: float, nbytes: int, error: Exception | None,
                counted: bool) -> None:
@@ -69,6 +72,7 @@ class SideAccumulator:
             "histogram": self.histogram.encode().decode("ascii"),
             "completions": self.completions, "failures": self.failures,
             "in_flight": self.in_flight, "hung_series": self.hung_series, "hung": self.hung,
+            "measured_s": self.measured_s,
         }
 
     def merge_wire(self, wire: dict[str, Any]) -> None:
@@ -84,6 +88,7 @@ class SideAccumulator:
             for i in range(min(len(mine), len(theirs))):
                 mine[i] += theirs[i]
         self.hung += wire["hung"]
+        self.measured_s = max(self.measured_s, wire["measured_s"])
 
 
 @dataclass
@@ -122,6 +127,14 @@ class SideResult:
         return self.succeeded / self.duration_s
 
     @property
+    def rate_per_min(self) -> float:
+        return self.rate_hz * 60
+
+    @property
+    def mbit_s(self) -> float:
+        return self.mb_s * 8
+
+    @property
     def mb_s(self) -> float:
         return self.bytes / self.duration_s / 1e6
 
@@ -134,15 +147,14 @@ class SideResult:
         """A rule metric by name (see ``thresholds.METRICS``)."""
         if name.endswith("_s") and name[:-2] in self.latency_s:
             return self.latency_s[name[:-2]]
-        if name == "mbit_s":
-            return self.mb_s * 8
-        return float(getattr(self, name))
+        return float(getattr(self, name, float("nan")))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "clients": self.clients, "duration_s": self.duration_s,
             "succeeded": self.succeeded, "failed": self.failed, "hung": self.hung,
-            "bytes": self.bytes, "rate_hz": self.rate_hz, "mb_s": self.mb_s,
+            "bytes": self.bytes, "rate_hz": self.rate_hz, "rate_per_min": self.rate_per_min,
+            "mb_s": self.mb_s, "mbit_s": self.mbit_s,
             "error_ratio": self.error_ratio,
             "latency_s": {k: _finite(v) for k, v in self.latency_s.items()},
             "errors": self.errors, "error_examples": self.error_examples,
@@ -180,6 +192,8 @@ class StepResult:
     sides: dict[str, SideResult] = field(default_factory=dict)
     #: why the step's directory could not be removed afterwards (None: removed)
     cleanup_error: str | None = None
+    #: metrics derived by a suite from several steps (mix_ratio, recovery_s)
+    extra: dict[str, float] = field(default_factory=dict)
 
     @property
     def total(self) -> SideResult:
@@ -203,5 +217,10 @@ class StepResult:
         )
 
     def metric(self, name: str) -> float:
+        """A rule metric: a derived one (``extra``), a side's (``readers.mb_s``), or the
+        whole step's. Unknown here (e.g. ``mix_ratio`` on a plain step): NaN, which
+        no rule accepts."""
+        if name in self.extra:
+            return self.extra[name]
         side, _, bare = name.rpartition(".")
         return (self.sides[side] if side else self.total).metric(bare)

@@ -20,8 +20,8 @@ from typing import Any
 
 
 def _clean(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # NaN (nothing measured) and infinity (never recovered) -> null
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items()}
     if isinstance(value, list):

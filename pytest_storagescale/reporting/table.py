@@ -37,6 +37,10 @@ def step_rows(step: dict[str, Any]) -> list[list[str]]:
     sides = step.get("sides") or {step["op"]: step}
     for side_name, side in sides.items():
         name = step["op"] if len(sides) == 1 else f"{step['op']}/{side_name}"
+        if step.get("side"):
+            name = f"{step['op']}/{step['side']}"
+        if step.get("label") and step.get("label") != step.get("side"):
+            name += f" ({step['label']})"
         latency = side.get("latency_s", {})
         rows.append([
             name,
