@@ -16,6 +16,7 @@ import os
 import stat as stat_module
 import tempfile
 import threading
+from urllib.parse import quote
 
 import gfal2
 
@@ -59,8 +60,11 @@ class Gfal2Driver(Driver):
         port = f":{endpoint.port}" if endpoint.port else ""
         sep = "/" if endpoint.scheme in ("root", "xroot", "roots") else ""
         self._prefix = f"{endpoint.scheme}://{endpoint.host}{port}{sep}"
+        self._http = endpoint.scheme in ("davs", "https", "dav", "http")
 
     def _url(self, path: str) -> str:
+        if self._http:  # a path with spaces or brackets is still one URL path
+            return f"{self._prefix}{quote(path, safe='/-._~')}"
         return f"{self._prefix}{path}"
 
     def _error(self, exc: gfal2.GError, operation: str, path: str) -> StorageError:

@@ -1,0 +1,82 @@
+"""suites/dcache against the embedded endpoint, over davs:// and root://, with and
+without xdist; under xdist no two load steps may overlap in time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parent.parent
+
+# the shipped fallback plan, shrunk so that a whole suite run takes seconds
+SHRINK = {  # in order: overload_duration before the duration it contains
+    'overload_duration = "30s"': 'overload_duration = "1s"',
+    'duration = "30s"': 'duration = "0.5s"',
+    'warmup = "5s"': 'warmup = "0.2s"',
+    'duration = "10s"': 'duration = "0.5s"',
+    "overload_clients = 200": "overload_clients = 8",
+    'recover_within = "120s"': 'recover_within = "5s"',
+    "files = 450": "files = 20",
+    "operations = 450": "operations = 20",
+    'duration = "10m"': 'duration = "60s"',
+}
+
+
+@pytest.fixture
+def small_plan(tmp_path):
+    text = (REPO / "thresholds" / "dcache" / "default.toml").read_text()
+    for old, new in SHRINK.items():
+        assert old in text, f"fallback plan changed: {old!r} not found"
+        text = text.replace(old, new)
+    folder = tmp_path / "thr" / "dcache"
+    folder.mkdir(parents=True)
+    (folder / "default.toml").write_text(text)
+    return folder.parent
+
+
+@pytest.mark.parametrize("workers", ["0", "4"])
+@pytest.mark.parametrize("protocol", ["root", "davs"])
+def test_dcache_suite(pytester, small_plan, protocol, workers, monkeypatch):
+    monkeypatch.setenv("STORAGESCALE_LARGE_MB", "4")
+    results = pytester.path / "results.json"
+    outcome = pytester.runpytest_subprocess(
+        str(REPO / "suites" / "dcache"), f"--storage-thresholds={small_plan}",
+        f"--storage-embedded-protocol={protocol}", "--storage-clients=2",
+        f"--storage-results={results}", "-n", workers, "-p", "no:cacheprovider",
+        "--junitxml=junit.xml",
+    )
+    outcome.assert_outcomes(passed=14)
+    outcome.stdout.fnmatch_lines([
+        f"storagescale: dcache 5.* at {protocol}://127.0.0.1:*",
+        "*thresholds: *dcache/default.toml (matched version * with pattern '[*]')",
+        "op*clients*succeeded*rate*",
+    ])
+    # rows are in start order, which xdist shuffles: look for each on its own
+    for row in ("ls *2*pass", "copyout *2*pass", "transactions *2*pass",
+                "mixed/readers (alone)*info", "mixed/writers (alone)*info",
+                "mixed/readers (mixed)*pass", "mixed/writers (mixed)*pass",
+                "recovery (before)*info", "recovery (overload)*8*info",
+                "recovery (probe 1)*"):
+        outcome.stdout.fnmatch_lines([row])
+    document = json.loads(results.read_text())
+    steps = document["steps"]
+    assert document["run"]["system"] == "dcache"
+    ops = sorted({s["op"] for s in steps})
+    assert ops == ["copyout", "ls", "mixed", "recovery", "transactions"]
+    transactions = next(s for s in steps if s["op"] == "transactions")
+    assert transactions["succeeded"] + transactions["failed"] == 20  # the count bound
+    mixed = next(s for s in steps if s["op"] == "mixed" and s["label"] == "mixed")
+    assert mixed["derived"]["mix_ratio"] > 0
+    recovery = [s for s in steps if s["op"] == "recovery"]
+    assert recovery[-1]["verdict"] == "pass" and recovery[-1]["derived"]["recovery_s"] >= 0
+    # one merged results file; load steps never overlap, whatever the workers did
+    intervals = sorted((s["lock_acquired"], s["ended"]) for s in steps)
+    for (_, ended), (next_start, _) in zip(intervals, intervals[1:]):
+        assert ended <= next_start, f"steps overlap: {intervals}"
+    if workers != "0":
+        assert len({s["worker"] for s in steps}) > 1, "all steps ran on one worker"
+    # the steps travel in the reports but stay out of the JUnit XML
+    assert "storagescale_step" not in (pytester.path / "junit.xml").read_text()
