@@ -74,7 +74,7 @@ def test_dcache_suite(pytester, small_plan, protocol, workers, monkeypatch):
     assert recovery[-1]["verdict"] == "pass" and recovery[-1]["derived"]["recovery_s"] >= 0
     # one merged results file; load steps never overlap, whatever the workers did
     intervals = sorted((s["lock_acquired"], s["ended"]) for s in steps)
-    for (_, ended), (next_start, _) in zip(intervals, intervals[1:]):
+    for (_, ended), (next_start, _) in zip(intervals, intervals[1:], strict=False):
         assert ended <= next_start, f"steps overlap: {intervals}"
     if workers != "0":
         assert len({s["worker"] for s in steps}) > 1, "all steps ran on one worker"
