@@ -138,6 +138,11 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "--storage-results", None, None,
         "write JSON results to this file, each step as soon as it ends.",
     ),
+    "storage_baseline": (
+        "--storage-baseline", None, None,
+        "JSON results of an earlier run (e.g. the previous storage version) to compare "
+        "each step with; relative rules such as 'rate_hz >= 0.9 * baseline' use it.",
+    ),
     "storage_executor": (
         "--storage-executor", lambda v: parse_choice(v, EXECUTORS, what="--storage-executor"),
         "threads",
@@ -205,11 +210,17 @@ class Settings:
         path = Path(self.thresholds).expanduser()
         return path if path.is_absolute() else self.invocation_path / path
 
-    def results_path(self) -> Path | None:
-        if self.results is None:
+    def _user_path(self, value: str | None) -> Path | None:
+        if value is None:
             return None
-        path = Path(self.results).expanduser()
+        path = Path(value).expanduser()
         return path if path.is_absolute() else self.invocation_path / path
+
+    def results_path(self) -> Path | None:
+        return self._user_path(self.results)
+
+    def baseline_path(self) -> Path | None:
+        return self._user_path(self.baseline)
 
     def header_lines(self) -> list[str]:
         lines = []

@@ -8,6 +8,7 @@ the version is detected when a suite is collected.
 from __future__ import annotations
 
 import fcntl
+import functools
 import getpass
 import os
 import platform
@@ -24,6 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .baseline import Baseline, rate_change, record_metric
 from .config import Settings
 from .drivers.base import Driver
 from .drivers.registry import driver_class, driver_name_for
@@ -190,6 +192,12 @@ class StorageRun:
         return cls(self.endpoint, client_id=client_id, timeout=timeout, writable_root=root,
                    options=self.driver_options)
 
+    @functools.cached_property
+    def baseline(self) -> Baseline | None:
+        """The earlier run to compare with (``--storage-baseline``), or None."""
+        path = self.settings.baseline_path()
+        return Baseline(path) if path is not None else None
+
     # -- version and thresholds --------------------------------------------------
     @property
     def version(self) -> str:
@@ -333,18 +341,25 @@ class StorageRun:
             total = result.total
             if callable(judge):
                 judge = judge(result)
-            verdict = evaluate(op_plan.rules_for(clients) if judge else [], result.metric)
+            base = self.baseline.find(record) if self.baseline else None
+            verdict = evaluate(
+                op_plan.rules_for(clients) if judge else [], result.metric,
+                baseline=(lambda name: record_metric(base, name)) if base else None,
+            )
             record.update(
                 started=result.started, ended=result.ended, **total.to_json(),
                 verdict=verdict.verdict if judge else "info", violations=verdict.violations,
                 derived=dict(result.extra),
-                checks=[
-                    {"rule": r.text, "metric": r.metric, "comparison": r.comparison,
-                     "limit": r.limit, "observed": observed, "passed": ok}
-                    for r, observed, ok in verdict.checks
-                ],
+                checks=[check.to_json() for check in verdict.checks],
                 cleanup_error=result.cleanup_error,
             )
+            if self.baseline is not None:
+                record["baseline"] = {
+                    "file": str(self.baseline.path), "version": self.baseline.version,
+                    "matched": base is not None,
+                    "rate_hz": record_metric(base, "rate_hz") if base else None,
+                    "rate_change": rate_change(record, base),
+                }
             record["clients"] = clients
             if len(result.sides) > 1:
                 record["sides"] = {name: side.to_json() for name, side in result.sides.items()}

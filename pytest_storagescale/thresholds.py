@@ -53,22 +53,34 @@ DEFAULT_KEYS = ("duration", "warmup", "hang_timeout")
 OP_KEYS = ("op", "clients", "expect", "operations", *DEFAULT_KEYS)
 #: keys of a recovery probe section (see ``StorageLoad.recovery``)
 RECOVERY_KEYS = ("overload_clients", "overload_duration", "recover_fraction", "recover_within")
+_NUMBER = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 _RULE_RE = re.compile(
-    r"^\s*([A-Za-z_][\w.]*)\s*(>=|<=|==|>|<)\s*([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)\s*$"
+    rf"^\s*([A-Za-z_][\w.]*)\s*(>=|<=|==|>|<)\s*"
+    rf"(?:({_NUMBER})\s*(\*\s*baseline)?|(baseline))\s*$"
 )
 
 
 @dataclass(frozen=True)
 class Rule:
-    """``<metric> <comparison> <number>``, e.g. ``rate_hz >= 4``."""
+    """``<metric> <comparison> <number>``, e.g. ``rate_hz >= 4``; or relative to the
+    same step of a baseline run: ``rate_hz >= 0.9 * baseline``, ``hung <= baseline``
+    (then ``limit`` is the factor)."""
 
     metric: str
     comparison: str
     limit: float
     text: str
+    relative: bool = False
 
-    def holds(self, observed: float) -> bool:
-        return COMPARISONS[self.comparison](observed, self.limit)
+    def resolve(self, baseline: float | None) -> float | None:
+        """The number to compare with; None for a relative rule without a baseline."""
+        if not self.relative:
+            return self.limit
+        return None if baseline is None else self.limit * baseline
+
+    def holds(self, observed: float, baseline: float | None = None) -> bool:
+        limit = self.resolve(baseline)
+        return limit is not None and COMPARISONS[self.comparison](observed, limit)
 
 
 def parse_rule(text: str, *, sides: tuple[str, ...] = (), where: str = "rule") -> Rule:
@@ -77,9 +89,12 @@ def parse_rule(text: str, *, sides: tuple[str, ...] = (), where: str = "rule") -
     if not match:
         raise ThresholdsError(
             f"{where}: cannot read rule {text!r}. Write '<metric> <comparison> <number>', "
-            f"e.g. 'rate_hz >= 4'; comparisons: {', '.join(COMPARISONS)}."
+            f"e.g. 'rate_hz >= 4', or relative to a baseline run: 'rate_hz >= 0.9 * baseline'"
+            f", 'hung <= baseline'; comparisons: {', '.join(COMPARISONS)}."
         )
-    metric, comparison, number = match.groups()
+    metric, comparison, number, times_baseline, bare_baseline = match.groups()
+    relative = bool(times_baseline or bare_baseline)
+    number = number if number is not None else "1"
     side, _, bare = metric.rpartition(".")
     known = ", ".join(METRICS)
     if bare not in METRICS:
@@ -91,7 +106,7 @@ def parse_rule(text: str, *, sides: tuple[str, ...] = (), where: str = "rule") -
         raise ThresholdsError(
             f"{where}: unknown side {side!r} in {text!r}. Sides: {valid}."
         )
-    return Rule(metric, comparison, float(number), text.strip())
+    return Rule(metric, comparison, float(number), text.strip(), relative)
 
 
 @dataclass(frozen=True)
@@ -414,24 +429,53 @@ def select_thresholds(root: Path, system: str, version: str) -> ThresholdSet:
 
 
 @dataclass(frozen=True)
+class Check:
+    """One rule checked: ``passed`` is None when a relative rule had no baseline
+    (reported, not failed)."""
+
+    rule: Rule
+    observed: float
+    limit: float | None
+    passed: bool | None
+    baseline: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule.text, "metric": self.rule.metric,
+            "comparison": self.rule.comparison, "limit": self.limit,
+            "observed": self.observed, "passed": self.passed, "baseline": self.baseline,
+            "relative": self.rule.relative,
+        }
+
+
+@dataclass(frozen=True)
 class Verdict:
     """The outcome of checking one step's metrics against its rules."""
 
     verdict: str  # "pass" | "fail"
-    checks: tuple[tuple[Rule, float, bool], ...]
+    checks: tuple[Check, ...]
 
     @property
     def violations(self) -> list[str]:
         return [
-            f"{rule.text} (observed {observed:.6g})" for rule, observed, ok in self.checks if not ok
+            f"{c.rule.text} (observed {c.observed:.6g}"
+            + (f", baseline {c.baseline:.6g})" if c.rule.relative else ")")
+            for c in self.checks if c.passed is False
         ]
 
 
-def evaluate(rules: list[Rule], metrics: Callable[[str], float]) -> Verdict:
-    """Check every rule against ``metrics(name)``."""
+def evaluate(
+    rules: list[Rule], metrics: Callable[[str], float],
+    baseline: Callable[[str], float | None] | None = None,
+) -> Verdict:
+    """Check every rule against ``metrics(name)``; relative rules against
+    ``baseline(name)`` (the same step of an earlier run), when there is one."""
     checks = []
     for rule in rules:
         observed = metrics(rule.metric)
-        checks.append((rule, observed, rule.holds(observed)))
-    ok = all(passed for _, _, passed in checks)
+        base = baseline(rule.metric) if (rule.relative and baseline is not None) else None
+        limit = rule.resolve(base)
+        passed = None if limit is None else COMPARISONS[rule.comparison](observed, limit)
+        checks.append(Check(rule, observed, limit, passed, base))
+    ok = all(check.passed is not False for check in checks)
     return Verdict("pass" if ok else "fail", tuple(checks))

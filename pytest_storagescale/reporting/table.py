@@ -31,7 +31,18 @@ def format_seconds(seconds: float | None) -> str:
     return f"{seconds:.2f} s" if seconds < 100 else f"{seconds:.0f} s"
 
 
-def step_rows(step: dict[str, Any]) -> list[list[str]]:
+def format_change(step: dict[str, Any]) -> str:
+    """The rate's change against the baseline: ``-12%``, ``new`` when unmatched."""
+    base = step.get("baseline")
+    if not base:
+        return ""
+    if not base.get("matched"):
+        return "new"
+    change = base.get("rate_change")
+    return "-" if change is None else f"{change * 100:+.0f}%"
+
+
+def step_rows(step: dict[str, Any], *, with_baseline: bool = False) -> list[list[str]]:
     """Table rows for one step of the JSON results."""
     rows = []
     sides = step.get("sides") or {step["op"]: step}
@@ -52,6 +63,7 @@ def step_rows(step: dict[str, Any]) -> list[list[str]]:
             str(side["hung"]),
             format_seconds(latency.get("p50")),
             format_seconds(latency.get("p99")),
+            *([format_change(step)] if with_baseline else []),
             step["verdict"],
         ])
     return rows
@@ -73,14 +85,24 @@ def render(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS) -> list[st
 
 
 def format_table(steps: list[dict[str, Any]]) -> list[str]:
-    return render([row for step in steps for row in step_rows(step)])
+    with_baseline = any("baseline" in step for step in steps)
+    columns = COLUMNS if not with_baseline else (*COLUMNS[:-1], "vs base", COLUMNS[-1])
+    rows = [row for step in steps for row in step_rows(step, with_baseline=with_baseline)]
+    return render(rows, columns)
 
 
 def format_violations(checks: list[dict[str, Any]], thresholds_file: str) -> list[str]:
     """The failure table of one step: metric, observed, limit, rule, file."""
+    def limit(check: dict[str, Any]) -> str:
+        if check["limit"] is None:
+            return "(no baseline)"
+        return f"{check['comparison']} {check['limit']:.6g}"
+
+    def result(check: dict[str, Any]) -> str:
+        return {True: "ok", False: "VIOLATED", None: "not checked"}[check["passed"]]
+
     rows = [
-        [c["metric"], f"{c['observed']:.6g}", f"{c['comparison']} {c['limit']:g}", c["rule"],
-         thresholds_file, "ok" if c["passed"] else "VIOLATED"]
+        [c["metric"], f"{c['observed']:.6g}", limit(c), c["rule"], thresholds_file, result(c)]
         for c in checks
     ]
     return render(rows, ("metric", "observed", "limit", "rule", "file", "result"))

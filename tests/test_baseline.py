@@ -1,0 +1,157 @@
+"""Baselines: relative rules, step matching, the change column, and a real slower
+server failing against a normal run's baseline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_storagescale.baseline import Baseline, rate_change, record_metric
+from pytest_storagescale.errors import StorageScaleUsageError, ThresholdsError
+from pytest_storagescale.thresholds import evaluate, parse_rule
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    "text, relative, factor",
+    [("rate_hz >= 0.9 * baseline", True, 0.9), ("hung <= baseline", True, 1.0),
+     ("p99_s <= 1.5*baseline", True, 1.5), ("rate_hz >= 4", False, 4.0)],
+)
+def test_relative_rules_parse(text, relative, factor):
+    rule = parse_rule(text)
+    assert (rule.relative, rule.limit) == (relative, factor)
+
+
+@pytest.mark.parametrize("text", ["rate_hz >= baseline * 0.9", "rate_hz >= 0.9 baseline",
+                                  "rate_hz >= 0.9 * base"])
+def test_bad_relative_rules(text):
+    with pytest.raises(ThresholdsError, match="0.9 \\* baseline"):
+        parse_rule(text)
+
+
+def test_relative_rule_evaluation():
+    rules = [parse_rule("rate_hz >= 0.9 * baseline"), parse_rule("hung <= baseline")]
+    now = {"rate_hz": 85.0, "hung": 0.0}
+    base = {"rate_hz": 100.0, "hung": 0.0}
+    verdict = evaluate(rules, now.__getitem__, base.get)
+    assert verdict.verdict == "fail"
+    assert verdict.violations == ["rate_hz >= 0.9 * baseline (observed 85, baseline 100)"]
+    assert verdict.checks[0].limit == pytest.approx(90.0)
+    # no baseline step: reported (passed None), never failed
+    missing = evaluate(rules, now.__getitem__, None)
+    assert missing.verdict == "pass" and [c.passed for c in missing.checks] == [None, None]
+
+
+def test_record_metric_reads_sides_latency_and_derived():
+    record = {"rate_hz": 10, "latency_s": {"p99": 0.5}, "derived": {"mix_ratio": 0.7},
+              "sides": {"readers": {"mb_s": 3.0}}}
+    assert record_metric(record, "rate_hz") == 10
+    assert record_metric(record, "p99_s") == 0.5
+    assert record_metric(record, "mix_ratio") == 0.7
+    assert record_metric(record, "readers.mb_s") == 3.0
+    assert record_metric(record, "hung") is None
+    assert rate_change({"rate_hz": 88}, {"rate_hz": 100}) == pytest.approx(-0.12)
+
+
+def test_bad_baseline_files(tmp_path):
+    with pytest.raises(StorageScaleUsageError, match="cannot read it"):
+        Baseline(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(StorageScaleUsageError, match="not JSON"):
+        Baseline(tmp_path / "bad.json")
+    (tmp_path / "other.json").write_text('{"benchmarks": []}')
+    with pytest.raises(StorageScaleUsageError, match="no 'steps' list"):
+        Baseline(tmp_path / "other.json")
+
+
+PLAN = """
+[storage]
+system = "xrootd"
+versions = ["*"]
+
+[defaults]
+duration = "0.3s"
+hang_timeout = "5s"
+
+[ops.stat]
+clients = [1, 2]
+
+[[ops.stat.expect]]
+clients = "*"
+rules = ["failed == 0", "rate_hz >= 0.5 * baseline", "hung <= baseline"]
+"""
+
+SUITE = """
+import pytest
+
+@pytest.mark.storagescale_op("stat")
+def test_stat(storage_load, storage_clients):
+    storage_load.run()
+"""
+
+
+def test_step_compared_with_the_same_step_of_the_baseline(pytester, tmp_path):
+    area = tmp_path / "area"
+    area.mkdir()
+    pytester.makepyfile(test_suite=SUITE)
+    (pytester.path / "thr" / "xrootd").mkdir(parents=True)
+    (pytester.path / "thr" / "xrootd" / "any.toml").write_text(PLAN)
+    args = [f"--storage-endpoint=file://{area}", "--storage-version=2.0",
+            "--storage-thresholds=thr", "-p", "no:cacheprovider"]
+    # the first run has no baseline: relative rules are not checked
+    first = pytester.runpytest(*args, "--storage-results=first.json")
+    first.assert_outcomes(passed=2)
+    document = json.loads((pytester.path / "first.json").read_text())
+    # pretend the earlier version was 1000x faster at 1 client, and never ran 2
+    document["steps"] = [s for s in document["steps"] if s["clients"] == 1]
+    document["steps"][0]["rate_hz"] *= 1000
+    (pytester.path / "base.json").write_text(json.dumps(document))
+    second = pytester.runpytest(*args, "--storage-baseline=base.json")
+    second.assert_outcomes(passed=1, failed=1)
+    second.stdout.fnmatch_lines([
+        "*stat step at 1 clients broke its thresholds*",
+        "*rate_hz*>= *rate_hz >= 0.5 [*] baseline*VIOLATED*",
+        "op*clients*succeeded*rate*vs base*verdict",
+        "stat*1*-100%*fail",
+        "stat*2*new*pass",
+    ])
+
+
+@pytest.mark.integration
+def test_throttled_server_fails_against_baseline_of_normal_run(pytester, tmp_path):
+    """A real slower "version": the same xrootd with the throttle plugin."""
+    plan = PLAN.replace("[ops.stat]", "[ops.get]\nfile_size = \"100kB\"\nfiles = 5") \
+               .replace("ops.stat.expect", "ops.get.expect") \
+               .replace('duration = "0.3s"', 'duration = "2s"\nwarmup = "0.5s"')
+    (pytester.path / "thr" / "xrootd").mkdir(parents=True)
+    (pytester.path / "thr" / "xrootd" / "any.toml").write_text(plan)
+    pytester.makepyfile(test_suite=SUITE.replace('"stat"', '"get"'))
+    from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+
+    results = {}
+    for name, extra in (("normal", ""),
+                        ("throttled", "xrootd.fslib throttle default\n"
+                                      "throttle.throttle data 2m concurrency 2")):
+        with EmbeddedXRootD(extra_config=extra, https=False) as server:
+            args = [f"--storage-endpoint={server.url}", "--storage-thresholds=thr",
+                    "--storage-clients=4", "-p", "no:cacheprovider",
+                    f"--storage-results={name}.json"]
+            if name == "throttled":
+                args.append("--storage-baseline=normal.json")
+            results[name] = pytester.runpytest(*args)
+    results["normal"].assert_outcomes(passed=1)
+    throttled = results["throttled"]
+    throttled.assert_outcomes(failed=1)
+    throttled.stdout.fnmatch_lines([
+        "*get step at 4 clients broke its thresholds*",
+        "*rate_hz >= 0.5 [*] baseline*VIOLATED*",
+        "op*vs base*verdict",
+        "get*4*-*%*fail",
+    ])
+    normal = json.loads((pytester.path / "normal.json").read_text())["steps"][0]
+    slow = json.loads((pytester.path / "throttled.json").read_text())["steps"][0]
+    assert slow["baseline"]["matched"] and slow["baseline"]["rate_change"] < -0.5
+    assert slow["rate_hz"] < 0.5 * normal["rate_hz"]
