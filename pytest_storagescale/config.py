@@ -138,6 +138,11 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "--storage-results", None, None,
         "write JSON results to this file, each step as soon as it ends.",
     ),
+    "storage_report": (
+        "--storage-report", None, None,
+        "write a self-contained HTML report (table, scan plots, timelines, latency "
+        "ECDFs) into this folder, for readers without Allure.",
+    ),
     "storage_baseline": (
         "--storage-baseline", None, None,
         "JSON results of an earlier run (e.g. the previous storage version) to compare "
@@ -218,6 +223,9 @@ class Settings:
 
     def results_path(self) -> Path | None:
         return self._user_path(self.results)
+
+    def report_path(self) -> Path | None:
+        return self._user_path(self.report)
 
     def baseline_path(self) -> Path | None:
         return self._user_path(self.baseline)

@@ -9,6 +9,8 @@ import pytest
 
 from .drivers.base import Driver
 from .load.stats import StepResult
+from .reporting.allure_report import allure_dir, attach_step
+from .reporting.progress import LiveProgress
 from .reporting.table import format_violations
 from .session import StepOutcome, StorageRun
 from .stash import storage_run_key
@@ -144,12 +146,21 @@ class StorageLoad:
         node = self._request.node
         op, clients = self._op(op), self._clients(clients)
         self._skip_without_section(op)
-        outcome = self._run.run_load_step(
-            test=node.nodeid, system=self._system, op=op, clients=clients,
-            overrides=overrides, label=label, judge=judge, derive=derive, side=side,
-        )
+        progress = LiveProgress(self._request.config)
+        try:
+            outcome = self._run.run_load_step(
+                test=node.nodeid, system=self._system, op=op, clients=clients,
+                overrides=overrides, label=label, judge=judge, derive=derive, side=side,
+                progress=progress if progress.enabled else None,
+            )
+        finally:
+            progress.clear()
         self.outcomes.append(outcome)
         record = outcome.record
+        if allure_dir(self._request.config) is not None:
+            scan = [s for s in self._run.logged_steps()
+                    if s["op"] == op and not s.get("label") and s.get("verdict") != "error"]
+            attach_step(record, outcome.run_info, scan)
         # the report carries the step to whoever writes the table and the results:
         # this process, or the xdist controller (see plugin.StepCollector)
         node.user_properties.append(

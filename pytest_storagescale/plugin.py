@@ -19,6 +19,8 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     storage_system,
     storage_thresholds,
 )
+from .reporting.allure_report import allure_dir, write_session_files
+from .reporting.html import write_report
 from .reporting.table import format_table
 from .session import StorageRun
 from .stash import storage_run_key
@@ -123,9 +125,19 @@ def pytest_collection_modifyitems(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Clean up before the summary, so that a failed clean-up can be reported in it."""
+    """Write the reports and clean up before the summary (which reports both)."""
     run = session.config.stash.get(storage_run_key, None)
-    if run is not None:
+    if run is None:
+        return
+    try:
+        if not run.is_worker and run.steps:
+            report = run.settings.report_path()
+            if report is not None:
+                run.report_page = write_report(report, run.results.run, run.steps)
+            allure_results = allure_dir(session.config)
+            if allure_results is not None:
+                write_session_files(allure_results, run.results.run)
+    finally:
         run.finish()
 
 
@@ -150,6 +162,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(line)
     if run.results.path is not None:
         terminalreporter.write_line(f"results: {run.results.path}")
+    if run.report_page is not None:
+        terminalreporter.write_line(f"report: {run.report_page}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

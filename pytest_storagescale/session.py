@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import functools
 import getpass
+import json
 import os
 import platform
 import secrets
@@ -98,6 +99,7 @@ class StorageRun:
         self.steps: list[dict[str, Any]] = []
         self.collection_errors: list[str] = []
         self.cleanup_error: str | None = None
+        self.report_page: Path | None = None
         self.results = ResultsFile(settings.results_path(), {})
 
     def shared_info(self) -> dict[str, Any]:
@@ -244,6 +246,9 @@ class StorageRun:
     def _run_info(self, system: str, thresholds: ThresholdSet) -> dict[str, Any]:
         return {
             "endpoint": self.endpoint.display,
+            # what identifies the endpoint across runs (the embedded one's port changes)
+            "endpoint_id": (f"embedded xrootd ({self.endpoint.scheme})" if self.is_embedded
+                            else self.endpoint.display),
             "embedded": self.is_embedded,
             "system": system,
             "version": self.version,
@@ -269,6 +274,7 @@ class StorageRun:
         judge: bool | Callable[[StepResult], bool] = True,
         derive: Callable[[StepResult], dict[str, float]] | None = None,
         side: str | None = None,
+        progress: Callable[[dict[str, Any]], None] | None = None,
     ) -> StepOutcome:
         """Run section ``op`` of the matched thresholds file at ``clients``, and judge
         it against the section's rules.
@@ -328,7 +334,7 @@ class StorageRun:
         try:
             with self.load_lock():
                 record["lock_acquired"] = time.time()
-                result = run_step(plan, executor=settings.executor)
+                result = run_step(plan, executor=settings.executor, progress=progress)
         except StorageError as exc:
             record.update(
                 ended=time.time(), verdict="error", violations=[], error=str(exc),
@@ -363,7 +369,22 @@ class StorageRun:
             record["clients"] = clients
             if len(result.sides) > 1:
                 record["sides"] = {name: side.to_json() for name, side in result.sides.items()}
+        self._log_step(record)
         return StepOutcome(result, record, thresholds, self._run_info(system, thresholds))
+
+    def _log_step(self, record: dict[str, Any]) -> None:
+        """Append the step to the session's shared log, which every worker can read
+        (a scan's plot needs the steps other workers ran)."""
+        with self.load_lock(), open(self.shared_dir / "steps.jsonl", "a") as log:
+            log.write(json.dumps(record, default=str) + "\n")
+
+    def logged_steps(self) -> list[dict[str, Any]]:
+        """Every step of the session so far, from any worker."""
+        try:
+            text = (self.shared_dir / "steps.jsonl").read_text()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     @contextmanager
     def load_lock(self):

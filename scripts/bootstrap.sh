@@ -5,13 +5,19 @@
 #  2. .venv/ from Debian's own python3 with --system-site-packages, so that the
 #     Debian-built bindings (python3-xrootd, python3-gfal2) are importable;
 #  3. the plugin itself (editable) with its test extras.
+#  4. the Allure command line (npm allure-commandline, runs on Java) into .tools/,
+#     to turn allure-results into the HTML report (the tests check it in Chromium).
 # Re-running it is cheap: every step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(xrootd-server xrootd-server-plugins xrootd-client python3-xrootd
           gfal2 gfal2-plugin-file gfal2-plugin-http gfal2-plugin-xrootd python3-gfal2
-          python3-venv openssl)
+          python3-venv openssl chromium chromium-driver)
+# commands that may come from elsewhere on the machine (a JDK, nodesource's node):
+# their Debian packages are installed only when the command is missing
+command -v java >/dev/null || PACKAGES+=(default-jre-headless)
+command -v npm >/dev/null || PACKAGES+=(npm)
 SYSTEM_PYTHON=/usr/bin/python3
 
 missing=()
@@ -46,4 +52,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q -e '.[test]'
     touch "$stamp"
+fi
+
+ALLURE_VERSION=2.46.1
+if [ ! -x .tools/node_modules/.bin/allure ]; then
+    echo "bootstrap: installing the Allure command line $ALLURE_VERSION into .tools/"
+    mkdir -p .tools
+    npm install --silent --no-audit --no-fund --prefix .tools "allure-commandline@$ALLURE_VERSION" >/dev/null
 fi

@@ -170,7 +170,7 @@ def _client_loop(
 
 def run_clients(
     plan: StepPlan, context: dict, assignments: list[ClientAssignment], clock: _Clock,
-    max_ops: int = 0,
+    max_ops: int = 0, progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, SideAccumulator]:
     """Run ``assignments`` as threads in this process until the step's end; return
     one accumulator per side. Used directly (threads executor) and inside each
@@ -234,7 +234,21 @@ def run_clients(
         second = int(time.time() - clock.start_at)
         if second != last_sample and second >= 0:
             sample(second)
+            if progress is not None:
+                report_progress(second)
         return second
+
+    def report_progress(second: int) -> None:
+        last = second - 1 if second > 0 else 0
+        progress({
+            "op": plan.op, "clients": plan.clients, "elapsed_s": time.time() - clock.start_at,
+            "total_s": clock.end_at - clock.start_at,
+            "rate_hz": sum(a.completions[last] for a in accumulators.values()
+                           if last < clock.seconds),
+            "succeeded": sum(a.succeeded for a in accumulators.values()),
+            "failed": sum(a.failed for a in accumulators.values()),
+            "hung": sum(a.hung for a in accumulators.values()),
+        })
 
     def enough() -> bool:
         return bool(max_ops) and all(slot.done for slot in slots)
@@ -280,11 +294,12 @@ def _clock(plan: StepPlan, start_at: float) -> _Clock:
     return _Clock(start_at, measure_from, end_at, seconds)
 
 
-def _run_threads(plan: StepPlan, context: dict) -> tuple[_Clock, dict[str, SideAccumulator]]:
+def _run_threads(plan: StepPlan, context: dict, progress=None
+                 ) -> tuple[_Clock, dict[str, SideAccumulator]]:
     assignments = _assignments(plan)
     # time to start the threads before the clock runs (about 0.1 ms each)
     clock = _clock(plan, time.time() + 0.2 + len(assignments) / 2000)
-    return clock, run_clients(plan, context, assignments, clock, plan.operations)
+    return clock, run_clients(plan, context, assignments, clock, plan.operations, progress)
 
 
 def _process_main(plan, context, assignments, max_ops, connection) -> None:
@@ -300,7 +315,8 @@ def _process_main(plan, context, assignments, max_ops, connection) -> None:
         os._exit(0)  # hung client threads must not keep the process alive
 
 
-def _run_processes(plan: StepPlan, context: dict) -> tuple[_Clock, dict[str, SideAccumulator]]:
+def _run_processes(plan: StepPlan, context: dict, progress=None
+                   ) -> tuple[_Clock, dict[str, SideAccumulator]]:
     assignments = _assignments(plan)
     count = plan.processes or max(2, os.cpu_count() or 2)
     count = min(count, len(assignments))
@@ -331,10 +347,17 @@ def _run_processes(plan: StepPlan, context: dict) -> tuple[_Clock, dict[str, Sid
         accumulators = {side: SideAccumulator(clock.seconds) for side in sides}
         deadline = clock.end_at + plan.hang_timeout + _PROCESS_GRACE
         for _process, connection, share in children:
-            remaining = max(0.0, deadline - time.time())
             wire = None
             try:
-                if connection.poll(remaining):
+                # the children report at the end; meanwhile only the clock is known
+                while not connection.poll(min(1.0, max(0.0, deadline - time.time()))):
+                    if time.time() >= deadline:
+                        break
+                    if progress is not None:
+                        progress({"op": plan.op, "clients": plan.clients,
+                                  "elapsed_s": time.time() - clock.start_at,
+                                  "total_s": clock.end_at - clock.start_at})
+                if connection.poll(0):
                     wire = connection.recv()
             except (EOFError, OSError):
                 wire = None
@@ -359,7 +382,8 @@ EXECUTORS = {"threads": _run_threads, "processes": _run_processes}
 
 
 def run_step(
-    plan: StepPlan, *, executor: str = "threads", keep_workdir: bool = False
+    plan: StepPlan, *, executor: str = "threads", keep_workdir: bool = False,
+    progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> StepResult:
     """Prepare, run and clean up one step; return what it measured."""
     operation = OPERATIONS[plan.op]
@@ -368,7 +392,7 @@ def run_step(
         params = {**operation.defaults, **plan.params}
         context = operation.prepare(coordinator, plan.workdir, params, plan.clients)
         try:
-            clock, accumulators = EXECUTORS[executor](plan, context)
+            clock, accumulators = EXECUTORS[executor](plan, context, progress)
         finally:
             operation.cleanup(context)
             if not keep_workdir:

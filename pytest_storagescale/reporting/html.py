@@ -1,0 +1,93 @@
+"""The report without Allure: one self-contained HTML page (``--storage-report DIR``)
+with the seeds-style table, every scan's plot and every step's timeline and latency
+ECDF (PNG inlined), plus the table as CSV. Also the per-step table snippets that the
+Allure attachments reuse."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+from . import plots
+from .table import COLUMNS, step_rows
+
+_STYLE = """
+body { font-family: sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th { background: #eee; }
+td:first-child, td:last-child { text-align: left; }
+tr.fail td:last-child, tr.error td:last-child { color: #b00; font-weight: bold; }
+tr.pass td:last-child { color: #070; }
+img { max-width: 100%; }
+.steps { display: flex; flex-wrap: wrap; gap: 1em; }
+"""
+
+
+def _columns(steps: list[dict[str, Any]]) -> tuple[bool, tuple[str, ...]]:
+    with_baseline = any("baseline" in step for step in steps)
+    columns = COLUMNS if not with_baseline else (*COLUMNS[:-1], "vs base", COLUMNS[-1])
+    return with_baseline, columns
+
+
+def table_html(steps: list[dict[str, Any]]) -> str:
+    with_baseline, columns = _columns(steps)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = []
+    for step in steps:
+        for row in step_rows(step, with_baseline=with_baseline):
+            cells = "".join(f"<td>{html.escape(cell)}</td>" for cell in row)
+            body.append(f'<tr class="{html.escape(step["verdict"])}">{cells}</tr>')
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def table_csv(steps: list[dict[str, Any]]) -> str:
+    with_baseline, columns = _columns(steps)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(columns)
+    for step in steps:
+        writer.writerows(step_rows(step, with_baseline=with_baseline))
+    return buffer.getvalue()
+
+
+def _img(png: bytes, alt: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def write_report(directory: Path, run: dict[str, Any], steps: list[dict[str, Any]]) -> Path:
+    """Write ``index.html`` and ``table.csv`` into ``directory``; return the page."""
+    directory.mkdir(parents=True, exist_ok=True)
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>storagescale: {html.escape(str(run.get('system')))} "
+        f"{html.escape(str(run.get('version')))}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{html.escape(str(run.get('system')))} {html.escape(str(run.get('version')))}"
+        f"</h1><p>endpoint {html.escape(str(run.get('endpoint')))}<br>thresholds "
+        f"{html.escape(str(run.get('thresholds_file')))} "
+        f"({html.escape(str(run.get('thresholds_reason')))})</p>",
+        "<h2>Steps</h2>", table_html(steps),
+        "<h2>Scans</h2>",
+    ]
+    for op, scan in plots.scans(steps).items():
+        parts.append(f"<h3>{html.escape(op)}</h3>")
+        parts.append(_img(plots.scan_png(scan), f"scan {op}"))
+    parts.append("<h2>Each step</h2>")
+    for step in steps:
+        if step.get("verdict") == "error":
+            continue
+        title = plots.step_title(step)
+        parts.append(f"<h3>{html.escape(title)}</h3><div class='steps'>")
+        parts.append(_img(plots.timeline_png(step), f"timeline {title}"))
+        parts.append(_img(plots.ecdf_png(step), f"latency ECDF {title}"))
+        parts.append("</div>")
+    parts.append("</body></html>")
+    page = directory / "index.html"
+    page.write_text("\n".join(parts), encoding="utf-8")
+    (directory / "table.csv").write_text(table_csv(steps), encoding="utf-8")
+    return page

@@ -1,0 +1,158 @@
+"""Reports people read: Allure results (and the HTML report in a real browser), the
+self-contained --storage-report page, live progress."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from pytest_storagescale.reporting.progress import LiveProgress
+
+REPO = Path(__file__).resolve().parent.parent
+ALLURE = REPO / ".tools" / "node_modules" / ".bin" / "allure"
+
+
+def _run_suite(pytester, *extra):
+    return pytester.runpytest_subprocess(
+        str(REPO / "suites" / "xrootd"), f"--storage-thresholds={REPO / 'thresholds'}",
+        "--storage-clients=2,3", "--storage-duration=0.5s", "-p", "no:cacheprovider",
+        "-k", "stat_scan or ls_scan", *extra,
+    )
+
+
+def _results(directory: Path) -> dict[str, dict]:
+    results = {}
+    for path in directory.glob("*-result.json"):
+        result = json.loads(path.read_text())
+        results[result["name"]] = result
+    return results
+
+
+@pytest.mark.integration
+def test_allure_results_and_stable_history(pytester):
+    first = _run_suite(pytester, "--alluredir=first")
+    first.assert_outcomes(passed=4)
+    second = _run_suite(pytester, "--alluredir=second")
+    second.assert_outcomes(passed=4)
+    a, b = _results(pytester.path / "first"), _results(pytester.path / "second")
+    step = a["test_stat_scan[c3]"]
+    parameters = {p["name"]: p for p in step["parameters"]}
+    assert parameters["op"]["value"] == "'stat'" and parameters["clients"]["value"] == "3"
+    assert parameters["endpoint"]["value"] == "'embedded xrootd (root)'"
+    assert parameters["storage version"]["value"].startswith("'5.")
+    measured = parameters["rate_hz (step)"]
+    assert measured.get("excluded") is True and float(measured["value"]) > 0
+    names = [attachment["name"] for attachment in step["attachments"]]
+    assert names == ["table: stat at 3 clients", "table: stat at 3 clients (CSV)",
+                     "timeline: stat at 3 clients", "latency ECDF: stat at 3 clients",
+                     "step JSON: stat at 3 clients",
+                     "scan: stat (rate, failed, hung vs clients)"]
+    # a new embedded server (new port) and new numbers: still the same history
+    for name in a:
+        assert a[name]["historyId"] == b[name]["historyId"], name
+    environment = (pytester.path / "first" / "environment.properties").read_text()
+    assert "storage.system=xrootd" in environment and "client.pytest=" in environment
+    categories = json.loads((pytester.path / "first" / "categories.json").read_text())
+    assert [c["name"] for c in categories][:2] == ["Hung clients", "Threshold violations"]
+
+
+@pytest.mark.integration
+def test_allure_results_written_once_under_xdist(pytester):
+    result = _run_suite(pytester, "--alluredir=out", "-n", "2")
+    result.assert_outcomes(passed=4)
+    out = pytester.path / "out"
+    assert (out / "environment.properties").is_file() and (out / "categories.json").is_file()
+    assert len(_results(out)) == 4
+    # the scan plot of the later concurrency covers both steps, whichever worker ran them
+    steps = [json.loads(p.read_text()) for p in out.glob("*-attachment.json")]
+    assert {s["clients"] for s in steps if s["op"] == "stat"} == {2, 3}
+
+
+@pytest.mark.integration
+def test_allure_html_report_shows_the_scan_plot_in_a_browser(pytester, tmp_path):
+    if not ALLURE.exists():
+        pytest.fail(f"{ALLURE} missing: run 'make setup' (installs the Allure command line)")
+    _run_suite(pytester, "--alluredir=results").assert_outcomes(passed=4)
+    report = tmp_path / "report"
+    subprocess.run([str(ALLURE), "generate", str(pytester.path / "results"), "-o",
+                    str(report), "--clean"], check=True, capture_output=True, timeout=120)
+    case = next(json.loads(p.read_text()) for p in (report / "data" / "test-cases").glob("*")
+                if json.loads(p.read_text())["name"] == "test_stat_scan[c3]")
+    scan = next(a for a in case["testStage"]["attachments"] if a["name"].startswith("scan:"))
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(report))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--window-size=1400,1800"):
+        options.add_argument(argument)
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    browser = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    try:
+        browser.get(f"http://127.0.0.1:{server.server_address[1]}/#testresult/{case['uid']}")
+        wait = WebDriverWait(browser, 30)
+        wait.until(lambda b: b.find_elements(By.XPATH, "//*[contains(text(), 'scan: stat')]"))[
+            0].click()
+        image = wait.until(lambda b: [i for i in b.find_elements(By.TAG_NAME, "img")
+                                      if scan["source"] in (i.get_attribute("src") or "")])[0]
+        wait.until(lambda b: b.execute_script("return arguments[0].naturalWidth", image) > 0)
+        assert browser.execute_script("return arguments[0].naturalWidth", image) > 300
+        browser.save_screenshot(str(tmp_path / "allure-step.png"))
+    finally:
+        browser.quit()
+        server.shutdown()
+
+
+@pytest.mark.integration
+def test_storage_report_page(pytester):
+    result = _run_suite(pytester, "--storage-report=report")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["report: */report/index.html"])
+    page = (pytester.path / "report" / "index.html").read_text()
+    assert page.count("data:image/png;base64,") == 2 + 4 * 2  # 2 scans, 4 steps x 2 plots
+    assert "<td>stat</td>" in page and "scan stat" in page
+    csv = (pytester.path / "report" / "table.csv").read_text().splitlines()
+    assert csv[0].startswith("op,clients,succeeded,rate") and len(csv) == 5
+
+
+class _Terminal:
+    isatty = True
+
+    def __init__(self):
+        self.written = []
+
+    def write(self, text, flush=False):
+        self.written.append(text)
+
+
+def test_live_progress_line(pytestconfig, monkeypatch):
+    terminal = _Terminal()
+    monkeypatch.setattr(pytestconfig.pluginmanager, "get_plugin",
+                        lambda name: terminal if name == "terminalreporter" else None)
+    progress = LiveProgress(pytestconfig)
+    if hasattr(pytestconfig, "workerinput"):
+        assert not progress.enabled  # an xdist worker's output is no terminal
+        return
+    assert progress.enabled == (pytestconfig.get_verbosity() >= 0)
+    progress.enabled = True
+    progress({"op": "ls", "clients": 50, "elapsed_s": 61.2, "total_s": 1200.0,
+              "rate_hz": 5, "succeeded": 300, "failed": 2, "hung": 1})
+    progress.clear()
+    assert terminal.written[0].startswith(
+        "\rstoragescale: ls 50 clients 61/1200 s (1139 s left)  rate 5 Hz  failed 2  hung 1")
+    assert terminal.written[-1].strip() == "" and terminal.written[-1].endswith("\r")
+    terminal.isatty = False
+    assert not LiveProgress(pytestconfig).enabled
