@@ -143,6 +143,11 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "write a self-contained HTML report (table, scan plots, timelines, latency "
         "ECDFs) into this folder, for readers without Allure.",
     ),
+    "storage_benchmark_json": (
+        "--storage-benchmark-json", None, None,
+        "also write the steps in pytest-benchmark's JSON format (for "
+        "'pytest-benchmark compare').",
+    ),
     "storage_baseline": (
         "--storage-baseline", None, None,
         "JSON results of an earlier run (e.g. the previous storage version) to compare "
@@ -223,6 +228,9 @@ class Settings:
 
     def results_path(self) -> Path | None:
         return self._user_path(self.results)
+
+    def benchmark_json_path(self) -> Path | None:
+        return self._user_path(self.benchmark_json)
 
     def report_path(self) -> Path | None:
         return self._user_path(self.report)

@@ -20,6 +20,7 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     storage_thresholds,
 )
 from .reporting.allure_report import allure_dir, write_session_files
+from .reporting.benchmark_json import write_benchmark_json
 from .reporting.html import write_report
 from .reporting.table import format_table
 from .session import StorageRun
@@ -134,6 +135,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             report = run.settings.report_path()
             if report is not None:
                 run.report_page = write_report(report, run.results.run, run.steps)
+            benchmark_json = run.settings.benchmark_json_path()
+            if benchmark_json is not None:
+                write_benchmark_json(benchmark_json, run.results.run, run.steps)
             allure_results = allure_dir(session.config)
             if allure_results is not None:
                 write_session_files(allure_results, run.results.run)

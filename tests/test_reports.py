@@ -8,6 +8,7 @@ import http.server
 import json
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -156,3 +157,22 @@ def test_live_progress_line(pytestconfig, monkeypatch):
     assert terminal.written[-1].strip() == "" and terminal.written[-1].endswith("\r")
     terminal.isatty = False
     assert not LiveProgress(pytestconfig).enabled
+
+
+@pytest.mark.integration
+def test_pytest_benchmark_compare_reads_our_results(pytester):
+    _run_suite(pytester, "--storage-benchmark-json=old.json").assert_outcomes(passed=4)
+    _run_suite(pytester, "--storage-benchmark-json=new.json").assert_outcomes(passed=4)
+    document = json.loads((pytester.path / "new.json").read_text())
+    stat = next(b for b in document["benchmarks"] if b["name"] == "stat[c3]")
+    assert stat["stats"]["rounds"] > 0 and stat["stats"]["ops"] > 0
+    assert stat["stats"]["min"] <= stat["stats"]["median"] <= stat["stats"]["max"]
+    compare = shutil.which("pytest-benchmark", path=str(Path(sys.executable).parent))
+    done = subprocess.run(
+        [compare, "compare", str(pytester.path / "old.json"), str(pytester.path / "new.json"),
+         "--group-by", "name", "--columns", "min,median,max,ops"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "benchmark 'stat[c3]': 2 tests" in done.stdout
+    assert "ls[c2] (" in done.stdout

@@ -1,0 +1,92 @@
+"""Results in pytest-benchmark's JSON format (``--storage-benchmark-json PATH``), so
+its compare tooling works on storage runs::
+
+    pytest-benchmark compare old.json new.json --group-by name --columns min,median,max,ops
+
+One benchmark per step: ``stats`` are the step's latencies in seconds (from its
+HdrHistogram), ``rounds`` its succeeded operations, ``ops`` its rate (operations per
+second across all clients, not 1/mean as for a single-threaded benchmark). Nothing
+of pytest-benchmark's code is used; this writes the file format only.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import socket
+from pathlib import Path
+from typing import Any
+
+from .results import write_json_atomic
+
+#: the pytest-benchmark file format version this writer follows
+FORMAT_VERSION = "5.1.0"
+
+
+def _stats(step: dict[str, Any]) -> dict[str, Any] | None:
+    from hdrh.histogram import HdrHistogram
+
+    encoded = step.get("histogram")
+    if not encoded:
+        return None
+    histogram = HdrHistogram.decode(encoded.encode("ascii"))
+    if not histogram.get_total_count():
+        return None
+
+    def at(percentile: float) -> float:
+        return histogram.get_value_at_percentile(percentile) / 1e6
+
+    q1, median, q3 = at(25), at(50), at(75)
+    iqr = q3 - q1
+    return {
+        "min": histogram.get_min_value() / 1e6, "max": histogram.get_max_value() / 1e6,
+        "mean": histogram.get_mean_value() / 1e6, "stddev": histogram.get_stddev() / 1e6,
+        "rounds": step["succeeded"], "median": median, "iqr": iqr, "q1": q1, "q3": q3,
+        "iqr_outliers": 0, "stddev_outliers": 0, "outliers": "0;0",
+        "ld15iqr": max(q1 - 1.5 * iqr, 0.0), "hd15iqr": q3 + 1.5 * iqr,
+        "ops": step["rate_hz"], "total": step["duration_s"], "iterations": 1,
+    }
+
+
+def benchmark_document(run: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
+    benchmarks = []
+    for step in steps:
+        stats = _stats(step)
+        if stats is None:
+            continue
+        label = f" ({step['label']})" if step.get("label") else ""
+        side = f"/{step['side']}" if step.get("side") else ""
+        name = f"{step['op']}{side}[c{step['clients']}]{label}"
+        benchmarks.append({
+            "group": f"{run.get('system')} {step['op']}{side}",
+            "name": name,
+            "fullname": f"{step['test']}::{name}",
+            "params": {"clients": step["clients"]},
+            "param": str(step["clients"]),
+            "extra_info": {
+                "storage_version": run.get("version"), "endpoint": run.get("endpoint"),
+                "rate_hz": step["rate_hz"], "mb_s": step.get("mb_s"),
+                "failed": step["failed"], "hung": step["hung"], "verdict": step["verdict"],
+            },
+            "options": {"timer": "hdrhistogram", "disable_gc": False, "warmup": False},
+            "stats": stats,
+        })
+    return {
+        "machine_info": {
+            "node": socket.gethostname(), "processor": platform.processor(),
+            "machine": platform.machine(), "python_implementation":
+                platform.python_implementation(),
+            "python_version": platform.python_version(), "system": platform.system(),
+            "release": platform.release(),
+        },
+        "commit_info": {"id": None, "dirty": False, "project": "pytest-storagescale",
+                        "branch": None, "storage_version": run.get("version")},
+        "benchmarks": benchmarks,
+        "datetime": datetime.datetime.fromtimestamp(
+            run.get("started", 0), tz=datetime.UTC).isoformat(),
+        "version": FORMAT_VERSION,
+    }
+
+
+def write_benchmark_json(path: Path, run: dict[str, Any], steps: list[dict[str, Any]]) -> None:
+    write_json_atomic(path, benchmark_document(run, steps))
