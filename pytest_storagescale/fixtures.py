@@ -158,7 +158,7 @@ class StorageLoad:
         self.outcomes.append(outcome)
         record = outcome.record
         if allure_dir(self._request.config) is not None:
-            scan = [s for s in self._run.logged_steps()
+            scan = [s for _, s in self._run.logged_steps()
                     if s["op"] == op and not s.get("label") and s.get("verdict") != "error"]
             attach_step(record, outcome.run_info, scan)
         # the report carries the step to whoever writes the table and the results:

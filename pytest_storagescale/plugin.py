@@ -131,6 +131,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if run is None:
         return
     try:
+        if not run.is_worker:
+            # steps whose test report never arrived (a worker that crashed after the
+            # step ended) are still in the session's shared step log
+            for run_info, record in run.logged_steps():
+                run.record_step(run_info, record)
         if not run.is_worker and run.steps:
             report = run.settings.report_path()
             if report is not None:

@@ -369,8 +369,9 @@ class StorageRun:
             record["clients"] = clients
             if len(result.sides) > 1:
                 record["sides"] = {name: side.to_json() for name, side in result.sides.items()}
-        self._log_step(record)
-        return StepOutcome(result, record, thresholds, self._run_info(system, thresholds))
+        run_info = self._run_info(system, thresholds)
+        self._log_step({**record, "run_info": run_info})
+        return StepOutcome(result, record, thresholds, run_info)
 
     def _log_step(self, record: dict[str, Any]) -> None:
         """Append the step to the session's shared log, which every worker can read
@@ -378,13 +379,14 @@ class StorageRun:
         with self.load_lock(), open(self.shared_dir / "steps.jsonl", "a") as log:
             log.write(json.dumps(record, default=str) + "\n")
 
-    def logged_steps(self) -> list[dict[str, Any]]:
-        """Every step of the session so far, from any worker."""
+    def logged_steps(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """Every step of the session so far, from any worker: (run info, step)."""
         try:
             text = (self.shared_dir / "steps.jsonl").read_text()
         except FileNotFoundError:
             return []
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        entries = [json.loads(line) for line in text.splitlines() if line.strip()]
+        return [(entry.pop("run_info"), entry) for entry in entries]
 
     @contextmanager
     def load_lock(self):

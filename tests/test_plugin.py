@@ -167,3 +167,24 @@ def test_bad_endpoint_url(pytester, suite, endpoint, message):
     result = pytester.runpytest(*args, f"--storage-endpoint={endpoint}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+def test_steps_survive_a_crashed_xdist_worker(pytester, suite):
+    """A worker that dies right after its step: the step is still in the results."""
+    args = suite()
+    pytester.makepyfile(test_suite="""
+        import os
+        import pytest
+
+        @pytest.mark.storagescale_op("stat")
+        def test_stat_then_crash(storage_load, storage_clients):
+            storage_load.run()
+            if storage_clients == 1:
+                os._exit(3)  # the worker dies before reporting this test
+    """)
+    result = pytester.runpytest_subprocess(*args, "-n", "2", "--storage-results=r.json")
+    result.stdout.fnmatch_lines(["*crashed while running*test_stat_then_crash*c1*"])
+    steps = json.loads((pytester.path / "r.json").read_text())["steps"]
+    assert sorted(s["clients"] for s in steps) == [1, 3]
+    for row in ("stat *1 *pass", "stat *3 *pass"):  # in start order, which varies
+        result.stdout.fnmatch_lines([row])
