@@ -96,6 +96,7 @@ class StorageRun:
         self._thresholds: dict[str, ThresholdSet] = {}
         self._run_dir_ready = False
         self._step_counter = 0
+        self._connection_generation = 0
         self.steps: list[dict[str, Any]] = []
         self.collection_errors: list[str] = []
         self.cleanup_error: str | None = None
@@ -264,6 +265,14 @@ class StorageRun:
             },
         }
 
+    def _connection_tag(self) -> str:
+        """The login-name prefix of this step's clients. Client i of every step logs
+        in as the same name, so a step reuses the connections of the last one instead
+        of piling up idle ones (the XRootD client keeps them for minutes, and a
+        process holding thousands is measurably slower); after a step with hung
+        clients the prefix changes, so no step inherits a stuck connection."""
+        return "c" + _base36(self._connection_generation).rjust(2, "0")
+
     def next_tag(self) -> str:
         self._step_counter += 1
         return _base36(self._step_counter).rjust(3, "0")
@@ -319,7 +328,7 @@ class StorageRun:
             op=operation, clients=clients, duration=duration, warmup=warmup,
             hang_timeout=hang_timeout, endpoint_url=self.endpoint.url,
             driver=self.driver_name, workdir=f"{self.run_dir}/{op}-c{clients}-{worker}-{tag}",
-            writable_root=self.run_dir, params=params, tag=tag,
+            writable_root=self.run_dir, params=params, tag=self._connection_tag(),
             driver_options=self.driver_options, operations=op_plan.operations,
         )
         record: dict[str, Any] = {
@@ -370,6 +379,8 @@ class StorageRun:
             if len(result.sides) > 1:
                 record["sides"] = {name: side.to_json() for name, side in result.sides.items()}
         run_info = self._run_info(system, thresholds)
+        if result is None or result.total.hung:
+            self._connection_generation += 1
         self._log_step({**record, "run_info": run_info})
         return StepOutcome(result, record, thresholds, run_info)
 

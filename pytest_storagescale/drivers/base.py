@@ -11,15 +11,15 @@ Subclasses implement the ``_``-prefixed methods and raise
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from ..endpoints.url import EndpointURL, is_inside
 from ..errors import StorageNotFound, UnsafePathError
 
 
-@dataclass(frozen=True)
-class StatInfo:
+class StatInfo(NamedTuple):
+    """What ``stat`` answers (a tuple: cheap to make in the load loop)."""
+
     size: int
     is_dir: bool
 
