@@ -102,7 +102,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     try:
         thresholds = run.thresholds(system)
     except StorageScaleUsageError as exc:
-        # raised from collection it would become a collection error with a traceback
+        if run.is_worker:
+            # an xdist worker cannot stop the session with a usage error; a collection
+            # error shows the same one paragraph (no traceback) and aborts the run
+            raise pytest.Collector.CollectError(f"ERROR: {exc}") from None
+        # raised from here it would become a collection error with a traceback; it is
+        # raised as a usage error (exit code 4) once collection is done
         run.collection_errors.append(str(exc))
         metafunc.parametrize("storage_clients", [pytest.param(None, marks=pytest.mark.skip(
             reason=f"not collected: {exc}"))], indirect=True, ids=["error"])

@@ -188,3 +188,14 @@ def test_steps_survive_a_crashed_xdist_worker(pytester, suite):
     assert sorted(s["clients"] for s in steps) == [1, 3]
     for row in ("stat *1 *pass", "stat *3 *pass"):  # in start order, which varies
         result.stdout.fnmatch_lines([row])
+
+
+def test_bad_thresholds_under_xdist_is_one_clean_collection_error(pytester, suite):
+    args = suite(thresholds=THRESHOLDS.replace("failed == 0", "failures == 0"))
+    result = pytester.runpytest_subprocess(*args, "-n", "2")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines([
+        "*ERROR collecting test_suite.py*",
+        "ERROR: *any.toml: [[]ops.stat.expect[]][[]0[]].rules[[]0[]]: unknown metric 'failures'*",
+    ])
+    assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()
