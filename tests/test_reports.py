@@ -138,11 +138,15 @@ class _Terminal:
     def write(self, text, flush=False):
         self.written.append(text)
 
+    def flush(self):
+        pass
+
 
 def test_live_progress_line(pytestconfig, monkeypatch):
     terminal = _Terminal()
     monkeypatch.setattr(pytestconfig.pluginmanager, "get_plugin",
                         lambda name: terminal if name == "terminalreporter" else None)
+    monkeypatch.setattr(LiveProgress, "_out", terminal)
     progress = LiveProgress(pytestconfig)
     if hasattr(pytestconfig, "workerinput"):
         assert not progress.enabled  # an xdist worker's output is no terminal
@@ -151,10 +155,14 @@ def test_live_progress_line(pytestconfig, monkeypatch):
     progress.enabled = True
     progress({"op": "ls", "clients": 50, "elapsed_s": 61.2, "total_s": 1200.0,
               "rate_hz": 5, "succeeded": 300, "failed": 2, "hung": 1})
+    progress({"op": "ls", "clients": 50, "elapsed_s": 62.2, "total_s": 1200.0,
+              "rate_hz": 4, "succeeded": 304, "failed": 2, "hung": 1})
     progress.clear()
-    assert terminal.written[0].startswith(
-        "\rstoragescale: ls 50 clients 61/1200 s (1139 s left)  rate 5 Hz  failed 2  hung 1")
-    assert terminal.written[-1].strip() == "" and terminal.written[-1].endswith("\r")
+    # a line of its own below pytest's, rewritten in place, then erased
+    assert terminal.written[0] == (
+        "\nstoragescale: ls 50 clients 61/1200 s (1139 s left)  rate 5 Hz  failed 2  hung 1")
+    assert terminal.written[1].startswith("\rstoragescale: ls 50 clients 62/1200 s")
+    assert terminal.written[2] == "\r\x1b[2K\x1b[1A"
     terminal.isatty = False
     assert not LiveProgress(pytestconfig).enabled
 

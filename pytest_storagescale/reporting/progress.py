@@ -4,6 +4,7 @@ workers (their output is not a terminal)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -34,20 +35,32 @@ class LiveProgress:
         return line
 
     def _write(self, text: str) -> None:
+        # straight to the terminal, not through pytest's writer, whose idea of the
+        # current line (file name, dots, [ 50%]) must stay what it was
         if self._capture is not None:
             with self._capture.global_and_fixture_disabled():
-                self._terminal.write(text, flush=True)
+                self._out.write(text)
+                self._out.flush()
         else:
-            self._terminal.write(text, flush=True)
+            self._out.write(text)
+            self._out.flush()
+
+    @property
+    def _out(self):
+        return sys.stdout
 
     def __call__(self, state: dict[str, Any]) -> None:
         if not self.enabled:
             return
         line = self.format(state)
+        # the first update opens a line below pytest's; later ones rewrite it
+        self._write(("\r" if self._width else "\n") + line.ljust(self._width))
         self._width = max(self._width, len(line))
-        self._write("\r" + line.ljust(self._width))
 
     def clear(self) -> None:
+        """Erase the progress line and put the cursor back at the end of pytest's."""
         if self.enabled and self._width:
-            self._write("\r" + " " * self._width + "\r")
+            writer = getattr(self._terminal, "_tw", None)
+            column = getattr(writer, "width_of_current_line", 0)
+            self._write("\r\x1b[2K\x1b[1A" + (f"\x1b[{column}C" if column else ""))
             self._width = 0
