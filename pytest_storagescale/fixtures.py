@@ -12,8 +12,9 @@ from .load.stats import StepResult
 from .reporting.allure_report import allure_dir, attach_step
 from .reporting.progress import LiveProgress
 from .reporting.table import format_violations
-from .session import StepOutcome, StorageRun
+from .session import StorageRun
 from .stash import storage_run_key
+from .steps import StepOutcome, run_load_step
 
 #: the ``user_properties`` key that carries a finished step in a test report
 STEP_PROPERTY = "storagescale_step"
@@ -141,15 +142,15 @@ class StorageLoad:
         ``hang_timeout=``, ``warmup=``, per-op parameters such as ``file_size=``).
         With ``check=False`` a broken rule is recorded but does not fail the test.
         ``label``, ``judge``, ``derive`` and ``side``: see
-        :meth:`StorageRun.run_load_step`.
+        :func:`pytest_storagescale.steps.run_load_step`.
         """
         node = self._request.node
         op, clients = self._op(op), self._clients(clients)
         self._skip_without_section(op)
         progress = LiveProgress(self._request.config)
         try:
-            outcome = self._run.run_load_step(
-                test=node.nodeid, system=self._system, op=op, clients=clients,
+            outcome = run_load_step(
+                self._run, test=node.nodeid, system=self._system, op=op, clients=clients,
                 overrides=overrides, label=label, judge=judge, derive=derive, side=side,
                 progress=progress if progress.enabled else None,
             )

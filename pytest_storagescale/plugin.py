@@ -168,6 +168,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     terminalreporter.section("storagescale")
     terminalreporter.write_line(
         f"storagescale: {info['system']} {info['version']} at {info['endpoint']}"
+        f" (version {info.get('version_source', 'given')})"
     )
     terminalreporter.write_line(
         f"              thresholds: {info['thresholds_file']} ({info['thresholds_reason']})"

@@ -11,7 +11,6 @@ import fcntl
 import functools
 import getpass
 import json
-import os
 import platform
 import secrets
 import shutil
@@ -19,23 +18,20 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .baseline import Baseline, rate_change, record_metric
+from .baseline import Baseline
 from .config import Settings
 from .drivers.base import Driver
 from .drivers.registry import driver_class, driver_name_for
 from .endpoints.url import EndpointURL
-from .errors import EndpointError, StorageError, ThresholdsError
-from .load.engine import StepPlan, run_step
+from .errors import EndpointError, StorageError
 from .load.stats import StepResult
 from .reporting.results import ResultsFile
-from .thresholds import ThresholdSet, evaluate, select_thresholds
+from .thresholds import ThresholdSet, select_thresholds
 
 DEFAULT_SYSTEM = "xrootd"
 
@@ -56,20 +52,6 @@ def client_versions() -> dict[str, str]:
     versions = {name: v for name in names if (v := _package_version(name))}
     versions["python"] = platform.python_version()
     return versions
-
-
-@dataclass
-class StepOutcome:
-    """A finished step as the test sees it."""
-
-    result: StepResult | None
-    record: dict[str, Any]
-    thresholds: ThresholdSet
-    run_info: dict[str, Any]
-
-    @property
-    def verdict(self) -> str:
-        return self.record["verdict"]
 
 
 class StorageRun:
@@ -212,7 +194,9 @@ class StorageRun:
     def version_source(self) -> str:
         if self.settings.version:
             return f"from {self.settings.source('version')}"
-        return "detected from the xrootd binary" if self.is_embedded else "detected"
+        if self.is_embedded:
+            return "detected from the xrootd binary"
+        return f"detected from {EndpointURL.parse(self.settings.endpoint).server}"
 
     def _detect_version(self) -> str:
         if self.is_embedded:
@@ -244,7 +228,7 @@ class StorageRun:
         return self._thresholds[system]
 
     # -- steps -------------------------------------------------------------------
-    def _run_info(self, system: str, thresholds: ThresholdSet) -> dict[str, Any]:
+    def run_info(self, system: str, thresholds: ThresholdSet) -> dict[str, Any]:
         return {
             "endpoint": self.endpoint.display,
             # what identifies the endpoint across runs (the embedded one's port changes)
@@ -253,6 +237,7 @@ class StorageRun:
             "embedded": self.is_embedded,
             "system": system,
             "version": self.version,
+            "version_source": self.version_source,
             "thresholds_file": str(thresholds.path),
             "thresholds_reason": thresholds.reason,
             "run_id": self.run_id,
@@ -265,7 +250,7 @@ class StorageRun:
             },
         }
 
-    def _connection_tag(self) -> str:
+    def connection_tag(self) -> str:
         """The login-name prefix of this step's clients. Client i of every step logs
         in as the same name, so a step reuses the connections of the last one instead
         of piling up idle ones (the XRootD client keeps them for minutes, and a
@@ -273,118 +258,16 @@ class StorageRun:
         clients the prefix changes, so no step inherits a stuck connection."""
         return "c" + _base36(self._connection_generation).rjust(2, "0")
 
+    def step_finished(self, result: StepResult | None) -> None:
+        """After a step that hung (or could not run), the next one logs in afresh."""
+        if result is None or result.total.hung:
+            self._connection_generation += 1
+
     def next_tag(self) -> str:
         self._step_counter += 1
         return _base36(self._step_counter).rjust(3, "0")
 
-    def run_load_step(
-        self, *, test: str, system: str, op: str, clients: int,
-        overrides: dict[str, Any] | None = None, label: str | None = None,
-        judge: bool | Callable[[StepResult], bool] = True,
-        derive: Callable[[StepResult], dict[str, float]] | None = None,
-        side: str | None = None,
-        progress: Callable[[dict[str, Any]], None] | None = None,
-    ) -> StepOutcome:
-        """Run section ``op`` of the matched thresholds file at ``clients``, and judge
-        it against the section's rules.
-
-        ``label`` names the step's role in a multi-step test (``baseline``,
-        ``overload``...); ``judge=False`` records a measurement without rules
-        (verdict ``info``); ``derive`` adds metrics computed from the result and
-        earlier steps (``mix_ratio``, ``recovery_s``) before the rules are checked;
-        ``judge`` may decide from the result. ``side`` runs one side of a composite
-        section alone (``readers`` of ``mixed``: its ``get`` with the section's
-        parameters)."""
-        thresholds = self.thresholds(system)
-        op_plan = thresholds.op(op)
-        if op_plan is None:
-            raise ThresholdsError(
-                f"{thresholds.path}: no [ops.{op}] section; the suite asked for a {op} step. "
-                f"Add [ops.{op}] with clients = [...] to the file."
-            )
-        overrides = dict(overrides or {})
-        settings = self.settings
-        duration = overrides.pop("duration", None) or settings.duration or op_plan.duration
-        hang_timeout = (
-            overrides.pop("hang_timeout", None) or settings.hang_timeout or op_plan.hang_timeout
-        )
-        warmup = overrides.pop("warmup", op_plan.warmup)
-        tag = self.next_tag()
-        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        operation = op_plan.operation
-        params = {**op_plan.params, **overrides}
-        if side is not None:
-            from .load.operations import OPERATIONS
-
-            groups = {name: op for name, op, _ in OPERATIONS[operation].groups(clients)}
-            if side not in groups:
-                raise ThresholdsError(
-                    f"{thresholds.path}: [ops.{op}] runs {operation}, which has no side "
-                    f"{side!r}; sides: {', '.join(groups) or 'none'}."
-                )
-            operation = groups[side].name
-            params = {k: v for k, v in params.items() if k in groups[side].param_names}
-        plan = StepPlan(
-            op=operation, clients=clients, duration=duration, warmup=warmup,
-            hang_timeout=hang_timeout, endpoint_url=self.endpoint.url,
-            driver=self.driver_name, workdir=f"{self.run_dir}/{op}-c{clients}-{worker}-{tag}",
-            writable_root=self.run_dir, params=params, tag=self._connection_tag(),
-            driver_options=self.driver_options, operations=op_plan.operations,
-        )
-        record: dict[str, Any] = {
-            "step_id": f"{worker}-{tag}", "worker": worker, "label": label,
-            "operation": operation, "operations_bound": op_plan.operations, "side": side,
-            "test": test, "op": op, "clients": clients, "system": system,
-            "duration_s": duration, "warmup_s": warmup, "hang_timeout_s": hang_timeout,
-            "params": plan.params, "executor": settings.executor,
-            "thresholds_file": str(thresholds.path), "started": time.time(),
-        }
-        result = None
-        try:
-            with self.load_lock():
-                record["lock_acquired"] = time.time()
-                result = run_step(plan, executor=settings.executor, progress=progress)
-        except StorageError as exc:
-            record.update(
-                ended=time.time(), verdict="error", violations=[], error=str(exc),
-                succeeded=0, failed=0, hung=0, rate_hz=0.0, mb_s=0.0, bytes=0,
-                latency_s={}, errors={exc.error_class: 1}, checks=[],
-            )
-        else:
-            if derive is not None:
-                result.extra.update(derive(result))
-            total = result.total
-            if callable(judge):
-                judge = judge(result)
-            base = self.baseline.find(record) if self.baseline else None
-            verdict = evaluate(
-                op_plan.rules_for(clients) if judge else [], result.metric,
-                baseline=(lambda name: record_metric(base, name)) if base else None,
-            )
-            record.update(
-                started=result.started, ended=result.ended, **total.to_json(),
-                verdict=verdict.verdict if judge else "info", violations=verdict.violations,
-                derived=dict(result.extra),
-                checks=[check.to_json() for check in verdict.checks],
-                cleanup_error=result.cleanup_error,
-            )
-            if self.baseline is not None:
-                record["baseline"] = {
-                    "file": str(self.baseline.path), "version": self.baseline.version,
-                    "matched": base is not None,
-                    "rate_hz": record_metric(base, "rate_hz") if base else None,
-                    "rate_change": rate_change(record, base),
-                }
-            record["clients"] = clients
-            if len(result.sides) > 1:
-                record["sides"] = {name: side.to_json() for name, side in result.sides.items()}
-        run_info = self._run_info(system, thresholds)
-        if result is None or result.total.hung:
-            self._connection_generation += 1
-        self._log_step({**record, "run_info": run_info})
-        return StepOutcome(result, record, thresholds, run_info)
-
-    def _log_step(self, record: dict[str, Any]) -> None:
+    def log_step(self, record: dict[str, Any]) -> None:
         """Append the step to the session's shared log, which every worker can read
         (a scan's plot needs the steps other workers ran)."""
         with self.load_lock(), open(self.shared_dir / "steps.jsonl", "a") as log:

@@ -64,7 +64,7 @@ def test_scan_is_parametrized_from_thresholds_and_passes(pytester, suite):
     result = pytester.runpytest(*args, "-rs", "--storage-results=out/results.json")
     result.assert_outcomes(passed=2, skipped=1)
     result.stdout.fnmatch_lines([
-        "storagescale: xrootd 1.0 at file://*",
+        "storagescale: xrootd 1.0 at file://* (version from --storage-version)",
         "*thresholds: *any.toml (matched version 1.0 with pattern '[*]')",
         "op*clients*succeeded*rate*MB/s*failed*hung*p50*p99*verdict",
         "stat*1*Hz*-*0*0*pass",
