@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from .drivers.base import Driver
+from .errors import StorageScaleUsageError
 from .load.stats import StepResult
 from .reporting.allure_report import allure_dir, attach_step
 from .reporting.progress import LiveProgress
@@ -69,8 +70,21 @@ class StorageEndpoint:
 
 @pytest.fixture(scope="session")
 def storage_endpoint(request: pytest.FixtureRequest) -> StorageEndpoint:
-    """The storage under test: ``--storage-endpoint``, or the embedded XRootD server."""
-    return StorageEndpoint(_run(request))
+    """The storage under test: ``--storage-endpoint``, or the embedded XRootD server.
+
+    Its run directory exists when a test gets it; an endpoint that cannot be used
+    (refused, read-only, wrong credentials) fails the test with one paragraph."""
+    run = _run(request)
+    _usable(run)
+    return StorageEndpoint(run)
+
+
+def _usable(run: StorageRun) -> None:
+    """Fail the test in one paragraph when the run directory cannot be made."""
+    try:
+        run.ensure_run_dir()
+    except StorageScaleUsageError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture
@@ -147,6 +161,7 @@ class StorageLoad:
         node = self._request.node
         op, clients = self._op(op), self._clients(clients)
         self._skip_without_section(op)
+        _usable(self._run)
         progress = LiveProgress(self._request.config)
         try:
             outcome = run_load_step(

@@ -77,6 +77,7 @@ class StorageRun:
         self._version: str | None = None
         self._thresholds: dict[str, ThresholdSet] = {}
         self._run_dir_ready = False
+        self._unusable_reason: str | None = None
         self._step_counter = 0
         self._connection_generation = 0
         self.steps: list[dict[str, Any]] = []
@@ -148,12 +149,15 @@ class StorageRun:
     def run_dir(self) -> str:
         """This run's own directory under the test area; created on first use."""
         path = f"{self.endpoint.path.rstrip('/')}/{self.run_id}"
+        if self._unusable_reason is not None:
+            raise EndpointError(self._unusable_reason)  # asked once, answered for all
         if not self._run_dir_ready:
             driver = self.driver("ssadmin", writable_root=path)
             try:
                 driver.mkdir(path)
             except StorageError as exc:
-                raise EndpointError(self._unusable(exc)) from None
+                self._unusable_reason = self._unusable(exc)
+                raise EndpointError(self._unusable_reason) from None
             finally:
                 driver.close()
             self._run_dir_ready = True
@@ -161,6 +165,10 @@ class StorageRun:
             self.shared_dir.mkdir(parents=True, exist_ok=True)
             (self.shared_dir / "run-dir-used").touch()
         return path
+
+    def ensure_run_dir(self) -> str:
+        """Make this run's directory now (raises EndpointError when it cannot be)."""
+        return self.run_dir
 
     def _unusable(self, exc: StorageError) -> str:
         return (

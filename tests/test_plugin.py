@@ -199,3 +199,29 @@ def test_bad_thresholds_under_xdist_is_one_clean_collection_error(pytester, suit
         "ERROR: *any.toml: [[]ops.stat.expect[]][[]0[]].rules[[]0[]]: unknown metric 'failures'*",
     ])
     assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()
+
+
+def test_storage_system_option_picks_the_thresholds_folder(pytester, suite):
+    args = suite()
+    other = pytester.path / "thr" / "gpfs"
+    other.mkdir(parents=True)
+    (other / "any.toml").write_text(THRESHOLDS.replace('system = "xrootd"', 'system = "gpfs"')
+                                    .replace("clients = [1, 3]", "clients = [2]")
+                                    .replace("RATE", "1"))
+    result = pytester.runpytest(*args, "--storage-system=gpfs", "-v")
+    result.stdout.fnmatch_lines([
+        "*test_stat_scan[[]c2[]] PASSED*",
+        "storagescale: gpfs 1.0 at file://*",
+        "*thresholds: *thr/gpfs/any.toml*",
+    ])
+    missing = pytester.runpytest(*args, "--storage-system=eos")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["ERROR: *no thresholds folder for storage system 'eos'*"])
+
+
+def test_processes_executor_through_the_plugin(pytester, suite):
+    result = pytester.runpytest(*suite(), "--storage-executor=processes",
+                                "--storage-clients=3", "--storage-results=r.json")
+    result.assert_outcomes(passed=1, skipped=1)
+    step = json.loads((pytester.path / "r.json").read_text())["steps"][0]
+    assert step["executor"] == "processes" and step["succeeded"] > 0 and step["hung"] == 0

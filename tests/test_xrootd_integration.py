@@ -197,3 +197,34 @@ def test_xrootd_suite_against_embedded_server(pytester):
         "stat*3*pass", "ls*3*pass", "put*3*pass", "get*3*pass",
         "mixed/readers*3*pass", "mixed/writers*3*pass",
     ])
+
+
+def test_read_only_test_area_is_one_clear_failure_per_test(pytester):
+    """Writes refused (read-only export, like a wrong credential's permission error):
+    every test fails at once with one paragraph, and no traceback."""
+    from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+
+    pytester.makepyfile(test_s="""
+        import pytest
+
+        def test_functional(storage_endpoint):
+            storage_endpoint.driver().put(storage_endpoint.path("f"), b"x")
+
+        @pytest.mark.storagescale_op("stat")
+        def test_stat(storage_load, storage_clients):
+            storage_load.run()
+    """)
+    with EmbeddedXRootD(extra_config="all.export /storagescale r/o", https=False) as server:
+        began = time.monotonic()
+        result = pytester.runpytest(f"--storage-endpoint={server.url}",
+                                    f"--storage-thresholds={REPO / 'thresholds'}",
+                                    "--storage-clients=2")
+        elapsed = time.monotonic() - began
+    result.assert_outcomes(failed=1, errors=1)  # the fixture: a set-up error
+    assert elapsed < 20
+    result.stdout.fnmatch_lines([
+        f"*--storage-endpoint root://127.0.0.1:{server.port}//storagescale: cannot use the "
+        f"storage: *read/only*writable by this identity (credentials, proxy, token).",
+    ])
+    assert "Traceback" not in result.stdout.str()
+    assert "def run_dir" not in result.stdout.str()
