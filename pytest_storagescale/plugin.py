@@ -124,6 +124,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                          ids=[f"c{c}" for c in clients])
 
 
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    """After collection the thresholds are known: say which file and why."""
+    run = config.stash.get(storage_run_key, None)
+    if run is None:
+        return []
+    return [
+        f"storagescale: {system} {run.version} ({run.version_source}): thresholds "
+        f"{thresholds.path} ({thresholds.reason})"
+        for system, thresholds in run.resolved_thresholds().items()
+    ]
+
+
 def pytest_collection_modifyitems(config: pytest.Config) -> None:
     run = config.stash[storage_run_key]
     if run.collection_errors:

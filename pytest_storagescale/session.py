@@ -228,6 +228,10 @@ class StorageRun:
     def system_for(self, marker_system: str | None) -> str:
         return self.settings.system or marker_system or DEFAULT_SYSTEM
 
+    def resolved_thresholds(self) -> dict[str, ThresholdSet]:
+        """The thresholds files chosen so far, by storage system."""
+        return dict(self._thresholds)
+
     def thresholds(self, system: str) -> ThresholdSet:
         if system not in self._thresholds:
             self._thresholds[system] = select_thresholds(

@@ -385,8 +385,11 @@ def select_thresholds(root: Path, system: str, version: str) -> ThresholdSet:
     Among the files whose ``versions`` patterns match, the most specific pattern wins.
     """
     if root.is_file():
-        ts = load_thresholds(root, reason="given by --storage-thresholds")
-        return ts
+        ts = load_thresholds(root)
+        reason = "given by --storage-thresholds"
+        if not any(fnmatch.fnmatchcase(version, p) for p in ts.versions):
+            reason += f"; its versions {list(ts.versions)} do not include {version}"
+        return ThresholdSet(ts.path, ts.system, ts.versions, ts.ops, reason=reason)
     folder = root / system
     if not folder.is_dir():
         available = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []

@@ -64,6 +64,9 @@ def test_scan_is_parametrized_from_thresholds_and_passes(pytester, suite):
     result = pytester.runpytest(*args, "-rs", "--storage-results=out/results.json")
     result.assert_outcomes(passed=2, skipped=1)
     result.stdout.fnmatch_lines([
+        "collected 3 items",
+        "storagescale: xrootd 1.0 (from --storage-version): thresholds *thr/xrootd/any.toml "
+        "(matched version 1.0 with pattern '[*]')",
         "storagescale: xrootd 1.0 at file://* (version from --storage-version)",
         "*thresholds: *any.toml (matched version 1.0 with pattern '[*]')",
         "op*clients*succeeded*rate*MB/s*failed*hung*p50*p99*verdict",

@@ -170,3 +170,12 @@ def test_shipped_thresholds_files_are_valid():
         ts = load_thresholds(path)
         assert ts.system == path.parent.name, f"{path}: system should be {path.parent.name}"
         assert ts.ops, f"{path}: no [ops.*] sections"
+
+
+def test_a_file_given_is_used_as_is(thresholds_dir):
+    path = _versioned(thresholds_dir, "9.2.toml", '["9.2.*"]')
+    chosen = select_thresholds(path, "dcache", "1.0")  # whatever the version
+    assert chosen.path == path
+    assert chosen.reason == ("given by --storage-thresholds; its versions ['9.2.*'] do not "
+                             "include 1.0")
+    assert select_thresholds(path, "dcache", "9.2.1").reason == "given by --storage-thresholds"
