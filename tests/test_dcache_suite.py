@@ -18,7 +18,9 @@ SHRINK = {  # in order: overload_duration before the duration it contains
     'warmup = "5s"': 'warmup = "0.2s"',
     'duration = "10s"': 'duration = "0.5s"',
     "overload_clients = 200": "overload_clients = 8",
-    'recover_within = "120s"': 'recover_within = "5s"',
+    'recover_within = "120s"': 'recover_within = "8s"',
+    # half-second probes are noisy; the test checks the mechanism, not the server
+    "recover_fraction = 0.8": "recover_fraction = 0.5",
     "files = 450": "files = 20",
     "operations = 450": "operations = 20",
     'duration = "10m"': 'duration = "60s"',
