@@ -84,6 +84,7 @@ def test_driver_can_be_forced_per_scheme():
     assert driver_name_for("root") == "xrootd"
     assert driver_name_for("root", "gfal2") == "gfal2"
     assert driver_name_for("davs") == "gfal2"
+    assert driver_name_for("srm") == driver_name_for("gsiftp") == "gfal2"
     from pytest_storagescale.errors import StorageScaleUsageError
 
     with pytest.raises(StorageScaleUsageError, match="cannot speak davs://"):

@@ -154,9 +154,13 @@ def test_processes_executor_merges_all_clients(area, embedded_xrootd):
     root, _ = area
     plan = _plan(embedded_xrootd, root, op="get", clients=6, duration=1.5,
                  params={"file_size": 100_000, "files": 3}, tag="p01", processes=3)
-    result = run_step(plan, executor="processes")
+    states = []
+    result = run_step(plan, executor="processes", progress=states.append)
     step = result.total
     assert step.failed == 0 and step.succeeded > 6
+    # the children's progress reaches the parent once a second, summed over processes
+    assert states and all(s["op"] == "get" and s["clients"] == 6 for s in states)
+    assert max(s["succeeded"] for s in states) > 0
     assert step.bytes == step.succeeded * 100_000
     assert sum(result.sides["get"].timeline["completions"]) >= step.succeeded
 

@@ -39,7 +39,7 @@ class Gfal2Driver(Driver):
     """One gfal2 context: one client of the storage."""
 
     name = "gfal2"
-    schemes = ("davs", "https", "dav", "http", "root", "xroot", "roots", "file")
+    schemes = ("davs", "https", "dav", "http", "root", "xroot", "roots", "file", "srm", "gsiftp")
 
     def __init__(self, endpoint, **kwargs) -> None:
         super().__init__(endpoint, **kwargs)

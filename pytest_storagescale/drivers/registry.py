@@ -26,6 +26,7 @@ DEFAULT_DRIVER = {
     "root": "xrootd", "xroot": "xrootd", "roots": "xrootd",
     "davs": "gfal2", "https": "gfal2", "dav": "gfal2", "http": "gfal2",
     "file": "local",
+    "srm": "gfal2", "gsiftp": "gfal2",
 }
 
 

@@ -12,7 +12,8 @@ from urllib.parse import urlsplit
 
 from ..errors import EndpointError
 
-KNOWN_SCHEMES = ("root", "xroot", "roots", "davs", "https", "dav", "http", "file")
+KNOWN_SCHEMES = ("root", "xroot", "roots", "davs", "https", "dav", "http", "file", "srm",
+                 "gsiftp")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import connection as mp_connection
 from typing import Any
 
 from ..drivers.base import Driver
@@ -308,8 +309,9 @@ def _process_main(plan, context, assignments, max_ops, connection) -> None:
         driver_class(plan.driver)  # import the client library before the clock runs
         connection.send("ready")
         clock = connection.recv()
-        accumulators = run_clients(plan, context, assignments, clock, max_ops)
-        connection.send({side: acc.to_wire() for side, acc in accumulators.items()})
+        accumulators = run_clients(plan, context, assignments, clock, max_ops,
+                                   lambda state: connection.send(("progress", state)))
+        connection.send(("result", {side: acc.to_wire() for side, acc in accumulators.items()}))
         connection.close()
     finally:
         os._exit(0)  # hung client threads must not keep the process alive
@@ -339,35 +341,46 @@ def _run_processes(plan: StepPlan, context: dict, progress=None
     try:
         for process, connection, _ in children:
             if not connection.poll(120) or connection.recv() != "ready":
-                raise RuntimeError(f"client process {process.pid} did not start within 120 s")
+                raise StorageError(
+                    f"client process {process.pid} did not start within 120 s (the "
+                    f"processes executor spawns {count} Python processes; try --storage-"
+                    f"executor threads)", driver=plan.driver, endpoint=plan.endpoint_url,
+                    operation=plan.op, path=plan.workdir, error_class="executor",
+                )
         clock = _clock(plan, time.time() + 0.5)
         for _, connection, _ in children:
             connection.send(clock)
         sides = {a.side for a in assignments}
         accumulators = {side: SideAccumulator(clock.seconds) for side in sides}
         deadline = clock.end_at + plan.hang_timeout + _PROCESS_GRACE
-        for _process, connection, share in children:
-            wire = None
-            try:
-                # the children report at the end; meanwhile only the clock is known
-                while not connection.poll(min(1.0, max(0.0, deadline - time.time()))):
-                    if time.time() >= deadline:
-                        break
-                    if progress is not None:
-                        progress({"op": plan.op, "clients": plan.clients,
-                                  "elapsed_s": time.time() - clock.start_at,
-                                  "total_s": clock.end_at - clock.start_at})
-                if connection.poll(0):
-                    wire = connection.recv()
-            except (EOFError, OSError):
-                wire = None
-            if wire is None:
-                # the whole process is stuck or died: every client in it is hung
-                for assignment in share:
-                    accumulators[assignment.side].hung += 1
-            else:
-                for side, part in wire.items():
-                    accumulators[side].merge_wire(part)
+        waiting = {connection: share for _, connection, share in children}
+        latest: dict[Any, dict[str, Any]] = {}
+        while waiting and time.time() < deadline:
+            ready = mp_connection.wait(list(waiting), timeout=min(1.0, deadline - time.time()))
+            for connection in ready:
+                try:
+                    kind, payload = connection.recv()
+                except (EOFError, OSError):
+                    continue  # died: its clients are counted hung below
+                if kind == "result":
+                    for side, part in payload.items():
+                        accumulators[side].merge_wire(part)
+                    del waiting[connection]
+                    latest.pop(connection, None)
+                else:
+                    latest[connection] = payload
+            if progress is not None and latest:
+                progress({
+                    "op": plan.op, "clients": plan.clients,
+                    "elapsed_s": time.time() - clock.start_at,
+                    "total_s": clock.end_at - clock.start_at,
+                    **{key: sum(state[key] for state in latest.values())
+                       for key in ("rate_hz", "succeeded", "failed", "hung")},
+                })
+        for share in waiting.values():
+            # the whole process is stuck or died: every client in it is hung
+            for assignment in share:
+                accumulators[assignment.side].hung += 1
         return clock, accumulators
     finally:
         for process, connection, _ in children:
