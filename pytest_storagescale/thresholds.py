@@ -41,8 +41,9 @@ from .errors import StorageScaleUsageError, ThresholdsError
 METRICS = (
     "rate_hz", "rate_per_min", "mb_s", "mbit_s", "succeeded", "failed", "hung", "error_ratio",
     "mean_s", "p50_s", "p90_s", "p99_s", "max_s",
-    # derived by a suite from several steps: mixed vs separate throughput, recovery time
-    "mix_ratio", "recovery_s",
+    # derived by a suite from several steps: mixed vs separate throughput, recovery
+    # time, same-file vs distinct-file transfer time
+    "mix_ratio", "recovery_s", "hot_ratio",
 )
 COMPARISONS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt,

@@ -67,6 +67,9 @@ def test_good_file_loads(thresholds_dir):
         (('file_size = "10MB"', 'file_size = "huge"'), r"file_size: 'huge' is not a size"),
         (('versions = ["9.2.*"]', 'versions = "9.2"'), r"versions: must be a list of version patterns"),
         (("[defaults]", "[default]"), r"top level: unknown key 'default'"),
+        (('file_size = "10MB"', 'file_size = "10MB"\n[ops.readv]\nclients = [1]\nchunks = 64\n'
+                                'file_size = "100kB"\nchunk_size = "4kB"'),
+         r"\[ops.readv\]: 64 chunks of 4000 bytes do not fit in a 100000-byte file"),
         (('hang_timeout = "60s"', 'hang_timeout = "60s"\nretries = 3'), r"\[defaults\]: unknown key 'retries'"),
     ],
 )
