@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -54,6 +55,16 @@ class StorageEndpoint:
     @property
     def run_dir(self) -> str:
         return self._run.run_dir
+
+    @property
+    def driver_name(self) -> str:
+        """The registry name of the driver in use (``xrootd``, ``gfal2``, ``local``)."""
+        return self._run.driver_name
+
+    @property
+    def driver_options(self) -> dict:
+        """Options the drivers get (``ca_dir`` of the embedded endpoint's CA)."""
+        return dict(self._run.driver_options)
 
     @property
     def embedded(self):
@@ -212,6 +223,31 @@ class StorageLoad:
             return {"mix_ratio": together / separate if separate else float("nan")}
 
         return self.run(op, clients, label="mixed", derive=derive)
+
+    def repeat(self, op: str | None = None, clients: int | None = None) -> StepResult:
+        """Run the step ``tries`` times (the section's key), as seed 001 ran ``dd`` ten
+        times for an error bar. The last try gets ``mb_s_mean``, ``mb_s_stddev``,
+        ``rate_hz_mean`` and ``rate_hz_stddev`` over all tries and is judged."""
+        op, clients = self._op(op), self._clients(clients)
+        self._skip_without_section(op)
+        tries = self._run.thresholds(self._system).op(op).tries
+        results: list[StepResult] = []
+
+        def derive(last: StepResult) -> dict[str, float]:
+            every = [*results, last]
+            return {
+                "mb_s_mean": statistics.fmean(r.total.mb_s for r in every),
+                "mb_s_stddev": statistics.pstdev(r.total.mb_s for r in every),
+                "rate_hz_mean": statistics.fmean(r.total.rate_hz for r in every),
+                "rate_hz_stddev": statistics.pstdev(r.total.rate_hz for r in every),
+            }
+
+        for attempt in range(1, tries + 1):
+            last = attempt == tries
+            result = self.run(op, clients, label=f"try {attempt}/{tries}", judge=last,
+                              derive=derive if last else None)
+            results.append(result)
+        return result
 
     def recovery(self, op: str | None = None) -> StepResult:
         """Seed 000's recovery question: after an overload, does the storage come

@@ -44,6 +44,8 @@ METRICS = (
     # derived by a suite from several steps: mixed vs separate throughput, recovery
     # time, same-file vs distinct-file transfer time
     "mix_ratio", "recovery_s", "hot_ratio",
+    # over a section's repeated tries (``tries = 10``): the seeds' error bars
+    "mb_s_mean", "mb_s_stddev", "rate_hz_mean", "rate_hz_stddev",
 )
 COMPARISONS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt,
@@ -51,7 +53,7 @@ COMPARISONS: dict[str, Callable[[float, float], bool]] = {
 }
 DEFAULT_KEYS = ("duration", "warmup", "hang_timeout")
 #: keys an ``[ops.<name>]`` table may hold besides the per-op parameters
-OP_KEYS = ("op", "clients", "expect", "operations", *DEFAULT_KEYS)
+OP_KEYS = ("op", "clients", "expect", "operations", "tries", *DEFAULT_KEYS)
 #: keys of a recovery probe section (see ``StorageLoad.recovery``)
 RECOVERY_KEYS = ("overload_clients", "overload_duration", "recover_fraction", "recover_within")
 _NUMBER = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
@@ -171,6 +173,8 @@ class OpPlan:
     operation: str = ""
     #: the step does this many operations and ends (count bound), 0: no bound
     operations: int = 0
+    #: how often ``StorageLoad.repeat`` runs the step (for mean and error bar)
+    tries: int = 1
     #: recovery probe settings (overload_clients, overload_duration, recover_fraction,
     #: recover_within), empty for a plain step
     recovery: dict[str, Any] = field(default_factory=dict)
@@ -278,6 +282,12 @@ def load_thresholds(path: Path, *, reason: str = "") -> ThresholdSet:
                 f"(the step ends when that many were done), e.g. operations = 450."
             )
         recovery = _recovery(table, path, key)
+        tries = table.get("tries", 1)
+        if not isinstance(tries, int) or isinstance(tries, bool) or tries < 1:
+            raise ThresholdsError(
+                f"{_where(path, key + '.tries')}: must be a whole number of repetitions, "
+                f"e.g. tries = 10."
+            )
         clients = table.get("clients")
         if not (isinstance(clients, list) and clients and all(
             isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in clients
@@ -336,6 +346,7 @@ def load_thresholds(path: Path, *, reason: str = "") -> ThresholdSet:
             expectations=tuple(expectations),
             operation=op_name,
             operations=count_bound,
+            tries=tries,
             recovery=recovery,
         )
     return ThresholdSet(path, system, tuple(versions), ops, reason)

@@ -14,7 +14,7 @@ import abc
 from typing import ClassVar, NamedTuple
 
 from ..endpoints.url import EndpointURL, is_inside
-from ..errors import StorageNotFound, UnsafePathError
+from ..errors import StorageError, StorageNotFound, UnsafePathError
 
 
 class StatInfo(NamedTuple):
@@ -98,6 +98,18 @@ class Driver(abc.ABC):
         self._guard("put", path)
         with open(local_path, "rb") as handle:
             return self._put(path, handle.read())
+
+    def write_sequential(self, path: str, data: bytes, block_size: int, sync: str) -> int:
+        """Write ``data`` in ``block_size`` blocks with ``sync`` (``none``, ``dsync``,
+        ``direct``); only POSIX drivers offer the last two."""
+        self._guard("put", path)
+        if sync != "none":
+            raise StorageError(
+                f"{sync} writes need a POSIX mount: point the suite at file:///mount/path",
+                driver=self.name, endpoint=self.endpoint.server, operation="write", path=path,
+                error_class="unsupported",
+            )
+        return self._put(path, data)
 
     def delete(self, path: str) -> None:
         self._guard("delete", path)

@@ -39,6 +39,8 @@ class Operation:
     sides: ClassVar[tuple[str, ...]] = ()
     #: True when ``run`` moves file data (the table then shows MB/s)
     moves_data: ClassVar[bool] = False
+    #: valid values of string parameters
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -58,6 +60,13 @@ class Operation:
                 if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                     raise StorageScaleUsageError(
                         f"{where}.{key}: {value!r} must be a positive whole number."
+                    )
+                params[key] = value
+            elif isinstance(default, str):
+                if value not in self.choices[key]:
+                    raise StorageScaleUsageError(
+                        f"{where}.{key}: unknown value {value!r}. Valid values: "
+                        f"{', '.join(self.choices[key])}."
                     )
                 params[key] = value
         self.check_params(params, where=where)
@@ -252,31 +261,79 @@ class Delete(Operation):
         return 0
 
 
-class Mixed(Operation):
-    """Readers (``get``) and writers (``put``) at once, ``clients`` on each side."""
+class Write(Operation):
+    """Sequential write of a new ``file_size`` file in ``block_size`` blocks, like
+    ``dd if=/dev/zero of=... bs=64k oflag=direct|dsync`` (seed 001). ``sync`` other
+    than ``none`` needs a POSIX mount (``file://``)."""
 
-    name = "mixed"
+    name = "write"
     moves_data = True
-    sides = ("readers", "writers")
-    defaults = {"file_size": 1_000_000, "files": 10}
+    defaults = {"file_size": 100_000_000, "block_size": 65536, "sync": "none"}
+    choices = {"sync": ("none", "dsync", "direct")}
+
+    def check_params(self, params, *, where):
+        if params["sync"] == "direct" and params["block_size"] % 4096:
+            raise StorageScaleUsageError(
+                f"{where}: direct I/O needs block_size in multiples of 4096 bytes, not "
+                f"{params['block_size']}."
+            )
+
+    def run(self, driver, client, iteration, context):
+        path = f"{context['workdir']}/c{client:05d}-{iteration:07d}"
+        return driver.write_sequential(path, payload(context["file_size"]),
+                                       context["block_size"], context["sync"])
+
+
+class Composite(Operation):
+    """Several operations at once, ``clients`` on each side (``side_ops``: side ->
+    operation); the section's parameters go to every side that knows them."""
+
+    moves_data = True
+    side_ops: ClassVar[dict[str, str]] = {}
+
+    @property
+    def sides(self) -> tuple[str, ...]:  # type: ignore[override]
+        return tuple(self.side_ops)
 
     def groups(self, clients):
-        return [("readers", Get(), clients), ("writers", Put(), clients)]
+        return [(side, OPERATIONS[op], clients) for side, op in self.side_ops.items()]
+
+    def _side_params(self, operation: Operation, params: dict) -> dict:
+        return {**operation.defaults,
+                **{k: v for k, v in params.items() if k in operation.param_names}}
 
     def prepare(self, driver, workdir, params, clients):
         super().prepare(driver, workdir, params, clients)
-        readers = Get().prepare(
-            driver, f"{workdir}/readers", {**Get.defaults, **params}, clients
-        )
-        writers = Put().prepare(driver, f"{workdir}/writers", {"file_size": params["file_size"]},
-                                clients)
-        return {"workdir": workdir, "readers": readers, "writers": writers}
+        context = {"workdir": workdir}
+        for side, operation, _ in self.groups(clients):
+            context[side] = operation.prepare(
+                driver, f"{workdir}/{side}", self._side_params(operation, params), clients
+            )
+        return context
 
     def cleanup(self, context):
-        Get().cleanup(context["readers"])
+        for side, operation, _ in self.groups(1):
+            operation.cleanup(context[side])
+
+
+class Mixed(Composite):
+    """Readers (``get``) and writers (``put``) at once, ``clients`` on each side."""
+
+    name = "mixed"
+    side_ops = {"readers": "get", "writers": "put"}
+    defaults = {"file_size": 1_000_000, "files": 10}
+
+
+class ListUnderWrites(Composite):
+    """Listers (``ls`` of a directory) while writers (``put``) fill a sibling one:
+    seed 001's ``ls`` taking minutes while I/O runs."""
+
+    name = "ls_under_io"
+    side_ops = {"listers": "ls", "writers": "put"}
+    defaults = {"file_size": 10_000_000, "entries": 100}
 
 
 OPERATIONS: dict[str, Operation] = {
     op.name: op for op in (Stat(), List(), MakeDir(), Put(), Get(), Read(), ReadV(), Delete(),
-                           Mixed())
+                           Write(), Mixed(), ListUnderWrites())
 }

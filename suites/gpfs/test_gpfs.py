@@ -1,0 +1,101 @@
+"""GPFS (seed 001_02055b100a690bc7.txt, BNL 2013): a POSIX file system, tested
+through its mount (``file:///gpfs/scratch/storagescale``) or a protocol door.
+
+- ``dd`` sequential writes (``oflag=direct`` and ``oflag=dsync``, bs=64k) and reads,
+  each repeated ``tries`` times for an error bar (BNL: 8.13 +/- 0.48, 6.37 +/- 0.58
+  and 113.11 +/- 2.26 MB/s);
+- ``ls`` of a directory while other clients write next to it (BNL: 14 s, and 13 min
+  one level deeper);
+- files left by a writer killed with SIGKILL can be deleted by another client (BNL
+  once got "Permission denied" from another node).
+
+    pytest suites/gpfs --storage-endpoint file:///gpfs/scratch/storagescale
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pytest_storagescale import StorageNotFound
+
+pytestmark = pytest.mark.storagescale_system("gpfs")
+
+
+@pytest.mark.storagescale_op("dd_direct")
+def test_sequential_write_direct(storage_load, storage_clients):
+    """dd if=/dev/zero of=... bs=64k oflag=direct, repeated for an error bar."""
+    storage_load.repeat()
+
+
+@pytest.mark.storagescale_op("dd_dsync")
+def test_sequential_write_dsync(storage_load, storage_clients):
+    """dd if=/dev/zero of=... bs=64k oflag=dsync, repeated for an error bar."""
+    storage_load.repeat()
+
+
+@pytest.mark.storagescale_op("dd_read")
+def test_sequential_read(storage_load, storage_clients):
+    """dd of a whole file to /dev/null, repeated for an error bar."""
+    storage_load.repeat()
+
+
+@pytest.mark.storagescale_op("ls_under_io")
+def test_ls_while_writing(storage_load, storage_clients):
+    """Listers time ``ls`` of a directory while writers fill the one next to it."""
+    storage_load.run()
+
+
+_WRITER = """
+import sys, time
+from pytest_storagescale.drivers.registry import driver_class
+from pytest_storagescale.endpoints.url import EndpointURL
+name, url, root, path = sys.argv[1:5]
+driver = driver_class(name)(EndpointURL.parse(url), client_id="sskilled", writable_root=root)
+block = b"x" * 4_000_000
+for index in range(1000):  # bounded: about 4 GB at most, killed long before
+    driver.put(f"{path}-{index}", block)
+    time.sleep(0.05)
+"""
+
+
+def test_leftovers_of_a_killed_writer_can_be_deleted(storage_endpoint):
+    """A writer killed with SIGKILL mid-run; another client removes what it left."""
+    run = storage_endpoint
+    leftover = run.path("killed-writer", "part")
+    ca_dir = run.driver_options.get("ca_dir")
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, run.driver_name, run.url, run.run_dir, leftover],
+        env={**os.environ, **({"X509_CERT_DIR": ca_dir} if ca_dir else {})},
+    )
+    other = run.driver("ssother")
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and writer.poll() is None:
+            try:
+                names = other.ls(run.path("killed-writer"))
+            except StorageNotFound:
+                names = []
+            if len(names) >= 3:
+                break
+            try:
+                writer.wait(timeout=0.2)  # the pause between looks; notices an early exit
+            except subprocess.TimeoutExpired:
+                pass
+        assert writer.poll() is None, f"the writer ended by itself ({writer.returncode})"
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=30)
+        names = other.ls(run.path("killed-writer"))
+        assert names, "the killed writer left nothing to delete"
+        for name in names:
+            other.delete(run.path("killed-writer", name))
+        assert other.ls(run.path("killed-writer")) == []
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        other.close()
