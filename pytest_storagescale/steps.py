@@ -13,6 +13,7 @@ from typing import Any
 from .baseline import rate_change, record_metric
 from .errors import StorageError, ThresholdsError
 from .load.engine import StepPlan, run_step
+from .load.operations import OPERATIONS
 from .load.stats import StepResult
 from .session import StorageRun
 from .thresholds import ThresholdSet, evaluate
@@ -69,8 +70,6 @@ def run_load_step(
     operation = op_plan.operation
     params = {**op_plan.params, **overrides}
     if side is not None:
-        from .load.operations import OPERATIONS
-
         groups = {name: op for name, op, _ in OPERATIONS[operation].groups(clients)}
         if side not in groups:
             raise ThresholdsError(
@@ -132,7 +131,7 @@ def run_load_step(
             }
         record["clients"] = clients
         if len(result.sides) > 1:
-            record["sides"] = {name: side.to_json() for name, side in result.sides.items()}
+            record["sides"] = {name: part.to_json() for name, part in result.sides.items()}
     run_info = run.run_info(system, thresholds)
     run.step_finished(result)
     run.log_step({**record, "run_info": run_info})
