@@ -17,7 +17,10 @@ def test_ceph_suite(pytester, tmp_path):
                      'file_size = "2GB"': 'file_size = "8MB"',
                      'duration = "60s"': 'duration = "0.5s"',
                      'warmup = "5s"': 'warmup = "0.2s"',
-                     "clients = [1, 64]": "clients = [1, 8]"}.items():
+                     "clients = [1, 64]": "clients = [1, 8]",
+                     # the embedded xrootd measured hot_ratio 1.0 to 3.5 on this
+                     # machine: the test checks the mechanism, not this server
+                     "hot_ratio <= 2": "hot_ratio <= 100"}.items():
         assert old in text, old
         text = text.replace(old, new)
     folder = tmp_path / "thr" / "ceph"
@@ -37,4 +40,5 @@ def test_ceph_suite(pytester, tmp_path):
     steps = json.loads((pytester.path / "r.json").read_text())["steps"]
     same = next(s for s in steps if s.get("label") == "same file")
     assert same["derived"]["hot_ratio"] > 0
-    assert same["checks"][-1]["rule"] == "hot_ratio <= 2"
+    assert same["checks"][-1]["rule"] == "hot_ratio <= 100"
+    assert same["checks"][-1]["observed"] == same["derived"]["hot_ratio"]
