@@ -20,7 +20,10 @@ def test_ceph_suite(pytester, tmp_path):
                      "clients = [1, 64]": "clients = [1, 8]",
                      # the embedded xrootd measured hot_ratio 1.0 to 3.5 on this
                      # machine: the test checks the mechanism, not this server
-                     "hot_ratio <= 2": "hot_ratio <= 100"}.items():
+                     "hot_ratio <= 2": "hot_ratio <= 100",
+                     # latency limits of Echo's gateways, not of a loaded 2-core CI box
+                     '"p50_s <= 0.01", "mean_s <= 0.05"': '"p50_s <= 1", "mean_s <= 1"',
+                     '"p50_s <= 0.1"': '"p50_s <= 1"', '"p50_s <= 0.5"': '"p50_s <= 1"'}.items():
         assert old in text, old
         text = text.replace(old, new)
     folder = tmp_path / "thr" / "ceph"
