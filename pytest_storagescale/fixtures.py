@@ -12,6 +12,7 @@ from .drivers.base import Driver
 from .errors import StorageScaleUsageError
 from .load.stats import StepResult
 from .reporting.allure_report import allure_dir, attach_step
+from .reporting.plots import scans
 from .reporting.progress import LiveProgress
 from .reporting.table import format_violations
 from .session import StorageRun
@@ -185,8 +186,7 @@ class StorageLoad:
         self.outcomes.append(outcome)
         record = outcome.record
         if allure_dir(self._request.config) is not None:
-            scan = [s for _, s in self._run.logged_steps()
-                    if s["op"] == op and not s.get("label") and s.get("verdict") != "error"]
+            scan = scans([step for _, step in self._run.logged_steps()]).get(op, [])
             attach_step(record, outcome.run_info, scan)
         # the report carries the step to whoever writes the table and the results:
         # this process, or the xdist controller (see plugin.StepCollector)

@@ -28,10 +28,6 @@ class StepOutcome:
     thresholds: ThresholdSet
     run_info: dict[str, Any]
 
-    @property
-    def verdict(self) -> str:
-        return self.record["verdict"]
-
 
 def run_load_step(
     run: StorageRun, *, test: str, system: str, op: str, clients: int,

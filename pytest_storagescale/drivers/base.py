@@ -93,12 +93,6 @@ class Driver(abc.ABC):
         self._guard("put", path)
         return self._put(path, data)
 
-    def put_file(self, local_path: str, path: str) -> int:
-        """Upload a local file to ``path``."""
-        self._guard("put", path)
-        with open(local_path, "rb") as handle:
-            return self._put(path, handle.read())
-
     def write_sequential(self, path: str, data: bytes, block_size: int, sync: str) -> int:
         """Write ``data`` in ``block_size`` blocks with ``sync`` (``none``, ``dsync``,
         ``direct``); only POSIX drivers offer the last two."""

@@ -69,9 +69,6 @@ class EndpointURL:
         sep = "/" if self.scheme in ("root", "xroot", "roots") else ""
         return f"{self.server}{sep}{self.path}" if self.scheme != "file" else f"file://{self.path}"
 
-    def with_path(self, path: str) -> EndpointURL:
-        return EndpointURL(self.url, self.scheme, self.host, self.port, posixpath.normpath(path))
-
 
 def is_inside(path: str, root: str) -> bool:
     """True when ``path`` is ``root`` or below it (after normalising ``..``)."""

@@ -37,8 +37,6 @@ class Operation:
     defaults: ClassVar[dict[str, Any]] = {}
     #: sides of a composite step (``mixed``); empty for a plain operation
     sides: ClassVar[tuple[str, ...]] = ()
-    #: True when ``run`` moves file data (the table then shows MB/s)
-    moves_data: ClassVar[bool] = False
     #: valid values of string parameters
     choices: ClassVar[dict[str, tuple[str, ...]]] = {}
 
@@ -156,7 +154,6 @@ class Put(Operation):
     """Write a new ``file_size`` file per repetition (xrdcp / lcg-cp to the storage)."""
 
     name = "put"
-    moves_data = True
     defaults = {"file_size": 1_000_000}
 
     def run(self, driver, client, iteration, context):
@@ -170,7 +167,6 @@ class Get(Operation):
     is the hot-file case. ``to_disk = true`` copies to local disk like ``lcg-cp``."""
 
     name = "get"
-    moves_data = True
     defaults = {"file_size": 1_000_000, "files": 10, "to_disk": False}
 
     def prepare(self, driver, workdir, params, clients):
@@ -203,7 +199,6 @@ class Read(Operation):
     """Open, read ``read_size`` bytes at a random offset, close."""
 
     name = "read"
-    moves_data = True
     defaults = {"file_size": 10_000_000, "read_size": 65536}
 
     def prepare(self, driver, workdir, params, clients):
@@ -212,13 +207,11 @@ class Read(Operation):
         _sample_file(driver, context["target"], params["file_size"])
         return context
 
-    def _offsets(self, client, iteration, size, count, context):
-        rng = random.Random(client * 1_000_003 + iteration)
-        return [rng.randrange(0, max(1, context["file_size"] - size)) for _ in range(count)]
-
     def run(self, driver, client, iteration, context):
-        (offset,) = self._offsets(client, iteration, context["read_size"], 1, context)
-        return len(driver.read(context["target"], offset, context["read_size"]))
+        size = context["read_size"]
+        rng = random.Random(client * 1_000_003 + iteration)
+        offset = rng.randrange(0, max(1, context["file_size"] - size))
+        return len(driver.read(context["target"], offset, size))
 
 
 class ReadV(Read):
@@ -267,7 +260,6 @@ class Write(Operation):
     than ``none`` needs a POSIX mount (``file://``)."""
 
     name = "write"
-    moves_data = True
     defaults = {"file_size": 100_000_000, "block_size": 65536, "sync": "none"}
     choices = {"sync": ("none", "dsync", "direct")}
 
@@ -288,7 +280,6 @@ class Composite(Operation):
     """Several operations at once, ``clients`` on each side (``side_ops``: side ->
     operation); the section's parameters go to every side that knows them."""
 
-    moves_data = True
     side_ops: ClassVar[dict[str, str]] = {}
 
     @property

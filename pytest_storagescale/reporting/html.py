@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import plots
-from .table import COLUMNS, step_rows
+from .table import columns_for, step_rows
 
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
@@ -28,14 +28,8 @@ img { max-width: 100%; }
 """
 
 
-def _columns(steps: list[dict[str, Any]]) -> tuple[bool, tuple[str, ...]]:
-    with_baseline = any("baseline" in step for step in steps)
-    columns = COLUMNS if not with_baseline else (*COLUMNS[:-1], "vs base", COLUMNS[-1])
-    return with_baseline, columns
-
-
 def table_html(steps: list[dict[str, Any]]) -> str:
-    with_baseline, columns = _columns(steps)
+    with_baseline, columns = columns_for(steps)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = []
     for step in steps:
@@ -46,7 +40,7 @@ def table_html(steps: list[dict[str, Any]]) -> str:
 
 
 def table_csv(steps: list[dict[str, Any]]) -> str:
-    with_baseline, columns = _columns(steps)
+    with_baseline, columns = columns_for(steps)
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(columns)

@@ -46,15 +46,7 @@ class ResultsFile:
         self.run = run
         self.steps: list[dict[str, Any]] = []
 
-    def add(self, step: dict[str, Any]) -> None:
-        self.steps.append(step)
-        self.flush()
-
     def flush(self) -> None:
         if self.path is not None:
             write_json_atomic(self.path, {"run": self.run, "steps": self.steps})
 
-
-def load_results(path: Path) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as stream:
-        return json.load(stream)

@@ -84,9 +84,15 @@ def render(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS) -> list[st
     return [line(columns), *(line(r) for r in rows)]
 
 
-def format_table(steps: list[dict[str, Any]]) -> list[str]:
+def columns_for(steps: list[dict[str, Any]]) -> tuple[bool, tuple[str, ...]]:
+    """The columns of a table of ``steps``: a ``vs base`` column when compared."""
     with_baseline = any("baseline" in step for step in steps)
     columns = COLUMNS if not with_baseline else (*COLUMNS[:-1], "vs base", COLUMNS[-1])
+    return with_baseline, columns
+
+
+def format_table(steps: list[dict[str, Any]]) -> list[str]:
+    with_baseline, columns = columns_for(steps)
     rows = [row for step in steps for row in step_rows(step, with_baseline=with_baseline)]
     return render(rows, columns)
 
