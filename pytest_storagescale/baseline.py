@@ -1,9 +1,11 @@
 """Baselines: an earlier run's JSON results, to compare each step with the same step.
 
-A step matches the baseline step with the same thresholds section (``op``),
-concurrency, label (``before``, ``probe 1``...) and side. Relative rules
-(``rate_hz >= 0.9 * baseline``) read the matched step's metric; a step the baseline
-does not have is reported (``new``), never failed.
+A step matches the baseline step with the same thresholds section, concurrency,
+label (``before``, ``probe 1``...) and side (:attr:`StepRecord.key`). Relative rules
+(``rate_hz >= 0.9 * baseline``) read the matched step's metric through the same
+lookup as the step's own (:meth:`StepRecord.metric`); a step the baseline does not
+have is reported (``new``), never failed. Results of the previous release (no
+``format`` key) load as they are.
 """
 
 from __future__ import annotations
@@ -11,35 +13,26 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 from .errors import StorageScaleUsageError
-
-
-def step_key(record: dict[str, Any]) -> tuple:
-    return (record.get("op"), record.get("clients"), record.get("label"), record.get("side"))
-
-
-def record_metric(record: dict[str, Any], name: str) -> float | None:
-    """A rule metric read back from a results-file step (None when it has none)."""
-    side, _, bare = name.rpartition(".")
-    source = record.get("sides", {}).get(side, {}) if side else record
-    if bare in record.get("derived", {}):
-        value = record["derived"][bare]
-    elif bare.endswith("_s") and bare[:-2] in source.get("latency_s", {}):
-        value = source["latency_s"][bare[:-2]]
-    else:
-        value = source.get(bare)
-    if value is None or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+from .records import BaselineComparison, RunInfo, StepRecord
 
 
 class Baseline:
-    """The steps of an earlier run, indexed for matching."""
+    """The steps of an earlier run, indexed for matching. Read and checked when
+    made, so a file of the wrong shape stops the session before any load runs."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        document = self._read(path)
+        try:
+            self.run = RunInfo.from_json(document.get("run") or {})
+            steps = [StepRecord.from_json(step) for step in document["steps"]]
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise self._wrong_shape(f"a step it holds cannot be read ({exc})") from None
+        self.steps = {step.key: step for step in steps}
+
+    def _read(self, path: Path) -> dict:
         try:
             document = json.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
@@ -47,33 +40,44 @@ class Baseline:
                 f"--storage-baseline {path}: cannot read it ({exc.strerror}). Give the JSON "
                 f"results file of an earlier run (--storage-results)."
             ) from None
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise StorageScaleUsageError(
                 f"--storage-baseline {path}: not JSON ({exc}). Give the JSON results file "
                 f"of an earlier run (--storage-results)."
             ) from None
         steps = document.get("steps") if isinstance(document, dict) else None
-        if not isinstance(steps, list):
-            raise StorageScaleUsageError(
-                f"--storage-baseline {path}: no 'steps' list; this is not a pytest-storagescale "
-                f"results file. Give the file an earlier run wrote with --storage-results."
-            )
-        self.run = document.get("run", {})
-        self.steps = {step_key(step): step for step in steps if isinstance(step, dict)}
+        if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+            raise self._wrong_shape("no 'steps' list of step objects")
+        return document
+
+    def _wrong_shape(self, what: str) -> StorageScaleUsageError:
+        return StorageScaleUsageError(
+            f"--storage-baseline {self.path}: {what}; this is not a pytest-storagescale "
+            f"results file. Give the file an earlier run wrote with --storage-results."
+        )
 
     @property
     def version(self) -> str:
-        return str(self.run.get("version", "?"))
+        return self.run.version or "?"
 
-    def find(self, record: dict[str, Any]) -> dict[str, Any] | None:
-        return self.steps.get(step_key(record))
+    def find(self, step: StepRecord) -> StepRecord | None:
+        return self.steps.get(step.key)
+
+    def compare(self, step: StepRecord) -> BaselineComparison:
+        """How ``step`` compares with its baseline step (the table's ``vs base``)."""
+        base = self.find(step)
+        return BaselineComparison(
+            file=str(self.path), version=self.version, matched=base is not None,
+            rate_hz=base.metric_or_none("rate_hz") if base else None,
+            rate_change=rate_change(step, base),
+        )
 
 
-def rate_change(record: dict[str, Any], base: dict[str, Any] | None) -> float | None:
+def rate_change(step: StepRecord, base: StepRecord | None) -> float | None:
     """Relative change of the rate against the baseline step (-0.12 for -12 %)."""
     if base is None:
         return None
-    before, now = record_metric(base, "rate_hz"), record_metric(record, "rate_hz")
-    if not before or now is None or math.isnan(now):
+    before, now = base.metric_or_none("rate_hz"), step.metric("rate_hz")
+    if not before or math.isnan(now):
         return None
     return (now - before) / before

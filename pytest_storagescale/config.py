@@ -19,8 +19,6 @@ import pytest
 
 from .errors import StorageScaleUsageError
 
-EXECUTORS = ("threads", "processes")
-DRIVER_CHOICES = ("auto", "xrootd", "gfal2", "local")
 EMBEDDED_PROTOCOLS = ("root", "davs")
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -67,6 +65,58 @@ def parse_choice(value: str, choices: tuple[str, ...], *, what: str) -> str:
             f"{what}: unknown value {value!r}. Valid values: {', '.join(choices)}."
         )
     return normalized
+
+
+def parse_executor(value: str) -> str:
+    """One of the engine's executors (``threads``, ``processes``)."""
+    from .load.executors import EXECUTORS  # light module: names and functions only
+
+    return parse_choice(value, tuple(EXECUTORS), what="--storage-executor")
+
+
+def parse_driver(value: str) -> str:
+    """``auto`` or a driver name; checked against the driver registry when the
+    endpoint is first used (a site's conftest or package may register drivers)."""
+    name = str(value).strip().lower()
+    if not re.fullmatch(r"[a-z][a-z0-9_.-]*", name):
+        raise StorageScaleUsageError(
+            f"--storage-driver: {value!r} is not a driver name. Write auto (by URL scheme) "
+            f"or a driver's name, e.g. xrootd, gfal2, local, memory."
+        )
+    return name
+
+
+def parse_scale(value: str | float) -> float:
+    """A plan scale in (0, 1]: ``0.05`` or ``5%``."""
+    text = str(value).strip()
+    try:
+        scale = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        scale = float("nan")
+    if not 0 < scale <= 1:
+        raise StorageScaleUsageError(
+            f"--storage-scale: {value!r} is not a plan scale. Write a fraction above 0 and "
+            f"at most 1, e.g. 0.05 or 5% for a quick smoke run (1: the plan as written)."
+        )
+    return scale
+
+
+def parse_driver_options(values: str | list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``key=value`` pairs (repeated option, or one per line in the ini file)."""
+    items = values.splitlines() if isinstance(values, str) else list(values)
+    options = {}
+    for item in (i.strip() for i in items):
+        if not item or item.startswith("#"):
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][\w.-]*", key.strip()):
+            raise StorageScaleUsageError(
+                f"--storage-driver-option: {item.split('=')[0]!r}... is not key=value. Write "
+                f"e.g. --storage-driver-option x509_proxy=/tmp/x509up_u1000 (one option per "
+                f"flag; ini: storage_driver_options, one key=value per line)."
+            )
+        options[key.strip()] = value.strip()
+    return options
 
 
 def parse_byte_size(value: str | int, *, what: str = "size") -> int:
@@ -154,8 +204,7 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "each step with; relative rules such as 'rate_hz >= 0.9 * baseline' use it.",
     ),
     "storage_executor": (
-        "--storage-executor", lambda v: parse_choice(v, EXECUTORS, what="--storage-executor"),
-        "threads",
+        "--storage-executor", parse_executor, "threads",
         "how clients run: threads (default) or processes (spawned; hung ones killed).",
     ),
     "storage_embedded_protocol": (
@@ -166,11 +215,26 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "(HTTPS/WebDAV, TLS verified against the session's throwaway CA).",
     ),
     "storage_driver": (
-        "--storage-driver", lambda v: parse_choice(v, DRIVER_CHOICES, what="--storage-driver"),
-        "auto",
-        "client library: auto (by URL scheme), xrootd, gfal2 or local.",
+        "--storage-driver", parse_driver, "auto",
+        "client library: auto (by URL scheme), or a driver's name: xrootd, gfal2, local, "
+        "memory, or one a site registered.",
+    ),
+    "storage_driver_options": (
+        "--storage-driver-option", parse_driver_options, None,
+        "key=value for the driver, repeatable: credentials and client settings, e.g. "
+        "x509_proxy=PATH, token=..., krb5ccname=FILE, ca_dir=DIR. Values are never printed.",
+    ),
+    "storage_scale": (
+        "--storage-scale", parse_scale, 1.0,
+        "run every plan at this scale, e.g. 0.05: shorter steps, fewer clients, smaller "
+        "files (a smoke run of a suite that normally takes hours); stated in the header "
+        "and the results.",
     ),
 }
+#: options given several times on the command line (their values are lists)
+REPEATABLE = ("storage_driver_options",)
+#: settings whose values are credentials or may hold them: the header shows no value
+SECRET_SETTINGS = ("storage_driver_options",)
 
 
 def _env_name(name: str) -> str:
@@ -186,7 +250,7 @@ def resolve_setting(config: pytest.Config, name: str) -> Setting:
         (config.getini(name) or None, f"ini {name}"),
     )
     for raw, source in candidates:
-        if raw is not None:
+        if raw is not None and raw != []:
             return Setting(parser(raw) if parser else raw, source)
     return Setting(default, "default")
 
@@ -239,12 +303,26 @@ class Settings:
         return self._user_path(self.baseline)
 
     def header_lines(self) -> list[str]:
+        """``name: value (from source)`` for every setting not left at its default;
+        credentials are never shown (option names only, URLs without passwords)."""
         lines = []
         for name, setting in self.values.items():
             if setting.value is None and setting.source == "default":
                 continue
-            value = setting.value
-            if isinstance(value, tuple):
-                value = ",".join(map(str, value))
-            lines.append(f"{name}: {value} (from {setting.source})")
+            lines.append(f"{name}: {_shown(name, setting.value)} (from {setting.source})")
         return lines
+
+
+def _shown(name: str, value: Any) -> str:
+    if name in SECRET_SETTINGS and isinstance(value, dict):
+        return ", ".join(f"{key}=***" for key in value)
+    if name == "storage_endpoint":
+        return redact_url(str(value))
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def redact_url(url: str) -> str:
+    """The URL with any ``user:password@`` replaced by ``***@``."""
+    return re.sub(r"^([A-Za-z][\w+.-]*://)[^/@]*@", r"\1***@", url)

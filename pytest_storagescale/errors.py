@@ -81,3 +81,24 @@ class StoragePermissionDenied(StorageError):
 
 class StorageUnreachable(StorageError):
     """The endpoint could not be contacted (connection refused, DNS, TLS)."""
+
+
+class StepOutcomeError(pytest.fail.Exception):
+    """Base of the failures a load step raises in its test. They are pytest outcome
+    exceptions (no traceback, one message); Allure's categories match them by class
+    name, so rewording a message cannot move a failure to another category."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, pytrace=False)
+
+
+class ThresholdViolation(StepOutcomeError):
+    """A step broke a rule of its thresholds file."""
+
+
+class HungClientsViolation(ThresholdViolation):
+    """A step broke a rule on ``hung``: clients stopped getting answers."""
+
+
+class StepError(StepOutcomeError):
+    """A step could not give a verdict: it could not run, or measured nothing."""

@@ -1,26 +1,43 @@
-"""Fixtures a suite uses: the endpoint, the thresholds, and the load-step runner."""
+"""Fixtures a suite uses, small ones built from smaller ones so that a site's conftest
+can replace any of them:
+
+- ``storage_endpoint``: the storage under test (URL, version, run directory, clients);
+- ``storage_system`` / ``storage_thresholds``: which thresholds file applies;
+- ``storage_clients``: the step's concurrency, parametrized from the file's scan;
+- ``storage_load``: runs load steps and judges them;
+- ``storage_client`` / ``storage_test_dir``: a client of the endpoint and a fresh
+  directory for one functional test (removed after it).
+"""
 
 from __future__ import annotations
 
-import statistics
-import time
+import re
 from typing import Any
 
 import pytest
 
+from . import scenarios
 from .drivers.base import Driver
-from .errors import StorageScaleUsageError
-from .load.stats import StepResult
+from .errors import (
+    HungClientsViolation,
+    StepError,
+    StorageScaleUsageError,
+    ThresholdViolation,
+)
+from .records import StepRecord, Verdict
 from .reporting.allure_report import allure_dir, attach_step
 from .reporting.plots import scans
 from .reporting.progress import LiveProgress
 from .reporting.table import format_violations
 from .session import StorageRun
 from .stash import storage_run_key
-from .steps import StepOutcome, run_load_step
+from .steps import Derive, Judge, StepOutcome, StepRequest, run_load_step
+from .thresholds import SectionPlan
 
-#: the ``user_properties`` key that carries a finished step in a test report
+#: the ``user_properties`` key by which a test report says a step finished
 STEP_PROPERTY = "storagescale_step"
+#: deadline of a functional test's requests when no hang timeout is set
+CLIENT_TIMEOUT = 60.0
 
 
 def _run(request: pytest.FixtureRequest) -> StorageRun:
@@ -35,15 +52,14 @@ def marker_arg(node: Any, name: str) -> str | None:
 class StorageEndpoint:
     """A handle on the storage under test: its URL, version and this run's directory.
 
-    ``driver()`` returns a new client that may write only inside :attr:`run_dir`.
-    """
+    ``client(name)`` opens a new client that may write only inside :attr:`run_dir`."""
 
     def __init__(self, run: StorageRun) -> None:
         self._run = run
 
     @property
     def url(self) -> str:
-        return self._run.endpoint.url
+        return self._run.endpoint.url.url
 
     @property
     def display(self) -> str:
@@ -51,33 +67,46 @@ class StorageEndpoint:
 
     @property
     def version(self) -> str:
-        return self._run.version
+        return self._run.endpoint.version
 
     @property
     def run_dir(self) -> str:
-        return self._run.run_dir
+        return self._run.area.ensure()
 
     @property
     def driver_name(self) -> str:
-        """The registry name of the driver in use (``xrootd``, ``gfal2``, ``local``)."""
-        return self._run.driver_name
+        """The registry name of the driver in use (``xrootd``, ``gfal2``, ``local``...)."""
+        return self._run.endpoint.driver_name
 
     @property
-    def driver_options(self) -> dict:
-        """Options the drivers get (``ca_dir`` of the embedded endpoint's CA)."""
-        return dict(self._run.driver_options)
+    def driver_spec(self):
+        """The picklable :class:`DriverSpec` of this run's clients (for subprocesses)."""
+        return self._run.endpoint.driver_spec(self.run_dir)
 
     @property
     def embedded(self):
         """The embedded server (``freeze()``, ``thaw()``, ``pid``), or None for a remote one."""
-        return self._run.embedded_server
+        return self._run.endpoint.embedded_server
 
-    def driver(self, client_id: str = "sstest", *, timeout: float = 60.0) -> Driver:
-        return self._run.driver(client_id, timeout=timeout)
+    def client(self, name: str = "functional", *, timeout: float | None = None) -> Driver:
+        """A new client (own connection and login) named ``name`` for the storage's
+        logs; the driver turns the name into a login it accepts."""
+        timeout = timeout or self._run.settings.hang_timeout or CLIENT_TIMEOUT
+        return self.driver_spec.connect(name, timeout=timeout)
+
+    driver = client  # the previous release's name
 
     def path(self, *parts: str) -> str:
         """A path inside this run's directory."""
         return "/".join([self.run_dir, *parts])
+
+
+def _usable(run: StorageRun) -> None:
+    """Fail the test in one paragraph when the run directory cannot be made."""
+    try:
+        run.area.ensure()
+    except StorageScaleUsageError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -91,12 +120,23 @@ def storage_endpoint(request: pytest.FixtureRequest) -> StorageEndpoint:
     return StorageEndpoint(run)
 
 
-def _usable(run: StorageRun) -> None:
-    """Fail the test in one paragraph when the run directory cannot be made."""
-    try:
-        run.ensure_run_dir()
-    except StorageScaleUsageError as exc:
-        pytest.fail(str(exc), pytrace=False)
+@pytest.fixture
+def storage_client(storage_endpoint: StorageEndpoint, request: pytest.FixtureRequest):
+    """A client of the endpoint for one test, closed after it."""
+    client = storage_endpoint.client(f"functional-{request.node.name}")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def storage_test_dir(storage_endpoint: StorageEndpoint, storage_client: Driver,
+                     request: pytest.FixtureRequest) -> str:
+    """A fresh directory for this test inside the run directory, removed after it."""
+    name = re.sub(r"[^\w.-]+", "-", request.node.name).strip("-")
+    folder = storage_endpoint.path("functional", name)
+    storage_client.mkdir(folder)
+    yield folder
+    storage_client.remove_tree(folder)
 
 
 @pytest.fixture
@@ -118,7 +158,7 @@ def storage_clients(request: pytest.FixtureRequest) -> int:
     if param is None:
         raise pytest.UsageError(
             "storage_clients is parametrized only for tests marked "
-            "@pytest.mark.storagescale_op('<op>')."
+            "@pytest.mark.storagescale_op('<section>')."
         )
     return param
 
@@ -132,166 +172,106 @@ class StorageLoad:
         self._system = system
         self.outcomes: list[StepOutcome] = []
 
-    def _op(self, op: str | None) -> str:
-        node = self._request.node
-        op = op or marker_arg(node, "storagescale_op")
-        if op is None:
+    @property
+    def nodeid(self) -> str:
+        return self._request.node.nodeid
+
+    def section_name(self, section: str | None) -> str:
+        """``section``, or the test's ``storagescale_op`` marker."""
+        section = section or marker_arg(self._request.node, "storagescale_op")
+        if section is None:
             raise pytest.UsageError(
-                f"{node.nodeid}: storage_load needs an op, or mark the test "
-                f"@pytest.mark.storagescale_op('<op>')."
+                f"{self.nodeid}: storage_load needs a section, or mark the test "
+                f"@pytest.mark.storagescale_op('<section>')."
             )
-        return op
+        return section
 
-    def _skip_without_section(self, op: str) -> None:
-        """The thresholds file is the test plan: no section, no test."""
+    def section_plan(self, section: str) -> SectionPlan:
+        """The section; no section for this storage version skips the test (the
+        thresholds file is the test plan)."""
         thresholds = self._run.thresholds(self._system)
-        if thresholds.op(op) is None:
-            pytest.skip(f"{thresholds.path} has no [ops.{op}] section: this storage version "
-                        f"is not tested for {op}")
+        plan = thresholds.section(section)
+        if plan is None:
+            pytest.skip(f"{thresholds.path} has no [ops.{section}] section: this storage "
+                        f"version is not tested for {section}")
+        return plan
 
-    def _clients(self, clients: int | None) -> int:
+    def clients_for(self, clients: int | None) -> int:
         node = self._request.node
         if clients is None and hasattr(node, "callspec"):
             clients = node.callspec.params.get("storage_clients")
         if clients is None:
-            raise pytest.UsageError(f"{node.nodeid}: storage_load needs clients=N.")
+            raise pytest.UsageError(f"{self.nodeid}: storage_load needs clients=N.")
         return clients
 
-    def run(self, op: str | None = None, clients: int | None = None, *,
-            check: bool = True, label: str | None = None, judge=True, derive=None,
-            side: str | None = None, **overrides: Any) -> StepResult:
-        """Run section ``op`` of the thresholds file (default: the test's
+    def run(self, section: str | None = None, clients: int | None = None, *,
+            check: bool = True, label: str | None = None, judge: Judge = True,
+            derive: Derive | None = None, side: str | None = None,
+            **overrides: Any) -> StepRecord:
+        """Run ``section`` of the thresholds file (default: the test's
         ``storagescale_op`` marker) at ``clients`` (default: the test's parametrized
-        concurrency); return what it measured.
+        concurrency); return the step's record.
 
-        ``overrides`` replace the file's values for this step (``duration=``,
-        ``hang_timeout=``, ``warmup=``, per-op parameters such as ``file_size=``).
-        With ``check=False`` a broken rule is recorded but does not fail the test.
-        ``label``, ``judge``, ``derive`` and ``side``: see
-        :func:`pytest_storagescale.steps.run_load_step`.
-        """
-        node = self._request.node
-        op, clients = self._op(op), self._clients(clients)
-        self._skip_without_section(op)
+        ``overrides`` replace the section's values for this step (``duration=``,
+        ``hang_timeout=``, ``warmup=``, parameters such as ``file_size=``). With
+        ``check=False`` a broken rule is recorded but does not fail the test.
+        ``label`` names the step's role in a multi-step test; ``judge=False`` records
+        it without rules (verdict ``info``), or ``judge`` decides from the record;
+        ``derive`` adds metrics computed from it (and earlier steps) before the rules
+        are checked; ``side`` runs one side of a composite section alone."""
+        section, clients = self.section_name(section), self.clients_for(clients)
+        self.section_plan(section)
         _usable(self._run)
+        request = StepRequest(test=self.nodeid, system=self._system, section=section,
+                              clients=clients, overrides=overrides, label=label, side=side)
         progress = LiveProgress(self._request.config)
         try:
-            outcome = run_load_step(
-                self._run, test=node.nodeid, system=self._system, op=op, clients=clients,
-                overrides=overrides, label=label, judge=judge, derive=derive, side=side,
-                progress=progress if progress.enabled else None,
-            )
+            outcome = run_load_step(self._run, request, judge=judge, derive=derive,
+                                    progress=progress if progress.enabled else None)
         finally:
             progress.clear()
         self.outcomes.append(outcome)
-        record = outcome.record
+        self._report(outcome)
+        self._raise_for(outcome, check)
+        return outcome.record
+
+    def _report(self, outcome: StepOutcome) -> None:
         if allure_dir(self._request.config) is not None:
-            scan = scans([step for _, step in self._run.logged_steps()]).get(op, [])
-            attach_step(record, outcome.run_info, scan)
-        # the report carries the step to whoever writes the table and the results:
-        # this process, or the xdist controller (see plugin.StepCollector)
-        node.user_properties.append(
-            (STEP_PROPERTY, {"run": outcome.run_info, "step": record})
-        )
-        what = f"{op} step{f' ({label})' if label else ''} at {clients} clients"
-        if record["verdict"] == "error":
-            pytest.fail(f"{what} could not run: {record['error']}", pytrace=False)
-        if check and record["verdict"] == "fail":
-            ts = outcome.thresholds
+            logged = [step for _, step in self._run.ledger.logged()]
+            attach_step(outcome.record, outcome.run_info,
+                        scans(logged).get(outcome.record.section, []))
+        # the report says a step finished; whoever owns the results (this process or
+        # the xdist controller, see plugin.StepCollector) reads it from the step log
+        self._request.node.user_properties.append((STEP_PROPERTY, outcome.record.step_id))
+
+    def _raise_for(self, outcome: StepOutcome, check: bool) -> None:
+        record = outcome.record
+        what = f"{record.name} step at {record.clients} clients"
+        if record.verdict is Verdict.ERROR:
+            raise StepError(f"{what} could not run: {record.error}")
+        if check and record.verdict is Verdict.FAIL:
+            thresholds = outcome.thresholds
             lines = [
-                f"{what} broke its thresholds ({ts.path}, {ts.reason or 'given file'}):",
-                *format_violations(record["checks"], str(ts.path)),
+                f"{what} broke its thresholds ({thresholds.path}, "
+                f"{thresholds.reason or 'given file'}):",
+                *format_violations(record.checks, str(thresholds.path)),
             ]
-            pytest.fail("\n".join(lines), pytrace=False)
-        return outcome.result
+            hung = any(c.metric.rpartition(".")[2] == "hung" and c.passed is False
+                       for c in record.checks)
+            raise (HungClientsViolation if hung else ThresholdViolation)("\n".join(lines))
 
-    def mixing(self, op: str | None = None, clients: int | None = None) -> StepResult:
-        """Seed 004's mixing test: readers alone, writers alone, then both at once.
+    # the multi-step tests (see :mod:`pytest_storagescale.scenarios`)
+    def mixing(self, section: str | None = None, clients: int | None = None) -> StepRecord:
+        """Seed 004's readers and writers alone, then mixed: see :func:`scenarios.mixing`."""
+        return scenarios.mixing(self, section, clients)
 
-        The mixed step gets ``mix_ratio`` = (readers + writers MB/s when mixed) /
-        (readers alone + writers alone MB/s); the section's rules judge it
-        (e.g. ``mix_ratio >= 0.5``)."""
-        op, clients = self._op(op), self._clients(clients)
-        alone = {
-            side: self.run(op, clients, side=side, label="alone", judge=False)
-            for side in ("readers", "writers")
-        }
-        separate = sum(result.total.mb_s for result in alone.values())
+    def repeat(self, section: str | None = None, clients: int | None = None) -> StepRecord:
+        """Seed 001's repeated tries with an error bar: see :func:`scenarios.repeat`."""
+        return scenarios.repeat(self, section, clients)
 
-        def derive(mixed: StepResult) -> dict[str, float]:
-            together = sum(side.mb_s for side in mixed.sides.values())
-            return {"mix_ratio": together / separate if separate else float("nan")}
-
-        return self.run(op, clients, label="mixed", derive=derive)
-
-    def repeat(self, op: str | None = None, clients: int | None = None) -> StepResult:
-        """Run the step ``tries`` times (the section's key), as seed 001 ran ``dd`` ten
-        times for an error bar. The last try gets ``mb_s_mean``, ``mb_s_stddev``,
-        ``rate_hz_mean`` and ``rate_hz_stddev`` over all tries and is judged."""
-        op, clients = self._op(op), self._clients(clients)
-        self._skip_without_section(op)
-        tries = self._run.thresholds(self._system).op(op).tries
-        results: list[StepResult] = []
-
-        def derive(last: StepResult) -> dict[str, float]:
-            every = [*results, last]
-            return {
-                "mb_s_mean": statistics.fmean(r.total.mb_s for r in every),
-                "mb_s_stddev": statistics.pstdev(r.total.mb_s for r in every),
-                "rate_hz_mean": statistics.fmean(r.total.rate_hz for r in every),
-                "rate_hz_stddev": statistics.pstdev(r.total.rate_hz for r in every),
-            }
-
-        for attempt in range(1, tries + 1):
-            last = attempt == tries
-            result = self.run(op, clients, label=f"try {attempt}/{tries}", judge=last,
-                              derive=derive if last else None)
-            results.append(result)
-        return result
-
-    def recovery(self, op: str | None = None) -> StepResult:
-        """Seed 000's recovery question: after an overload, does the storage come
-        back by itself?
-
-        Runs a probe at the section's first concurrency (the rate before), an
-        overload step at ``overload_clients`` for ``overload_duration``, then probes
-        again until the rate is back to ``recover_fraction`` of the rate before or
-        ``recover_within`` has passed. The last probe gets ``recovery_s`` (seconds
-        from the overload's end to the probe's end; infinite when it never
-        recovered) and is judged by the section's rules (e.g. ``recovery_s <= 300``).
-        """
-        op = self._op(op)
-        self._skip_without_section(op)
-        plan = self._run.thresholds(self._system).op(op)
-        if not plan.recovery:
-            raise pytest.UsageError(
-                f"{self._request.node.nodeid}: [ops.{op}] has no recovery probe settings "
-                f"(overload_clients, overload_duration, recover_fraction, recover_within)."
-            )
-        settings, probe_clients = plan.recovery, plan.clients[0]
-        before = self.run(op, probe_clients, label="before", judge=False)
-        self.run(op, settings["overload_clients"], label="overload", judge=False,
-                 duration=settings["overload_duration"])
-        overload_end = time.time()
-        target = before.total.rate_hz * settings["recover_fraction"]
-
-        def recovered(result: StepResult) -> bool:
-            return result.total.rate_hz >= target and result.total.failed == 0
-
-        def decide(result: StepResult) -> bool:
-            return recovered(result) or result.ended - overload_end >= settings["recover_within"]
-
-        def derive(result: StepResult) -> dict[str, float]:
-            return {"recovery_s": (result.ended - overload_end) if recovered(result)
-                    else float("inf")}
-
-        probe = 0
-        while True:  # bounded: every probe takes time, and recover_within ends it
-            probe += 1
-            result = self.run(op, probe_clients, label=f"probe {probe}", judge=decide,
-                              derive=derive)
-            if self.outcomes[-1].record["verdict"] != "info":
-                return result
+    def recovery(self, section: str | None = None) -> StepRecord:
+        """Seed 000's recovery after an overload: see :func:`scenarios.recovery`."""
+        return scenarios.recovery(self, section)
 
 
 @pytest.fixture

@@ -1,36 +1,39 @@
-"""The pytest entry point: options, ini keys, markers, header, parametrization, summary.
+"""The pytest entry point: options, ini keys, markers, hooks, header,
+parametrization, summary.
 
 Thin by design: settings live in :mod:`.config`, session state in :mod:`.session`,
-fixtures in :mod:`.fixtures`.
+fixtures in :mod:`.fixtures`, hook specs in :mod:`.hooks`, what a site's hooks add in
+:mod:`.extensions`.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from .config import OPTIONS, Settings
+from . import extensions
+from .config import OPTIONS, REPEATABLE, Settings
 from .errors import StorageScaleUsageError
 from .fixtures import (  # noqa: F401 - fixtures are registered by import
     STEP_PROPERTY,
     marker_arg,
+    storage_client,
     storage_clients,
     storage_endpoint,
     storage_load,
     storage_system,
+    storage_test_dir,
     storage_thresholds,
 )
 from .reporting.allure_report import allure_dir, write_session_files
 from .reporting.benchmark_json import write_benchmark_json
 from .reporting.html import write_report
 from .reporting.table import format_table
-from .session import StorageRun
+from .session import WORKER_INPUT_KEY, StorageRun, role_of
 from .stash import storage_run_key
 
-WORKER_INPUT_KEY = "storagescale"
-
 MARKERS = (
-    "storagescale_op(op): a load test of this operation; storage_clients is parametrized "
-    "from the thresholds file's scan list for it.",
+    "storagescale_op(section): a load test of this thresholds section ([ops.<section>]); "
+    "storage_clients is parametrized from its scan list.",
     "storagescale_system(name): the storage system whose thresholds folder applies "
     "(--storage-system overrides).",
 )
@@ -39,8 +42,21 @@ MARKERS = (
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("storagescale", "storage scalability and acceptance tests")
     for name, (flag, _, _, help_text) in OPTIONS.items():
-        group.addoption(flag, dest=name, default=None, help=help_text)
+        action = "append" if name in REPEATABLE else "store"
+        group.addoption(flag, dest=name, default=None, action=action, help=help_text)
         parser.addini(name, help=help_text, default=None)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hooks
+
+    pluginmanager.add_hookspecs(hooks)
+
+
+def pytest_plugin_registered(plugin: object) -> None:
+    """Take the operations, metrics and drivers a conftest or plugin adds (this hook
+    is historic: it is also called for those registered before this plugin)."""
+    extensions.register(plugin)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -48,9 +64,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", marker)
     # an xdist worker gets the controller's run id, endpoint and shared folder
     shared = getattr(config, "workerinput", {}).get(WORKER_INPUT_KEY)
-    run = StorageRun(Settings.from_config(config), shared=shared)
+    run = StorageRun(Settings.from_config(config), role=role_of(config), shared=shared)
     config.stash[storage_run_key] = run
-    if not run.is_worker:  # a worker leaves the steps in its reports for the controller
+    if run.owns_results:  # a worker's reports tell the controller a step is logged
         config.pluginmanager.register(StepCollector(run), "storagescale-step-collector")
 
 
@@ -62,30 +78,28 @@ def pytest_configure_node(node) -> None:
 
 
 class StepCollector:
-    """Takes finished steps out of test reports (this process's, or on the xdist
-    controller every worker's) into the table and the results file. The step also
-    leaves the report's user_properties, so JUnit XML does not carry it."""
+    """When a test report (this process's, or on the xdist controller every worker's)
+    says a step finished, takes the new steps of the shared step log into the table
+    and the results file. The note leaves the report, so JUnit XML does not carry it."""
 
     def __init__(self, run: StorageRun) -> None:
         self.run = run
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        steps = [value for name, value in report.user_properties if name == STEP_PROPERTY]
-        if not steps:
+        if not any(name == STEP_PROPERTY for name, _ in report.user_properties):
             return
         report.user_properties[:] = [
             (name, value) for name, value in report.user_properties if name != STEP_PROPERTY
         ]
-        for step in steps:
-            self.run.record_step(step["run"], step["step"])
+        self.run.ledger.sync()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     run = config.stash.get(storage_run_key, None)
     if run is None:
         return []
-    lines = [f"storagescale: endpoint {run.endpoint_display}"]
+    lines = [f"storagescale: endpoint {run.endpoint.display}"]
     lines += [f"  {line}" for line in run.settings.header_lines()]
     return lines
 
@@ -94,8 +108,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize ``storage_clients`` from the matched thresholds file."""
     if "storage_clients" not in metafunc.fixturenames:
         return
-    op = marker_arg(metafunc.definition, "storagescale_op")
-    if op is None:
+    section = marker_arg(metafunc.definition, "storagescale_op")
+    if section is None:
         return
     run: StorageRun = metafunc.config.stash[storage_run_key]
     system = run.system_for(marker_arg(metafunc.definition, "storagescale_system"))
@@ -112,14 +126,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("storage_clients", [pytest.param(None, marks=pytest.mark.skip(
             reason=f"not collected: {exc}"))], indirect=True, ids=["error"])
         return
-    op_plan = thresholds.op(op)
-    if op_plan is None:
-        reason = (f"{thresholds.path} has no [ops.{op}] section: this storage version is "
-                  f"not tested for {op}")
+    plan = thresholds.section(section)
+    if plan is None:
+        reason = (f"{thresholds.path} has no [ops.{section}] section: this storage version "
+                  f"is not tested for {section}")
         metafunc.parametrize("storage_clients", [pytest.param(
             None, marks=pytest.mark.skip(reason=reason))], indirect=True, ids=["no-plan"])
         return
-    clients = run.settings.clients or op_plan.clients
+    clients = run.settings.clients or plan.clients
     metafunc.parametrize("storage_clients", list(clients), indirect=True,
                          ids=[f"c{c}" for c in clients])
 
@@ -129,17 +143,24 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     run = config.stash.get(storage_run_key, None)
     if run is None:
         return []
+    endpoint = run.endpoint
+    scale = f" at plan scale {run.settings.scale:g}" if run.settings.scale != 1 else ""
     return [
-        f"storagescale: {system} {run.version} ({run.version_source}): thresholds "
-        f"{thresholds.path} ({thresholds.reason})"
+        f"storagescale: {system} {endpoint.version} ({endpoint.version_source}): thresholds "
+        f"{thresholds.path} ({thresholds.reason}){scale}"
         for system, thresholds in run.resolved_thresholds().items()
     ]
 
 
 def pytest_collection_modifyitems(config: pytest.Config) -> None:
+    """Usage problems found while collecting, and a baseline of the wrong shape,
+    stop the session before any load runs."""
     run = config.stash[storage_run_key]
     if run.collection_errors:
         raise StorageScaleUsageError(run.collection_errors[0])
+    _ = run.baseline  # read and checked now
+    if run.owns_results:
+        run.ledger.results.check_writable()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -148,21 +169,21 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if run is None:
         return
     try:
-        if not run.is_worker:
+        if run.owns_results:
             # steps whose test report never arrived (a worker that crashed after the
             # step ended) are still in the session's shared step log
-            for run_info, record in run.logged_steps():
-                run.record_step(run_info, record)
-        if not run.is_worker and run.steps:
+            run.ledger.sync()
+        ledger = run.ledger
+        if run.owns_results and ledger.steps:
             report = run.settings.report_path()
             if report is not None:
-                run.report_page = write_report(report, run.results.run, run.steps)
+                run.report_page = write_report(report, ledger.run, ledger.steps)
             benchmark_json = run.settings.benchmark_json_path()
             if benchmark_json is not None:
-                write_benchmark_json(benchmark_json, run.results.run, run.steps)
+                write_benchmark_json(benchmark_json, ledger.run, ledger.steps)
             allure_results = allure_dir(session.config)
             if allure_results is not None:
-                write_session_files(allure_results, run.results.run)
+                write_session_files(allure_results, ledger.run)
     finally:
         run.finish()
 
@@ -174,21 +195,22 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
             f"storagescale: could not remove this run's directory {run.run_id}: "
             f"{run.cleanup_error}. Remove it by hand.", yellow=True,
         )
-    if run is None or not run.steps:
+    if run is None or not run.ledger.steps:
         return
-    info = run.results.run
+    info = run.ledger.run
     terminalreporter.section("storagescale")
     terminalreporter.write_line(
-        f"storagescale: {info['system']} {info['version']} at {info['endpoint']}"
-        f" (version {info.get('version_source', 'given')})"
+        f"storagescale: {info.system} {info.version} at {info.endpoint}"
+        f" (version {info.version_source or 'given'})"
     )
+    scale = f"; plan scale {info.scale:g}" if info.scale != 1 else ""
     terminalreporter.write_line(
-        f"              thresholds: {info['thresholds_file']} ({info['thresholds_reason']})"
+        f"              thresholds: {info.thresholds_file} ({info.thresholds_reason}){scale}"
     )
-    for line in format_table(run.steps):
+    for line in format_table(run.ledger.steps):
         terminalreporter.write_line(line)
-    if run.results.path is not None:
-        terminalreporter.write_line(f"results: {run.results.path}")
+    if run.ledger.results.path is not None:
+        terminalreporter.write_line(f"results: {run.ledger.results.path}")
     if run.report_page is not None:
         terminalreporter.write_line(f"report: {run.report_page}")
 

@@ -1,7 +1,7 @@
 """Thresholds files: the test plan and the pass/fail rules for one storage version range.
 
-A file says which concurrencies each operation is scanned at and what must hold at
-each of them::
+A file says which concurrencies each section's operation is scanned at and what
+must hold at each of them::
 
     [storage]
     system = "xrootd"
@@ -19,43 +19,48 @@ each of them::
     clients = "<=100"
     rules = ["rate_hz >= 4", "failed == 0", "hung == 0"]
 
-Files are validated when loaded; every problem is a :class:`ThresholdsError` that
-names the file, the key and what is valid.
+A section runs the operation of its name, or the one ``op = "get"`` names. Files
+are validated when loaded; every problem is a :class:`ThresholdsError` that names
+the file, the key and what is valid. :meth:`ThresholdSet.scaled` shrinks a plan for
+a quick smoke run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import operator
 import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import parse_duration
 from .errors import StorageScaleUsageError, ThresholdsError
+from .metrics import known_metrics
 
-#: metrics a rule may name; a mixed step prefixes them with its side (``readers.mb_s``)
-METRICS = (
-    "rate_hz", "rate_per_min", "mb_s", "mbit_s", "succeeded", "failed", "hung", "error_ratio",
-    "mean_s", "p50_s", "p90_s", "p99_s", "max_s",
-    # derived by a suite from several steps: mixed vs separate throughput, recovery
-    # time, same-file vs distinct-file transfer time
-    "mix_ratio", "recovery_s", "hot_ratio",
-    # over a section's repeated tries (``tries = 10``): the seeds' error bars
-    "mb_s_mean", "mb_s_stddev", "rate_hz_mean", "rate_hz_stddev",
-)
+if TYPE_CHECKING:
+    from .load.operations import Operation
+
+__all__ = [
+    "COMPARISONS", "Check", "ClientSelector", "Expectation", "Judgement", "RecoveryPlan",
+    "Rule", "SectionPlan", "ThresholdSet", "evaluate", "load_thresholds", "parse_rule",
+    "parse_selector", "select_thresholds",
+]
+
 COMPARISONS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt,
     "==": operator.eq,
 }
 DEFAULT_KEYS = ("duration", "warmup", "hang_timeout")
-#: keys an ``[ops.<name>]`` table may hold besides the per-op parameters
-OP_KEYS = ("op", "clients", "expect", "operations", "tries", *DEFAULT_KEYS)
+#: keys an ``[ops.<section>]`` table may hold besides its operation's parameters
+SECTION_KEYS = ("op", "clients", "expect", "operations", "tries", *DEFAULT_KEYS)
 #: keys of a recovery probe section (see ``StorageLoad.recovery``)
 RECOVERY_KEYS = ("overload_clients", "overload_duration", "recover_fraction", "recover_within")
+#: the shortest step a scaled plan runs (a shorter unscaled one stays as it is)
+MIN_SCALED_DURATION_S = 0.5
 _NUMBER = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 _RULE_RE = re.compile(
     rf"^\s*([A-Za-z_][\w.]*)\s*(>=|<=|==|>|<)\s*"
@@ -87,7 +92,8 @@ class Rule:
 
 
 def parse_rule(text: str, *, sides: tuple[str, ...] = (), where: str = "rule") -> Rule:
-    """Parse one rule; ``sides`` are the prefixes a mixed step allows."""
+    """Parse one rule; ``sides`` are the prefixes a mixed step allows. The metric must
+    be measured or registered (:func:`~pytest_storagescale.metrics.register_metric`)."""
     match = _RULE_RE.match(text) if isinstance(text, str) else None
     if not match:
         raise ThresholdsError(
@@ -99,10 +105,11 @@ def parse_rule(text: str, *, sides: tuple[str, ...] = (), where: str = "rule") -
     relative = bool(times_baseline or bare_baseline)
     number = number if number is not None else "1"
     side, _, bare = metric.rpartition(".")
-    known = ", ".join(METRICS)
-    if bare not in METRICS:
+    known = known_metrics()
+    if bare not in known:
         raise ThresholdsError(
-            f"{where}: unknown metric {bare!r} in {text!r}. Known metrics: {known}."
+            f"{where}: unknown metric {bare!r} in {text!r}. Known metrics: {', '.join(known)}. "
+            f"A suite can register a derived metric with the pytest_storagescale_metrics hook."
         )
     if side and side not in sides:
         valid = ", ".join(sides) if sides else "none for this operation"
@@ -158,29 +165,119 @@ class Expectation:
     rules: tuple[Rule, ...]
 
 
-@dataclass(frozen=True)
-class OpPlan:
-    """One operation's scan: concurrencies, timings, parameters and expectations."""
+# --- plans and scaling -------------------------------------------------------------
 
+def _check_factor(factor: Any, what: str) -> float:
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        raise StorageScaleUsageError(
+            f"{what}: {factor!r} is not a scale factor. Give a number with 0 < factor <= 1, "
+            f"e.g. 0.1 for a quick smoke run (1 runs the thresholds file's full plan)."
+        )
+    return float(factor)
+
+
+def _scaled_time(seconds: float, factor: float) -> float:
+    return max(min(seconds, MIN_SCALED_DURATION_S), seconds * factor)
+
+
+def _scaled_count(count: int, factor: float) -> int:
+    return max(1, int(count * factor + 0.5))  # half up: 2.5 -> 3
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    """A recovery probe's settings: overload at ``overload_clients`` for
+    ``overload_duration``, then probe until the rate is back to ``recover_fraction``
+    of the rate before, for at most ``recover_within`` seconds."""
+
+    overload_clients: int
+    overload_duration: float
+    recover_fraction: float
+    recover_within: float
+
+    def scaled(self, factor: float) -> RecoveryPlan:
+        """Times and the overload's clients shrunk like a section's (see
+        :meth:`SectionPlan.scaled`); the fraction unchanged."""
+        factor = _check_factor(factor, "recovery scale factor")
+        if factor == 1:
+            return self
+        return RecoveryPlan(
+            overload_clients=_scaled_count(self.overload_clients, factor),
+            overload_duration=_scaled_time(self.overload_duration, factor),
+            recover_fraction=self.recover_fraction,
+            recover_within=_scaled_time(self.recover_within, factor),
+        )
+
+
+@dataclass(frozen=True)
+class SectionPlan:
+    """One ``[ops.<name>]`` section's scan: its operation, concurrencies, timings,
+    parameters and expectations."""
+
+    #: the section's name, ``[ops.<name>]`` (the results' ``op`` key)
     name: str
+    #: the engine operation it runs: the section name unless ``op =`` says
+    operation: str
     clients: tuple[int, ...]
     duration: float
     warmup: float
     hang_timeout: float
     params: dict[str, Any]
     expectations: tuple[Expectation, ...]
-    #: the engine operation this section runs (the section name unless ``op =`` says)
-    operation: str = ""
-    #: the step does this many operations and ends (count bound), 0: no bound
-    operations: int = 0
+    #: the step ends after this many operations (TOML ``operations``); 0: no bound
+    max_operations: int = 0
     #: how often ``StorageLoad.repeat`` runs the step (for mean and error bar)
     tries: int = 1
-    #: recovery probe settings (overload_clients, overload_duration, recover_fraction,
-    #: recover_within), empty for a plain step
-    recovery: dict[str, Any] = field(default_factory=dict)
+    #: recovery probe settings; None for a plain step
+    recovery: RecoveryPlan | None = None
+    #: a scaled plan's client count -> the file's count whose rules judge it
+    judged_as: Mapping[int, int] = field(default_factory=dict)
 
     def rules_for(self, clients: int) -> list[Rule]:
+        """The rules of every expectation that selects ``clients`` (for a scaled plan:
+        the file's concurrency it stands for)."""
+        clients = self.judged_as.get(clients, clients)
         return [r for e in self.expectations if e.clients(clients) for r in e.rules]
+
+    def scaled(self, factor: float) -> SectionPlan:
+        """The plan shrunk for a quick run; ``factor`` 1 returns this plan.
+
+        - ``duration``, ``overload_duration``, ``recover_within``: times the factor,
+          at least :data:`MIN_SCALED_DURATION_S` (0.5 s), never longer than unscaled;
+        - ``warmup``: times the factor (0 stays 0);
+        - ``clients``, ``overload_clients``: times the factor rounded half up, at
+          least 1, repeated counts dropped (first kept); each is judged by the rules of
+          the count it stands for (:attr:`judged_as`);
+        - byte sizes: times the factor, at least 1 byte (0 stays 0); counts (files,
+          entries, chunks) and ``max_operations``: times the factor, at least 1
+          (``max_operations`` 0, no bound, stays 0); flags and choices unchanged;
+          when the shrunk parameters fail the operation's checks, the parameter
+          that breaks them keeps its value (:meth:`Operation.scaled_params`);
+        - ``hang_timeout`` (a deadline, not a workload), ``tries`` and the rules:
+          unchanged.
+        """
+        from .load.operations import get_operation
+
+        factor = _check_factor(factor, f"[ops.{self.name}] scale factor")
+        if factor == 1:
+            return self
+        judged_as: dict[int, int] = {}
+        for clients in self.clients:
+            judged_as.setdefault(
+                _scaled_count(clients, factor), self.judged_as.get(clients, clients)
+            )
+        return dataclasses.replace(
+            self,
+            clients=tuple(judged_as),
+            duration=_scaled_time(self.duration, factor),
+            warmup=self.warmup * factor,
+            params=get_operation(self.operation).scaled_params(self.params, factor),
+            max_operations=(
+                _scaled_count(self.max_operations, factor) if self.max_operations else 0
+            ),
+            recovery=self.recovery.scaled(factor) if self.recovery else None,
+            judged_as=judged_as,
+        )
 
 
 @dataclass(frozen=True)
@@ -190,13 +287,29 @@ class ThresholdSet:
     path: Path
     system: str
     versions: tuple[str, ...]
-    ops: dict[str, OpPlan]
+    sections: dict[str, SectionPlan]
     #: why this file was chosen, for the header and the table
     reason: str = ""
+    #: the factor the file's plan was shrunk by (1: as written)
+    scale: float = 1.0
 
-    def op(self, name: str) -> OpPlan | None:
-        return self.ops.get(name)
+    def section(self, name: str) -> SectionPlan | None:
+        return self.sections.get(name)
 
+    def scaled(self, factor: float, *, what: str = "scale factor") -> ThresholdSet:
+        """Every section shrunk by ``factor`` (see :meth:`SectionPlan.scaled`);
+        ``what`` names the setting in the error for a bad factor."""
+        factor = _check_factor(factor, what)
+        if factor == 1:
+            return self
+        return dataclasses.replace(
+            self,
+            sections={name: plan.scaled(factor) for name, plan in self.sections.items()},
+            scale=self.scale * factor,
+        )
+
+
+# --- loading -----------------------------------------------------------------------
 
 def _where(path: Path, key: str) -> str:
     return f"{path}: {key}"
@@ -217,19 +330,42 @@ def _duration(value: Any, path: Path, key: str) -> float:
         raise ThresholdsError(str(exc)) from None
 
 
+def _timing(name: str, value: Any, path: Path, key: str) -> float:
+    """A duration; a warm-up may also be zero."""
+    if name == "warmup" and value in (0, "0", "0s"):
+        return 0.0
+    return _duration(value, path, key)
+
+
+def _whole_number(table: dict, name: str, default: int, minimum: int, path: Path,
+                  key: str, hint: str) -> int:
+    value = table.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ThresholdsError(f"{_where(path, f'{key}.{name}')}: must be {hint}.")
+    return value
+
+
 def load_thresholds(path: Path, *, reason: str = "") -> ThresholdSet:
     """Read and validate one thresholds file."""
-    from .load.operations import OPERATIONS  # the op registry defines per-op parameters
+    data = _read_toml(path)
+    _check_keys(data, ("storage", "defaults", "ops"), path, "top level")
+    system, versions = _storage(data.get("storage"), path)
+    defaults = _defaults(data.get("defaults", {}), path)
+    sections = _sections(data.get("ops", {}), path, defaults)
+    return ThresholdSet(path, system, versions, sections, reason)
 
+
+def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ThresholdsError(f"{path}: cannot read thresholds file: {exc.strerror}.") from None
     except tomllib.TOMLDecodeError as exc:
         raise ThresholdsError(f"{path}: not valid TOML: {exc}. Fix the syntax.") from None
 
-    _check_keys(data, ("storage", "defaults", "ops"), path, "top level")
-    storage = data.get("storage")
+
+def _storage(storage: Any, path: Path) -> tuple[str, tuple[str, ...]]:
+    """The ``[storage]`` table: system name and version patterns."""
     if not isinstance(storage, dict):
         raise ThresholdsError(
             f"{path}: missing [storage] table. Add [storage] with system = \"xrootd\" and "
@@ -247,116 +383,134 @@ def load_thresholds(path: Path, *, reason: str = "") -> ThresholdSet:
             f"{_where(path, '[storage].versions')}: must be a list of version patterns, "
             f"e.g. [\"9.2.*\"] or [\"*\"] for a fallback."
         )
+    return system, tuple(versions)
 
-    defaults_table = data.get("defaults", {})
-    _check_keys(defaults_table, DEFAULT_KEYS, path, "[defaults]")
+
+def _defaults(table: Any, path: Path) -> dict[str, float]:
+    """The ``[defaults]`` timings every section inherits."""
+    if not isinstance(table, dict):
+        raise ThresholdsError(
+            f"{_where(path, 'defaults')}: must be a table: [defaults] with "
+            f"{', '.join(DEFAULT_KEYS)}."
+        )
+    _check_keys(table, DEFAULT_KEYS, path, "[defaults]")
     defaults = {"duration": 60.0, "warmup": 0.0, "hang_timeout": 60.0}
-    for key, value in defaults_table.items():
-        defaults[key] = (
-            0.0 if key == "warmup" and value in (0, "0", "0s")
-            else _duration(value, path, f"[defaults].{key}")
-        )
+    for name, value in table.items():
+        defaults[name] = _timing(name, value, path, f"[defaults].{name}")
+    return defaults
 
-    ops_table = data.get("ops", {})
-    if not isinstance(ops_table, dict):
+
+def _sections(table: Any, path: Path, defaults: dict[str, float]) -> dict[str, SectionPlan]:
+    if not isinstance(table, dict):
         raise ThresholdsError(f"{_where(path, 'ops')}: must be a table of [ops.<op>] sections.")
-    ops = {}
-    for name, table in ops_table.items():
-        key = f"[ops.{name}]"
-        if not isinstance(table, dict):
-            raise ThresholdsError(f"{_where(path, key)}: must be a table.")
-        op_name = table.get("op", name)
-        if op_name not in OPERATIONS:
-            what = f"op = {op_name!r}" if "op" in table else f"operation {name!r}"
-            raise ThresholdsError(
-                f"{_where(path, key)}: unknown {what}. Known operations: "
-                f"{', '.join(OPERATIONS)}. A section with another name says which it runs: "
-                f"op = \"get\"."
-            )
-        operation = OPERATIONS[op_name]
-        _check_keys(table, (*OP_KEYS, *RECOVERY_KEYS, *operation.param_names), path, key)
-        count_bound = table.get("operations", 0)
-        if not isinstance(count_bound, int) or isinstance(count_bound, bool) or count_bound < 0:
-            raise ThresholdsError(
-                f"{_where(path, key + '.operations')}: must be a whole number of operations "
-                f"(the step ends when that many were done), e.g. operations = 450."
-            )
-        recovery = _recovery(table, path, key)
-        tries = table.get("tries", 1)
-        if not isinstance(tries, int) or isinstance(tries, bool) or tries < 1:
-            raise ThresholdsError(
-                f"{_where(path, key + '.tries')}: must be a whole number of repetitions, "
-                f"e.g. tries = 10."
-            )
-        clients = table.get("clients")
-        if not (isinstance(clients, list) and clients and all(
-            isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in clients
-        )):
-            raise ThresholdsError(
-                f"{_where(path, key + '.clients')}: must be a list of positive client counts, "
-                f"e.g. clients = [5, 50, 200]."
-            )
-        timings = {}
-        for timing in DEFAULT_KEYS:
-            if timing in table:
-                value = table[timing]
-                timings[timing] = (
-                    0.0 if timing == "warmup" and value in (0, "0", "0s")
-                    else _duration(value, path, f"{key}.{timing}")
-                )
-            else:
-                timings[timing] = defaults[timing]
-        try:
-            params = operation.parse_params(
-                {k: v for k, v in table.items() if k in operation.param_names},
-                where=_where(path, key),
-            )
-        except StorageScaleUsageError as exc:
-            raise ThresholdsError(str(exc)) from None
-        expect = table.get("expect", [])
-        if not isinstance(expect, list):
-            raise ThresholdsError(
-                f"{_where(path, key + '.expect')}: write expectations as [[ops.{name}.expect]] "
-                f"blocks with clients and rules."
-            )
-        expectations = []
-        for index, block in enumerate(expect):
-            where = _where(path, f"[ops.{name}.expect][{index}]")
-            if not isinstance(block, dict):
-                raise ThresholdsError(f"{where}: must be a table with clients and rules.")
-            _check_keys(block, ("clients", "rules"), path, f"[ops.{name}.expect][{index}]")
-            selector = parse_selector(block.get("clients", "*"), where=f"{where}.clients")
-            rules = block.get("rules")
-            if not isinstance(rules, list) or not rules:
-                raise ThresholdsError(
-                    f"{where}.rules: must be a non-empty list, e.g. rules = [\"hung == 0\"]."
-                )
-            parsed = tuple(
-                parse_rule(rule, sides=operation.sides, where=f"{where}.rules[{i}]")
-                for i, rule in enumerate(rules)
-            )
-            expectations.append(Expectation(selector, parsed))
-        ops[name] = OpPlan(
-            name=name,
-            clients=tuple(clients),
-            duration=timings["duration"],
-            warmup=timings["warmup"],
-            hang_timeout=timings["hang_timeout"],
-            params=params,
-            expectations=tuple(expectations),
-            operation=op_name,
-            operations=count_bound,
-            tries=tries,
-            recovery=recovery,
+    return {name: _section(name, section, path, defaults) for name, section in table.items()}
+
+
+def _section(name: str, table: Any, path: Path, defaults: dict[str, float]) -> SectionPlan:
+    """One ``[ops.<name>]`` section."""
+    key = f"[ops.{name}]"
+    if not isinstance(table, dict):
+        raise ThresholdsError(f"{_where(path, key)}: must be a table.")
+    operation = _section_operation(name, table, path, key)
+    _check_keys(table, (*SECTION_KEYS, *RECOVERY_KEYS, *operation.param_names), path, key)
+    max_operations = _whole_number(
+        table, "operations", 0, 0, path, key, "a whole number of operations (the step ends "
+        "when that many were done), e.g. operations = 450",
+    )
+    recovery = _recovery(table, path, key)
+    tries = _whole_number(table, "tries", 1, 1, path, key,
+                          "a whole number of repetitions, e.g. tries = 10")
+    clients = _clients(table.get("clients"), path, key)
+    timings = {
+        timing: _timing(timing, table[timing], path, f"{key}.{timing}") if timing in table
+        else defaults[timing]
+        for timing in DEFAULT_KEYS
+    }
+    return SectionPlan(
+        name=name,
+        operation=operation.name,
+        clients=clients,
+        **timings,
+        params=_params(operation, table, path, key),
+        expectations=_expectations(name, table.get("expect", []), operation.sides, path),
+        max_operations=max_operations,
+        tries=tries,
+        recovery=recovery,
+    )
+
+
+def _section_operation(name: str, table: dict, path: Path, key: str) -> Operation:
+    """The operation a section runs: ``op = "get"`` or its own name."""
+    from .load.operations import get_operation, operation_names
+
+    operation = table.get("op", name)
+    known = operation_names()
+    if operation not in known:
+        what = f"op = {operation!r}" if "op" in table else f"operation {name!r}"
+        raise ThresholdsError(
+            f"{_where(path, key)}: unknown {what}. Known operations: {', '.join(known)}. "
+            f"A section with another name says which it runs: op = \"get\"."
         )
-    return ThresholdSet(path, system, tuple(versions), ops, reason)
+    return get_operation(operation)
 
 
-def _recovery(table: dict, path: Path, key: str) -> dict[str, Any]:
-    """Validate a recovery probe's keys (all or none)."""
+def _clients(clients: Any, path: Path, key: str) -> tuple[int, ...]:
+    if not (isinstance(clients, list) and clients and all(
+        isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in clients
+    )):
+        raise ThresholdsError(
+            f"{_where(path, key + '.clients')}: must be a list of positive client counts, "
+            f"e.g. clients = [5, 50, 200]."
+        )
+    return tuple(clients)
+
+
+def _params(operation: Operation, table: dict, path: Path, key: str) -> dict[str, Any]:
+    try:
+        return operation.parse_params(
+            {k: v for k, v in table.items() if k in operation.param_names},
+            where=_where(path, key),
+        )
+    except StorageScaleUsageError as exc:
+        raise ThresholdsError(str(exc)) from None
+
+
+def _expectations(name: str, expect: Any, sides: tuple[str, ...],
+                  path: Path) -> tuple[Expectation, ...]:
+    if not isinstance(expect, list):
+        raise ThresholdsError(
+            f"{_where(path, f'[ops.{name}].expect')}: write expectations as "
+            f"[[ops.{name}.expect]] blocks with clients and rules."
+        )
+    return tuple(
+        _expectation(block, sides, path, f"[ops.{name}.expect][{index}]")
+        for index, block in enumerate(expect)
+    )
+
+
+def _expectation(block: Any, sides: tuple[str, ...], path: Path, key: str) -> Expectation:
+    """One ``[[ops.<name>.expect]]`` block: a client selector and its rules."""
+    where = _where(path, key)
+    if not isinstance(block, dict):
+        raise ThresholdsError(f"{where}: must be a table with clients and rules.")
+    _check_keys(block, ("clients", "rules"), path, key)
+    selector = parse_selector(block.get("clients", "*"), where=f"{where}.clients")
+    rules = block.get("rules")
+    if not isinstance(rules, list) or not rules:
+        raise ThresholdsError(
+            f"{where}.rules: must be a non-empty list, e.g. rules = [\"hung == 0\"]."
+        )
+    return Expectation(selector, tuple(
+        parse_rule(rule, sides=sides, where=f"{where}.rules[{i}]")
+        for i, rule in enumerate(rules)
+    ))
+
+
+def _recovery(table: dict, path: Path, key: str) -> RecoveryPlan | None:
+    """A recovery probe's settings (all four keys or none)."""
     present = [k for k in RECOVERY_KEYS if k in table]
     if not present:
-        return {}
+        return None
     missing = [k for k in RECOVERY_KEYS if k not in table]
     if missing:
         raise ThresholdsError(
@@ -376,14 +530,16 @@ def _recovery(table: dict, path: Path, key: str) -> dict[str, Any]:
             f"{_where(path, key + '.recover_fraction')}: {fraction!r} must be a fraction of the "
             f"rate before the overload, between 0 and 1, e.g. 0.8."
         )
-    return {
-        "overload_clients": overload,
-        "overload_duration": _duration(table["overload_duration"], path,
-                                       key + ".overload_duration"),
-        "recover_fraction": float(fraction),
-        "recover_within": _duration(table["recover_within"], path, key + ".recover_within"),
-    }
+    return RecoveryPlan(
+        overload_clients=overload,
+        overload_duration=_duration(table["overload_duration"], path,
+                                    key + ".overload_duration"),
+        recover_fraction=float(fraction),
+        recover_within=_duration(table["recover_within"], path, key + ".recover_within"),
+    )
 
+
+# --- choosing a file ---------------------------------------------------------------
 
 def _specificity(pattern: str) -> int:
     """More literal characters = more specific; ``*`` alone is the weakest."""
@@ -401,7 +557,7 @@ def select_thresholds(root: Path, system: str, version: str) -> ThresholdSet:
         reason = "given by --storage-thresholds"
         if not any(fnmatch.fnmatchcase(version, p) for p in ts.versions):
             reason += f"; its versions {list(ts.versions)} do not include {version}"
-        return ThresholdSet(ts.path, ts.system, ts.versions, ts.ops, reason=reason)
+        return dataclasses.replace(ts, reason=reason)
     folder = root / system
     if not folder.is_dir():
         available = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
@@ -411,6 +567,21 @@ def select_thresholds(root: Path, system: str, version: str) -> ThresholdSet:
                else f"{root} has no <system>/*.toml folders. ")
             + "Pass --storage-system or --storage-thresholds PATH."
         )
+    candidates = _candidates(folder, system, version)
+    candidates.sort(key=lambda c: -c[0])
+    top_score, pattern, chosen = candidates[0]
+    ties = [c for c in candidates[1:] if c[0] == top_score]
+    if ties:
+        names = ", ".join(str(c[2].path.name) for c in [candidates[0], *ties])
+        raise ThresholdsError(
+            f"{folder}: version {version!r} matches equally specific patterns in several "
+            f"files ({names}). Make one pattern more specific."
+        )
+    return dataclasses.replace(chosen, reason=f"matched version {version} with pattern {pattern!r}")
+
+
+def _candidates(folder: Path, system: str, version: str) -> list[tuple[int, str, ThresholdSet]]:
+    """The files of ``folder`` whose versions match, with their best pattern's score."""
     files = sorted(folder.glob("*.toml"))
     candidates = []
     for path in files:
@@ -428,20 +599,10 @@ def select_thresholds(root: Path, system: str, version: str) -> ThresholdSet:
             f"(files and their versions: {listed}). Add a file for this version, a fallback "
             f"with versions = [\"*\"], or pass --storage-version."
         )
-    candidates.sort(key=lambda c: -c[0])
-    top_score, pattern, chosen = candidates[0]
-    ties = [c for c in candidates[1:] if c[0] == top_score]
-    if ties:
-        names = ", ".join(str(c[2].path.name) for c in [candidates[0], *ties])
-        raise ThresholdsError(
-            f"{folder}: version {version!r} matches equally specific patterns in several "
-            f"files ({names}). Make one pattern more specific."
-        )
-    return ThresholdSet(
-        chosen.path, chosen.system, chosen.versions, chosen.ops,
-        reason=f"matched version {version} with pattern {pattern!r}",
-    )
+    return candidates
 
+
+# --- judging -----------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Check:
@@ -464,14 +625,19 @@ class Check:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """The outcome of checking one step's metrics against its rules."""
+class Judgement:
+    """One step's metrics checked against its rules."""
 
-    verdict: str  # "pass" | "fail"
     checks: tuple[Check, ...]
 
     @property
+    def passed(self) -> bool:
+        """No rule failed (a relative rule without a baseline does not fail)."""
+        return all(check.passed is not False for check in self.checks)
+
+    @property
     def violations(self) -> list[str]:
+        """The failed rules with what was observed, e.g. ``hung == 0 (observed 2)``."""
         return [
             f"{c.rule.text} (observed {c.observed:.6g}"
             + (f", baseline {c.baseline:.6g})" if c.rule.relative else ")")
@@ -480,17 +646,16 @@ class Verdict:
 
 
 def evaluate(
-    rules: list[Rule], metrics: Callable[[str], float],
+    rules: list[Rule], metric: Callable[[str], float],
     baseline: Callable[[str], float | None] | None = None,
-) -> Verdict:
-    """Check every rule against ``metrics(name)``; relative rules against
+) -> Judgement:
+    """Check every rule against ``metric(name)``; relative rules against
     ``baseline(name)`` (the same step of an earlier run), when there is one."""
     checks = []
     for rule in rules:
-        observed = metrics(rule.metric)
+        observed = metric(rule.metric)
         base = baseline(rule.metric) if (rule.relative and baseline is not None) else None
         limit = rule.resolve(base)
         passed = None if limit is None else COMPARISONS[rule.comparison](observed, limit)
         checks.append(Check(rule, observed, limit, passed, base))
-    ok = all(check.passed is not False for check in checks)
-    return Verdict("pass" if ok else "fail", tuple(checks))
+    return Judgement(tuple(checks))

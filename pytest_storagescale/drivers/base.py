@@ -6,11 +6,20 @@ mutating operation: a path outside ``writable_root`` (the run's test area) raise
 :class:`~pytest_storagescale.errors.UnsafePathError` before anything is sent.
 Subclasses implement the ``_``-prefixed methods and raise
 :class:`~pytest_storagescale.errors.StorageError` subclasses on failure.
+
+The class owns what is specific to its protocol: the URL schemes it speaks, the
+options it takes (credentials, client settings), how its clients log in
+(:meth:`Driver.client_name`, :meth:`Driver.role_name`) and whether connections
+outlive a driver (:meth:`Driver.forget_connections`). Nobody builds a driver by
+hand: :func:`~pytest_storagescale.drivers.registry.driver_spec` makes a
+:class:`~pytest_storagescale.drivers.spec.DriverSpec`, which builds them.
 """
 
 from __future__ import annotations
 
 import abc
+import os
+from collections.abc import Mapping
 from typing import ClassVar, NamedTuple
 
 from ..endpoints.url import EndpointURL, is_inside
@@ -31,6 +40,12 @@ class Driver(abc.ABC):
     name: ClassVar[str] = "driver"
     #: URL schemes this driver speaks
     schemes: ClassVar[tuple[str, ...]] = ()
+    #: the driver options it takes (``--storage-driver-option KEY=VALUE``)
+    option_names: ClassVar[tuple[str, ...]] = ("ca_dir",)
+    #: options whose values are never shown (repr, errors, results)
+    secret_options: ClassVar[tuple[str, ...]] = ()
+    #: options the client library reads from the environment: option -> variable
+    option_environment: ClassVar[Mapping[str, str]] = {"ca_dir": "X509_CERT_DIR"}
 
     def __init__(
         self,
@@ -39,14 +54,46 @@ class Driver(abc.ABC):
         client_id: str = "storagescale",
         timeout: float = 60.0,
         writable_root: str | None = None,
-        options: dict | None = None,
+        options: Mapping[str, str] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.client_id = client_id
         self.timeout = timeout
         #: mutating operations are refused outside this path (None: refuse all)
         self.writable_root = writable_root
-        self.options = options or {}
+        self.options: Mapping[str, str] = options or {}
+        for option, variable in self.option_environment.items():
+            if self.options.get(option):
+                # the client libraries read credentials and CA paths from the
+                # environment when they connect; one identity per process
+                os.environ[variable] = self.options[option]
+
+    # -- what the class owns ----------------------------------------------------
+    @classmethod
+    def parse_endpoint(cls, url: str) -> EndpointURL:
+        """The endpoint of ``url`` (:class:`~pytest_storagescale.errors.EndpointError`
+        when it cannot be used)."""
+        return EndpointURL.parse(url)
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, str]) -> None:
+        """Reject option values this driver cannot use (a usage error naming the value);
+        the keys are already checked against :attr:`option_names`."""
+
+    @classmethod
+    def client_name(cls, index: int) -> str:
+        """The login name of load client ``index``."""
+        return f"client{index}"
+
+    @classmethod
+    def role_name(cls, role: str) -> str:
+        """The login name of a service connection (``admin``, ``coordinator``...)."""
+        return role
+
+    @classmethod
+    def forget_connections(cls) -> None:  # noqa: B027 - optional hook
+        """Called after a step with hung clients: later clients must not reuse a
+        connection a hung request may still hold."""
 
     # -- the guard ------------------------------------------------------------
     def _guard(self, operation: str, path: str) -> None:

@@ -1,59 +1,212 @@
-"""Lazy registry: URL scheme -> driver name -> driver class."""
+"""The driver registry: names -> driver classes, imported only when used.
+
+Like fsspec's ``known_implementations``, a driver is registered by name as a class
+or as a lazy ``"module:Class"`` target with an install hint, so the heavy client
+libraries (XRootD, gfal2) are imported by the runs that use them, and a missing
+one gives the command that installs it instead of an ImportError. A package adds
+its own driver with :func:`register_driver`, or without code through the entry
+point group ``pytest_storagescale.drivers`` (``name = "module:Class"``; its
+schemes come from the class's ``schemes``).
+
+:func:`driver_spec` turns an endpoint URL, ``--storage-driver`` and the driver
+options into the :class:`~pytest_storagescale.drivers.spec.DriverSpec` everything
+else builds clients from.
+"""
 
 from __future__ import annotations
 
 import importlib
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from ..errors import StorageScaleUsageError
+from .base import Driver
+from .spec import DriverSpec, redact_url
 
-#: driver name -> (module, class, what to install when the import fails)
-DRIVERS: dict[str, tuple[str, str, str]] = {
-    "xrootd": (
-        "pytest_storagescale.drivers.xrootd", "XRootDDriver",
-        "the XRootD Python bindings: 'apt-get install python3-xrootd' (Debian, then a venv "
-        "with --system-site-packages) or 'pip install xrootd'",
-    ),
-    "gfal2": (
-        "pytest_storagescale.drivers.gfal2", "Gfal2Driver",
-        "gfal2-python: 'apt-get install python3-gfal2 gfal2-plugin-http gfal2-plugin-xrootd "
-        "gfal2-plugin-file' (then a venv with --system-site-packages)",
-    ),
-    "local": ("pytest_storagescale.drivers.local", "LocalDriver", ""),
-}
-
-#: which driver serves a scheme when the user did not force one
-DEFAULT_DRIVER = {
-    "root": "xrootd", "xroot": "xrootd", "roots": "xrootd",
-    "davs": "gfal2", "https": "gfal2", "dav": "gfal2", "http": "gfal2",
-    "file": "local",
-    "srm": "gfal2", "gsiftp": "gfal2",
-}
+ENTRY_POINT_GROUP = "pytest_storagescale.drivers"
 
 
-def driver_name_for(scheme: str, forced: str = "auto") -> str:
-    """The driver for ``scheme``; ``forced`` (``--storage-driver``) wins unless ``auto``."""
-    name = DEFAULT_DRIVER.get(scheme, "gfal2") if forced == "auto" else forced
-    schemes = getattr(driver_class(name), "schemes", ())
-    if scheme not in schemes:
+@dataclass
+class _Entry:
+    target: type[Driver] | str
+    install_hint: str
+    #: a plugin's schemes are read from its class the first time a scheme is unknown
+    schemes_unread: bool = False
+
+
+_DRIVERS: dict[str, _Entry] = {}
+#: which driver serves a scheme under ``--storage-driver auto``
+_SCHEMES: dict[str, str] = {}
+_entry_points_lock = threading.Lock()
+_entry_points_read = False
+
+
+def register_driver(
+    target: type[Driver] | str, *, name: str | None = None, schemes: tuple[str, ...] = (),
+    install_hint: str = "", replace: bool = False,
+) -> None:
+    """Register a driver class, or a ``"module:Class"`` imported on first use.
+
+    ``schemes`` are the URL schemes it serves when ``--storage-driver`` is ``auto``
+    (default: a class's own ``schemes``); ``install_hint`` says what to install when
+    the import fails. A name or scheme taken by another driver needs ``replace``.
+    """
+    if isinstance(target, str):
+        if name is None or ":" not in target:
+            raise ValueError(f"a lazy driver target needs name= and 'module:Class', got {target!r}")
+    else:
+        name = name or target.name
+        schemes = schemes or target.schemes
+    if name in _DRIVERS and not replace:
+        raise ValueError(f"driver {name!r} is registered already; pass replace=True")
+    taken = {s: _SCHEMES[s] for s in schemes if _SCHEMES.get(s, name) != name}
+    if taken and not replace:
+        raise ValueError(f"schemes already served by other drivers: {taken}; pass replace=True")
+    _DRIVERS[name] = _Entry(target, install_hint)
+    for scheme in schemes:
+        _SCHEMES[scheme] = name
+
+
+def driver_names() -> tuple[str, ...]:
+    """Every registered driver name (entry-point plugins included)."""
+    _read_entry_points()
+    return tuple(_DRIVERS)
+
+
+def known_schemes() -> tuple[str, ...]:
+    """Every URL scheme some driver serves under ``--storage-driver auto``."""
+    _read_entry_points()
+    _claim_plugin_schemes()
+    return tuple(_SCHEMES)
+
+
+def driver_class(name: str) -> type[Driver]:
+    """The driver class registered as ``name``, imported now if it was lazy."""
+    _read_entry_points()
+    entry = _DRIVERS.get(name)
+    if entry is None:
         raise StorageScaleUsageError(
-            f"--storage-driver {name}: cannot speak {scheme}://. It handles "
-            f"{', '.join(s + '://' for s in schemes)}; use --storage-driver auto."
+            f"unknown driver {name!r}. Known drivers: {', '.join(_DRIVERS)}."
         )
-    return name
+    if isinstance(entry.target, str):
+        entry.target = _import(name, entry)
+    return entry.target
 
 
-def driver_class(name: str) -> type:
-    """Import and return the driver class registered as ``name``."""
+def _import(name: str, entry: _Entry) -> type[Driver]:
+    module_name, _, class_name = str(entry.target).partition(":")
     try:
-        module_name, class_name, hint = DRIVERS[name]
-    except KeyError:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        needs = f"needs {entry.install_hint}" if entry.install_hint else "cannot be imported"
         raise StorageScaleUsageError(
-            f"unknown driver {name!r}. Known drivers: {', '.join(DRIVERS)}."
+            f"the {name} driver {needs}. Import of {entry.target} failed: {exc}."
         ) from None
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
+    if not (isinstance(cls, type) and issubclass(cls, Driver)):
         raise StorageScaleUsageError(
-            f"the {name} driver needs {hint}. Import failed: {exc}."
-        ) from None
-    return getattr(module, class_name)
+            f"driver {name!r}: {entry.target} is not a pytest_storagescale Driver subclass."
+        )
+    return cls
+
+
+def driver_spec(
+    url: str, *, driver: str = "auto", options: Mapping[str, str] | None = None,
+    writable_root: str | None = None,
+) -> DriverSpec:
+    """The driver for ``url`` (by scheme, or ``driver`` when not ``auto``) with its
+    options checked; raises :class:`StorageScaleUsageError` naming the fix."""
+    scheme = urlsplit(url).scheme.lower()
+    cls = _class_for(scheme, url) if driver == "auto" else driver_class(driver)
+    if scheme not in cls.schemes:
+        raise StorageScaleUsageError(_cannot_speak(cls, scheme))
+    clean = {key: str(value) for key, value in (options or {}).items() if value is not None}
+    unknown = sorted(set(clean) - set(cls.option_names))
+    if unknown:
+        names = ", ".join(repr(key) for key in unknown)
+        raise StorageScaleUsageError(
+            f"driver option{'s' if len(unknown) > 1 else ''} {names} not known to the "
+            f"{cls.name} driver. Valid options: {', '.join(cls.option_names)}."
+        )
+    cls.check_options(clean)
+    spec = DriverSpec(cls, url, writable_root, clean)
+    spec.endpoint  # noqa: B018 - a bad URL is reported now, not by the first client
+    return spec
+
+
+def _class_for(scheme: str, url: str) -> type[Driver]:
+    _read_entry_points()
+    if scheme not in _SCHEMES:
+        _claim_plugin_schemes()
+    if scheme not in _SCHEMES:
+        raise StorageScaleUsageError(
+            f"--storage-endpoint {redact_url(url)}: no driver serves "
+            f"{scheme or '(no scheme)'}://. Known schemes: "
+            f"{', '.join(s + '://' for s in _SCHEMES)}. Example: "
+            f"root://host:1094//eos/test/storagescale."
+        )
+    return driver_class(_SCHEMES[scheme])
+
+
+def _cannot_speak(cls: type[Driver], scheme: str) -> str:
+    owner = _SCHEMES.get(scheme)
+    instead = (
+        f"use --storage-driver auto ({scheme}:// is served by the {owner} driver) or "
+        if owner else ""
+    )
+    return (
+        f"--storage-driver {cls.name} cannot speak {scheme}://: the {cls.name} driver "
+        f"speaks {', '.join(s + '://' for s in cls.schemes)}. To fix it, {instead}give an "
+        f"endpoint URL with one of those schemes."
+    )
+
+
+def _read_entry_points() -> None:
+    """Register the drivers of the entry-point group, once per process."""
+    global _entry_points_read
+    if _entry_points_read:
+        return
+    with _entry_points_lock:
+        if _entry_points_read:
+            return
+        from importlib.metadata import entry_points  # ~10 ms: only when a driver is needed
+
+        for point in entry_points(group=ENTRY_POINT_GROUP):
+            if point.name not in _DRIVERS:  # built-ins and explicit registrations win
+                _DRIVERS[point.name] = _Entry(
+                    point.value, f"the package that declares it (entry point "
+                    f"{ENTRY_POINT_GROUP}: {point.name} = {point.value})", schemes_unread=True,
+                )
+        _entry_points_read = True
+
+
+def _claim_plugin_schemes() -> None:
+    """Import entry-point drivers to learn their schemes (those no driver serves yet)."""
+    for name, entry in list(_DRIVERS.items()):
+        if not entry.schemes_unread:
+            continue
+        entry.schemes_unread = False
+        try:
+            cls = driver_class(name)
+        except StorageScaleUsageError:
+            continue  # reported when the driver is asked for by name
+        for scheme in cls.schemes:
+            _SCHEMES.setdefault(scheme, name)
+
+
+register_driver(
+    "pytest_storagescale.drivers.xrootd:XRootDDriver", name="xrootd",
+    schemes=("root", "xroot", "roots"),
+    install_hint="the XRootD Python bindings: 'apt-get install python3-xrootd' (Debian, then "
+    "a venv with --system-site-packages) or 'pip install xrootd'",
+)
+register_driver(
+    "pytest_storagescale.drivers.gfal2:Gfal2Driver", name="gfal2",
+    schemes=("davs", "https", "dav", "http", "srm", "gsiftp"),
+    install_hint="gfal2-python: 'apt-get install python3-gfal2 gfal2-plugin-http "
+    "gfal2-plugin-xrootd gfal2-plugin-file' (then a venv with --system-site-packages)",
+)
+register_driver("pytest_storagescale.drivers.local:LocalDriver", name="local", schemes=("file",))
+register_driver("pytest_storagescale.drivers.memory:MemoryDriver", name="memory",
+                schemes=("memory",))

@@ -3,7 +3,14 @@
 Each driver instance logs in as its own user name (``<client_id>@host:port``): the
 XRootD client multiplexes every request for the same user@host:port over one
 connection, so distinct user names are what make C clients look like C clients to
-the server.
+the server. The names follow :meth:`XRootDDriver.client_name`: at most 8
+characters, reused from step to step until a step leaves hung clients.
+
+Credentials and client settings are driver options, passed to the client library
+through its environment: ``x509_proxy`` (X509_USER_PROXY, GSI), ``token``
+(BEARER_TOKEN, read by the ``ztn`` security plugin), ``krb5ccname`` (KRB5CCNAME),
+``ca_dir`` (X509_CERT_DIR, for ``roots://`` and ``ztn``'s TLS) and
+``security_protocol`` (XrdSecPROTOCOL, e.g. ``krb5,unix``).
 
 Timeouts: every request passes ``timeout=`` (whole seconds), and the client's
 ``TimeoutResolution`` is set to 1 s (default 15 s) so that a timeout fires when
@@ -36,6 +43,7 @@ from ..errors import (  # noqa: E402
     StorageUnreachable,
 )
 from .base import Driver, StatInfo  # noqa: E402
+from .logins import XRootDLogins  # noqa: E402
 
 if not _RESOLUTION_SET_BY_USER:
     client.EnvPutInt("TimeoutResolution", 1)  # in case the library was started earlier
@@ -46,13 +54,21 @@ _TIMEOUT_CODES = {103, 206}  # errSocketTimeout, errOperationExpired
 _UNREACHABLE_CODES = {101, 102, 104, 107, 108, 110}  # address, socket, disconnect, conn., TLS
 _AUTH_CODES = {202, 203, 204}  # handshake, login, auth failed
 _KXR_NOT_AUTHORIZED, _KXR_NOT_FOUND = 3010, 3011
+#: credentials and client settings, read by the client library from the environment
+CREDENTIAL_ENVIRONMENT = {
+    "ca_dir": "X509_CERT_DIR", "x509_proxy": "X509_USER_PROXY", "token": "BEARER_TOKEN",
+    "krb5ccname": "KRB5CCNAME", "security_protocol": "XrdSecPROTOCOL",
+}
 
 
-class XRootDDriver(Driver):
+class XRootDDriver(XRootDLogins, Driver):
     """One XRootD client (``root://``) with its own connection."""
 
     name = "xrootd"
     schemes = ("root", "xroot", "roots")
+    option_names = tuple(CREDENTIAL_ENVIRONMENT)
+    secret_options = ("token",)
+    option_environment = CREDENTIAL_ENVIRONMENT
 
     def __init__(self, endpoint, **kwargs) -> None:
         super().__init__(endpoint, **kwargs)

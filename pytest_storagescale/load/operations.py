@@ -1,8 +1,15 @@
 """The operations a load step repeats: stat, ls, mkdir, put, get, read, readv, delete,
-and ``mixed`` (readers and writers at once).
+write, and the composites ``mixed`` and ``ls_under_io`` (two kinds of clients at once).
 
-An operation is described by plain data so that spawned worker processes can
-rebuild it: ``OPERATIONS[name]`` plus the step's parameters and the context that
+Operations live in a registry: :func:`get_operation` finds one by the name a
+thresholds section gives (``op = "get"``), :func:`register_operation` adds a site's
+own, and installed packages add theirs through the entry-point group
+``pytest_storagescale.operations`` (``name = "module:attr"``, an :class:`Operation`
+instance or class), read on the first lookup. An operation declares its parameters
+as :class:`Param` records; the section's values are validated by their kind.
+
+An operation instance holds no state: a step plan carries it to spawned worker
+processes together with the step's parameters and the context that
 :meth:`Operation.prepare` returned. ``prepare`` runs once per step, untimed (it
 creates the files a step reads); :meth:`Operation.run` is one timed repetition by
 one client and returns the bytes it moved.
@@ -13,14 +20,28 @@ from __future__ import annotations
 import functools
 import os
 import random
+import re
 import shutil
 import tempfile
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..config import parse_byte_size
 from ..drivers.base import Driver
 from ..errors import StorageScaleUsageError
+
+__all__ = [
+    "ENTRY_POINT_GROUP", "PARAM_KINDS", "Composite", "Operation", "Param", "get_operation",
+    "operation_names", "register_operation",
+]
+
+#: entry-point group through which installed packages add operations
+ENTRY_POINT_GROUP = "pytest_storagescale.operations"
+#: ``bytes``: a size (``"10MB"``, ``4096``, 0 allowed); ``count``: a whole number >= 1;
+#: ``flag``: true or false; ``choice``: one of the declared strings
+PARAM_KINDS = ("bytes", "count", "flag", "choice")
 
 
 @functools.lru_cache(maxsize=8)
@@ -29,49 +50,127 @@ def payload(size: int) -> bytes:
     return os.urandom(size)
 
 
+def _round(value: float) -> int:
+    """Half up: 2.5 -> 3 (``round`` would give 2)."""
+    return int(value + 0.5)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter an operation reads from its thresholds section.
+
+    ``kind`` says how a value is read and scaled (see :data:`PARAM_KINDS`); a
+    ``choice`` lists its ``choices``. Declared once per operation class, e.g.
+    ``Param("bytes", 1_000_000)`` or ``Param("choice", "none", ("none", "dsync"))``.
+    """
+
+    kind: str
+    default: Any
+    choices: tuple[str, ...] = ()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        # a bad declaration is a bug in the operation's code: fail where it is written
+        if self.kind not in PARAM_KINDS:
+            raise ValueError(f"Param kind {self.kind!r}: valid kinds are {', '.join(PARAM_KINDS)}")
+        if (self.kind == "choice") != bool(self.choices):
+            raise ValueError(f"Param {self.kind}: choices are given for, and only for, a choice")
+        try:
+            self.parse(self.default, what="Param default")
+        except StorageScaleUsageError as exc:
+            raise ValueError(str(exc)) from None
+
+    def parse(self, value: Any, *, what: str) -> Any:
+        """The value a section gives, validated by kind; ``what`` names its key."""
+        if self.kind == "bytes":
+            return parse_byte_size(value, what=what)
+        if self.kind == "count":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise StorageScaleUsageError(f"{what}: {value!r} must be a positive whole number.")
+            return value
+        if self.kind == "flag":
+            if not isinstance(value, bool):
+                raise StorageScaleUsageError(f"{what}: {value!r} must be true or false.")
+            return value
+        if value not in self.choices:
+            raise StorageScaleUsageError(
+                f"{what}: unknown value {value!r}. Valid values: {', '.join(self.choices)}."
+            )
+        return value
+
+    def scaled(self, value: Any, factor: float) -> Any:
+        """``value`` for a run shrunk by ``factor``: sizes and counts times the factor
+        (half up), a size at least 1 byte unless it was 0, a count at least 1; flags and
+        choices unchanged."""
+        if self.kind == "bytes":
+            return max(1, _round(value * factor)) if value > 0 else 0
+        if self.kind == "count":
+            return max(1, _round(value * factor))
+        return value
+
+
 class Operation:
     """One kind of request a client repeats back to back."""
 
     name: ClassVar[str] = ""
-    #: per-op keys allowed in ``[ops.<name>]`` and their defaults
-    defaults: ClassVar[dict[str, Any]] = {}
+    #: the keys allowed in its thresholds section besides the common ones
+    parameters: ClassVar[Mapping[str, Param]] = {}
     #: sides of a composite step (``mixed``); empty for a plain operation
     sides: ClassVar[tuple[str, ...]] = ()
-    #: valid values of string parameters
-    choices: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """Every parameter's default value."""
+        return {key: param.default for key, param in self.parameters.items()}
 
     @property
     def param_names(self) -> tuple[str, ...]:
-        return tuple(self.defaults)
+        return tuple(self.parameters)
 
-    def parse_params(self, table: dict[str, Any], *, where: str) -> dict[str, Any]:
-        params = dict(self.defaults)
+    def parse_params(self, table: Mapping[str, Any], *, where: str) -> dict[str, Any]:
+        """The defaults overridden by ``table``, each value validated by its kind."""
+        params = self.defaults
         for key, value in table.items():
-            default = self.defaults[key]
-            if key.endswith("size"):
-                params[key] = parse_byte_size(value, what=f"{where}.{key}")
-            elif isinstance(default, bool):
-                if not isinstance(value, bool):
-                    raise StorageScaleUsageError(f"{where}.{key}: must be true or false.")
-                params[key] = value
-            elif isinstance(default, int):
-                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                    raise StorageScaleUsageError(
-                        f"{where}.{key}: {value!r} must be a positive whole number."
-                    )
-                params[key] = value
-            elif isinstance(default, str):
-                if value not in self.choices[key]:
-                    raise StorageScaleUsageError(
-                        f"{where}.{key}: unknown value {value!r}. Valid values: "
-                        f"{', '.join(self.choices[key])}."
-                    )
-                params[key] = value
+            param = self.parameters.get(key)
+            if param is None:
+                valid = ", ".join(self.parameters) or "none"
+                raise StorageScaleUsageError(
+                    f"{where}: unknown parameter {key!r} of operation {self.name!r}. "
+                    f"Valid parameters: {valid}."
+                )
+            params[key] = param.parse(value, what=f"{where}.{key}")
         self.check_params(params, where=where)
         return params
 
     def check_params(self, params: dict[str, Any], *, where: str) -> None:
         """Reject parameter combinations the operation cannot run with."""
+
+    def scaled_params(self, params: dict[str, Any], factor: float) -> dict[str, Any]:
+        """``params`` shrunk by ``factor`` (see :meth:`Param.scaled`).
+
+        When the shrunk combination fails :meth:`check_params` (a direct-I/O block
+        size no longer a multiple of 4096), the first parameter, in declaration order,
+        whose own value makes it valid again keeps that value; failing that, all do.
+        """
+        scaled = {
+            key: self.parameters[key].scaled(value, factor) if key in self.parameters else value
+            for key, value in params.items()
+        }
+        if self._valid(scaled):
+            return scaled
+        for key in self.parameters:
+            if key in params and scaled[key] != params[key]:
+                candidate = {**scaled, key: params[key]}
+                if self._valid(candidate):
+                    return candidate
+        return dict(params)
+
+    def _valid(self, params: dict[str, Any]) -> bool:
+        try:
+            self.check_params(params, where=self.name)
+        except StorageScaleUsageError:
+            return False
+        return True
 
     def groups(self, clients: int) -> list[tuple[str, Operation, int]]:
         """The sides of a step at ``clients``: (side name, operation, client count)."""
@@ -106,7 +205,7 @@ class Stat(Operation):
     """``stat`` of one existing file."""
 
     name = "stat"
-    defaults = {"file_size": 1024}
+    parameters = {"file_size": Param("bytes", 1024, description="size of the file stat-ed")}
 
     def prepare(self, driver, workdir, params, clients):
         context = super().prepare(driver, workdir, params, clients)
@@ -123,7 +222,7 @@ class List(Operation):
     """``ls`` of a directory with ``entries`` files (the seeds' ``lcg-ls`` of a test dir)."""
 
     name = "ls"
-    defaults = {"entries": 10}
+    parameters = {"entries": Param("count", 10, description="files in the listed directory")}
 
     def prepare(self, driver, workdir, params, clients):
         context = super().prepare(driver, workdir, params, clients)
@@ -154,7 +253,7 @@ class Put(Operation):
     """Write a new ``file_size`` file per repetition (xrdcp / lcg-cp to the storage)."""
 
     name = "put"
-    defaults = {"file_size": 1_000_000}
+    parameters = {"file_size": Param("bytes", 1_000_000, description="size of each new file")}
 
     def run(self, driver, client, iteration, context):
         path = f"{context['workdir']}/c{client:05d}-{iteration:07d}"
@@ -167,7 +266,11 @@ class Get(Operation):
     is the hot-file case. ``to_disk = true`` copies to local disk like ``lcg-cp``."""
 
     name = "get"
-    defaults = {"file_size": 1_000_000, "files": 10, "to_disk": False}
+    parameters = {
+        "file_size": Param("bytes", 1_000_000, description="size of each file read"),
+        "files": Param("count", 10, description="distinct files the clients walk through"),
+        "to_disk": Param("flag", False, description="copy to local disk, like lcg-cp"),
+    }
 
     def prepare(self, driver, workdir, params, clients):
         context = super().prepare(driver, workdir, params, clients)
@@ -199,7 +302,10 @@ class Read(Operation):
     """Open, read ``read_size`` bytes at a random offset, close."""
 
     name = "read"
-    defaults = {"file_size": 10_000_000, "read_size": 65536}
+    parameters = {
+        "file_size": Param("bytes", 10_000_000, description="size of the file read"),
+        "read_size": Param("bytes", 65536, description="bytes per read"),
+    }
 
     def prepare(self, driver, workdir, params, clients):
         context = super().prepare(driver, workdir, params, clients)
@@ -222,7 +328,11 @@ class ReadV(Read):
     with "Invalid response", which would be measured as a storage failure)."""
 
     name = "readv"
-    defaults = {"file_size": 10_000_000, "chunks": 16, "chunk_size": 4096}
+    parameters = {
+        "file_size": Param("bytes", 10_000_000, description="size of the file read"),
+        "chunks": Param("count", 16, description="chunks per vector read"),
+        "chunk_size": Param("bytes", 4096, description="bytes per chunk"),
+    }
 
     def check_params(self, params, *, where):
         if params["file_size"] // max(params["chunk_size"], 1) < params["chunks"]:
@@ -260,8 +370,12 @@ class Write(Operation):
     than ``none`` needs a POSIX mount (``file://``)."""
 
     name = "write"
-    defaults = {"file_size": 100_000_000, "block_size": 65536, "sync": "none"}
-    choices = {"sync": ("none", "dsync", "direct")}
+    parameters = {
+        "file_size": Param("bytes", 100_000_000, description="size of each new file"),
+        "block_size": Param("bytes", 65536, description="bytes per write call"),
+        "sync": Param("choice", "none", ("none", "dsync", "direct"),
+                      description="open flag: none, O_DSYNC or O_DIRECT"),
+    }
 
     def check_params(self, params, *, where):
         if params["sync"] == "direct" and params["block_size"] % 4096:
@@ -287,11 +401,15 @@ class Composite(Operation):
         return tuple(self.side_ops)
 
     def groups(self, clients):
-        return [(side, OPERATIONS[op], clients) for side, op in self.side_ops.items()]
+        return [(side, get_operation(op), clients) for side, op in self.side_ops.items()]
 
     def _side_params(self, operation: Operation, params: dict) -> dict:
         return {**operation.defaults,
                 **{k: v for k, v in params.items() if k in operation.param_names}}
+
+    def check_params(self, params, *, where):
+        for side, operation, _ in self.groups(1):
+            operation.check_params(self._side_params(operation, params), where=f"{where} ({side})")
 
     def prepare(self, driver, workdir, params, clients):
         super().prepare(driver, workdir, params, clients)
@@ -312,7 +430,10 @@ class Mixed(Composite):
 
     name = "mixed"
     side_ops = {"readers": "get", "writers": "put"}
-    defaults = {"file_size": 1_000_000, "files": 10}
+    parameters = {
+        "file_size": Param("bytes", 1_000_000, description="size of each file read or written"),
+        "files": Param("count", 10, description="distinct files the readers walk through"),
+    }
 
 
 class ListUnderWrites(Composite):
@@ -321,10 +442,107 @@ class ListUnderWrites(Composite):
 
     name = "ls_under_io"
     side_ops = {"listers": "ls", "writers": "put"}
-    defaults = {"file_size": 10_000_000, "entries": 100}
+    parameters = {
+        "file_size": Param("bytes", 10_000_000, description="size of each file written"),
+        "entries": Param("count", 100, description="files in the listed directory"),
+    }
 
 
-OPERATIONS: dict[str, Operation] = {
-    op.name: op for op in (Stat(), List(), MakeDir(), Put(), Get(), Read(), ReadV(), Delete(),
-                           Write(), Mixed(), ListUnderWrites())
-}
+_REGISTRY: dict[str, Operation] = {}
+_entry_points_read = False
+_NAME_RE = re.compile(r"[A-Za-z_][\w-]*")
+
+
+def register_operation(operation: Operation, *, replace: bool = False) -> None:
+    """Make ``operation`` available to thresholds sections under its ``name``.
+
+    Registering an operation of the same class again does nothing (a conftest may
+    run in several sessions of one process); another operation under a taken name
+    is refused unless ``replace`` is true.
+    """
+    if not isinstance(operation, Operation):
+        raise StorageScaleUsageError(
+            f"register_operation: {operation!r} is not an Operation instance; pass one, "
+            f"e.g. register_operation(MyOperation())."
+        )
+    name = operation.name
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        raise StorageScaleUsageError(
+            f"register_operation: {type(operation).__name__}.name {name!r} is not an "
+            f"operation name. Set name = \"copy\" (letters, digits, _ and -)."
+        )
+    for key, param in operation.parameters.items():
+        if not isinstance(param, Param):
+            raise StorageScaleUsageError(
+                f"register_operation: {type(operation).__name__}.parameters[{key!r}] is "
+                f"{param!r}; declare it as a Param, e.g. Param(\"bytes\", 1_000_000)."
+            )
+    known = _REGISTRY.get(name)
+    if known is not None and type(known) is not type(operation) and not replace:
+        raise StorageScaleUsageError(
+            f"register_operation: operation {name!r} is already registered "
+            f"({type(known).__module__}.{type(known).__qualname__}). Choose another name, "
+            f"or pass replace=True."
+        )
+    _REGISTRY[name] = operation
+
+
+def get_operation(name: str) -> Operation:
+    """The registered operation ``name``."""
+    _read_entry_points()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise StorageScaleUsageError(
+            f"unknown operation {name!r}. Known operations: {', '.join(operation_names())}. "
+            f"A site adds one with register_operation() or the {ENTRY_POINT_GROUP} "
+            f"entry-point group."
+        ) from None
+
+
+def operation_names() -> tuple[str, ...]:
+    """The registered operations' names: the built-in ones first."""
+    _read_entry_points()
+    return tuple(_REGISTRY)
+
+
+def _read_entry_points() -> None:
+    """Register the operations installed packages declare (once per process; a
+    package that fails to load fails every lookup until it is fixed)."""
+    global _entry_points_read
+    if _entry_points_read:
+        return
+    from importlib.metadata import entry_points
+
+    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+        _register_entry_point(entry_point)
+    _entry_points_read = True
+
+
+def _register_entry_point(entry_point: Any) -> None:
+    dist = getattr(entry_point, "dist", None)
+    source = (
+        f"entry point {entry_point.name} = {entry_point.value!r} (group {ENTRY_POINT_GROUP}"
+        + (f", package {dist.name}" if dist is not None else "") + ")"
+    )
+    try:
+        target = entry_point.load()
+        operation = target() if isinstance(target, type) else target
+    except Exception as exc:  # any import error of a third-party package
+        raise StorageScaleUsageError(
+            f"{source}: cannot load: {type(exc).__name__}: {exc}. Fix or uninstall that package."
+        ) from None
+    if getattr(operation, "name", None) != entry_point.name:
+        raise StorageScaleUsageError(
+            f"{source}: names {getattr(operation, 'name', operation)!r}; name the entry point "
+            f"after the operation it gives."
+        )
+    try:
+        register_operation(operation)
+    except StorageScaleUsageError as exc:
+        raise StorageScaleUsageError(f"{source}: {exc}") from None
+
+
+for _operation in (Stat(), List(), MakeDir(), Put(), Get(), Read(), ReadV(), Delete(), Write(),
+                   Mixed(), ListUnderWrites()):
+    register_operation(_operation)

@@ -17,19 +17,22 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from ..records import RunInfo, StepRecord
 from .results import write_json_atomic
 
 #: the pytest-benchmark file format version this writer follows
 FORMAT_VERSION = "5.1.0"
 
 
-def _stats(step: dict[str, Any]) -> dict[str, Any] | None:
+def _stats(step: StepRecord) -> dict[str, Any] | None:
+    """pytest-benchmark's ``stats`` from the step's latency histogram; None when the
+    step measured nothing."""
     from hdrh.histogram import HdrHistogram
 
-    encoded = step.get("histogram")
-    if not encoded:
+    total = step.total
+    if total is None or not total.histogram or step.result is None:
         return None
-    histogram = HdrHistogram.decode(encoded.encode("ascii"))
+    histogram = HdrHistogram.decode(total.histogram.encode("ascii"))
     if not histogram.get_total_count():
         return None
 
@@ -41,36 +44,41 @@ def _stats(step: dict[str, Any]) -> dict[str, Any] | None:
     return {
         "min": histogram.get_min_value() / 1e6, "max": histogram.get_max_value() / 1e6,
         "mean": histogram.get_mean_value() / 1e6, "stddev": histogram.get_stddev() / 1e6,
-        "rounds": step["succeeded"], "median": median, "iqr": iqr, "q1": q1, "q3": q3,
+        "rounds": total.succeeded, "median": median, "iqr": iqr, "q1": q1, "q3": q3,
         "iqr_outliers": 0, "stddev_outliers": 0, "outliers": "0;0",
         "ld15iqr": max(q1 - 1.5 * iqr, 0.0), "hd15iqr": q3 + 1.5 * iqr,
-        "ops": step["rate_hz"], "total": step["duration_s"], "iterations": 1,
+        "ops": total.rate_hz, "total": step.result.duration_s, "iterations": 1,
     }
 
 
-def benchmark_document(run: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
+def _benchmark(run: RunInfo, step: StepRecord, stats: dict[str, Any]) -> dict[str, Any]:
+    label = f" ({step.label})" if step.label else ""
+    side = f"/{step.side}" if step.side else ""
+    name = f"{step.section}{side}[c{step.clients}]{label}"
+    return {
+        "group": f"{run.system} {step.section}{side}",
+        "name": name,
+        "fullname": f"{step.test}::{name}",
+        "params": {"clients": step.clients},
+        "param": str(step.clients),
+        "extra_info": {
+            "storage_version": run.version, "endpoint": run.endpoint,
+            "rate_hz": step.metric("rate_hz"), "mb_s": step.metric("mb_s"),
+            "failed": int(step.metric("failed")), "hung": int(step.metric("hung")),
+            "verdict": str(step.verdict),
+        },
+        "options": {"timer": "hdrhistogram", "disable_gc": False, "warmup": False},
+        "stats": stats,
+    }
+
+
+def benchmark_document(run: RunInfo, steps: list[StepRecord]) -> dict[str, Any]:
+    """The pytest-benchmark document of ``steps`` (steps without latencies left out)."""
     benchmarks = []
     for step in steps:
         stats = _stats(step)
-        if stats is None:
-            continue
-        label = f" ({step['label']})" if step.get("label") else ""
-        side = f"/{step['side']}" if step.get("side") else ""
-        name = f"{step['op']}{side}[c{step['clients']}]{label}"
-        benchmarks.append({
-            "group": f"{run.get('system')} {step['op']}{side}",
-            "name": name,
-            "fullname": f"{step['test']}::{name}",
-            "params": {"clients": step["clients"]},
-            "param": str(step["clients"]),
-            "extra_info": {
-                "storage_version": run.get("version"), "endpoint": run.get("endpoint"),
-                "rate_hz": step["rate_hz"], "mb_s": step.get("mb_s"),
-                "failed": step["failed"], "hung": step["hung"], "verdict": step["verdict"],
-            },
-            "options": {"timer": "hdrhistogram", "disable_gc": False, "warmup": False},
-            "stats": stats,
-        })
+        if stats is not None:
+            benchmarks.append(_benchmark(run, step, stats))
     return {
         "machine_info": {
             "node": socket.gethostname(), "processor": platform.processor(),
@@ -80,13 +88,12 @@ def benchmark_document(run: dict[str, Any], steps: list[dict[str, Any]]) -> dict
             "release": platform.release(),
         },
         "commit_info": {"id": None, "dirty": False, "project": "pytest-storagescale",
-                        "branch": None, "storage_version": run.get("version")},
+                        "branch": None, "storage_version": run.version},
         "benchmarks": benchmarks,
-        "datetime": datetime.datetime.fromtimestamp(
-            run.get("started", 0), tz=datetime.UTC).isoformat(),
+        "datetime": datetime.datetime.fromtimestamp(run.started, tz=datetime.UTC).isoformat(),
         "version": FORMAT_VERSION,
     }
 
 
-def write_benchmark_json(path: Path, run: dict[str, Any], steps: list[dict[str, Any]]) -> None:
+def write_benchmark_json(path: Path, run: RunInfo, steps: list[StepRecord]) -> None:
     write_json_atomic(path, benchmark_document(run, steps))

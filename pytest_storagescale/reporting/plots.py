@@ -1,11 +1,17 @@
-"""The seeds' hand-drawn pictures, drawn from the results (matplotlib, PNG bytes).
+"""The seeds' hand-drawn pictures, drawn from the step records (matplotlib, PNG bytes).
 
-- :func:`timeline_png`: one step, per second: completions, failures, operations in
-  flight and hung clients;
+- :func:`timeline_png`: one step, per second: completions and failures (left axis),
+  clients with an operation in flight and hung clients (right axis). The timeline
+  ends with the step: the measured window, plus the drain after it only while
+  something still happened there (see :func:`timeline_seconds`), so an idle tail
+  never looks like a dead server;
 - :func:`ecdf_png`: one step's latency distribution (ECDF, from its HdrHistogram),
   like seed 002's readv ECDFs and seed 003's ``transfertimex.jpg``;
 - :func:`scan_png`: rate (and MB/s) vs clients with the thresholds drawn on it, and
-  failed and hung vs clients, like seed 003's ``writerate.jpg``.
+  failed and hung vs clients, like seed 003's ``writerate.jpg``. The concurrency
+  axis is logarithmic whenever a scan has more than one concurrency: the seeds scan
+  5 ... 1,000 clients, and a linear axis squeezes the first half of the table into
+  its left edge.
 
 matplotlib is imported when a picture is drawn, never at plugin start.
 """
@@ -13,7 +19,17 @@ matplotlib is imported when a picture is drawn, never at plugin start.
 from __future__ import annotations
 
 import io
+import math
+from collections.abc import Sequence
 from typing import Any
+
+from ..records import StepRecord
+
+#: the per-second series the engine records for each side
+TIMELINE_SERIES = ("completions", "failures", "in_flight", "hung")
+#: line colours per side: completions, failures, in flight, hung
+_COLOURS = (("tab:blue", "tab:orange", "tab:green", "tab:red"),
+            ("tab:cyan", "tab:brown", "tab:olive", "tab:pink"))
 
 
 def _pyplot():
@@ -25,41 +41,101 @@ def _pyplot():
     return plt
 
 
-def _png(figure) -> bytes:
+def _png(figure: Any) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
     _pyplot().close(figure)
     return buffer.getvalue()
 
 
-def step_title(step: dict[str, Any]) -> str:
-    label = f" ({step['label']})" if step.get("label") else ""
-    side = f"/{step['side']}" if step.get("side") else ""
-    return f"{step['op']}{side}{label} at {step['clients']} clients"
+# -- timeline ------------------------------------------------------------------------
+
+def _last_active_second(timelines: list[dict[str, list[int]]]) -> int:
+    """One past the last second in which any series is non-zero (0: none)."""
+    last = 0
+    for timeline in timelines:
+        for name in TIMELINE_SERIES:
+            series = timeline.get(name) or []
+            active = [i for i, value in enumerate(series) if value]
+            if active:
+                last = max(last, active[-1] + 1)
+    return last
 
 
-def timeline_png(step: dict[str, Any]) -> bytes:
+def timeline_seconds(record: StepRecord) -> int:
+    """How many seconds of ``record``'s timeline to draw.
+
+    The engine records the timeline up to ``hang_timeout`` past the measured
+    window; after the drain those seconds are zeros. Drawn: the warm-up and the
+    measured window, then the drain up to the last second in which an operation
+    ended, was in flight or a client hung; never past the step's wall-clock end
+    (``ceil(ended - started)``) nor the recorded seconds."""
+    result = record.result
+    if result is None:
+        return 0
+    timelines = [side.timeline for side in result.sides.values() if side.timeline]
+    recorded = max((len(t.get(name) or []) for t in timelines for name in TIMELINE_SERIES),
+                   default=0)
+    end = max(math.ceil(result.warmup_s + result.duration_s), _last_active_second(timelines))
+    if result.ended > result.started:
+        end = min(end, math.ceil(result.ended - result.started))
+    return min(end, recorded)
+
+
+def timeline_series(record: StepRecord) -> dict[str, dict[str, list[int]]]:
+    """Each side's timeline cut at :func:`timeline_seconds` (what the picture shows)."""
+    end = timeline_seconds(record)
+    cut = {}
+    for name, side in record.sides.items():
+        cut[name] = {series: list((side.timeline.get(series) or [])[:end])
+                     for series in TIMELINE_SERIES}
+        for values in cut[name].values():
+            values.extend([0] * (end - len(values)))
+    return cut
+
+
+def timeline_figure(record: StepRecord) -> Any:
+    """The timeline as a matplotlib figure (rate axis left, clients axis right)."""
+    from matplotlib.ticker import MaxNLocator
+
     plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(7, 3.2))
-    sides = step.get("sides") or {step["op"]: step}
-    for name, side in sides.items():
-        timeline = side.get("timeline") or {}
-        seconds = range(len(timeline.get("completions", [])))
-        prefix = f"{name} " if len(sides) > 1 else ""
-        axes.plot(seconds, timeline.get("completions", []), label=f"{prefix}completed/s")
-        axes.plot(seconds, timeline.get("failures", []), label=f"{prefix}failed/s")
-        axes.plot(seconds, timeline.get("in_flight", []), linestyle="--",
-                  label=f"{prefix}in flight")
-        axes.plot(seconds, timeline.get("hung", []), linestyle=":", label=f"{prefix}hung")
-    warmup = step.get("warmup_s") or 0
+    figure, rate_axes = plt.subplots(figsize=(7, 3.2))
+    client_axes = rate_axes.twinx()
+    series = timeline_series(record)
+    end = timeline_seconds(record)
+    seconds = list(range(end))
+    for index, (name, side) in enumerate(series.items()):
+        prefix = f"{name} " if len(series) > 1 else ""
+        done, failed, busy, hung = _COLOURS[index % len(_COLOURS)]
+        rate_axes.plot(seconds, side["completions"], color=done, label=f"{prefix}completed/s")
+        rate_axes.plot(seconds, side["failures"], color=failed, label=f"{prefix}failed/s")
+        client_axes.plot(seconds, side["in_flight"], color=busy, linestyle="--",
+                         label=f"{prefix}clients in flight")
+        client_axes.plot(seconds, side["hung"], color=hung, linestyle=":",
+                         label=f"{prefix}hung clients")
+    warmup = record.result.warmup_s if record.result is not None else 0
     if warmup:
-        axes.axvspan(0, warmup, color="0.9", label="warm-up")
-    axes.set_xlabel("seconds since the step started")
-    axes.set_ylabel("per second / clients")
-    axes.set_title(f"timeline: {step_title(step)}")
-    axes.legend(fontsize="small", ncol=2)
-    return _png(figure)
+        rate_axes.axvspan(0, warmup, color="0.9", label="warm-up")
+    rate_axes.set_xlim(0, max(end - 1, 1))
+    rate_axes.set_ylim(bottom=0)
+    client_axes.set_ylim(0, max(record.clients, 1) * 1.05)
+    client_axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    rate_axes.set_xlabel("seconds since the step started")
+    rate_axes.set_ylabel("operations per second")
+    client_axes.set_ylabel("clients")
+    rate_axes.set_title(f"timeline: {record.title}")
+    handles, labels = rate_axes.get_legend_handles_labels()
+    more_handles, more_labels = client_axes.get_legend_handles_labels()
+    client_axes.legend(handles + more_handles, labels + more_labels, fontsize="small",
+                       ncol=2, loc="upper right")
+    return figure
 
+
+def timeline_png(record: StepRecord) -> bytes:
+    return _png(timeline_figure(record))
+
+
+# -- latency ECDF ----------------------------------------------------------------------
 
 def ecdf_points(histogram_b64: str) -> tuple[list[float], list[float]]:
     """(latency seconds, cumulative fraction) from an encoded HdrHistogram."""
@@ -77,79 +153,101 @@ def ecdf_points(histogram_b64: str) -> tuple[list[float], list[float]]:
     return xs, ys
 
 
-def ecdf_png(step: dict[str, Any]) -> bytes:
+def ecdf_png(record: StepRecord) -> bytes:
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(7, 3.2))
-    sides = step.get("sides") or {step["op"]: step}
-    for name, side in sides.items():
-        xs, ys = ecdf_points(side.get("histogram", ""))
+    for name, side in record.sides.items():
+        xs, ys = ecdf_points(side.histogram)
         if xs:
             axes.step(xs, ys, where="post", label=name)
     axes.set_xscale("log")
     axes.set_xlabel("latency (s)")
     axes.set_ylabel("fraction of operations")
     axes.set_ylim(0, 1.02)
-    axes.set_title(f"latency ECDF: {step_title(step)}")
+    axes.set_title(f"latency ECDF: {record.title}")
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize="small")
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(fontsize="small")
     return _png(figure)
 
 
-def _limits(steps: list[dict[str, Any]], metric: str) -> list[tuple[int, float]]:
+# -- scans -----------------------------------------------------------------------------
+
+def scan_xscale(clients: Sequence[int]) -> str:
+    """``log`` when the scan spans more than one concurrency, else ``linear``."""
+    return "log" if len(set(clients)) > 1 else "linear"
+
+
+def _limits(steps: list[StepRecord], metric: str) -> list[tuple[int, float]]:
     """(clients, limit) of the rules on ``metric`` that each step was checked against."""
-    points = []
-    for step in steps:
-        for check in step.get("checks", []):
-            if check["metric"] == metric and check.get("limit") is not None:
-                points.append((step["clients"], check["limit"]))
-    return sorted(points)
+    return sorted((step.clients, check.limit) for step in steps for check in step.checks
+                  if check.metric == metric and check.limit is not None)
 
 
-def scan_png(steps: list[dict[str, Any]]) -> bytes:
-    """One scan (steps of one thresholds section, one per concurrency)."""
-    plt = _pyplot()
-    steps = sorted(steps, key=lambda s: s["clients"])
-    clients = [s["clients"] for s in steps]
-    figure, (rate_axes, error_axes) = plt.subplots(
-        2, 1, figsize=(7, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
-    rate_axes.plot(clients, [s["rate_hz"] for s in steps], marker="o", label="rate (Hz)")
+def _draw_rate(axes: Any, steps: list[StepRecord], clients: list[int]) -> None:
+    axes.plot(clients, [s.metric("rate_hz") for s in steps], marker="o", label="rate (Hz)")
     limits = _limits(steps, "rate_hz")
     if limits:
-        rate_axes.plot([c for c, _ in limits], [v for _, v in limits], linestyle="--",
-                       marker="_", markersize=14, color="tab:red", label="rate_hz limit")
-    baseline = [(s["clients"], s["baseline"]["rate_hz"]) for s in steps
-                if s.get("baseline", {}).get("rate_hz") is not None]
+        axes.plot([c for c, _ in limits], [v for _, v in limits], linestyle="--",
+                  marker="_", markersize=14, color="tab:red", label="rate_hz limit")
+    baseline = [(s.clients, s.baseline.rate_hz) for s in steps
+                if s.baseline is not None and s.baseline.rate_hz is not None]
     if baseline:
-        rate_axes.plot(*zip(*baseline, strict=True), marker="x", linestyle=":", color="0.4",
-                       label=f"baseline ({steps[0]['baseline'].get('version', '?')})")
-    rate_axes.set_ylabel("operations per second")
-    if any(s.get("bytes") for s in steps):
-        mb_axes = rate_axes.twinx()
-        mb_axes.plot(clients, [s["mb_s"] for s in steps], marker="s", color="tab:green",
-                     label="MB/s")
+        version = next(s.baseline.version for s in steps if s.baseline is not None)
+        axes.plot(*zip(*baseline, strict=True), marker="x", linestyle=":", color="0.4",
+                  label=f"baseline ({version})")
+    axes.set_ylabel("operations per second")
+    if any(s.total is not None and s.total.bytes for s in steps):
+        mb_axes = axes.twinx()
+        mb_axes.plot(clients, [s.metric("mb_s") for s in steps], marker="s",
+                     color="tab:green", label="MB/s")
         mb_axes.set_ylabel("MB/s")
         mb_axes.legend(loc="upper right", fontsize="small")
-    rate_axes.legend(loc="upper left", fontsize="small")
-    rate_axes.set_title(f"scan: {steps[0]['op']}")
-    rate_axes.grid(True, alpha=0.3)
-    error_axes.plot(clients, [s["failed"] for s in steps], marker="o", color="tab:orange",
-                    label="failed")
-    error_axes.plot(clients, [s["hung"] for s in steps], marker="^", color="tab:red",
+    axes.legend(loc="upper left", fontsize="small")
+    axes.set_title(f"scan: {steps[0].section}")
+    axes.grid(True, alpha=0.3)
+
+
+def _concurrency_axis(axes: Any, clients: list[int]) -> None:
+    """Ticks at the scanned concurrencies, written as plain numbers (5, 50, 1000)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    axes.set_xscale(scan_xscale(clients))
+    axes.xaxis.set_major_locator(FixedLocator(sorted(set(clients))))
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axes.xaxis.set_minor_formatter(NullFormatter())
+    axes.set_xlabel("concurrent clients")
+
+
+def scan_figure(steps: list[StepRecord]) -> Any:
+    """One scan (measured steps of one thresholds section) as a matplotlib figure:
+    rate above, failed and hung below, on a shared concurrency axis."""
+    plt = _pyplot()
+    steps = sorted(steps, key=lambda s: s.clients)
+    clients = [s.clients for s in steps]
+    figure, (rate_axes, error_axes) = plt.subplots(
+        2, 1, figsize=(7, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    _draw_rate(rate_axes, steps, clients)
+    error_axes.plot(clients, [s.metric("failed") for s in steps], marker="o",
+                    color="tab:orange", label="failed")
+    error_axes.plot(clients, [s.metric("hung") for s in steps], marker="^", color="tab:red",
                     label="hung")
-    error_axes.set_xlabel("concurrent clients")
     error_axes.set_ylabel("count")
     error_axes.legend(fontsize="small")
     error_axes.grid(True, alpha=0.3)
-    if len(clients) > 1 and max(clients) / max(min(clients), 1) >= 20:
-        error_axes.set_xscale("log")
-    return _png(figure)
+    _concurrency_axis(error_axes, clients)
+    return figure
 
 
-def scans(steps: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Steps grouped by scan: plain (unlabelled) steps of one section."""
-    grouped: dict[str, list[dict[str, Any]]] = {}
+def scan_png(steps: list[StepRecord]) -> bytes:
+    return _png(scan_figure(steps))
+
+
+def scans(steps: list[StepRecord]) -> dict[str, list[StepRecord]]:
+    """Steps grouped by scan: plain (no label, no side), measured steps of one section."""
+    grouped: dict[str, list[StepRecord]] = {}
     for step in steps:
-        if step.get("label") or step.get("verdict") == "error":
+        if step.label or step.side or not step.measured:
             continue
-        grouped.setdefault(step["op"], []).append(step)
+        grouped.setdefault(step.section, []).append(step)
     return grouped

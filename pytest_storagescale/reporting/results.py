@@ -3,10 +3,15 @@
 Rewritten atomically after every step, so a run killed half-way keeps every step
 it finished::
 
-    {"run": {"endpoint", "system", "version", "thresholds_file", "started", "client"},
-     "steps": [{"test", "op", "clients", "duration_s", "started", "ended", "succeeded",
-                "failed", "hung", "rate_hz", "mb_s", "latency_s": {...}, "errors",
-                "verdict", "violations", ...}]}
+    {"format": 2,
+     "run": {"endpoint", "system", "version", "thresholds_file", "started", "client", ...},
+     "steps": [{"test", "op", "operation", "clients", "duration_s", "started", "ended",
+                "succeeded", "failed", "hung", "rate_hz", "mb_s", "latency_s": {...},
+                "errors", "verdict", "violations", "checks", ...}]}
+
+(:meth:`RunInfo.to_json` and :meth:`StepRecord.to_json` define the keys.) NaN
+(nothing measured) and infinity (never recovered) are written as ``null``: strict
+JSON readers refuse them.
 """
 
 from __future__ import annotations
@@ -18,35 +23,87 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..errors import StorageScaleUsageError
+from ..records import FORMAT, RunInfo, StepRecord
+
 
 def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
-        return None  # NaN (nothing measured) and infinity (never recovered) -> null
+        return None
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [_clean(v) for v in value]
     return value
 
 
+def json_text(document: dict[str, Any], *, indent: int | None = 1) -> str:
+    """``document`` as strict JSON (NaN and infinity as null)."""
+    return json.dumps(_clean(document), indent=indent, allow_nan=False, default=str)
+
+
 def write_json_atomic(path: Path, document: dict[str, Any]) -> None:
+    """Write ``document`` to ``path`` through a temporary file and a rename, so a
+    reader (or a run killed mid-write) never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w") as stream:
-        json.dump(_clean(document), stream, indent=1, allow_nan=False)
-        stream.write("\n")
-    os.replace(temporary, path)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(json_text(document))
+            stream.write("\n")
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written, or None. Creates (and removes) at most one
+    temporary file, in the nearest folder of ``path`` that exists."""
+    try:
+        if path.is_dir():
+            return f"{path} is a directory"
+        folder = path.parent
+        while not folder.exists():
+            folder = folder.parent
+    except OSError as exc:  # e.g. a folder on the way that we may not search
+        return f"cannot look at {exc.filename or path} ({exc.strerror or exc})"
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    try:
+        handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.")
+    except OSError as exc:
+        return f"cannot create a file in {folder} ({exc.strerror or exc})"
+    os.close(handle)
+    os.unlink(temporary)
+    return None
 
 
 class ResultsFile:
-    """The run's results document, written after each step."""
+    """The run's results document at ``path`` (None: no results file)."""
 
-    def __init__(self, path: Path | None, run: dict[str, Any]) -> None:
+    def __init__(self, path: Path | None) -> None:
         self.path = path
-        self.run = run
-        self.steps: list[dict[str, Any]] = []
 
-    def flush(self) -> None:
+    def check_writable(self) -> None:
+        """Fail at session start, not after the first 20-minute step, when the file
+        cannot be written."""
+        if self.path is None:
+            return
+        reason = _unwritable(self.path)
+        if reason is not None:
+            raise StorageScaleUsageError(
+                f"--storage-results {self.path}: the results file cannot be written there: "
+                f"{reason}. Pass --storage-results (or the storage_results ini key) a file "
+                f"in a folder you can write, e.g. --storage-results=results/storage.json."
+            )
+
+    @staticmethod
+    def document(run: RunInfo, steps: list[StepRecord]) -> dict[str, Any]:
+        return {"format": FORMAT, "run": run.to_json(),
+                "steps": [step.to_json() for step in steps]}
+
+    def write(self, run: RunInfo, steps: list[StepRecord]) -> None:
+        """Replace the file with ``run`` and every step so far (nothing without a path)."""
         if self.path is not None:
-            write_json_atomic(self.path, {"run": self.run, "steps": self.steps})
-
+            write_json_atomic(self.path, self.document(run, steps))

@@ -2,12 +2,17 @@
 
     op    clients  succeeded      rate   failed  hung   p50     p99    verdict
     stat       50     55100   11020 Hz       0     0   4 ms   12 ms   pass
+
+A step that measured nothing (it could not run) gets one row of ``-`` with its
+verdict, so a table always shows every step that was planned.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+
+from ..load.stats import SideResult
+from ..records import RuleCheck, StepRecord
 
 COLUMNS = ("op", "clients", "succeeded", "rate", "MB/s", "failed", "hung", "p50", "p99",
            "verdict")
@@ -22,7 +27,7 @@ def format_rate(hz: float) -> str:
 
 
 def format_seconds(seconds: float | None) -> str:
-    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+    if seconds is None or math.isnan(seconds):
         return "-"
     if seconds < 0.001:
         return f"{seconds * 1e6:.0f} us"
@@ -31,42 +36,37 @@ def format_seconds(seconds: float | None) -> str:
     return f"{seconds:.2f} s" if seconds < 100 else f"{seconds:.0f} s"
 
 
-def format_change(step: dict[str, Any]) -> str:
-    """The rate's change against the baseline: ``-12%``, ``new`` when unmatched."""
-    base = step.get("baseline")
-    if not base:
-        return ""
-    if not base.get("matched"):
-        return "new"
-    change = base.get("rate_change")
-    return "-" if change is None else f"{change * 100:+.0f}%"
+def _change(step: StepRecord) -> str:
+    """The ``vs base`` cell: empty when the run was not compared with a baseline."""
+    return step.baseline.change_text() if step.baseline is not None else ""
 
 
-def step_rows(step: dict[str, Any], *, with_baseline: bool = False) -> list[list[str]]:
-    """Table rows for one step of the JSON results."""
-    rows = []
-    sides = step.get("sides") or {step["op"]: step}
-    for side_name, side in sides.items():
-        name = step["op"] if len(sides) == 1 else f"{step['op']}/{side_name}"
-        if step.get("side"):
-            name = f"{step['op']}/{step['side']}"
-        if step.get("label") and step.get("label") != step.get("side"):
-            name += f" ({step['label']})"
-        latency = side.get("latency_s", {})
-        rows.append([
-            name,
-            str(side["clients"]),
-            str(side["succeeded"]),
-            format_rate(side["rate_hz"]),
-            f"{side['mb_s']:.1f}" if side.get("bytes") else "-",
-            str(side["failed"]),
-            str(side["hung"]),
-            format_seconds(latency.get("p50")),
-            format_seconds(latency.get("p99")),
-            *([format_change(step)] if with_baseline else []),
-            step["verdict"],
-        ])
-    return rows
+def _side_name(step: StepRecord, side_name: str, several: bool) -> str:
+    """``mixed/readers (mixed)`` for a side of a composite step, else the step's name."""
+    if not several:
+        return step.name
+    label = f" ({step.label})" if step.label and step.label != step.side else ""
+    return f"{step.section}/{side_name}{label}"
+
+
+def _side_cells(side: SideResult) -> list[str]:
+    """clients .. p99 of one side."""
+    return [
+        str(side.clients), str(side.succeeded), format_rate(side.rate_hz),
+        f"{side.mb_s:.1f}" if side.bytes else "-", str(side.failed), str(side.hung),
+        format_seconds(side.latency_s.get("p50")), format_seconds(side.latency_s.get("p99")),
+    ]
+
+
+def step_rows(step: StepRecord, *, with_baseline: bool = False) -> list[list[str]]:
+    """Table rows for one step: one per side, or one row of ``-`` when it measured
+    nothing."""
+    tail = [*([_change(step)] if with_baseline else []), str(step.verdict)]
+    sides = step.sides
+    if not sides:
+        return [[step.name, str(step.clients), *["-"] * 7, *tail]]
+    return [[_side_name(step, name, len(sides) > 1), *_side_cells(side), *tail]
+            for name, side in sides.items()]
 
 
 def render(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS) -> list[str]:
@@ -75,7 +75,7 @@ def render(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS) -> list[st
               for i, c in enumerate(columns)]
     left = {0, len(columns) - 1}
 
-    def line(cells):
+    def line(cells: list[str] | tuple[str, ...]) -> str:
         return "  ".join(
             cell.ljust(w) if i in left else cell.rjust(w) for i, (cell, w) in
             enumerate(zip(cells, widths, strict=True))
@@ -84,31 +84,31 @@ def render(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS) -> list[st
     return [line(columns), *(line(r) for r in rows)]
 
 
-def columns_for(steps: list[dict[str, Any]]) -> tuple[bool, tuple[str, ...]]:
+def columns_for(steps: list[StepRecord]) -> tuple[bool, tuple[str, ...]]:
     """The columns of a table of ``steps``: a ``vs base`` column when compared."""
-    with_baseline = any("baseline" in step for step in steps)
+    with_baseline = any(step.baseline is not None for step in steps)
     columns = COLUMNS if not with_baseline else (*COLUMNS[:-1], "vs base", COLUMNS[-1])
     return with_baseline, columns
 
 
-def format_table(steps: list[dict[str, Any]]) -> list[str]:
+def format_table(steps: list[StepRecord]) -> list[str]:
+    """The run's table as terminal lines (header first)."""
     with_baseline, columns = columns_for(steps)
     rows = [row for step in steps for row in step_rows(step, with_baseline=with_baseline)]
     return render(rows, columns)
 
 
-def format_violations(checks: list[dict[str, Any]], thresholds_file: str) -> list[str]:
-    """The failure table of one step: metric, observed, limit, rule, file."""
-    def limit(check: dict[str, Any]) -> str:
-        if check["limit"] is None:
-            return "(no baseline)"
-        return f"{check['comparison']} {check['limit']:.6g}"
+def _limit(check: RuleCheck) -> str:
+    return "(no baseline)" if check.limit is None else f"{check.comparison} {check.limit:.6g}"
 
-    def result(check: dict[str, Any]) -> str:
-        return {True: "ok", False: "VIOLATED", None: "not checked"}[check["passed"]]
 
+_RESULT = {True: "ok", False: "VIOLATED", None: "not checked"}
+
+
+def format_violations(checks: list[RuleCheck], thresholds_file: str) -> list[str]:
+    """The failure table of one step: metric, observed, limit, rule, file, result."""
     rows = [
-        [c["metric"], f"{c['observed']:.6g}", limit(c), c["rule"], thresholds_file, result(c)]
+        [c.metric, f"{c.observed:.6g}", _limit(c), c.rule, thresholds_file, _RESULT[c.passed]]
         for c in checks
     ]
     return render(rows, ("metric", "observed", "limit", "rule", "file", "result"))

@@ -1,0 +1,67 @@
+"""XRootD login names, shared by the drivers that log in over the XRootD protocol
+(the ``xrootd`` driver, and ``gfal2`` on ``root://``).
+
+The XRootD client multiplexes every request for the same ``user@host:port`` over
+one connection, so the user name decides which clients share a connection. The
+login request carries 8 bytes of user name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import ClassVar
+
+LOGIN_NAME_LENGTH = 8
+_ROLE_NAMES = {"admin": "ssadmin", "version": "ssversn", "cleanup": "ssclean",
+               "coordinator": "sscoord", "probe": "ssprobe"}
+
+
+def base36(number: int) -> str:
+    """``number`` in digits and lower-case letters (``46655`` -> ``zzz``)."""
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    text = ""
+    while True:
+        number, rest = divmod(number, 36)
+        text = digits[rest] + text
+        if not number:
+            return text
+
+
+class XRootDLogins:
+    """The login-name rule of a driver class (a mixin for :class:`Driver` subclasses)."""
+
+    #: bumped by forget_connections(); part of every load client's login name
+    _generation: ClassVar[int] = 0
+
+    @classmethod
+    def client_name(cls, index: int) -> str:
+        """``c<generation><index>``, at most 8 characters.
+
+        Client i of every step logs in as the same name, so a step reuses the
+        connections of the last one instead of piling up idle ones (the XRootD client
+        keeps them for minutes, and a process holding thousands is measurably
+        slower). After a step with hung clients the generation changes
+        (:meth:`forget_connections`), so no step inherits a stuck connection.
+        """
+        generation = base36(cls._generation % 36**2).rjust(2, "0")
+        if index < 100_000:
+            return f"c{generation}{index:05d}"
+        if index >= 36**5:
+            raise ValueError(f"client index {index}: XRootD login names run out at {36**5}")
+        return f"k{generation}{base36(index).rjust(5, '0')}"
+
+    @classmethod
+    def role_name(cls, role: str) -> str:
+        """``ss<role>`` for the session's own connections; ``f<name>`` (or ``g`` and a
+        hash of a longer name) for a functional test's clients."""
+        if role in _ROLE_NAMES:
+            return _ROLE_NAMES[role]
+        name = role.removeprefix("functional-")
+        if name.isalnum() and len(name) < LOGIN_NAME_LENGTH:
+            return f"f{name}"
+        return "g" + hashlib.sha1(role.encode()).hexdigest()[:LOGIN_NAME_LENGTH - 1]
+
+    @classmethod
+    def forget_connections(cls) -> None:
+        """The next clients log in under new names: new connections."""
+        cls._generation += 1

@@ -1,0 +1,44 @@
+"""Hook specifications: how a site's conftest or package extends the plugin.
+
+Added in ``pytest_addhooks`` (as pytest-xdist adds its ``newhooks``). Each hook is
+called with every implementation (conftest files and plugins) and the answers are
+merged; a name given twice is an error that names both.
+
+Example, in a suite's ``conftest.py``::
+
+    from pytest_storagescale.load.operations import Operation
+
+    class Touch(Operation):
+        name = "touch"
+        def run(self, driver, client, iteration, context):
+            driver.put(f"{context['workdir']}/c{client}-{iteration}", b"")
+            return 0
+
+    def pytest_storagescale_operations():
+        return [Touch()]
+
+    def pytest_storagescale_metrics():
+        return {"hot_ratio": "mean transfer time of one shared file / of distinct files"}
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.hookspec
+def pytest_storagescale_operations() -> list | None:
+    """Operations a thresholds section may name (``op = "touch"``): a list of
+    :class:`pytest_storagescale.load.operations.Operation` instances."""
+
+
+@pytest.hookspec
+def pytest_storagescale_metrics() -> dict[str, str] | None:
+    """Derived metrics a rule may name, as ``{name: one-line description}``. A test
+    computes them with ``storage_load.run(..., derive=...)``."""
+
+
+@pytest.hookspec
+def pytest_storagescale_drivers() -> list | None:
+    """Driver classes (subclasses of :class:`pytest_storagescale.drivers.base.Driver`)
+    the endpoint may use: chosen by URL scheme or by ``--storage-driver NAME``."""

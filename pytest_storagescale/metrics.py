@@ -1,0 +1,77 @@
+"""The metrics a thresholds rule may name.
+
+Two kinds: :data:`MEASURED`, which every load step has (a mixed step has them per
+side too: ``readers.mb_s``), and *derived* metrics, which a suite computes from
+several steps (``mix_ratio`` compares a mixed step with separate ones). The core's
+derived metrics are registered here; a suite registers its own (the ceph suite's
+``hot_ratio``) with :func:`register_metric` from its ``pytest_storagescale_metrics``
+hook, which runs before any thresholds file is loaded: rules are checked against
+:func:`known_metrics` when a file is read.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import StorageScaleUsageError
+
+__all__ = ["MEASURED", "known_metrics", "metric_description", "register_metric"]
+
+#: metrics every step has, computed from its measurement
+MEASURED: tuple[str, ...] = (
+    "rate_hz", "rate_per_min", "mb_s", "mbit_s", "succeeded", "failed", "hung",
+    "error_ratio", "mean_s", "p50_s", "p90_s", "p99_s", "max_s",
+)
+
+# name -> description; a plain dict (not a pytest stash) because thresholds files are
+# parsed outside any pytest config, and every xdist worker registers its own
+_DERIVED: dict[str, str] = {}
+_NAME_RE = re.compile(r"[A-Za-z_]\w*")
+
+
+def register_metric(name: str, description: str, *, replace: bool = False) -> None:
+    """Let thresholds rules name the derived metric ``name``.
+
+    Registering a name again with the same description does nothing (a conftest
+    hook runs once per session, and a process may run several sessions); another
+    description is refused unless ``replace`` is true. Measured metrics cannot be
+    replaced.
+    """
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        raise StorageScaleUsageError(
+            f"register_metric: {name!r} is not a metric name. Use letters, digits and "
+            f"underscores, starting with a letter, e.g. 'hot_ratio'."
+        )
+    if name in MEASURED:
+        raise StorageScaleUsageError(
+            f"register_metric: {name!r} is a measured metric of every step; choose "
+            f"another name for a derived metric."
+        )
+    known = _DERIVED.get(name)
+    if known is not None and known != description and not replace:
+        raise StorageScaleUsageError(
+            f"register_metric: derived metric {name!r} is already registered "
+            f"({known!r}). Choose another name, or pass replace=True."
+        )
+    _DERIVED[name] = description
+
+
+def known_metrics() -> tuple[str, ...]:
+    """The measured metrics, then the derived ones in registration order."""
+    return (*MEASURED, *_DERIVED)
+
+
+def metric_description(name: str) -> str:
+    """A derived metric's description; empty for a measured or unknown one."""
+    return _DERIVED.get(name, "")
+
+
+for _name, _description in (
+    ("mix_ratio", "mixed step's total MB/s over the separate read and write steps' sum"),
+    ("recovery_s", "seconds from the overload's end until the rate was back (inf: never)"),
+    ("mb_s_mean", "mean MB/s over a section's tries"),
+    ("mb_s_stddev", "population standard deviation of MB/s over a section's tries"),
+    ("rate_hz_mean", "mean operations per second over a section's tries"),
+    ("rate_hz_stddev", "population standard deviation of the rate over a section's tries"),
+):
+    register_metric(_name, _description)

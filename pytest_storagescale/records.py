@@ -1,0 +1,350 @@
+"""Typed records of a run and its steps: what the rules, baselines, the table, plots,
+Allure and the benchmark export all read.
+
+A :class:`StepRecord` is one load step: what was planned (section, operation,
+concurrency, timings), what the engine measured (:class:`StepResult`, None when the
+step could not run), what was derived from it and earlier steps (``mix_ratio``), and
+the verdict with the rule checks behind it. :meth:`StepRecord.metric` is the one
+metric lookup. ``to_json``/``from_json`` give the results file's format; records
+written by the previous release (no ``format`` key) still load, so old results serve
+as baselines.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from .load.stats import SideResult, StepResult
+from .metrics import MEASURED
+
+#: the results format this release writes; the previous release wrote no ``format``
+FORMAT = 2
+
+
+class Verdict(str, Enum):
+    """A step's outcome. ``error``: nothing (or too little) was measured, so no
+    verdict on the storage can be given; ``info``: measured, not judged (a step of a
+    multi-step test); ``interrupted``: stopped by the user, with what it measured."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    INFO = "info"
+    INTERRUPTED = "interrupted"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class RuleCheck:
+    """One rule checked against a step. ``passed`` is None when a relative rule had
+    no baseline step to compare with (reported, not failed)."""
+
+    rule: str
+    metric: str
+    comparison: str
+    limit: float | None
+    observed: float
+    passed: bool | None
+    baseline: float | None = None
+    relative: bool = False
+
+    @classmethod
+    def from_check(cls, check: Any) -> RuleCheck:
+        """From a :class:`pytest_storagescale.thresholds.Check`."""
+        return cls.from_json(check.to_json())
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RuleCheck:
+        observed = data.get("observed")
+        return cls(
+            rule=data.get("rule", ""), metric=data.get("metric", ""),
+            comparison=data.get("comparison", ""), limit=data.get("limit"),
+            observed=float("nan") if observed is None else float(observed),
+            passed=data.get("passed"), baseline=data.get("baseline"),
+            relative=bool(data.get("relative", False)),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule, "metric": self.metric, "comparison": self.comparison,
+            "limit": self.limit, "observed": self.observed, "passed": self.passed,
+            "baseline": self.baseline, "relative": self.relative,
+        }
+
+    @property
+    def violation(self) -> str:
+        """``rate_hz >= 4 (observed 2.1)``, with the baseline for a relative rule."""
+        base = f", baseline {self.baseline:.6g}" if self.relative and self.baseline is not None \
+            else ""
+        return f"{self.rule} (observed {self.observed:.6g}{base})"
+
+
+@dataclass(frozen=True)
+class BaselineComparison:
+    """How a step compares with the same step of the baseline run."""
+
+    file: str
+    version: str
+    matched: bool
+    rate_hz: float | None = None
+    rate_change: float | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BaselineComparison:
+        return cls(file=str(data.get("file", "")), version=str(data.get("version", "?")),
+                   matched=bool(data.get("matched")), rate_hz=data.get("rate_hz"),
+                   rate_change=data.get("rate_change"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "version": self.version, "matched": self.matched,
+                "rate_hz": self.rate_hz, "rate_change": self.rate_change}
+
+    def change_text(self) -> str:
+        """The rate's change for the table: ``-12%``, ``new`` when unmatched."""
+        if not self.matched:
+            return "new"
+        return "-" if self.rate_change is None else f"{self.rate_change * 100:+.0f}%"
+
+
+@dataclass
+class StepRecord:
+    """One load step: plan, measurement, derived metrics, verdict and checks."""
+
+    step_id: str
+    test: str
+    #: the thresholds section that planned the step (``copyout``); "op" in the JSON
+    section: str
+    #: the engine operation it ran (``get``)
+    operation: str
+    #: the step's concurrency (per side for a composite operation)
+    clients: int
+    system: str = ""
+    worker: str = "main"
+    label: str | None = None
+    side: str | None = None
+    max_operations: int = 0
+    duration_s: float = 0.0
+    warmup_s: float = 0.0
+    hang_timeout_s: float = 0.0
+    params: dict[str, Any] = field(default_factory=dict)
+    executor: str = "threads"
+    thresholds_file: str = ""
+    started: float = 0.0
+    lock_acquired: float | None = None
+    ended: float = 0.0
+    result: StepResult | None = None
+    derived: dict[str, float] = field(default_factory=dict)
+    verdict: Verdict = Verdict.INFO
+    checks: list[RuleCheck] = field(default_factory=list)
+    #: why no verdict could be given (verdict ``error``)
+    error: str | None = None
+    cleanup_error: str | None = None
+    baseline: BaselineComparison | None = None
+
+    # -- reading ---------------------------------------------------------------
+    @property
+    def sides(self) -> dict[str, SideResult]:
+        return dict(self.result.sides) if self.result is not None else {}
+
+    @property
+    def total(self) -> SideResult | None:
+        """The whole step (a one-sided step: that side); None when nothing ran."""
+        return self.result.total if self.result is not None else None
+
+    @property
+    def measured(self) -> bool:
+        return self.result is not None
+
+    def metric(self, name: str) -> float:
+        """A rule metric: derived (``mix_ratio``), a side's (``readers.mb_s``) or the
+        whole step's (``rate_hz``, ``p99_s``). NaN when the step has none: no rule
+        accepts NaN."""
+        if name in self.derived:
+            value = self.derived[name]
+            return float("nan") if value is None else float(value)
+        side_name, _, bare = name.rpartition(".")
+        if self.result is None:
+            return float("nan")
+        side = self.result.sides.get(side_name) if side_name else self.result.total
+        if side is None or bare not in MEASURED:
+            return float("nan")
+        if bare.endswith("_s") and bare[:-2] in side.latency_s:
+            value = side.latency_s[bare[:-2]]
+        else:
+            value = getattr(side, bare)
+        return float("nan") if value is None else float(value)
+
+    def metric_or_none(self, name: str) -> float | None:
+        value = self.metric(name)
+        return None if math.isnan(value) else value
+
+    @property
+    def violations(self) -> list[str]:
+        return [check.violation for check in self.checks if check.passed is False]
+
+    @property
+    def key(self) -> tuple:
+        """What identifies the step across runs (baseline matching)."""
+        return (self.section, self.clients, self.label, self.side)
+
+    @property
+    def title(self) -> str:
+        """``copyout/readers (alone) at 50 clients``."""
+        return f"{self.name} at {self.clients} clients"
+
+    @property
+    def name(self) -> str:
+        """The step's name in tables: section, side and label."""
+        side = f"/{self.side}" if self.side else ""
+        label = f" ({self.label})" if self.label and self.label != self.side else ""
+        return f"{self.section}{side}{label}"
+
+    # -- the results file --------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "format": FORMAT, "step_id": self.step_id, "worker": self.worker,
+            "test": self.test, "op": self.section, "operation": self.operation,
+            "label": self.label, "side": self.side, "system": self.system,
+            "operations_bound": self.max_operations, "warmup_s": self.warmup_s,
+            "hang_timeout_s": self.hang_timeout_s, "params": self.params,
+            "executor": self.executor, "thresholds_file": self.thresholds_file,
+            "started": self.started, "lock_acquired": self.lock_acquired,
+            "ended": self.ended, "duration_s": self.duration_s,
+        }
+        if self.result is not None:
+            total = self.result.total
+            document.update(total.to_json())
+            document["clients_total"] = total.clients
+            document["duration_s"] = self.result.duration_s
+            if len(self.result.sides) > 1:
+                document["sides"] = {name: side.to_json()
+                                     for name, side in self.result.sides.items()}
+        document.update({
+            "clients": self.clients, "verdict": self.verdict.value,
+            "violations": self.violations, "derived": dict(self.derived),
+            "checks": [check.to_json() for check in self.checks],
+            "error": self.error, "cleanup_error": self.cleanup_error,
+        })
+        if self.baseline is not None:
+            document["baseline"] = self.baseline.to_json()
+        return document
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepRecord:
+        """Read a step of a results file, this release's or the previous one's."""
+        verdict = data.get("verdict", "info")
+        baseline = data.get("baseline")
+        return cls(
+            step_id=str(data.get("step_id", "")), test=str(data.get("test", "")),
+            section=str(data.get("op", "")),
+            operation=str(data.get("operation") or data.get("op", "")),
+            clients=int(data.get("clients", 0)), system=str(data.get("system", "")),
+            worker=str(data.get("worker", "main")), label=data.get("label"),
+            side=data.get("side"), max_operations=int(data.get("operations_bound") or 0),
+            duration_s=float(data.get("duration_s") or 0.0),
+            warmup_s=float(data.get("warmup_s") or 0.0),
+            hang_timeout_s=float(data.get("hang_timeout_s") or 0.0),
+            params=dict(data.get("params") or {}), executor=str(data.get("executor", "")),
+            thresholds_file=str(data.get("thresholds_file", "")),
+            started=float(data.get("started") or 0.0), lock_acquired=data.get("lock_acquired"),
+            ended=float(data.get("ended") or 0.0), result=_result_from_json(data),
+            derived={k: (float("nan") if v is None else float(v))
+                     for k, v in (data.get("derived") or {}).items()},
+            verdict=Verdict(verdict) if verdict in Verdict._value2member_map_ else Verdict.INFO,
+            checks=[RuleCheck.from_json(c) for c in data.get("checks") or []],
+            error=data.get("error"), cleanup_error=data.get("cleanup_error"),
+            baseline=BaselineComparison.from_json(baseline) if isinstance(baseline, dict)
+            else None,
+        )
+
+
+def _result_from_json(data: dict[str, Any]) -> StepResult | None:
+    """The measurement of a results-file step; None for a step that never ran (an
+    ``error`` step of the previous release has counts of zero and no histogram)."""
+    if "succeeded" not in data or (data.get("verdict") == "error" and "histogram" not in data):
+        return None
+    sides_json = data.get("sides") or {}
+    if sides_json:
+        sides = {name: SideResult.from_json(side) for name, side in sides_json.items()}
+    else:
+        name = str(data.get("operation") or data.get("op", ""))
+        sides = {name: SideResult.from_json(data)}
+    return StepResult(
+        operation=str(data.get("operation") or data.get("op", "")),
+        clients=int(data.get("clients", 0)), started=float(data.get("started") or 0.0),
+        ended=float(data.get("ended") or 0.0),
+        duration_s=float(data.get("duration_s") or 0.0),
+        warmup_s=float(data.get("warmup_s") or 0.0), sides=sides,
+        cleanup_error=data.get("cleanup_error"),
+    )
+
+
+@dataclass(frozen=True)
+class ClientInfo:
+    """Where the load came from."""
+
+    host: str
+    user: str
+    versions: dict[str, str]
+    argv: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "user": self.user, "versions": self.versions,
+                "argv": self.argv}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClientInfo:
+        return cls(host=str(data.get("host", "")), user=str(data.get("user", "")),
+                   versions=dict(data.get("versions") or {}), argv=list(data.get("argv") or []))
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """The run a step belongs to: endpoint, storage system and version, thresholds."""
+
+    endpoint: str
+    endpoint_id: str
+    embedded: bool
+    system: str
+    version: str
+    version_source: str
+    thresholds_file: str
+    thresholds_reason: str
+    run_id: str
+    started: float
+    executor: str
+    driver: str
+    client: ClientInfo
+    #: plan scale (``--storage-scale``); 1 for the plan as written
+    scale: float = 1.0
+    #: driver option names in use (never their values)
+    driver_options: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "endpoint": self.endpoint, "endpoint_id": self.endpoint_id,
+            "embedded": self.embedded, "system": self.system, "version": self.version,
+            "version_source": self.version_source, "thresholds_file": self.thresholds_file,
+            "thresholds_reason": self.thresholds_reason, "run_id": self.run_id,
+            "started": self.started, "executor": self.executor, "driver": self.driver,
+            "client": self.client.to_json(), "scale": self.scale,
+            "driver_options": list(self.driver_options),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunInfo:
+        text = {key: str(data.get(key, "")) for key in (
+            "endpoint", "system", "version", "version_source", "thresholds_file",
+            "thresholds_reason", "run_id", "executor", "driver")}
+        return cls(
+            **text, endpoint_id=str(data.get("endpoint_id") or data.get("endpoint", "")),
+            embedded=bool(data.get("embedded")), started=float(data.get("started") or 0.0),
+            client=ClientInfo.from_json(data.get("client") or {}),
+            scale=float(data.get("scale") or 1.0),
+            driver_options=tuple(data.get("driver_options") or ()),
+        )

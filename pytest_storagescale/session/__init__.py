@@ -1,0 +1,160 @@
+"""One pytest session against one storage endpoint, in three small parts:
+
+- :class:`~.endpoint.EndpointUnderTest`: the URL or embedded server, the driver that
+  speaks it, the storage version;
+- :class:`~.area.RunArea`: this run's own directory on the storage;
+- :class:`~.ledger.StepLedger`: the load lock, the shared step log, the results file.
+
+:class:`StorageRun` holds them with the settings, the thresholds chosen per storage
+system and the baseline. It starts nothing until a test needs it.
+
+Under pytest-xdist there are three roles (:class:`Role`): a plain session does
+everything; the controller owns the embedded server, the run directory's removal and
+the results; each worker uses the controller's endpoint and run id (``shared``) and
+takes the load lock around every step, so that steps never overlap in time.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import getpass
+import platform
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..baseline import Baseline
+from ..config import Settings
+from ..records import ClientInfo, RunInfo
+from ..reporting.results import ResultsFile
+from ..thresholds import ThresholdSet, select_thresholds
+from .area import RunArea
+from .endpoint import EndpointUnderTest
+from .ledger import StepLedger
+
+__all__ = ["Role", "StorageRun", "EndpointUnderTest", "RunArea", "StepLedger", "role_of"]
+
+DEFAULT_SYSTEM = "xrootd"
+#: the ``workerinput`` key that carries the controller's run to an xdist worker
+WORKER_INPUT_KEY = "storagescale"
+
+
+class Role(enum.Enum):
+    SINGLE = "single"
+    CONTROLLER = "controller"
+    WORKER = "worker"
+
+
+def role_of(config: pytest.Config) -> Role:
+    """This process's xdist role (the one place it is worked out)."""
+    if hasattr(config, "workerinput"):
+        return Role.WORKER
+    if getattr(config.option, "dist", "no") != "no":  # xdist set it from -n/--dist
+        return Role.CONTROLLER
+    return Role.SINGLE
+
+
+def make_run_id() -> str:
+    return f"storagescale-run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def client_versions() -> dict[str, str]:
+    versions = {}
+    for name in ("pytest-storagescale", "pytest", "xrootd", "hdrhistogram", "pytest-xdist"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    versions["python"] = platform.python_version()
+    return versions
+
+
+class StorageRun:
+    """Everything one pytest session knows about the storage under test."""
+
+    def __init__(self, settings: Settings, *, role: Role = Role.SINGLE,
+                 shared: dict[str, Any] | None = None) -> None:
+        self.settings = settings
+        self.role = role
+        self.run_id = shared["run_id"] if shared else make_run_id()
+        self.started = shared["started"] if shared else time.time()
+        self.shared_dir = Path(shared["shared_dir"]) if shared else (
+            Path(tempfile.gettempdir()) / self.run_id)
+        self.endpoint = EndpointUnderTest(settings, shared)
+        self.ledger = StepLedger(self.shared_dir, ResultsFile(settings.results_path()))
+        self.area = RunArea(self.endpoint, self.run_id, self.shared_dir / "run-dir-used",
+                            self.ledger.lock)
+        self._thresholds: dict[str, ThresholdSet] = {}
+        self.collection_errors: list[str] = []
+        self.cleanup_error: str | None = None
+        self.report_page: Path | None = None
+
+    @property
+    def is_worker(self) -> bool:
+        return self.role is Role.WORKER
+
+    @property
+    def owns_results(self) -> bool:
+        return self.role is not Role.WORKER
+
+    def shared_info(self) -> dict[str, Any]:
+        """What a worker needs from the controller (sent in ``workerinput``)."""
+        self.shared_dir.mkdir(parents=True, exist_ok=True)
+        return {"run_id": self.run_id, "started": self.started,
+                "shared_dir": str(self.shared_dir), **self.endpoint.shared_info()}
+
+    @functools.cached_property
+    def baseline(self) -> Baseline | None:
+        """The earlier run to compare with (``--storage-baseline``), or None."""
+        path = self.settings.baseline_path()
+        return Baseline(path) if path is not None else None
+
+    # -- thresholds ----------------------------------------------------------------
+    def system_for(self, marker_system: str | None) -> str:
+        return self.settings.system or marker_system or DEFAULT_SYSTEM
+
+    def thresholds(self, system: str) -> ThresholdSet:
+        """The thresholds file for ``system`` at the endpoint's version, at the plan scale."""
+        if system not in self._thresholds:
+            chosen = select_thresholds(self.settings.thresholds_path(), system,
+                                       self.endpoint.version)
+            self._thresholds[system] = chosen.scaled(self.settings.scale)
+        return self._thresholds[system]
+
+    def resolved_thresholds(self) -> dict[str, ThresholdSet]:
+        """The thresholds files chosen so far, by storage system."""
+        return dict(self._thresholds)
+
+    def run_info(self, system: str, thresholds: ThresholdSet) -> RunInfo:
+        endpoint = self.endpoint
+        return RunInfo(
+            endpoint=endpoint.display, endpoint_id=endpoint.identity,
+            embedded=endpoint.is_embedded, system=system, version=endpoint.version,
+            version_source=endpoint.version_source, thresholds_file=str(thresholds.path),
+            thresholds_reason=thresholds.reason, run_id=self.run_id, started=self.started,
+            executor=self.settings.executor, driver=endpoint.driver_name,
+            client=ClientInfo(host=socket.gethostname(), user=getpass.getuser(),
+                              versions=client_versions(), argv=sys.argv[1:]),
+            scale=self.settings.scale, driver_options=endpoint.option_names,
+        )
+
+    # -- the end -------------------------------------------------------------------
+    def finish(self) -> None:
+        """Remove this run's directory and stop the embedded server (idempotent); a
+        directory the storage refused to remove is kept in ``cleanup_error``."""
+        if self.is_worker:
+            return  # the controller removes the run directory once every worker is done
+        try:
+            self.cleanup_error = self.area.remove() or self.cleanup_error
+        finally:
+            self.endpoint.stop()
+            shutil.rmtree(self.shared_dir, ignore_errors=True)

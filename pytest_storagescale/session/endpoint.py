@@ -1,0 +1,150 @@
+"""The endpoint under test: its URL (or the embedded server), the driver that speaks
+it, and the storage version that chooses the thresholds file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import Settings, redact_url
+from ..drivers.registry import DriverSpec, driver_spec
+from ..endpoints.url import EndpointURL
+from ..errors import EndpointError, StorageError
+
+#: deadline of a version query when no hang timeout is set
+VERSION_TIMEOUT = 15.0
+
+
+class EndpointUnderTest:
+    """``--storage-endpoint``, or the embedded xrootd started on first use.
+
+    Under xdist the controller starts the embedded server and the workers get its URL
+    and CA through ``shared`` (see :meth:`shared_info`)."""
+
+    def __init__(self, settings: Settings, shared: dict[str, Any] | None = None) -> None:
+        self.settings = settings
+        self._shared = shared
+        self._server = None
+        self._url: EndpointURL | None = None
+        self._version: str | None = None
+
+    # -- where ---------------------------------------------------------------------
+    @property
+    def is_embedded(self) -> bool:
+        return self.settings.endpoint is None
+
+    @property
+    def url(self) -> EndpointURL:
+        """The endpoint; the embedded server is started on first use."""
+        if self._url is None:
+            self._url = EndpointURL.parse(self._start_or_read_url())
+        return self._url
+
+    def _start_or_read_url(self) -> str:
+        if not self.is_embedded:
+            return self.settings.endpoint
+        if self._shared is not None:
+            return self._shared["endpoint_url"]
+        from ..endpoints.embedded import EmbeddedXRootD
+
+        self._server = EmbeddedXRootD().start()
+        return self._server.url_for(self.settings.embedded_protocol)
+
+    @property
+    def embedded_server(self):
+        """The :class:`EmbeddedXRootD` this process runs (None: remote, or a worker)."""
+        return self._server
+
+    @property
+    def display(self) -> str:
+        """The URL without credentials (before the embedded server started too)."""
+        if self._url is not None:
+            return self._url.display
+        if self.is_embedded:
+            return (f"embedded xrootd ({self.settings.embedded_protocol}://127.0.0.1:"
+                    f"<free port>//storagescale)")
+        try:
+            return EndpointURL.parse(self.settings.endpoint).display
+        except EndpointError:
+            return redact_url(self.settings.endpoint)
+
+    @property
+    def identity(self) -> str:
+        """What names the endpoint across runs (the embedded one's port changes)."""
+        if self.is_embedded:
+            return f"embedded xrootd ({self.url.scheme})"
+        return self.url.display
+
+    # -- how -------------------------------------------------------------------------
+    def _options(self) -> dict[str, str]:
+        options = dict(self.settings.driver_options or {})
+        ca_dir = (self._shared or {}).get("ca_dir") or (
+            self._server.ca_dir if self._server is not None else None)
+        if ca_dir and "ca_dir" not in options:
+            options["ca_dir"] = ca_dir
+        return options
+
+    def driver_spec(self, writable_root: str | None) -> DriverSpec:
+        """How to open clients of the endpoint that may write only below ``writable_root``."""
+        return driver_spec(self.url.url, driver=self.settings.driver,
+                           options=self._options(), writable_root=writable_root)
+
+    @property
+    def driver_name(self) -> str:
+        return self.driver_spec(None).name
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._options()))
+
+    def shared_info(self) -> dict[str, Any]:
+        """What an xdist worker needs to reach the same endpoint."""
+        if not self.is_embedded:
+            return {"endpoint_url": None, "ca_dir": None}
+        url = self.url.url  # starts the server, once
+        return {"endpoint_url": url, "ca_dir": self._server.ca_dir if self._server else None}
+
+    # -- which version -----------------------------------------------------------------
+    @property
+    def version(self) -> str:
+        if self._version is None:
+            self._version = self.settings.version or self._detect_version()
+        return self._version
+
+    @property
+    def version_source(self) -> str:
+        if self.settings.version:
+            return f"from {self.settings.source('version')}"
+        if self.is_embedded:
+            return "detected from the xrootd binary"
+        return f"detected from {self.url.server}"
+
+    def _detect_version(self) -> str:
+        if self.is_embedded:
+            from ..endpoints.embedded import xrootd_version
+
+            return xrootd_version()
+        timeout = self.settings.hang_timeout or VERSION_TIMEOUT
+        try:
+            driver = self.driver_spec(None).connect("version", timeout=timeout)
+            try:
+                return driver.version()
+            finally:
+                driver.close()
+        except StorageError as exc:
+            raise EndpointError(
+                f"{self.unusable(exc)} (The version is detected to choose the thresholds "
+                f"file; --storage-version VERSION skips the detection.)"
+            ) from None
+
+    def unusable(self, exc: Exception) -> str:
+        """One paragraph for an endpoint that refused us."""
+        return (
+            f"--storage-endpoint {self.display}: cannot use the storage: {exc}. Check the "
+            f"host, port and path, that the test area exists and is writable by this identity "
+            f"(credentials, proxy, token: --storage-driver-option)."
+        )
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None

@@ -1,0 +1,104 @@
+"""The step ledger: one load step at a time, and every finished step in one place.
+
+Each process appends its finished steps to the session's shared log
+(``steps.jsonl`` in the shared folder, under an flock). That log is the one path a
+step travels: the process that owns the results (a plain session, or the xdist
+controller) reads what is new in it whenever a test report says a step finished,
+and once more at the end (a worker that crashed after a step loses nothing), then
+rewrites the results file. A scan's plot reads the same log (any worker's steps).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..records import RunInfo, StepRecord
+from ..reporting.results import ResultsFile
+
+
+class StepLedger:
+    """The session's shared step log, its lock and (for the owner) the results."""
+
+    def __init__(self, shared_dir: Path, results: ResultsFile) -> None:
+        self.shared_dir = shared_dir
+        self.results = results
+        self.run: RunInfo | None = None
+        self.steps: list[StepRecord] = []
+        self._seen: set[str] = set()
+        self._read_offset = 0
+        self._counter = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.shared_dir / "steps.jsonl"
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the endpoint: one load step at a time across all xdist workers of the
+        session (an flock on a file in the shared folder)."""
+        self.shared_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.shared_dir / "load.lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def next_step_id(self, worker: str) -> str:
+        self._counter += 1
+        return f"{worker}-{self._counter:03d}"
+
+    def append(self, run: RunInfo, step: StepRecord) -> None:
+        """Log a finished step for whoever owns the results."""
+        line = json.dumps({"run_info": run.to_json(), "step": step.to_json()}, default=str)
+        with self._log_lock(), open(self.log_path, "a") as log:
+            log.write(line + "\n")
+
+    @contextmanager
+    def _log_lock(self) -> Iterator[None]:
+        self.shared_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.shared_dir / "log.lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def logged(self) -> list[tuple[RunInfo, StepRecord]]:
+        """Every step of the session so far, from any process."""
+        return list(self._entries(0)[0])
+
+    def _entries(self, offset: int) -> tuple[list[tuple[RunInfo, StepRecord]], int]:
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(offset)
+                data = log.read()
+        except FileNotFoundError:
+            return [], offset
+        complete = data[: data.rfind(b"\n") + 1]  # a line being written waits
+        entries = []
+        for line in complete.decode().splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                entries.append((RunInfo.from_json(entry["run_info"]),
+                                StepRecord.from_json(entry["step"])))
+        return entries, offset + len(complete)
+
+    def sync(self) -> list[StepRecord]:
+        """Take the new steps of the log into the results (owner only); return them."""
+        entries, self._read_offset = self._entries(self._read_offset)
+        new = []
+        for run, step in entries:
+            if step.step_id in self._seen:
+                continue
+            self._seen.add(step.step_id)
+            self.run = self.run or run
+            new.append(step)
+        if new:
+            self.steps = sorted([*self.steps, *new], key=lambda step: step.started)
+            self.results.write(self.run, self.steps)
+        return new
