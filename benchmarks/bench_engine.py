@@ -28,8 +28,11 @@ from pathlib import Path
 
 from XRootD import client
 
+from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
-from pytest_storagescale.load.engine import StepPlan, run_step
+from pytest_storagescale.load.engine import run_step
+from pytest_storagescale.load.operations import get_operation
+from pytest_storagescale.load.plan import StepPlan
 
 
 def rss_mb() -> float:
@@ -82,9 +85,9 @@ def engine_step(server, root: str, clients: int, warmup: float,
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     result = run_step(StepPlan(
-        op="stat", clients=clients, duration=duration, warmup=warmup, hang_timeout=30,
-        endpoint_url=server.url, driver="xrootd", workdir=f"{root}/{tag}",
-        writable_root=root, tag=tag,
+        operation=get_operation("stat"), clients=clients, duration=duration, warmup=warmup,
+        hang_timeout=30, driver=driver_spec(server.url, writable_root=root),
+        workdir=f"{root}/{tag}",
     ))
     done.set()
     watcher.join()

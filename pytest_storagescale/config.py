@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from .errors import StorageScaleUsageError
+from .shipped import shipped_thresholds
 
 EMBEDDED_PROTOCOLS = ("root", "davs")
 
@@ -168,7 +169,7 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
     "storage_thresholds": (
         "--storage-thresholds", None, None,
         "thresholds file, or folder laid out as <system>/*.toml. Default: thresholds/ "
-        "under the rootdir.",
+        "under the rootdir, else the thresholds shipped with the plugin.",
     ),
     "storage_clients": (
         "--storage-clients", parse_clients, None,
@@ -280,7 +281,11 @@ class Settings:
     def thresholds_path(self) -> Path:
         """The thresholds file or folder: relative paths from where pytest was run."""
         if self.thresholds is None:
-            return self.rootpath / "thresholds"
+            checkout = self.rootpath / "thresholds"
+            if checkout.is_dir():
+                return checkout
+            shipped = shipped_thresholds()
+            return shipped if shipped is not None else checkout
         path = Path(self.thresholds).expanduser()
         return path if path.is_absolute() else self.invocation_path / path
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from .drivers.registry import driver_class, driver_names, register_driver
 from .errors import StorageScaleUsageError
-from .load.operations import get_operation, operation_names, register_operation
+from .load.operations import register_operation
 from .metrics import known_metrics, register_metric
 
 
@@ -28,11 +28,11 @@ def register(plugin: object) -> None:
 
 def _operations(operations: Any, where: str) -> None:
     for operation in operations:
-        name = getattr(operation, "name", None)
-        if name in operation_names() and get_operation(name) is operation:
-            continue
-        _refuse_taken(name in operation_names(), "operation", name, where)
-        register_operation(operation)
+        try:  # the registry takes a re-imported class's instance in its own place
+            register_operation(operation)
+        except StorageScaleUsageError as exc:
+            raise StorageScaleUsageError(f"{where}: pytest_storagescale_operations: {exc}") \
+                from None
 
 
 def _metrics(metrics: Any, where: str) -> None:

@@ -26,7 +26,7 @@ MEASURED: tuple[str, ...] = (
 # name -> description; a plain dict (not a pytest stash) because thresholds files are
 # parsed outside any pytest config, and every xdist worker registers its own
 _DERIVED: dict[str, str] = {}
-_NAME_RE = re.compile(r"[A-Za-z_]\w*")
+_NAME_RE = re.compile(r"[A-Za-z]\w*")
 
 
 def register_metric(name: str, description: str, *, replace: bool = False) -> None:

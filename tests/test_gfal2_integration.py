@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import pytest
 
 from pytest_storagescale.drivers.gfal2 import Gfal2Driver
-from pytest_storagescale.drivers.registry import driver_name_for
-from pytest_storagescale.endpoints.url import EndpointURL
+from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.endpoints.version import detect_version, version_from_server_header
-from pytest_storagescale.errors import StorageNotFound, StorageUnreachable, UnsafePathError
+from pytest_storagescale.errors import (
+    StorageError,
+    StorageNotFound,
+    StorageScaleUsageError,
+    StorageUnreachable,
+    UnsafePathError,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -20,8 +28,9 @@ def gfal(embedded_xrootd, request):
     name = request.node.originalname[:30]
     root = f"/storagescale/gfal-{request.param}-{name}"
     url = embedded_xrootd.url_for(request.param)
-    driver = Gfal2Driver(EndpointURL.parse(url), client_id="ssgfal", timeout=20,
-                         writable_root=root, options={"ca_dir": embedded_xrootd.ca_dir})
+    spec = driver_spec(url, driver="gfal2", writable_root=root,
+                       options={"ca_dir": embedded_xrootd.ca_dir})
+    driver = spec.connect("functional-gfal", timeout=20)
     driver.mkdir(root)
     yield root, driver
     driver.remove_tree(root)
@@ -57,8 +66,8 @@ def test_namespace_operations(gfal):
 def test_wrong_ca_is_a_clear_tls_error(embedded_xrootd, tmp_path):
     other_ca = tmp_path / "empty-ca"
     other_ca.mkdir()
-    driver = Gfal2Driver(EndpointURL.parse(embedded_xrootd.https_url), timeout=10,
-                         writable_root="/storagescale/x", options={"ca_dir": str(other_ca)})
+    driver = driver_spec(embedded_xrootd.https_url, writable_root="/storagescale/x",
+                         options={"ca_dir": str(other_ca)}).connect("functional-ca", timeout=10)
     try:
         with pytest.raises(StorageUnreachable) as info:
             driver.stat("/storagescale")
@@ -72,8 +81,9 @@ def test_wrong_ca_is_a_clear_tls_error(embedded_xrootd, tmp_path):
 
 
 def test_version_from_server_header(embedded_xrootd):
-    assert detect_version(EndpointURL.parse(embedded_xrootd.https_url),
-                          ca_dir=embedded_xrootd.ca_dir) == embedded_xrootd.version
+    spec = driver_spec(embedded_xrootd.https_url, options={"ca_dir": embedded_xrootd.ca_dir})
+    assert spec.name == "gfal2"
+    assert detect_version(spec) == embedded_xrootd.version
     assert version_from_server_header("dCache/9.2.4") == "9.2.4"
     assert version_from_server_header("dCache/1.9.5-26") == "1.9.5-26"
     assert version_from_server_header("XrootD/v5.5.3") == "5.5.3"
@@ -81,11 +91,66 @@ def test_version_from_server_header(embedded_xrootd):
 
 
 def test_driver_can_be_forced_per_scheme():
-    assert driver_name_for("root") == "xrootd"
-    assert driver_name_for("root", "gfal2") == "gfal2"
-    assert driver_name_for("davs") == "gfal2"
-    assert driver_name_for("srm") == driver_name_for("gsiftp") == "gfal2"
-    from pytest_storagescale.errors import StorageScaleUsageError
-
+    assert driver_spec("root://h//data/t").name == "xrootd"
+    assert driver_spec("root://h//data/t", driver="gfal2").name == "gfal2"
+    assert driver_spec("davs://h/data/t").name == "gfal2"
+    assert driver_spec("srm://h/data/t").name == driver_spec("gsiftp://h/data/t").name == "gfal2"
     with pytest.raises(StorageScaleUsageError, match="cannot speak davs://"):
-        driver_name_for("davs", "xrootd")
+        driver_spec("davs://h/data/t", driver="xrootd")
+
+
+_VERSION_OVER_ROOT = """
+import sys
+from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.endpoints.version import detect_version
+from pytest_storagescale.errors import StorageError
+try:
+    detect_version(driver_spec(sys.argv[1], driver="gfal2"))
+except StorageError as exc:
+    print(exc)
+print("XRootD bindings imported:", "XRootD" in sys.modules)
+"""
+
+
+def test_gfal2_on_root_asks_no_version_and_never_imports_the_xrootd_bindings(embedded_xrootd):
+    """--storage-driver gfal2 on root:// goes through gfal2 only; gfal2 cannot ask an
+    xroot server for its version, so the message says how to give it."""
+    done = subprocess.run([sys.executable, "-c", _VERSION_OVER_ROOT, embedded_xrootd.url],
+                          capture_output=True, text=True, timeout=60, check=True)
+    lines = done.stdout.strip().splitlines()
+    assert lines[-1] == "XRootD bindings imported: False"
+    assert "gfal2 cannot ask a root:// server for its version" in lines[0]
+    assert "--storage-version VERSION skips the detection" in lines[0]
+    assert "--storage-driver xrootd" in lines[0]
+
+
+def _connections_to(port: int) -> int:
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                count += 1
+    return count
+
+
+def test_gfal2_clients_on_root_have_their_own_connections(embedded_xrootd):
+    """Each gfal2 client logs in under its own name on root://, so C clients are C
+    connections (one name would share one connection among every context)."""
+    Gfal2Driver.forget_connections()  # names no earlier test used
+    spec = driver_spec(embedded_xrootd.url, driver="gfal2")
+    before = _connections_to(embedded_xrootd.port)
+    clients = [spec.client(index, timeout=20) for index in range(5)]
+    try:
+        for client in clients:
+            assert client.stat("/storagescale").is_dir
+        assert _connections_to(embedded_xrootd.port) - before >= 5
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_gfal2_on_root_version_error_is_a_storage_error(embedded_xrootd):
+    with pytest.raises(StorageError) as info:
+        driver_spec(embedded_xrootd.url, driver="gfal2").connect("version", timeout=5).version()
+    assert info.value.error_class == "version" and info.value.driver == "gfal2"

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pytest_storagescale.errors import StorageScaleUsageError, ThresholdsError
@@ -231,10 +233,12 @@ def test_a_taken_name_is_refused_unless_replaced():
     assert get_operation("get") is other
 
 
-def test_registering_the_same_class_again_is_harmless():
+def test_registering_the_same_class_again_takes_its_place():
     register_operation(Copy())
-    register_operation(Copy())  # a conftest that runs in a second session of one process
-    assert operation_names().count("copy") == 1
+    # a conftest imported again by a second session of one process: a new class object
+    again = type("Copy", (Copy,), {"__module__": Copy.__module__, "__qualname__": "Copy"})()
+    register_operation(again)
+    assert operation_names().count("copy") == 1 and get_operation("copy") is again
 
 
 @pytest.mark.parametrize(
@@ -268,8 +272,11 @@ def test_composites_find_their_sides_in_the_registry():
 # --- entry points ------------------------------------------------------------------
 
 def _install(tmp_path, monkeypatch, entry_points: str, module: str) -> None:
-    """An installed distribution with entry points: a dist-info folder on sys.path."""
-    (tmp_path / "site_ops.py").write_text(module)
+    """An installed distribution with entry points: a dist-info folder on sys.path.
+    ``site_ops`` in ``entry_points`` names a module new to this process."""
+    name = "site_ops_" + re.sub(r"\W", "_", tmp_path.name)
+    entry_points = entry_points.replace("site_ops:", f"{name}:")
+    (tmp_path / f"{name}.py").write_text(module)
     info = tmp_path / "site_ops-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: site-ops\nVersion: 1.0\n")
@@ -305,7 +312,7 @@ def test_entry_points_add_operations_once(tmp_path, monkeypatch):
     "entry_point, message",
     [
         ("touch = site_ops:Missing",
-         r"entry point touch = 'site_ops:Missing' \(group pytest_storagescale.operations, "
+         r"entry point touch = 'site_ops_\w+:Missing' \(group pytest_storagescale.operations, "
          r"package site-ops\): cannot load: AttributeError: .*Fix or uninstall that package"),
         ("tap = site_ops:Touch", r"entry point tap = .*names 'touch'; name the entry point after"),
         ("get = site_ops:Get", r"entry point get = .*operation 'get' is already registered"),

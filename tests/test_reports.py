@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_storagescale.load.plan import StepProgress
 from pytest_storagescale.reporting.progress import LiveProgress
 
 REPO = Path(__file__).resolve().parent.parent
@@ -130,39 +131,55 @@ def test_storage_report_page(pytester):
 
 
 class _Terminal:
+    """The public TerminalReporter methods LiveProgress uses, recorded."""
+
     isatty = True
 
     def __init__(self):
-        self.written = []
+        self.calls = []
 
-    def write(self, text, flush=False):
-        self.written.append(text)
+    def ensure_newline(self):
+        self.calls.append(("ensure_newline",))
+
+    def rewrite(self, line, **markup):
+        self.calls.append(("rewrite", line, markup))
 
     def flush(self):
         pass
+
+
+def _progress(elapsed_s):
+    return StepProgress(operation="ls", clients=50, elapsed_s=elapsed_s, total_s=1200.0,
+                        rate_hz=5.0, succeeded=300, failed=2, hung=1)
 
 
 def test_live_progress_line(pytestconfig, monkeypatch):
     terminal = _Terminal()
     monkeypatch.setattr(pytestconfig.pluginmanager, "get_plugin",
                         lambda name: terminal if name == "terminalreporter" else None)
-    monkeypatch.setattr(LiveProgress, "_out", terminal)
     progress = LiveProgress(pytestconfig)
     if hasattr(pytestconfig, "workerinput"):
         assert not progress.enabled  # an xdist worker's output is no terminal
         return
     assert progress.enabled == (pytestconfig.get_verbosity() >= 0)
     progress.enabled = True
-    progress({"op": "ls", "clients": 50, "elapsed_s": 61.2, "total_s": 1200.0,
-              "rate_hz": 5, "succeeded": 300, "failed": 2, "hung": 1})
-    progress({"op": "ls", "clients": 50, "elapsed_s": 62.2, "total_s": 1200.0,
-              "rate_hz": 4, "succeeded": 304, "failed": 2, "hung": 1})
+    monkeypatch.setenv("COLUMNS", "200")  # shutil.get_terminal_size reads it first
+    progress(_progress(61.2))
+    progress(_progress(62.2))
     progress.clear()
-    # a line of its own below pytest's, rewritten in place, then erased
-    assert terminal.written[0] == (
-        "\nstoragescale: ls 50 clients 61/1200 s (1139 s left)  rate 5 Hz  failed 2  hung 1")
-    assert terminal.written[1].startswith("\rstoragescale: ls 50 clients 62/1200 s")
-    assert terminal.written[2] == "\r\x1b[2K\x1b[1A"
+    progress.clear()  # nothing shown: nothing to erase
+    # pytest's line ended once, the progress rewritten in place below it, then erased
+    assert terminal.calls == [
+        ("ensure_newline",),
+        ("rewrite", LiveProgress.format(_progress(61.2)), {"erase": True}),
+        ("rewrite", LiveProgress.format(_progress(62.2)), {"erase": True}),
+        ("rewrite", "", {"erase": True}),
+        ("rewrite", "", {}),
+    ]
+    # never wider than the terminal: a wrapped line could not be rewritten in place
+    monkeypatch.setenv("COLUMNS", "40")
+    progress(_progress(63.2))
+    assert terminal.calls[-1][1] == LiveProgress.format(_progress(63.2))[:39]
     terminal.isatty = False
     assert not LiveProgress(pytestconfig).enabled
 

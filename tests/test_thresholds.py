@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pytest_storagescale import metrics
-from pytest_storagescale.errors import ThresholdsError
+from pytest_storagescale.errors import StorageScaleUsageError, ThresholdsError
 from pytest_storagescale.thresholds import (
+    RecoveryPlan,
     evaluate,
     load_thresholds,
     parse_rule,
@@ -189,3 +192,193 @@ def test_a_file_given_is_used_as_is(thresholds_dir):
     assert chosen.reason == ("given by --storage-thresholds; its versions ['9.2.*'] do not "
                              "include 1.0")
     assert select_thresholds(path, "dcache", "9.2.1").reason == "given by --storage-thresholds"
+
+
+# --- sections: count bound, tries, recovery ------------------------------------------
+
+PLAN = """
+[storage]
+system = "dcache"
+versions = ["*"]
+
+[defaults]
+duration = "20m"
+warmup = "10s"
+hang_timeout = "60s"
+
+[ops.ls]
+clients = [5, 50, 600]
+
+[[ops.ls.expect]]
+clients = "<=100"
+rules = ["rate_hz >= 4", "hung == 0"]
+
+[[ops.ls.expect]]
+clients = 600
+rules = ["error_ratio <= 0.2"]
+
+[ops.copyout]
+op = "get"
+clients = [10, 20]
+file_size = "10MB"
+files = 10
+to_disk = true
+operations = 450
+tries = 3
+
+[ops.recovery]
+op = "stat"
+clients = [5]
+duration = "30s"
+warmup = 0
+overload_clients = 200
+overload_duration = "30s"
+recover_fraction = 0.8
+recover_within = "2m"
+
+[ops.writes]
+op = "write"
+clients = [1]
+sync = "direct"
+"""
+
+
+def test_section_plan_fields(thresholds_dir):
+    ts = load_thresholds(thresholds_dir(PLAN, system="dcache"))
+    assert list(ts.sections) == ["ls", "copyout", "recovery", "writes"] and ts.scale == 1
+    copyout = ts.section("copyout")
+    assert (copyout.name, copyout.operation, copyout.max_operations, copyout.tries) == (
+        "copyout", "get", 450, 3)
+    assert copyout.params == {"file_size": 10**7, "files": 10, "to_disk": True}
+    assert copyout.recovery is None and ts.section("ls").max_operations == 0
+    assert ts.section("recovery").recovery == RecoveryPlan(
+        overload_clients=200, overload_duration=30.0, recover_fraction=0.8, recover_within=120.0)
+    assert ts.section("recovery").warmup == 0 and ts.section("nope") is None
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (("operations = 450", "operations = -1"),
+         r"\[ops.copyout\].operations: must be a whole number of operations \(the step ends when "
+         r"that many were done\), e.g. operations = 450\."),
+        (("tries = 3", "tries = 0"),
+         r"\[ops.copyout\].tries: must be a whole number of repetitions, e.g. tries = 10\."),
+        (("recover_within = \"2m\"", ""),
+         r"\[ops.recovery\]: a recovery probe needs overload_clients, overload_duration, "
+         r"recover_fraction, recover_within; missing recover_within\."),
+        (("recover_fraction = 0.8", "recover_fraction = 80"),
+         r"\[ops.recovery\].recover_fraction: 80 must be a fraction of the rate before"),
+        (("overload_clients = 200", "overload_clients = true"),
+         r"\[ops.recovery\].overload_clients: must be a client count, e.g. 600\."),
+        (("overload_duration = \"30s\"", "overload_duration = \"soon\""),
+         r"\[ops.recovery\].overload_duration: 'soon' is not a duration"),
+        (('sync = "direct"', 'sync = "fast"'),
+         r"\[ops.writes\].sync: unknown value 'fast'. Valid values: none, dsync, direct\."),
+        (("tries = 3", "tries = 3\nexpect = 3"),
+         r"\[ops.copyout\].expect: write expectations as \[\[ops.copyout.expect\]\] blocks"),
+        (('op = "get"', 'op = "copy"'),
+         r"\[ops.copyout\]: unknown op = 'copy'. Known operations: stat, ls.*A section with "
+         r"another name says which it runs: op = \"get\"\."),
+    ],
+)
+def test_bad_section_names_key_and_fix(thresholds_dir, change, message):
+    path = thresholds_dir(PLAN.replace(*change), system="dcache")
+    with pytest.raises(ThresholdsError, match=message) as info:
+        load_thresholds(path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "top, message",
+    [
+        ("defaults = 3", r"defaults: must be a table: \[defaults\] with duration, warmup, "
+                         r"hang_timeout\."),
+        ("ops = 3", r"ops: must be a table of \[ops.<op>\] sections\."),
+        ("storage = 3", r"missing \[storage\] table. Add \[storage\] with system"),
+    ],
+)
+def test_top_level_keys_must_be_tables(thresholds_dir, top, message):
+    text = top + '\n' + ('' if top.startswith("storage") else '[storage]\nsystem = "x"\nversions = ["*"]\n')
+    with pytest.raises(ThresholdsError, match=message):
+        load_thresholds(thresholds_dir(text))
+
+
+# --- scaling -----------------------------------------------------------------------
+
+def test_scaled_plan_numbers(thresholds_dir):
+    ts = load_thresholds(thresholds_dir(PLAN, system="dcache"))
+    small = ts.scaled(0.1)
+    assert small.scale == 0.1 and small.path == ts.path and small.reason == ts.reason
+    ls = small.section("ls")
+    assert ls.clients == (1, 5, 60)
+    assert (ls.duration, ls.warmup, ls.hang_timeout) == (120.0, 1.0, 60.0)  # deadline kept
+    copyout = small.section("copyout")
+    assert copyout.clients == (1, 2)
+    assert copyout.params == {"file_size": 10**6, "files": 1, "to_disk": True}
+    assert (copyout.max_operations, copyout.tries) == (45, 3)
+    assert small.section("recovery").recovery == RecoveryPlan(
+        overload_clients=20, overload_duration=3.0, recover_fraction=0.8, recover_within=12.0)
+    assert small.section("recovery").warmup == 0
+    # the file is untouched
+    assert ts.section("ls").clients == (5, 50, 600) and ts.scale == 1
+
+
+def test_a_scaled_count_is_judged_by_the_rules_of_the_count_it_stands_for(thresholds_dir):
+    ls = load_thresholds(thresholds_dir(PLAN, system="dcache")).section("ls")
+    small = ls.scaled(0.1)
+    assert small.judged_as == {1: 5, 5: 50, 60: 600}
+    assert [r.text for r in small.rules_for(60)] == ["error_ratio <= 0.2"]  # not "<=100"
+    assert [r.text for r in small.rules_for(5)] == ["rate_hz >= 4", "hung == 0"]
+    assert small.expectations == ls.expectations
+    # scaling a scaled plan still maps back to the file's counts
+    smaller = small.scaled(0.5)
+    assert smaller.clients == (1, 3, 30) and smaller.judged_as == {1: 5, 3: 50, 30: 600}
+
+
+def test_scaling_floors_and_uniqueness(thresholds_dir):
+    text = PLAN.replace("clients = [5, 50, 600]", "clients = [1, 2, 3, 40, 41]").replace(
+        "operations = 450", "operations = 3").replace('file_size = "10MB"', "file_size = 0")
+    ts = load_thresholds(thresholds_dir(text, system="dcache"))
+    small = ts.scaled(0.01)
+    assert small.section("ls").clients == (1,)               # at least 1, once
+    assert small.section("ls").duration == 12.0
+    copyout = small.section("copyout")
+    assert copyout.params["file_size"] == 0 and copyout.params["files"] == 1
+    assert copyout.max_operations == 1
+    recovery = small.section("recovery")
+    assert recovery.duration == 0.5                          # 0.3 s raised to the floor
+    assert recovery.recovery.overload_duration == 0.5
+    assert recovery.recovery.recover_within == 1.2
+    assert recovery.recovery.overload_clients == 2
+    assert ts.scaled(0.1).section("ls").clients == (1, 4)     # 0.1, 0.2, 0.3 -> 1; 4.1 -> 4
+    short = load_thresholds(thresholds_dir(PLAN.replace('duration = "30s"', 'duration = "200ms"'),
+                                           system="dcache", name="short.toml"))
+    assert short.scaled(0.1).section("recovery").duration == 0.2  # never longer than unscaled
+
+
+def test_scaling_keeps_the_parameter_that_would_break_the_section(thresholds_dir):
+    text = PLAN + '\n[ops.readv]\nclients = [1]\nfile_size = 6\nchunks = 3\nchunk_size = 2\n'
+    ts = load_thresholds(thresholds_dir(text, system="dcache"))
+    # 6 bytes * 0.9 = 5 bytes no longer hold 3 chunks of 2: the file keeps its size
+    assert ts.scaled(0.9).section("readv").params == {"file_size": 6, "chunks": 3,
+                                                       "chunk_size": 2}
+    # direct I/O: a 6554-byte block is no multiple of 4096, the block keeps its size
+    assert ts.scaled(0.1).section("writes").params == {
+        "file_size": 10**7, "block_size": 65536, "sync": "direct"}
+
+
+def test_factor_one_is_the_same_plan(thresholds_dir):
+    ts = load_thresholds(thresholds_dir(PLAN, system="dcache"))
+    assert ts.scaled(1) is ts and ts.section("ls").scaled(1.0) is ts.section("ls")
+
+
+@pytest.mark.parametrize("factor", [0, -0.5, 1.5, float("nan"), "0.1", True, None])
+def test_bad_scale_factor_is_named(thresholds_dir, factor):
+    ts = load_thresholds(thresholds_dir(PLAN, system="dcache"))
+    with pytest.raises(StorageScaleUsageError,
+                       match=rf"--storage-scale: {re.escape(repr(factor))} is not a scale factor. "
+                             rf"Give a number with 0 < factor <= 1, e.g. 0.1"):
+        ts.scaled(factor, what="--storage-scale")
+    with pytest.raises(StorageScaleUsageError, match=r"\[ops.ls\] scale factor: .* is not a"):
+        ts.section("ls").scaled(factor)

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.drivers.xrootd import XRootDDriver
 from pytest_storagescale.endpoints.embedded import free_port
-from pytest_storagescale.endpoints.url import EndpointURL
 from pytest_storagescale.errors import StorageNotFound, UnsafePathError
-from pytest_storagescale.load.engine import StepPlan, run_step
+from pytest_storagescale.load.engine import run_step
+from pytest_storagescale.load.operations import get_operation
+from pytest_storagescale.load.plan import StepPlan
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
@@ -26,17 +28,17 @@ REPO = Path(__file__).resolve().parent.parent
 def area(embedded_xrootd, request):
     """A per-test directory on the embedded server, and a driver allowed to write there."""
     root = f"/storagescale/{request.node.name[:40]}"
-    driver = XRootDDriver(EndpointURL.parse(embedded_xrootd.url), client_id="sstests",
-                          timeout=10, writable_root=root)
+    driver = driver_spec(embedded_xrootd.url, writable_root=root).connect(
+        "functional-tests", timeout=10)
     driver.mkdir(root)
     yield root, driver
     driver.remove_tree(root)
 
 
-def _plan(server, root, **kw) -> StepPlan:
-    values = dict(op="stat", clients=5, duration=1.0, warmup=0.2, hang_timeout=3.0,
-                  endpoint_url=server.url, driver="xrootd", workdir=f"{root}/step",
-                  writable_root=root, tag="t00")
+def _plan(server, root, operation: str = "stat", **kw) -> StepPlan:
+    values = dict(operation=get_operation(operation), clients=5, duration=1.0, warmup=0.2,
+                  hang_timeout=3.0, driver=driver_spec(server.url, writable_root=root),
+                  workdir=f"{root}/step")
     values.update(kw)
     return StepPlan(**values)
 
@@ -73,8 +75,8 @@ def test_errors_carry_driver_endpoint_operation_path_and_status(area, embedded_x
 def test_guard_refuses_writes_outside_the_run_area(area, embedded_xrootd):
     root, driver = area
     outside = "/storagescale/not-mine.dat"
-    other = XRootDDriver(EndpointURL.parse(embedded_xrootd.url), client_id="ssother",
-                         writable_root="/storagescale")
+    other = driver_spec(embedded_xrootd.url, writable_root="/storagescale").connect(
+        "functional-other", timeout=60)
     other.put(outside, b"precious")
     try:
         for attempt in (lambda: driver.delete(outside), lambda: driver.put(outside, b"x"),
@@ -103,7 +105,7 @@ def _connections_to(port: int) -> int:
 def test_each_client_has_its_own_connection(area, embedded_xrootd):
     root, _ = area
     seen = []
-    plan = _plan(embedded_xrootd, root, clients=40, duration=2.0, tag="k01")
+    plan = _plan(embedded_xrootd, root, clients=40, duration=2.0)
     timer = threading.Timer(1.5, lambda: seen.append(_connections_to(embedded_xrootd.port)))
     timer.start()
     result = run_step(plan)
@@ -112,11 +114,29 @@ def test_each_client_has_its_own_connection(area, embedded_xrootd):
     assert seen[0] >= 40, f"only {seen[0]} connections for 40 clients"
 
 
+def test_steps_reuse_connections_until_the_driver_forgets_them(area, embedded_xrootd):
+    """Client i of every step logs in as the same name: a second step adds no
+    connections; after forget_connections (a step with hung clients) the names and
+    so the connections are new."""
+    root, _ = area
+    XRootDDriver.forget_connections()  # names no earlier test used
+    port = embedded_xrootd.port
+    run_step(_plan(embedded_xrootd, root, clients=20, duration=0.5, warmup=0.0))
+    first = _connections_to(port)
+    run_step(_plan(embedded_xrootd, root, clients=20, duration=0.5, warmup=0.0))
+    second = _connections_to(port)
+    XRootDDriver.forget_connections()
+    run_step(_plan(embedded_xrootd, root, clients=20, duration=0.5, warmup=0.0))
+    third = _connections_to(port)
+    assert second - first < 20 <= third - second, (first, second, third)
+
+
 @pytest.mark.parametrize("executor", ["threads", "processes"])
 def test_frozen_server_gives_hung_clients_and_step_ends_on_time(area, embedded_xrootd, executor):
     root, _ = area
     plan = _plan(embedded_xrootd, root, clients=10, duration=5.0, warmup=0.5, hang_timeout=1.5,
-                 tag="h" + executor[0], processes=2)
+                 processes=2)
+    names = {XRootDDriver.client_name(index) for index in range(10)}
     # freeze once the clients are running (processes take a moment to spawn)
     freeze_after = 2.0 if executor == "threads" else 3.0
     threading.Timer(freeze_after, embedded_xrootd.freeze).start()
@@ -133,12 +153,14 @@ def test_frozen_server_gives_hung_clients_and_step_ends_on_time(area, embedded_x
     budget = plan.warmup + plan.duration + plan.hang_timeout + (12 if executor == "processes" else 2)
     assert elapsed < budget, f"step took {elapsed:.1f} s, budget {budget:.1f} s"
     assert max(step.timeline["hung"]) > 0
+    # the next step's clients log in under new names: no stuck connection is reused
+    assert not names & {XRootDDriver.client_name(index) for index in range(10)}
 
 
 def test_thousand_clients_with_threads(area, embedded_xrootd):
     root, _ = area
     plan = _plan(embedded_xrootd, root, clients=1000, duration=3.0, warmup=2.0,
-                 hang_timeout=20.0, tag="m01")
+                 hang_timeout=20.0)
     seen = []
     timer = threading.Timer(4.0, lambda: seen.append(_connections_to(embedded_xrootd.port)))
     timer.start()
@@ -152,15 +174,15 @@ def test_thousand_clients_with_threads(area, embedded_xrootd):
 
 def test_processes_executor_merges_all_clients(area, embedded_xrootd):
     root, _ = area
-    plan = _plan(embedded_xrootd, root, op="get", clients=6, duration=1.5,
-                 params={"file_size": 100_000, "files": 3}, tag="p01", processes=3)
+    plan = _plan(embedded_xrootd, root, "get", clients=6, duration=1.5,
+                 params={"file_size": 100_000, "files": 3}, processes=3)
     states = []
     result = run_step(plan, executor="processes", progress=states.append)
     step = result.total
     assert step.failed == 0 and step.succeeded > 6
     # the children's progress reaches the parent once a second, summed over processes
-    assert states and all(s["op"] == "get" and s["clients"] == 6 for s in states)
-    assert max(s["succeeded"] for s in states) > 0
+    assert states and all(s.operation == "get" and s.clients == 6 for s in states)
+    assert max(s.succeeded for s in states) > 0
     assert step.bytes == step.succeeded * 100_000
     assert sum(result.sides["get"].timeline["completions"]) >= step.succeeded
 
@@ -228,7 +250,8 @@ def test_read_only_test_area_is_one_clear_failure_per_test(pytester):
     assert elapsed < 20
     result.stdout.fnmatch_lines([
         f"*--storage-endpoint root://127.0.0.1:{server.port}//storagescale: cannot use the "
-        f"storage: *read/only*writable by this identity (credentials, proxy, token).",
+        f"storage: *read/only*writable by this identity (credentials, proxy, token*",
     ])
     assert "Traceback" not in result.stdout.str()
+    assert "During handling of the above exception" not in result.stdout.str()
     assert "def run_dir" not in result.stdout.str()

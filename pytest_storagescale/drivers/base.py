@@ -75,7 +75,7 @@ class Driver(abc.ABC):
         when it cannot be used)."""
         return EndpointURL.parse(url)
 
-    @classmethod
+    @classmethod  # noqa: B027 - an optional hook
     def check_options(cls, options: Mapping[str, str]) -> None:
         """Reject option values this driver cannot use (a usage error naming the value);
         the keys are already checked against :attr:`option_names`."""
@@ -90,8 +90,8 @@ class Driver(abc.ABC):
         """The login name of a service connection (``admin``, ``coordinator``...)."""
         return role
 
-    @classmethod
-    def forget_connections(cls) -> None:  # noqa: B027 - optional hook
+    @classmethod  # noqa: B027 - an optional hook
+    def forget_connections(cls) -> None:
         """Called after a step with hung clients: later clients must not reuse a
         connection a hung request may still hold."""
 

@@ -6,7 +6,13 @@ One gfal2 context per driver instance, so one client is one context (a context's
 (``CORE:NAMESPACE_TIMEOUT``, ``CORE:CHECKSUM_TIMEOUT``, ``HTTP PLUGIN:OPERATION_TIMEOUT``);
 for ``root://`` gfal2 sets none of its own and the XRootD client settings apply.
 TLS is verified against ``X509_CERT_DIR`` (the driver option ``ca_dir`` sets it),
-never switched off.
+never switched off. Credentials are driver options read through the environment, as
+for the ``xrootd`` driver: ``x509_proxy``, ``token`` (BEARER_TOKEN, sent by the HTTP
+plugin and by XRootD's ``ztn``), ``krb5ccname``, ``security_protocol``.
+
+On ``root://`` each context logs in as its client's own name (the XRootD client
+would otherwise share one connection among all contexts of a process), with the
+``xrootd`` driver's naming rule.
 """
 
 from __future__ import annotations
@@ -28,6 +34,19 @@ from ..errors import (
     StorageUnreachable,
 )
 from .base import Driver, StatInfo
+from .grid import (
+    CREDENTIAL_ENVIRONMENT,
+    HTTP_SCHEMES,
+    SECRET_OPTIONS,
+    XROOTD_SCHEMES,
+    XRootDLogins,
+)
+
+# gfal2's gridftp plugin (Globus) aborts the whole process ("bit out of range 0 -
+# FD_SETSIZE on fd_set") when it is first activated in a process holding descriptors
+# above 1024, as one does after a step of 1000 XRootD clients; activated once, it
+# stays so. This module is imported when the gfal2 driver is chosen, early in a run.
+gfal2.creat_context()
 
 _CHUNK = 8 * 1024 * 1024
 _TIMEOUT_ERRNOS = {errno.ETIMEDOUT, errno.ECANCELED}
@@ -35,18 +54,18 @@ _UNREACHABLE_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.EHOSTDOWN,
                        errno.ENETUNREACH, errno.ECONNRESET}
 
 
-class Gfal2Driver(Driver):
+class Gfal2Driver(XRootDLogins, Driver):
     """One gfal2 context: one client of the storage."""
 
     name = "gfal2"
-    schemes = ("davs", "https", "dav", "http", "root", "xroot", "roots", "file", "srm", "gsiftp")
+    schemes = (*HTTP_SCHEMES, *XROOTD_SCHEMES, "file", "srm", "gsiftp")
+    option_names = tuple(CREDENTIAL_ENVIRONMENT)
+    secret_options = SECRET_OPTIONS
+    option_environment = CREDENTIAL_ENVIRONMENT
 
     def __init__(self, endpoint, **kwargs) -> None:
+        # the environment (CA, credentials) is set before the context loads its plugins
         super().__init__(endpoint, **kwargs)
-        ca_dir = self.options.get("ca_dir")
-        if ca_dir:
-            # read by the http plugin when a context loads it
-            os.environ["X509_CERT_DIR"] = ca_dir
         self._context = gfal2.creat_context()
         self._stage: dict[int, tuple[bytes, str]] = {}
         self._stage_lock = threading.Lock()
@@ -58,9 +77,11 @@ class Gfal2Driver(Driver):
         # gfal2 would otherwise ask the server for a bearer token before every request
         self._context.set_opt_boolean("HTTP PLUGIN", "RETRIEVE_BEARER_TOKEN", False)
         port = f":{endpoint.port}" if endpoint.port else ""
-        sep = "/" if endpoint.scheme in ("root", "xroot", "roots") else ""
-        self._prefix = f"{endpoint.scheme}://{endpoint.host}{port}{sep}"
-        self._http = endpoint.scheme in ("davs", "https", "dav", "http")
+        self._xroot = endpoint.scheme in XROOTD_SCHEMES
+        login = f"{self.client_id}@" if self._xroot else ""
+        sep = "/" if self._xroot else ""
+        self._prefix = f"{endpoint.scheme}://{login}{endpoint.host}{port}{sep}"
+        self._http = endpoint.scheme in HTTP_SCHEMES
 
     def _url(self, path: str) -> str:
         if self._http:  # a path with spaces or brackets is still one URL path
@@ -125,10 +146,25 @@ class Gfal2Driver(Driver):
                           algorithm.upper())
 
     def _version(self) -> str:
-        from ..endpoints.version import detect_version
+        """The HTTP door's ``Server`` header. gfal2 has no request for a server's
+        version over the other protocols (its xroot plugin answers checksum and
+        space queries only), and this driver does not bypass gfal2 to ask."""
+        if self._http:
+            from ..endpoints.version import server_header_version
 
-        return detect_version(self.endpoint, ca_dir=self.options.get("ca_dir"),
-                              timeout=self.timeout)
+            return server_header_version(
+                self.endpoint, ca_dir=self.options.get("ca_dir"),
+                x509_proxy=self.options.get("x509_proxy"), token=self.options.get("token"),
+                timeout=self.timeout,
+            )
+        raise StorageError(
+            f"gfal2 cannot ask a {self.endpoint.scheme}:// server for its version (the "
+            f"version chooses the thresholds file). Give it: --storage-version VERSION "
+            f"skips the detection" + ("; or use --storage-driver xrootd, which asks the "
+                                      "server" if self._xroot else ""),
+            driver=self.name, endpoint=self.endpoint.server, operation="version",
+            path=self.endpoint.path, error_class="version",
+        )
 
     # -- data ----------------------------------------------------------------
     def _put(self, path: str, data: bytes) -> int:

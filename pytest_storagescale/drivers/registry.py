@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from ..errors import StorageScaleUsageError
 from .base import Driver
+from .grid import HTTP_SCHEMES, XROOTD_SCHEMES
 from .spec import DriverSpec, redact_url
 
 ENTRY_POINT_GROUP = "pytest_storagescale.drivers"
@@ -197,13 +198,13 @@ def _claim_plugin_schemes() -> None:
 
 register_driver(
     "pytest_storagescale.drivers.xrootd:XRootDDriver", name="xrootd",
-    schemes=("root", "xroot", "roots"),
+    schemes=XROOTD_SCHEMES,
     install_hint="the XRootD Python bindings: 'apt-get install python3-xrootd' (Debian, then "
     "a venv with --system-site-packages) or 'pip install xrootd'",
 )
 register_driver(
     "pytest_storagescale.drivers.gfal2:Gfal2Driver", name="gfal2",
-    schemes=("davs", "https", "dav", "http", "srm", "gsiftp"),
+    schemes=(*HTTP_SCHEMES, "srm", "gsiftp"),
     install_hint="gfal2-python: 'apt-get install python3-gfal2 gfal2-plugin-http "
     "gfal2-plugin-xrootd gfal2-plugin-file' (then a venv with --system-site-packages)",
 )

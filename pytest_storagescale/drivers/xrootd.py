@@ -43,7 +43,12 @@ from ..errors import (  # noqa: E402
     StorageUnreachable,
 )
 from .base import Driver, StatInfo  # noqa: E402
-from .logins import XRootDLogins  # noqa: E402
+from .grid import (  # noqa: E402
+    CREDENTIAL_ENVIRONMENT,
+    SECRET_OPTIONS,
+    XROOTD_SCHEMES,
+    XRootDLogins,
+)
 
 if not _RESOLUTION_SET_BY_USER:
     client.EnvPutInt("TimeoutResolution", 1)  # in case the library was started earlier
@@ -54,20 +59,15 @@ _TIMEOUT_CODES = {103, 206}  # errSocketTimeout, errOperationExpired
 _UNREACHABLE_CODES = {101, 102, 104, 107, 108, 110}  # address, socket, disconnect, conn., TLS
 _AUTH_CODES = {202, 203, 204}  # handshake, login, auth failed
 _KXR_NOT_AUTHORIZED, _KXR_NOT_FOUND = 3010, 3011
-#: credentials and client settings, read by the client library from the environment
-CREDENTIAL_ENVIRONMENT = {
-    "ca_dir": "X509_CERT_DIR", "x509_proxy": "X509_USER_PROXY", "token": "BEARER_TOKEN",
-    "krb5ccname": "KRB5CCNAME", "security_protocol": "XrdSecPROTOCOL",
-}
 
 
 class XRootDDriver(XRootDLogins, Driver):
     """One XRootD client (``root://``) with its own connection."""
 
     name = "xrootd"
-    schemes = ("root", "xroot", "roots")
+    schemes = XROOTD_SCHEMES
     option_names = tuple(CREDENTIAL_ENVIRONMENT)
-    secret_options = ("token",)
+    secret_options = SECRET_OPTIONS
     option_environment = CREDENTIAL_ENVIRONMENT
 
     def __init__(self, endpoint, **kwargs) -> None:

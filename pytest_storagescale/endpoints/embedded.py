@@ -223,9 +223,9 @@ class EmbeddedXRootD:
 
     def _wait_ready(self) -> str:
         """Probe until the server answers; return '' when ready, else why not."""
-        from ..drivers.xrootd import XRootDDriver
-        from .url import EndpointURL
+        from ..drivers.registry import driver_spec
 
+        spec = driver_spec(self.url, driver="xrootd")
         assert self.process is not None
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
@@ -242,13 +242,15 @@ class EmbeddedXRootD:
                             pass
             except OSError:
                 continue
-            probe = XRootDDriver(EndpointURL.parse(self.url), client_id="ssprobe", timeout=5)
+            probe = spec.connect("probe", timeout=5)
             try:
                 probe.version()
                 return ""
             except Exception as exc:  # noqa: BLE001 - keep probing until the deadline
                 last = str(exc)
                 continue
+            finally:
+                probe.close()
         return f"no answer on port {self.port} within {self.startup_timeout:.0f} s" + (
             f" ({last})" if "last" in locals() else ""
         )

@@ -1,9 +1,13 @@
 """Storage version detection, used to choose the thresholds file.
 
-- ``root://``: XRootD ``query config version`` (``5.5.3``);
-- ``davs://``/``https://``: the door's ``Server:`` header (dCache's WebDAV door says
-  ``dCache/9.2.4``, XrdHttp says ``XrootD/v5.5.3``), read with TLS verified against
-  the CA directory.
+Each driver answers :meth:`~pytest_storagescale.drivers.base.Driver.version` in its
+own protocol, through a ``version`` connection (:func:`detect_version`):
+
+- ``xrootd`` on ``root://``: XRootD ``query config version`` (``5.5.3``);
+- ``gfal2`` on ``davs://``/``https://``: the door's ``Server:`` header (dCache's
+  WebDAV door says ``dCache/9.2.4``, XrdHttp says ``XrootD/v5.5.3``), read with TLS
+  verified against the CA directory (:func:`server_header_version`);
+- ``gfal2`` on ``root://`` cannot ask; ``--storage-version`` gives the version.
 """
 
 from __future__ import annotations
@@ -11,9 +15,13 @@ from __future__ import annotations
 import http.client
 import re
 import ssl
+from typing import TYPE_CHECKING
 
 from ..errors import StorageError, StorageUnreachable
 from .url import EndpointURL
+
+if TYPE_CHECKING:
+    from ..drivers.spec import DriverSpec
 
 _SERVER_RE = re.compile(r"(?:dcache|xrootd|eos)[/ -]v?(\d+(?:\.\d+)*(?:-\d+)?)", re.IGNORECASE)
 
@@ -24,24 +32,35 @@ def version_from_server_header(header: str) -> str | None:
     return match.group(1) if match else None
 
 
-def detect_version(endpoint: EndpointURL, *, ca_dir: str | None = None,
-                   timeout: float = 15) -> str:
-    if endpoint.scheme in ("root", "xroot", "roots"):
-        from ..drivers.xrootd import XRootDDriver
+def detect_version(spec: DriverSpec, *, timeout: float = 15) -> str:
+    """The storage version, asked by the driver over its own ``version`` connection."""
+    driver = spec.connect("version", timeout=timeout)
+    try:
+        return driver.version()
+    finally:
+        driver.close()
 
-        return XRootDDriver(endpoint, client_id="ssversn", timeout=timeout).version()
+
+def server_header_version(endpoint: EndpointURL, *, ca_dir: str | None = None,
+                          x509_proxy: str | None = None, token: str | None = None,
+                          timeout: float = 15) -> str:
+    """The version in an HTTP door's ``Server`` header (a ``HEAD`` of the test area),
+    presenting the proxy certificate or the bearer token when given."""
     secure = endpoint.scheme in ("davs", "https")
     kwargs = dict(driver="http", endpoint=endpoint.server, operation="version",
                   path=endpoint.path)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         if secure:
             context = ssl.create_default_context(capath=ca_dir or "/etc/grid-security/certificates")
+            if x509_proxy:
+                context.load_cert_chain(x509_proxy)  # a proxy file holds cert, key and chain
             connection = http.client.HTTPSConnection(
                 endpoint.host, endpoint.port or 443, timeout=timeout, context=context)
         else:
             connection = http.client.HTTPConnection(endpoint.host, endpoint.port or 80,
                                                     timeout=timeout)
-        connection.request("HEAD", endpoint.path + "/")
+        connection.request("HEAD", endpoint.path + "/", headers=headers)
         response = connection.getresponse()
         server = response.getheader("Server", "")
         connection.close()

@@ -456,9 +456,9 @@ _NAME_RE = re.compile(r"[A-Za-z_][\w-]*")
 def register_operation(operation: Operation, *, replace: bool = False) -> None:
     """Make ``operation`` available to thresholds sections under its ``name``.
 
-    Registering an operation of the same class again does nothing (a conftest may
-    run in several sessions of one process); another operation under a taken name
-    is refused unless ``replace`` is true.
+    An operation of the same class (by module and name: a conftest imported again
+    by a second session of one process) takes the place of the one registered;
+    another operation under a taken name is refused unless ``replace`` is true.
     """
     if not isinstance(operation, Operation):
         raise StorageScaleUsageError(
@@ -478,13 +478,16 @@ def register_operation(operation: Operation, *, replace: bool = False) -> None:
                 f"{param!r}; declare it as a Param, e.g. Param(\"bytes\", 1_000_000)."
             )
     known = _REGISTRY.get(name)
-    if known is not None and type(known) is not type(operation) and not replace:
+    if known is not None and _class_name(known) != _class_name(operation) and not replace:
         raise StorageScaleUsageError(
             f"register_operation: operation {name!r} is already registered "
-            f"({type(known).__module__}.{type(known).__qualname__}). Choose another name, "
-            f"or pass replace=True."
+            f"({_class_name(known)}). Choose another name, or pass replace=True."
         )
     _REGISTRY[name] = operation
+
+
+def _class_name(operation: Operation) -> str:
+    return f"{type(operation).__module__}.{type(operation).__qualname__}"
 
 
 def get_operation(name: str) -> Operation:

@@ -16,6 +16,8 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 _LOWEST_US, _HIGHEST_US, _DIGITS = 1, 3_600_000_000, 3
+#: the latency summary's keys (``latency_s``), in seconds
+LATENCIES = ("mean", "p50", "p90", "p99", "max")
 
 
 def new_histogram() -> HdrHistogram:
@@ -122,9 +124,26 @@ class SideResult:
             },
         )
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SideResult:
+        """Read :meth:`to_json` output, or a step record of the previous release (whose
+        one-sided records hold these keys at their top level; see :func:`sides_from_json`).
+        Derived values (``rate_hz``, ``mb_s``...) are recomputed, not read."""
+        latency = data.get("latency_s") or {}
+        return cls(
+            clients=int(data.get("clients", 0)), duration_s=float(data.get("duration_s", 0.0)),
+            succeeded=int(data.get("succeeded", 0)), failed=int(data.get("failed", 0)),
+            hung=int(data.get("hung", 0)), bytes=int(data.get("bytes", 0)),
+            latency_s={key: _nan_for_none(latency.get(key)) for key in LATENCIES},
+            errors=dict(data.get("errors") or {}),
+            error_examples=dict(data.get("error_examples") or {}),
+            timeline={key: list(value) for key, value in (data.get("timeline") or {}).items()},
+            histogram=data.get("histogram") or "",
+        )
+
     @property
     def rate_hz(self) -> float:
-        return self.succeeded / self.duration_s
+        return self.succeeded / self.duration_s if self.duration_s > 0 else 0.0
 
     @property
     def rate_per_min(self) -> float:
@@ -136,18 +155,12 @@ class SideResult:
 
     @property
     def mb_s(self) -> float:
-        return self.bytes / self.duration_s / 1e6
+        return self.bytes / self.duration_s / 1e6 if self.duration_s > 0 else 0.0
 
     @property
     def error_ratio(self) -> float:
         attempts = self.succeeded + self.failed + self.hung
         return (self.failed + self.hung) / attempts if attempts else 0.0
-
-    def metric(self, name: str) -> float:
-        """A rule metric by name (see ``thresholds.METRICS``)."""
-        if name.endswith("_s") and name[:-2] in self.latency_s:
-            return self.latency_s[name[:-2]]
-        return float(getattr(self, name, float("nan")))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -162,10 +175,19 @@ class SideResult:
         }
 
 
+def sides_from_json(record: dict[str, Any]) -> dict[str, SideResult]:
+    """The sides of a step record: ``"sides": {name: {...}}`` when it has several,
+    else the record itself is its one side, named by its operation."""
+    if record.get("sides"):
+        return {name: SideResult.from_json(part) for name, part in record["sides"].items()}
+    name = record.get("operation") or record.get("op") or "step"
+    return {name: SideResult.from_json(record)}
+
+
 def latency_summary(h: HdrHistogram) -> dict[str, float]:
     """mean, p50, p90, p99 and max in seconds (NaN when nothing was recorded)."""
     if not h.get_total_count():
-        return {k: float("nan") for k in ("mean", "p50", "p90", "p99", "max")}
+        return {k: float("nan") for k in LATENCIES}
     return {
         "mean": h.get_mean_value() / 1e6,
         "p50": h.get_value_at_percentile(50) / 1e6,
@@ -179,11 +201,15 @@ def _finite(value: float) -> float | None:
     return None if value != value else value  # NaN -> null in JSON
 
 
+def _nan_for_none(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
 @dataclass
 class StepResult:
     """One load step: an operation at a concurrency, with one or more sides."""
 
-    op: str
+    operation: str
     clients: int
     started: float
     ended: float
@@ -192,8 +218,6 @@ class StepResult:
     sides: dict[str, SideResult] = field(default_factory=dict)
     #: why the step's directory could not be removed afterwards (None: removed)
     cleanup_error: str | None = None
-    #: metrics derived by a suite from several steps (mix_ratio, recovery_s)
-    extra: dict[str, float] = field(default_factory=dict)
 
     @property
     def total(self) -> SideResult:
@@ -215,12 +239,3 @@ class StepResult:
             timeline={},
             histogram=merged.encode().decode("ascii"),
         )
-
-    def metric(self, name: str) -> float:
-        """A rule metric: a derived one (``extra``), a side's (``readers.mb_s``), or the
-        whole step's. Unknown here (e.g. ``mix_ratio`` on a plain step): NaN, which
-        no rule accepts."""
-        if name in self.extra:
-            return self.extra[name]
-        side, _, bare = name.rpartition(".")
-        return (self.sides[side] if side else self.total).metric(bare)

@@ -8,85 +8,146 @@ timeline, the latency ECDF, the step's JSON and, for a scan, rate vs clients wit
 the thresholds drawn (built from every step of the scan so far, any worker's).
 ``environment.properties`` and ``categories.json`` are written once per session by
 the process that owns the results (the xdist controller).
+
+Categories match failures by exception class. allure-pytest writes a failure's
+``statusDetails.message`` as pytest's ``ExceptionInfo.exconly()``, which begins with
+the class's qualified name::
+
+    pytest_storagescale.errors.HungClientsViolation: ls step at 3 clients broke ...
+
+and, for the outcome exceptions a step raises (``pytrace=False``), a ``trace`` that
+is the message text alone, without the class. So every category is a
+``messageRegex`` on that prefix, and rewording a message cannot move a failure to
+another category. Allure puts a result into *every* category that matches (not the
+first), so the regexes exclude each other: a hang is not also a threshold violation,
+and "Test infrastructure" is whatever the others do not claim.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from ..errors import (
+    HungClientsViolation,
+    StepError,
+    StorageError,
+    StorageNotFound,
+    StoragePermissionDenied,
+    StorageTimeout,
+    StorageUnreachable,
+    ThresholdViolation,
+)
+from ..records import RunInfo, StepRecord
 from . import plots
 from .html import table_csv, table_html
+from .results import json_text
 
-#: Allure categories, first match wins (hangs before other threshold failures)
+#: what the storage answered (raised by a driver inside a test)
+STORAGE_ERRORS: tuple[type[BaseException], ...] = (
+    StorageError, StorageTimeout, StorageNotFound, StoragePermissionDenied, StorageUnreachable,
+)
+
+#: an optional module path, then exactly one of these class names, then the message
+_CLASS_PREFIX = r"(?:[\w.]+\.)?(?:{names})"
+
+
+def _names(classes: tuple[type[BaseException], ...]) -> str:
+    return "|".join(cls.__name__ for cls in classes)
+
+
+def class_regex(*classes: type[BaseException]) -> str:
+    """A regex matching an ``exconly()`` message of exactly one of ``classes`` (not
+    of their subclasses), as Allure applies it: the whole message, dot matching
+    newlines."""
+    return "(?s)" + _CLASS_PREFIX.format(names=_names(classes)) + r"(?::.*)?"
+
+
+def other_regex(*classes: type[BaseException]) -> str:
+    """A regex matching every message that :func:`class_regex` of ``classes`` does not."""
+    claimed = _CLASS_PREFIX.format(names=_names(classes))
+    return rf"(?s)(?!{claimed}(?::|\Z)).*"
+
+
+_CLAIMED = (HungClientsViolation, ThresholdViolation, StepError, *STORAGE_ERRORS)
+
+#: Allure categories (categories.json), matched by exception class
 CATEGORIES = [
     {"name": "Hung clients", "matchedStatuses": ["failed"],
-     "messageRegex": "(?s).*broke its thresholds.*hung[^\\n]*VIOLATED.*"},
+     "messageRegex": class_regex(HungClientsViolation)},
     {"name": "Threshold violations", "matchedStatuses": ["failed"],
-     "messageRegex": "(?s).*broke its thresholds.*"},
+     "messageRegex": class_regex(ThresholdViolation)},
     {"name": "Storage errors", "matchedStatuses": ["failed", "broken"],
-     "messageRegex": "(?s).*(could not run|StorageError|StorageNotFound|StorageTimeout|"
-                     "StorageUnreachable|StoragePermissionDenied).*"},
-    {"name": "Test infrastructure", "matchedStatuses": ["broken", "failed"]},
+     "messageRegex": class_regex(StepError, *STORAGE_ERRORS)},
+    {"name": "Test infrastructure", "matchedStatuses": ["failed", "broken"],
+     "messageRegex": other_regex(*_CLAIMED)},
 ]
 
 
 def allure_dir(config: pytest.Config) -> Path | None:
+    """The ``--alluredir`` folder when allure-pytest runs, else None."""
     if not config.pluginmanager.hasplugin("allure_pytest"):
         return None
     directory = getattr(config.option, "allure_report_dir", None)
     return Path(directory) if directory else None
 
 
-def attach_step(record: dict[str, Any], run_info: dict[str, Any],
-                scan: list[dict[str, Any]]) -> None:
-    """Describe the running test's step to Allure (called inside the test)."""
+#: measured numbers shown as excluded parameters; counts are whole numbers
+_SHOWN = (("rate_hz", False), ("mb_s", False), ("succeeded", True), ("failed", True),
+          ("hung", True))
+
+
+def _parameters(record: StepRecord, run: RunInfo) -> None:
     import allure
 
-    allure.dynamic.parameter("op", record["op"])
-    allure.dynamic.parameter("clients", record["clients"])
-    allure.dynamic.parameter("endpoint", run_info.get("endpoint_id", run_info["endpoint"]))
-    allure.dynamic.parameter("storage version", run_info["version"])
-    if record.get("label"):
-        allure.dynamic.parameter(f"step {record['label']}", record["verdict"], excluded=True)
-    for name in ("rate_hz", "mb_s", "succeeded", "failed", "hung"):
-        if name in record:
-            value = record[name]
-            allure.dynamic.parameter(f"{name} ({record.get('label') or 'step'})",
-                                     round(value, 3) if isinstance(value, float) else value,
-                                     excluded=True)
-    title = plots.step_title(record)
+    allure.dynamic.parameter("op", record.section)
+    allure.dynamic.parameter("clients", record.clients)
+    allure.dynamic.parameter("endpoint", run.endpoint_id or run.endpoint)
+    allure.dynamic.parameter("storage version", run.version)
+    if record.label:
+        allure.dynamic.parameter(f"step {record.label}", str(record.verdict), excluded=True)
+    for name, whole in _SHOWN:
+        value = record.metric_or_none(name)
+        if value is not None:
+            allure.dynamic.parameter(f"{name} ({record.label or 'step'})",
+                                     int(value) if whole else round(value, 3), excluded=True)
+
+
+def attach_step(record: StepRecord, run: RunInfo, scan: list[StepRecord]) -> None:
+    """Describe the running test's step to Allure (called inside the test). ``scan``:
+    the measured steps of the record's section so far (:func:`plots.scans`)."""
+    import allure
+
+    _parameters(record, run)
+    title = record.title
     allure.attach(table_html([record]), f"table: {title}", allure.attachment_type.HTML)
     allure.attach(table_csv([record]), f"table: {title} (CSV)", allure.attachment_type.CSV)
-    if record.get("verdict") != "error":
+    if record.measured:
         allure.attach(plots.timeline_png(record), f"timeline: {title}",
                       allure.attachment_type.PNG)
         allure.attach(plots.ecdf_png(record), f"latency ECDF: {title}",
                       allure.attachment_type.PNG)
-    allure.attach(json.dumps(record, indent=1, default=str), f"step JSON: {title}",
+    allure.attach(json_text(record.to_json()), f"step JSON: {title}",
                   allure.attachment_type.JSON)
-    if scan and not record.get("label"):
-        allure.attach(plots.scan_png(scan), f"scan: {record['op']} (rate, failed, hung "
+    if scan and not record.label:
+        allure.attach(plots.scan_png(scan), f"scan: {record.section} (rate, failed, hung "
                       f"vs clients)", allure.attachment_type.PNG)
 
 
-def write_session_files(directory: Path, run_info: dict[str, Any]) -> None:
+def write_session_files(directory: Path, run: RunInfo) -> None:
     """``environment.properties`` and ``categories.json`` (once, by the results owner)."""
     directory.mkdir(parents=True, exist_ok=True)
-    client = run_info.get("client", {})
     properties = {
-        "storage.system": run_info.get("system"),
-        "storage.version": run_info.get("version"),
-        "storage.endpoint": run_info.get("endpoint"),
-        "storage.thresholds": run_info.get("thresholds_file"),
-        "client.host": client.get("host"),
-        **{f"client.{name}": version for name, version in client.get("versions", {}).items()},
+        "storage.system": run.system,
+        "storage.version": run.version,
+        "storage.endpoint": run.endpoint,
+        "storage.thresholds": run.thresholds_file,
+        "client.host": run.client.host,
+        **{f"client.{name}": version for name, version in run.client.versions.items()},
     }
-    lines = [f"{key}={_escape(str(value))}" for key, value in properties.items()
-             if value is not None]
+    lines = [f"{key}={_escape(str(value))}" for key, value in properties.items() if value]
     (directory / "environment.properties").write_text("\n".join(lines) + "\n")
     (directory / "categories.json").write_text(json.dumps(CATEGORIES, indent=1))
 

@@ -10,8 +10,8 @@ import csv
 import html
 import io
 from pathlib import Path
-from typing import Any
 
+from ..records import RunInfo, StepRecord
 from . import plots
 from .table import columns_for, step_rows
 
@@ -28,18 +28,20 @@ img { max-width: 100%; }
 """
 
 
-def table_html(steps: list[dict[str, Any]]) -> str:
+def table_html(steps: list[StepRecord]) -> str:
+    """The table as an HTML ``<table>``; each row's class is its step's verdict."""
     with_baseline, columns = columns_for(steps)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = []
     for step in steps:
         for row in step_rows(step, with_baseline=with_baseline):
             cells = "".join(f"<td>{html.escape(cell)}</td>" for cell in row)
-            body.append(f'<tr class="{html.escape(step["verdict"])}">{cells}</tr>')
+            body.append(f'<tr class="{html.escape(str(step.verdict))}">{cells}</tr>')
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def table_csv(steps: list[dict[str, Any]]) -> str:
+def table_csv(steps: list[StepRecord]) -> str:
+    """The table as CSV, header first."""
     with_baseline, columns = columns_for(steps)
     buffer = io.StringIO()
     writer = csv.writer(buffer)
@@ -54,28 +56,28 @@ def _img(png: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def write_report(directory: Path, run: dict[str, Any], steps: list[dict[str, Any]]) -> Path:
+def _head(run: RunInfo) -> list[str]:
+    system, version = html.escape(run.system), html.escape(run.version)
+    return [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>storagescale: {system} {version}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{system} {version}</h1><p>endpoint {html.escape(run.endpoint)}<br>thresholds "
+        f"{html.escape(run.thresholds_file)} ({html.escape(run.thresholds_reason)})</p>",
+    ]
+
+
+def write_report(directory: Path, run: RunInfo, steps: list[StepRecord]) -> Path:
     """Write ``index.html`` and ``table.csv`` into ``directory``; return the page."""
     directory.mkdir(parents=True, exist_ok=True)
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>storagescale: {html.escape(str(run.get('system')))} "
-        f"{html.escape(str(run.get('version')))}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>{html.escape(str(run.get('system')))} {html.escape(str(run.get('version')))}"
-        f"</h1><p>endpoint {html.escape(str(run.get('endpoint')))}<br>thresholds "
-        f"{html.escape(str(run.get('thresholds_file')))} "
-        f"({html.escape(str(run.get('thresholds_reason')))})</p>",
-        "<h2>Steps</h2>", table_html(steps),
-        "<h2>Scans</h2>",
-    ]
-    for op, scan in plots.scans(steps).items():
-        parts.append(f"<h3>{html.escape(op)}</h3>")
-        parts.append(_img(plots.scan_png(scan), f"scan {op}"))
+    parts = [*_head(run), "<h2>Steps</h2>", table_html(steps), "<h2>Scans</h2>"]
+    for section, scan in plots.scans(steps).items():
+        parts.append(f"<h3>{html.escape(section)}</h3>")
+        parts.append(_img(plots.scan_png(scan), f"scan {section}"))
     parts.append("<h2>Each step</h2>")
     for step in steps:
-        if step.get("verdict") == "error":
+        if not step.measured:
             continue
-        title = plots.step_title(step)
+        title = step.title
         parts.append(f"<h3>{html.escape(title)}</h3><div class='steps'>")
         parts.append(_img(plots.timeline_png(step), f"timeline {title}"))
         parts.append(_img(plots.ecdf_png(step), f"latency ECDF {title}"))

@@ -118,7 +118,8 @@ def timeline_figure(record: StepRecord) -> Any:
         rate_axes.axvspan(0, warmup, color="0.9", label="warm-up")
     rate_axes.set_xlim(0, max(end - 1, 1))
     rate_axes.set_ylim(bottom=0)
-    client_axes.set_ylim(0, max(record.clients, 1) * 1.05)
+    top = max([record.clients, 1, *(side.clients for side in record.sides.values())])
+    client_axes.set_ylim(0, top * 1.05)
     client_axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     rate_axes.set_xlabel("seconds since the step started")
     rate_axes.set_ylabel("operations per second")
@@ -222,6 +223,8 @@ def _concurrency_axis(axes: Any, clients: list[int]) -> None:
 def scan_figure(steps: list[StepRecord]) -> Any:
     """One scan (measured steps of one thresholds section) as a matplotlib figure:
     rate above, failed and hung below, on a shared concurrency axis."""
+    from matplotlib.ticker import MaxNLocator
+
     plt = _pyplot()
     steps = sorted(steps, key=lambda s: s.clients)
     clients = [s.clients for s in steps]
@@ -233,6 +236,7 @@ def scan_figure(steps: list[StepRecord]) -> Any:
     error_axes.plot(clients, [s.metric("hung") for s in steps], marker="^", color="tab:red",
                     label="hung")
     error_axes.set_ylabel("count")
+    error_axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     error_axes.legend(fontsize="small")
     error_axes.grid(True, alpha=0.3)
     _concurrency_axis(error_axes, clients)

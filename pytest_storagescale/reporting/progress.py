@@ -1,13 +1,34 @@
 """Live progress: one updating terminal line while a step runs (they may last 20-80
 minutes). Quiet when the output is not a terminal, under ``-q``, and on xdist
-workers (their output is not a terminal)."""
+workers (their output is not a terminal).
+
+Only pytest's public API is used: the terminal reporter's ``ensure_newline``,
+``rewrite`` and ``flush``, inside the capture manager's
+``global_and_fixture_disabled()`` (a step runs in a test's call phase, whose output
+pytest captures). Pytest's own line (file name and dots, or the test id under
+``-v``) is never overwritten: the first update ends that line with
+``ensure_newline()`` and the progress line lives on the line below, rewritten in
+place with ``rewrite(..., erase=True)`` and cut to the terminal's width (a wrapped
+line could not be rewritten). :meth:`LiveProgress.clear` erases it and leaves the
+cursor at its start. The public API cannot move the cursor back up to the end of
+pytest's line (that column is private), so pytest goes on from there, as after
+live logging: by default the test's dot starts the erased line and the next test
+opens a new line with its file name; under ``-v`` the erased line stays blank and
+pytest writes the test id again with its outcome.
+"""
 
 from __future__ import annotations
 
-import sys
-from typing import Any
+import contextlib
+import shutil
+from typing import TYPE_CHECKING
 
 import pytest
+
+from .table import format_rate
+
+if TYPE_CHECKING:
+    from ..load.plan import StepProgress
 
 
 class LiveProgress:
@@ -22,45 +43,43 @@ class LiveProgress:
             and config.get_verbosity() >= 0
             and not hasattr(config, "workerinput")
         )
-        self._width = 0
+        #: a progress line is on the screen (pytest's line was ended under it)
+        self._shown = False
 
     @staticmethod
-    def format(state: dict[str, Any]) -> str:
-        elapsed, total = state["elapsed_s"], state["total_s"]
-        line = (f"storagescale: {state['op']} {state['clients']} clients "
-                f"{elapsed:.0f}/{total:.0f} s ({max(total - elapsed, 0):.0f} s left)")
-        if "rate_hz" in state:
-            line += (f"  rate {state['rate_hz']} Hz  failed {state['failed']}"
-                     f"  hung {state['hung']}")
-        return line
+    def format(progress: StepProgress) -> str:
+        """``storagescale: ls 50 clients 61/1200 s (1139 s left)  rate 5.00 Hz  failed 2
+        hung 1``."""
+        elapsed, total = progress.elapsed_s, progress.total_s
+        return (f"storagescale: {progress.operation} {progress.clients} clients "
+                f"{elapsed:.0f}/{total:.0f} s ({max(total - elapsed, 0):.0f} s left)"
+                f"  rate {format_rate(progress.rate_hz)}  failed {progress.failed}"
+                f"  hung {progress.hung}")
 
-    def _write(self, text: str) -> None:
-        # straight to the terminal, not through pytest's writer, whose idea of the
-        # current line (file name, dots, [ 50%]) must stay what it was
-        if self._capture is not None:
-            with self._capture.global_and_fixture_disabled():
-                self._out.write(text)
-                self._out.flush()
-        else:
-            self._out.write(text)
-            self._out.flush()
+    def _uncaptured(self) -> contextlib.AbstractContextManager[None]:
+        if self._capture is None:
+            return contextlib.nullcontext()
+        return self._capture.global_and_fixture_disabled()
 
-    @property
-    def _out(self):
-        return sys.stdout
-
-    def __call__(self, state: dict[str, Any]) -> None:
+    def __call__(self, progress: StepProgress) -> None:
         if not self.enabled:
             return
-        line = self.format(state)
-        # the first update opens a line below pytest's; later ones rewrite it
-        self._write(("\r" if self._width else "\n") + line.ljust(self._width))
-        self._width = max(self._width, len(line))
+        # longer than the terminal, it would wrap and '\r' would rewrite only the
+        # last row; pytest's own writer measures the terminal the same way
+        width = shutil.get_terminal_size().columns - 1
+        with self._uncaptured():
+            if not self._shown:
+                self._terminal.ensure_newline()
+                self._shown = True
+            self._terminal.rewrite(self.format(progress)[:width], erase=True)
+            self._terminal.flush()
 
     def clear(self) -> None:
-        """Erase the progress line and put the cursor back at the end of pytest's."""
-        if self.enabled and self._width:
-            writer = getattr(self._terminal, "_tw", None)
-            column = getattr(writer, "width_of_current_line", 0)
-            self._write("\r\x1b[2K\x1b[1A" + (f"\x1b[{column}C" if column else ""))
-            self._width = 0
+        """Erase the progress line; the cursor stays at its start."""
+        if not (self.enabled and self._shown):
+            return
+        with self._uncaptured():
+            self._terminal.rewrite("", erase=True)
+            self._terminal.rewrite("")
+            self._terminal.flush()
+        self._shown = False

@@ -53,10 +53,10 @@ def test_ls_while_writing(storage_load, storage_clients):
 
 _WRITER = """
 import sys, time
-from pytest_storagescale.drivers.registry import driver_class
-from pytest_storagescale.endpoints.url import EndpointURL
+from pytest_storagescale.drivers.registry import driver_spec
 name, url, root, path = sys.argv[1:5]
-driver = driver_class(name)(EndpointURL.parse(url), client_id="sskilled", writable_root=root)
+spec = driver_spec(url, driver=name, writable_root=root)
+driver = spec.connect("functional-killed", timeout=60)
 block = b"x" * 4_000_000
 for index in range(1000):  # bounded: about 4 GB at most, killed long before
     driver.put(f"{path}-{index}", block)

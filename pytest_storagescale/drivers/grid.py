@@ -1,9 +1,11 @@
-"""XRootD login names, shared by the drivers that log in over the XRootD protocol
-(the ``xrootd`` driver, and ``gfal2`` on ``root://``).
+"""What the grid client libraries (XRootD, gfal2) share: credentials read from the
+environment, and XRootD login names.
 
-The XRootD client multiplexes every request for the same ``user@host:port`` over
-one connection, so the user name decides which clients share a connection. The
-login request carries 8 bytes of user name.
+Login names matter to the drivers that log in over the XRootD protocol (the
+``xrootd`` driver, and ``gfal2`` on ``root://``): the XRootD client multiplexes
+every request for the same ``user@host:port`` over one connection, so the user
+name decides which clients share a connection. The login request carries 8 bytes
+of user name.
 """
 
 from __future__ import annotations
@@ -11,6 +13,16 @@ from __future__ import annotations
 import hashlib
 from typing import ClassVar
 
+#: driver option -> the environment variable the client libraries read it from:
+#: the CA folder, a GSI proxy, a bearer token (XRootD's ztn plugin and gfal2's HTTP
+#: plugin read BEARER_TOKEN), a Kerberos cache and XRootD's security protocols
+CREDENTIAL_ENVIRONMENT = {
+    "ca_dir": "X509_CERT_DIR", "x509_proxy": "X509_USER_PROXY", "token": "BEARER_TOKEN",
+    "krb5ccname": "KRB5CCNAME", "security_protocol": "XrdSecPROTOCOL",
+}
+SECRET_OPTIONS = ("token",)
+XROOTD_SCHEMES = ("root", "xroot", "roots")
+HTTP_SCHEMES = ("davs", "https", "dav", "http")
 LOGIN_NAME_LENGTH = 8
 _ROLE_NAMES = {"admin": "ssadmin", "version": "ssversn", "cleanup": "ssclean",
                "coordinator": "sscoord", "probe": "ssprobe"}
@@ -28,7 +40,10 @@ def base36(number: int) -> str:
 
 
 class XRootDLogins:
-    """The login-name rule of a driver class (a mixin for :class:`Driver` subclasses)."""
+    """The login-name rule of a driver class (a mixin for :class:`Driver` subclasses).
+
+    One generation for all of them: the ``xrootd`` driver and gfal2's xroot plugin
+    share the process's XRootD client, and with it its connections."""
 
     #: bumped by forget_connections(); part of every load client's login name
     _generation: ClassVar[int] = 0
@@ -43,7 +58,7 @@ class XRootDLogins:
         slower). After a step with hung clients the generation changes
         (:meth:`forget_connections`), so no step inherits a stuck connection.
         """
-        generation = base36(cls._generation % 36**2).rjust(2, "0")
+        generation = base36(XRootDLogins._generation % 36**2).rjust(2, "0")
         if index < 100_000:
             return f"c{generation}{index:05d}"
         if index >= 36**5:
@@ -52,16 +67,17 @@ class XRootDLogins:
 
     @classmethod
     def role_name(cls, role: str) -> str:
-        """``ss<role>`` for the session's own connections; ``f<name>`` (or ``g`` and a
-        hash of a longer name) for a functional test's clients."""
+        """``ss<role>`` for the session's own connections (``ssadmin``...); a test's
+        client logs in as its name (``functional-other`` as ``other``, ``ssfunc`` as
+        itself) when that fits, else as ``g`` and a hash of the name."""
         if role in _ROLE_NAMES:
             return _ROLE_NAMES[role]
         name = role.removeprefix("functional-")
-        if name.isalnum() and len(name) < LOGIN_NAME_LENGTH:
-            return f"f{name}"
+        if name.isalnum() and len(name) <= LOGIN_NAME_LENGTH:
+            return name
         return "g" + hashlib.sha1(role.encode()).hexdigest()[:LOGIN_NAME_LENGTH - 1]
 
     @classmethod
     def forget_connections(cls) -> None:
         """The next clients log in under new names: new connections."""
-        cls._generation += 1
+        XRootDLogins._generation += 1

@@ -1,0 +1,263 @@
+"""The clients of a step inside one process: one thread per client, and the
+coordinator that watches them.
+
+Each client thread runs :func:`run_client`: its own driver, then the operation
+back to back (closed loop). It appends ``(finished, latency, bytes, error)`` to its
+slot's deque (thread-safe append/popleft without a lock); the coordinator
+(:func:`run_clients`, in the calling thread) drains every deque into its side's
+:class:`~pytest_storagescale.load.stats.SideAccumulator`, marks clients hung, and
+samples the timeline once a second. Clients never contend on a lock, which at
+1000 threads would convoy behind the GIL.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .plan import ClientAssignment, StepClock, StepPlan, StepProgress
+from .stats import SideAccumulator
+
+if TYPE_CHECKING:
+    from ..drivers.base import Driver
+
+#: how often the coordinator looks for hung clients (seconds)
+HANG_CHECK_INTERVAL = 0.1
+
+Progress = Callable[[StepProgress], None]
+
+
+class ClientSlot:
+    """What the coordinator sees of one client thread."""
+
+    __slots__ = ("assignment", "busy_since", "hung", "done", "records")
+
+    def __init__(self, assignment: ClientAssignment) -> None:
+        self.assignment = assignment
+        #: perf_counter() when the current request began; None between requests
+        self.busy_since: float | None = None
+        self.hung = False
+        self.done = False
+        self.records: collections.deque = collections.deque()
+
+
+class StepRun:
+    """What every client thread of the process shares: plan, context, the step's
+    clock in ``perf_counter`` time, the stop signal and the count bound."""
+
+    def __init__(self, plan: StepPlan, context: dict[str, Any], clock: StepClock,
+                 max_operations: int) -> None:
+        self.plan = plan
+        self.context = context
+        self.clock = clock
+        # clients time with perf_counter (cheap, monotonic); the step's clock is wall time
+        offset = time.time() - time.perf_counter()
+        self.start_perf = clock.start_at - offset
+        self.measure_perf = clock.measure_from - offset
+        self.end_perf = clock.end_at - offset
+        self.stop = threading.Event()
+        if max_operations:
+            # numbered operations handed out; next() on an itertools.count is atomic
+            tickets = itertools.count().__next__
+            self.take: Callable[[], bool] = lambda: tickets() < max_operations
+        else:
+            self.take = lambda: True
+
+    def wait_for_start(self) -> None:
+        # a wait may wake a hair early by the wall clock, which the step's clock is in
+        while (delay := self.clock.start_at - time.time()) > 0 and not self.stop.is_set():
+            self.stop.wait(delay)
+
+
+def run_client(slot: ClientSlot, run: StepRun) -> None:
+    """One client thread: its own driver, the start, the operation back to back."""
+    driver = None
+    try:
+        # opening counts as busy: a client stuck connecting is hung too
+        slot.busy_since = time.perf_counter()
+        driver = run.plan.driver.client(slot.assignment.index, timeout=run.plan.client_timeout)
+        slot.busy_since = None
+        run.wait_for_start()
+        if not slot.hung:
+            _repeat(slot, driver, run)
+    except Exception as exc:  # noqa: BLE001 - a client that cannot even start failed
+        slot.busy_since = None
+        # counted even before the measurement began: the client never measured anything
+        slot.records.append((max(time.perf_counter(), run.measure_perf), 0.0, 0, exc))
+    finally:
+        slot.done = True
+        if driver is not None and not slot.hung:
+            driver.close()
+
+
+def _repeat(slot: ClientSlot, driver: Driver, run: StepRun) -> None:
+    """The closed loop: the next request starts as soon as the last one ended."""
+    assignment = slot.assignment
+    operation, index = assignment.operation, assignment.index
+    context = run.plan.side_context(run.context, assignment.side)
+    record = slot.records.append
+    perf_counter = time.perf_counter
+    stop, take, end_perf = run.stop, run.take, run.end_perf
+    iteration = 0
+    while not stop.is_set() and take():
+        # busy_since covers the untimed set-up too: a hang there is still a hang
+        slot.busy_since = began = perf_counter()
+        error: Exception | None = None
+        moved = 0
+        try:
+            operation.before(driver, index, iteration, context)
+            began = perf_counter()
+            moved = operation.run(driver, index, iteration, context)
+        except Exception as exc:  # noqa: BLE001 - every failure is a measurement
+            error = exc
+        finished = perf_counter()
+        slot.busy_since = None
+        if slot.hung or finished > end_perf:
+            return  # hung (counted as such) or finished in the drain: not measured
+        record((finished, finished - began, moved, error))
+        iteration += 1
+
+
+class ClientGroup:
+    """The client slots of a step in this process, and one accumulator per side."""
+
+    def __init__(self, assignments: list[ClientAssignment], run: StepRun) -> None:
+        self.run = run
+        self.slots = [ClientSlot(assignment) for assignment in assignments]
+        self.accumulators = {
+            a.side: SideAccumulator(run.clock.seconds) for a in assignments
+        }
+
+    def start(self) -> None:
+        for slot in self.slots:
+            threading.Thread(
+                target=run_client, args=(slot, self.run),
+                name=f"storagescale-client-{slot.assignment.index}",
+                daemon=True,  # a hung client must never keep the session alive
+            ).start()
+
+    def collect(self) -> None:
+        """Move every client's finished operations into its side's accumulator."""
+        start_perf, measure_perf = self.run.start_perf, self.run.measure_perf
+        for slot in self.slots:
+            records = slot.records
+            if not records:
+                continue
+            accumulator = self.accumulators[slot.assignment.side]
+            while records:
+                finished, latency, moved, error = records.popleft()
+                accumulator.record(int(finished - start_perf), latency, moved, error,
+                                   counted=finished >= measure_perf)
+
+    def check_hangs(self) -> None:
+        """A client busy for longer than hang_timeout is hung (once)."""
+        limit = time.perf_counter() - self.run.plan.hang_timeout
+        for slot in self.slots:
+            since = slot.busy_since
+            if not slot.hung and since is not None and since < limit:
+                self._mark_hung(slot)
+
+    def _mark_hung(self, slot: ClientSlot) -> None:
+        slot.hung = True
+        self.accumulators[slot.assignment.side].hung += 1
+
+    def sample(self, second: int) -> None:
+        """Operations in flight and hung clients, per side, at ``second``."""
+        if not 0 <= second < self.run.clock.seconds:
+            return
+        for side, accumulator in self.accumulators.items():
+            mine = [slot for slot in self.slots if slot.assignment.side == side]
+            accumulator.in_flight[second] = sum(slot.busy_since is not None for slot in mine)
+            accumulator.hung_series[second] = sum(slot.hung for slot in mine)
+
+    def progress(self, second: int) -> StepProgress:
+        clock, accumulators = self.run.clock, self.accumulators.values()
+        last = max(second - 1, 0)
+        return StepProgress(
+            operation=self.run.plan.operation.name, clients=self.run.plan.clients,
+            elapsed_s=time.time() - clock.start_at, total_s=clock.end_at - clock.start_at,
+            rate_hz=sum(a.completions[last] for a in accumulators if last < clock.seconds),
+            succeeded=sum(a.succeeded for a in accumulators),
+            failed=sum(a.failed for a in accumulators),
+            hung=sum(a.hung for a in accumulators),
+        )
+
+    def all_done(self) -> bool:
+        return all(slot.done for slot in self.slots)
+
+    def all_settled(self) -> bool:
+        """Every client ended or was given up as hung."""
+        return all(slot.done or slot.hung for slot in self.slots)
+
+    def give_up(self) -> None:
+        """After the drain: a client still busy has been running for hang_timeout."""
+        for slot in self.slots:
+            if not slot.done and not slot.hung:
+                self._mark_hung(slot)
+
+    def set_measured(self, seconds: float) -> None:
+        for accumulator in self.accumulators.values():
+            accumulator.measured_s = max(0.0, seconds)
+
+
+class Coordinator:
+    """Ticks while the clients run: hang checks, draining, the per-second sample and
+    progress report."""
+
+    def __init__(self, group: ClientGroup, progress: Progress | None) -> None:
+        self.group = group
+        self.progress = progress
+        self.last_second = -1
+        # never set: its wait() is an interruptible pause
+        self._pause = threading.Event()
+
+    def tick(self) -> None:
+        group = self.group
+        group.check_hangs()
+        group.collect()
+        second = math.floor(time.time() - group.run.clock.start_at)
+        if second != self.last_second and second >= 0:
+            self.last_second = second
+            group.sample(second)
+            if self.progress is not None:
+                self.progress(group.progress(second))
+
+    def run_until(self, deadline: float, finished: Callable[[], bool],
+                  interval: float) -> None:
+        """Tick every ``interval`` until ``deadline`` (wall time) or ``finished()``."""
+        while time.time() < deadline and not finished():
+            self.tick()
+            self._pause.wait(min(interval, max(0.0, deadline - time.time())))
+
+
+def run_clients(
+    plan: StepPlan, context: dict[str, Any], assignments: list[ClientAssignment],
+    clock: StepClock, max_operations: int = 0, progress: Progress | None = None,
+) -> dict[str, SideAccumulator]:
+    """Run ``assignments`` as threads in this process until the step's end; return
+    one accumulator per side. Used directly (threads executor) and inside each
+    spawned process (processes executor)."""
+    run = StepRun(plan, context, clock, max_operations)
+    group = ClientGroup(assignments, run)
+    coordinator = Coordinator(group, progress)
+    group.start()
+    # the measurement: until the end, or until a count-bounded step handed out its count
+    bounded = bool(max_operations)
+    coordinator.run_until(clock.end_at, lambda: bounded and group.all_done(),
+                          HANG_CHECK_INTERVAL)
+    run.stop.set()
+    stopped_at = min(time.time(), clock.end_at)
+    group.set_measured(stopped_at - clock.measure_from)
+    # the drain: requests in flight may finish (unmeasured) or hang, for hang_timeout
+    coordinator.run_until(stopped_at + plan.hang_timeout, group.all_settled,
+                          HANG_CHECK_INTERVAL / 2)
+    group.check_hangs()
+    group.collect()
+    group.sample(min(int(time.time() - clock.start_at), clock.seconds - 1))
+    group.give_up()
+    return group.accumulators

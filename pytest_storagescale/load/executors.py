@@ -1,0 +1,190 @@
+"""Where a step's clients run: ``threads`` (all in this process) or ``processes``
+(spread over spawned Python processes, for client libraries that hold the GIL).
+
+An executor takes the plan, the prepared context and an optional progress
+callback, and returns the step's clock and one merged accumulator per side.
+``config.py`` reads the names of :data:`EXECUTORS`, so this module imports only
+what the executors need.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing import connection as mp_connection
+from typing import Any
+
+from ..errors import StorageError
+from .clients import Progress, run_clients
+from .plan import ClientAssignment, StepClock, StepPlan, StepProgress
+from .stats import SideAccumulator
+
+#: slack for a process to start, report and exit around its clients' deadline
+_PROCESS_GRACE = 10.0
+#: how long a spawned process may take to import the client library and say so
+_START_TIMEOUT = 120.0
+
+Accumulators = dict[str, SideAccumulator]
+Executor = Callable[[StepPlan, dict[str, Any], Progress | None],
+                    tuple[StepClock, Accumulators]]
+
+
+def run_threads(plan: StepPlan, context: dict[str, Any], progress: Progress | None = None
+                ) -> tuple[StepClock, Accumulators]:
+    """Every client a thread of this process."""
+    assignments = plan.assignments()
+    # time to start the threads before the clock runs (about 0.1 ms each)
+    clock = plan.clock(time.time() + 0.2 + len(assignments) / 2000)
+    return clock, run_clients(plan, context, assignments, clock, plan.max_operations, progress)
+
+
+# -- processes ------------------------------------------------------------------------
+@dataclass
+class _Child:
+    """One spawned client process, its end of the pipe and its clients."""
+
+    process: Any  # multiprocessing.context.SpawnProcess
+    connection: mp_connection.Connection
+    share: list[ClientAssignment]
+    latest: StepProgress | None = None
+    finished: bool = False
+
+
+def _process_main(plan: StepPlan, context: dict[str, Any], share: list[ClientAssignment],
+                  max_operations: int, connection: mp_connection.Connection) -> None:
+    """Entry point of a spawned client process (the driver class was imported while
+    its arguments were unpickled, before the clock runs)."""
+    try:
+        connection.send("ready")
+        clock = connection.recv()
+        accumulators = run_clients(plan, context, share, clock, max_operations,
+                                   lambda state: connection.send(("progress", state)))
+        connection.send(("result", {side: a.to_wire() for side, a in accumulators.items()}))
+    except Exception:  # noqa: BLE001 - a bug: the parent raises it with this traceback
+        connection.send(("error", traceback.format_exc()))
+    finally:
+        connection.close()
+        os._exit(0)  # hung client threads must not keep the process alive
+
+
+def _spawn(plan: StepPlan, context: dict[str, Any]) -> list[_Child]:
+    """One process per share of the clients; a count bound is split by the shares."""
+    assignments = plan.assignments()
+    count = min(plan.processes or max(2, os.cpu_count() or 2), len(assignments))
+    spawn = multiprocessing.get_context("spawn")  # the XRootD client breaks after fork
+    children = []
+    for share in (assignments[i::count] for i in range(count)):
+        parent_end, child_end = spawn.Pipe()
+        bound = math.ceil(plan.max_operations * len(share) / len(assignments))
+        process = spawn.Process(target=_process_main, name="storagescale-clients",
+                                args=(plan, context, share, bound, child_end), daemon=True)
+        process.start()
+        child_end.close()
+        children.append(_Child(process, parent_end, share))
+    return children
+
+
+def _says_ready(child: _Child) -> bool:
+    try:
+        return child.connection.poll(_START_TIMEOUT) and child.connection.recv() == "ready"
+    except (EOFError, OSError):  # it died while starting
+        return False
+
+
+def _handshake(plan: StepPlan, children: list[_Child]) -> StepClock:
+    """Wait until every process is ready, then give them all the same clock."""
+    for child in children:
+        if not _says_ready(child):
+            raise StorageError(
+                f"client process {child.process.pid} did not start within "
+                f"{_START_TIMEOUT:.0f} s (the processes executor spawns {len(children)} "
+                f"Python processes; try --storage-executor threads)",
+                driver=plan.driver.name, endpoint=plan.driver.endpoint.server,
+                operation=plan.operation.name, path=plan.workdir, error_class="executor",
+            )
+    clock = plan.clock(time.time() + 0.5)
+    for child in children:
+        child.connection.send(clock)
+    return clock
+
+
+def _receive(child: _Child, accumulators: Accumulators) -> None:
+    """Take one message of ``child``: progress, its result, or the traceback of a bug."""
+    try:
+        kind, payload = child.connection.recv()
+    except (EOFError, OSError):
+        child.finished = True  # died: its clients are counted hung
+        return
+    if kind == "progress":
+        child.latest = payload
+        return
+    child.finished = True
+    if kind == "error":
+        raise RuntimeError(f"client process {child.process.pid} failed:\n{payload}")
+    for side, wire in payload.items():
+        accumulators[side].merge_wire(wire)
+    child.share = []  # its clients are accounted for
+
+
+def _summed(plan: StepPlan, clock: StepClock, children: list[_Child]) -> StepProgress | None:
+    states = [child.latest for child in children if child.latest is not None]
+    if not states:
+        return None
+    return StepProgress(
+        operation=plan.operation.name, clients=plan.clients,
+        elapsed_s=time.time() - clock.start_at, total_s=clock.end_at - clock.start_at,
+        rate_hz=sum(s.rate_hz for s in states), succeeded=sum(s.succeeded for s in states),
+        failed=sum(s.failed for s in states), hung=sum(s.hung for s in states),
+    )
+
+
+def _collect(plan: StepPlan, clock: StepClock, children: list[_Child],
+             progress: Progress | None) -> Accumulators:
+    """Stream progress and merge the results until the deadline; the clients of a
+    process that did not answer by then are hung."""
+    accumulators = {a.side: SideAccumulator(clock.seconds) for a in plan.assignments()}
+    deadline = clock.end_at + plan.hang_timeout + _PROCESS_GRACE
+    by_connection = {child.connection: child for child in children}
+    while time.time() < deadline:
+        waiting = [child.connection for child in children if not child.finished]
+        if not waiting:
+            break
+        for connection in mp_connection.wait(waiting, timeout=min(1.0, deadline - time.time())):
+            _receive(by_connection[connection], accumulators)
+        state = _summed(plan, clock, [c for c in children if not c.finished])
+        if progress is not None and state is not None:
+            progress(state)
+    for child in children:
+        for assignment in child.share:  # stuck or died: every client in it is hung
+            accumulators[assignment.side].hung += 1
+    return accumulators
+
+
+def _reap(children: list[_Child]) -> None:
+    for child in children:
+        child.process.join(timeout=1)
+        if child.process.is_alive():
+            child.process.kill()
+            child.process.join(timeout=5)
+        child.connection.close()
+
+
+def run_processes(plan: StepPlan, context: dict[str, Any], progress: Progress | None = None
+                  ) -> tuple[StepClock, Accumulators]:
+    """The clients spread over spawned processes, each running them as threads; their
+    accumulators are merged here, and a process that hangs is killed."""
+    children = _spawn(plan, context)
+    try:
+        clock = _handshake(plan, children)
+        return clock, _collect(plan, clock, children, progress)
+    finally:
+        _reap(children)
+
+
+#: executor name -> function (``--storage-executor``)
+EXECUTORS: dict[str, Executor] = {"threads": run_threads, "processes": run_processes}

@@ -1,0 +1,231 @@
+"""The load engine on the memory driver: fast, and no assertion on speed.
+
+Every step here is bounded (a few seconds at most); the bounds asserted on elapsed
+time carry several seconds of slack for a loaded 2-core machine. Faults (failures,
+hangs) come from the memory driver's options, so each test knows exactly which
+request of which client fails or hangs.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pytest_storagescale.drivers import memory
+from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.drivers.spec import DriverSpec
+from pytest_storagescale.errors import StorageError
+from pytest_storagescale.load.engine import run_step
+from pytest_storagescale.load.executors import EXECUTORS
+from pytest_storagescale.load.operations import get_operation
+from pytest_storagescale.load.plan import StepPlan, StepProgress
+from pytest_storagescale.load.stats import SideResult, StepResult, sides_from_json
+
+#: what a loaded CI machine may add to a step's own bound (thread and process start)
+SLACK = 8.0
+
+
+@pytest.fixture
+def spec(request):
+    """A memory endpoint of this test's own; options via ``spec(**options)``."""
+    store = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")[-60:]
+
+    def make(**options: str) -> DriverSpec:
+        return driver_spec(f"memory://{store}/area", writable_root="/area", options=options)
+
+    yield make
+    memory.release_hangs()
+    memory.clear_stores()
+
+
+def plan(driver: DriverSpec, operation: str = "stat", **overrides) -> StepPlan:
+    values = dict(operation=get_operation(operation), clients=4, duration=1.0, warmup=0.0,
+                  hang_timeout=1.0, driver=driver, workdir="/area/step")
+    values.update(overrides)
+    return StepPlan(**values)
+
+
+def timed(step: StepPlan, **kwargs) -> tuple[StepResult, float]:
+    began = time.monotonic()
+    result = run_step(step, **kwargs)
+    return result, time.monotonic() - began
+
+
+def test_executor_names():
+    assert tuple(EXECUTORS) == ("threads", "processes")
+    with pytest.raises(ValueError, match="unknown executor 'fibers'; executors: threads"):
+        run_step(plan(driver_spec("memory://x/area", writable_root="/area")), executor="fibers")
+
+
+def test_clients_repeat_the_operation_and_report_progress(spec):
+    states: list[StepProgress] = []
+    result, _ = timed(plan(spec(), duration=1.5), progress=states.append)
+    step = result.total
+    assert (result.operation, result.clients) == ("stat", 4)
+    assert step.succeeded > 4 and step.failed == step.hung == 0
+    assert sum(step.timeline["completions"]) == step.succeeded  # no warm-up
+    assert states and all(isinstance(s, StepProgress) and s.operation == "stat" for s in states)
+    assert max(s.succeeded for s in states) > 0
+    assert result.cleanup_error is None
+
+
+def test_hung_clients_are_counted_and_the_step_ends_by_end_plus_hang_timeout(spec):
+    # each client answers its first 2 requests, then hangs: the hangs are found in
+    # the drain, after end_at
+    step = plan(spec(hang_after="2"), duration=1.0, hang_timeout=2.0)
+    result, elapsed = timed(step)
+    total = result.total
+    assert total.hung == 4 and 0 < total.succeeded <= 8 and total.failed == 0
+    assert max(total.timeline["hung"]) == 4
+    assert elapsed < step.warmup + step.duration + step.hang_timeout + SLACK
+
+
+def test_a_hang_inside_the_measurement_is_found_after_hang_timeout(spec):
+    step = plan(spec(hang_after="0"), clients=3, duration=3.0, hang_timeout=0.5)
+    result, elapsed = timed(step)
+    assert result.total.hung == 3 and result.total.succeeded == 0
+    # found within the measured seconds: the timeline says so before end_at
+    assert max(result.total.timeline["hung"][:3]) == 3
+    assert elapsed < step.duration + step.hang_timeout + SLACK
+
+
+def test_hung_step_makes_the_driver_forget_its_connections(spec):
+    class Counting(memory.MemoryDriver):
+        forgotten = 0
+
+        @classmethod
+        def forget_connections(cls) -> None:
+            cls.forgotten += 1
+
+    base = spec()
+    clean = DriverSpec(Counting, base.endpoint_url, "/area")
+    run_step(plan(clean, clients=2, duration=0.3))
+    assert Counting.forgotten == 0
+    hanging = DriverSpec(Counting, base.endpoint_url, "/area", {"hang_after": "1"})
+    run_step(plan(hanging, clients=2, duration=0.3, hang_timeout=0.3))
+    assert Counting.forgotten == 1
+
+
+def test_the_drain_lets_requests_finish_without_counting_them(spec):
+    # 0.3 s per request: at most 3 finish inside a 1 s measurement per client; the
+    # one in flight at end_at finishes in the drain, uncounted and not hung
+    step = plan(spec(latency="0.3"), clients=2, duration=1.0, hang_timeout=5.0)
+    result, elapsed = timed(step)
+    total = result.total
+    assert total.hung == 0 and total.failed == 0
+    assert 0 < total.succeeded <= 2 * 3
+    assert sum(total.timeline["completions"]) == total.succeeded
+    # the drain ended when the clients did, not after hang_timeout... on a machine
+    # that is not stalled for seconds; the bound below holds either way
+    assert elapsed < step.duration + step.hang_timeout + SLACK
+
+
+def test_count_bounded_step_does_exactly_its_operations_and_ends_early(spec):
+    step = plan(spec(), clients=4, duration=60.0, max_operations=50)
+    result, elapsed = timed(step)
+    assert result.total.succeeded == 50 and result.total.failed == 0
+    assert elapsed < 30 and result.duration_s < 30  # measured until the count was reached
+    assert result.total.rate_hz == pytest.approx(50 / result.duration_s)
+
+
+def test_operations_finished_in_the_warmup_are_not_counted(spec):
+    # a count bound reached within the warm-up: every operation ran, none counted
+    result, _ = timed(plan(spec(), clients=2, warmup=3.0, max_operations=6))
+    total = result.total
+    assert total.succeeded == 0 and total.failed == 0
+    assert sum(total.timeline["completions"]) == 6
+
+
+def test_warmup_seconds_are_in_the_timeline_only(spec):
+    result, _ = timed(plan(spec(), clients=2, warmup=1.0, duration=1.0))
+    total = result.total
+    completions = total.timeline["completions"]
+    assert completions[0] > 0  # second 0 is the warm-up
+    assert 0 < total.succeeded < sum(completions)
+
+
+def test_failures_are_counted_by_error_class(spec):
+    # one client, numbered requests: numbers 3, 7, ..., 39 fail
+    result, _ = timed(plan(spec(fail_every="4"), clients=1, duration=60.0, max_operations=40))
+    total = result.total
+    assert (total.succeeded, total.failed) == (30, 10)
+    assert total.errors == {"injected": 10}
+    assert "injected failure (fail_every=4)" in total.error_examples["injected"]
+    assert total.error_ratio == pytest.approx(0.25)
+
+
+def test_a_client_that_cannot_start_is_a_counted_failure(spec):
+    class Refusing(memory.MemoryDriver):
+        def __init__(self, endpoint, **kwargs) -> None:
+            super().__init__(endpoint, **kwargs)
+            if self.client_id.startswith("client-"):
+                raise StorageError("login refused", driver="memory", endpoint="memory://",
+                                   operation="login", path="/", error_class="login")
+
+    driver = DriverSpec(Refusing, spec().endpoint_url, "/area")
+    result, _ = timed(plan(driver, clients=3, warmup=0.5, duration=0.5))
+    assert result.total.failed == 3 and result.total.errors == {"login": 3}
+
+
+def test_a_mixed_step_merges_its_sides(spec):
+    step = plan(spec(), "mixed", clients=2, duration=1.0,
+                params={"file_size": 1000, "files": 2})
+    result, _ = timed(step)
+    readers, writers = result.sides["readers"], result.sides["writers"]
+    total = result.total
+    assert readers.clients == writers.clients == 2 and total.clients == 4
+    assert readers.succeeded > 0 and writers.succeeded > 0
+    assert total.succeeded == readers.succeeded + writers.succeeded
+    assert total.bytes == readers.bytes + writers.bytes == 1000 * total.succeeded
+    assert total.failed == total.hung == 0
+    # the merged histogram holds every side's latencies
+    assert total.latency_s["max"] == pytest.approx(
+        max(readers.latency_s["max"], writers.latency_s["max"]), rel=0.01)
+
+
+def test_processes_executor_merges_all_clients(spec):
+    states: list[StepProgress] = []
+    step = plan(spec(), "put", clients=4, duration=1.5, processes=2,
+                params={"file_size": 1000})
+    result, elapsed = timed(step, executor="processes", progress=states.append)
+    total = result.total
+    assert total.succeeded > 4 and total.failed == total.hung == 0
+    assert total.bytes == 1000 * total.succeeded
+    assert sum(result.sides["put"].timeline["completions"]) == total.succeeded
+    assert states and all(s.operation == "put" and s.clients == 4 for s in states)
+    assert elapsed < step.duration + SLACK + 10  # spawning Python processes
+
+
+def test_processes_executor_counts_hung_clients_and_ends_on_time(spec):
+    step = plan(spec(hang_after="1", fault_operations="put"), "put", clients=4, duration=1.0,
+                hang_timeout=1.0, processes=2, params={"file_size": 100})
+    result, elapsed = timed(step, executor="processes")
+    assert result.total.hung == 4 and result.total.succeeded == 4
+    assert elapsed < step.duration + step.hang_timeout + SLACK + 10
+
+
+def test_processes_executor_splits_a_count_bound(spec):
+    step = plan(spec(), "put", clients=4, duration=60.0, processes=2, max_operations=21,
+                params={"file_size": 100})
+    result, elapsed = timed(step, executor="processes")
+    # each process does its share, rounded up: at least the bound
+    assert 21 <= result.total.succeeded <= 22
+    assert elapsed < 40
+
+
+def test_side_results_read_back_from_json(spec):
+    result, _ = timed(plan(spec(), "mixed", clients=1, duration=0.5,
+                           params={"file_size": 100, "files": 1}))
+    for side in result.sides.values():
+        again = SideResult.from_json(side.to_json())
+        assert again.to_json() == side.to_json()
+    # the previous release's records: sides under "sides", or one side at the top level
+    mixed = {"operation": "mixed", "sides": {k: v.to_json() for k, v in result.sides.items()}}
+    assert set(sides_from_json(mixed)) == {"readers", "writers"}
+    plain = {"op": "ls", "operation": "ls", "clients": 3, "duration_s": 2.0, "succeeded": 10,
+             "failed": 1, "hung": 0, "bytes": 0, "rate_hz": 5.0,
+             "latency_s": {"mean": 0.1, "p50": None}, "errors": {"timeout": 1}}
+    side = sides_from_json(plain)["ls"]
+    assert side.rate_hz == 5.0 and side.errors == {"timeout": 1}
+    assert side.latency_s["mean"] == 0.1 and side.latency_s["p50"] != side.latency_s["p50"]

@@ -1,0 +1,163 @@
+"""The wheel ships the suites and their thresholds, and an installed plugin runs a
+shipped suite through ``--pyargs`` with no checkout at hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from pytest_storagescale.metrics import known_metrics
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parent.parent
+SUITES_PACKAGE = "storagescale_suites"
+
+# Loaded with -p into the installed session: records which copy of the plugin that
+# session imported, under which names it registered it, and where its tests came from.
+PROBE = """
+import json
+from pathlib import Path
+
+def pytest_collection_finish(session):
+    import pytest_storagescale.plugin as plugin
+    from pytest_storagescale.shipped import shipped_suites, shipped_thresholds
+    registered = [name for name, module in session.config.pluginmanager.list_name_plugin()
+                  if module is plugin]
+    Path("probe.json").write_text(json.dumps({
+        "plugin": plugin.__file__,
+        "registered_as": registered,
+        "items": sorted({str(item.path) for item in session.items}),
+        "shipped_suites": str(shipped_suites()),
+        "shipped_thresholds": str(shipped_thresholds()),
+    }))
+"""
+
+
+def _installed_name(path: Path) -> str:
+    """Where a checkout file lands in the wheel (pyproject's package-dir mapping)."""
+    relative = path.relative_to(REPO)
+    top, rest = relative.parts[0], relative.parts[1:]
+    if top == "suites":
+        return "/".join((SUITES_PACKAGE, *rest))
+    if top == "thresholds":
+        return "/".join((SUITES_PACKAGE, "thresholds", *rest))
+    return relative.as_posix()
+
+
+def _checkout_files() -> list[Path]:
+    files = [*REPO.glob("pytest_storagescale/**/*.py"), *REPO.glob("suites/**/*.py"),
+             *REPO.glob("thresholds/*/*.toml")]
+    return sorted(path for path in files if "__pycache__" not in path.parts)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel, built from a copy of the checkout's sources.
+
+    A copy, because building in the checkout leaves ``build/`` behind and setuptools
+    ships stale modules from it into later wheels.
+    """
+    root = tmp_path_factory.mktemp("wheel")
+    source = root / "source"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("pytest_storagescale", "suites", "thresholds"):
+        shutil.copytree(REPO / folder, source / folder, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
+         "-w", str(root / "dist"), str(source)],
+        capture_output=True, text=True, timeout=300,
+    )
+    output = built.stdout + built.stderr
+    assert built.returncode == 0, output[-3000:]
+    # setuptools' hint that a package folder is missing from [tool.setuptools] packages
+    assert "absent from the `packages` configuration" not in output, output[-3000:]
+    (wheel,) = (root / "dist").glob("pytest_storagescale-*.whl")
+    return wheel
+
+
+def test_wheel_ships_suites_thresholds_and_the_plugin(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for name in ("storagescale_suites/dcache/test_dcache_scalability.py",
+                 "storagescale_suites/thresholds/dcache/default.toml",
+                 "storagescale_suites/ceph/conftest.py",
+                 "pytest_storagescale/plugin.py"):
+        assert name in names
+    missing = [name for name in map(_installed_name, _checkout_files()) if name not in names]
+    assert not missing, (
+        f"not in the wheel: {missing}. Add their packages to [tool.setuptools] packages "
+        f"in pyproject.toml."
+    )
+    entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
+    assert "storagescale = pytest_storagescale.plugin" in zipfile.ZipFile(wheel).read(
+        entry_points).decode()
+
+
+@pytest.fixture(scope="module")
+def installed_run(wheel, tmp_path_factory):
+    """``pytest --pyargs storagescale_suites.xrootd --co`` of the installed wheel, run
+    from a folder with no thresholds/ while this venv also has the editable install."""
+    root = tmp_path_factory.mktemp("installed")
+    site, work = root / "site", root / "work"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                    str(site), str(wheel)], check=True, capture_output=True, timeout=300)
+    work.mkdir()
+    (work / "storagescale_probe.py").write_text(PROBE)
+    # a session of its own: none of this session's xdist or PYTEST_ADDOPTS settings
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+    env["PYTHONPATH"] = str(site)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "storagescale_probe", "-p", "no:cacheprovider",
+         "--pyargs", f"{SUITES_PACKAGE}.xrootd", "--co", "-q"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=300,
+    )
+    output = result.stdout + result.stderr
+    probe = work / "probe.json"
+    assert probe.exists(), f"exit code {result.returncode}:\n{output[-3000:]}"
+    return site, result.returncode, output, json.loads(probe.read_text())
+
+
+def test_installed_plugin_collects_the_shipped_suite(installed_run):
+    site, _, output, probe = installed_run
+    assert Path(probe["plugin"]).is_relative_to(site), probe["plugin"]
+    # the editable install's entry point has the same name and is skipped, not added
+    assert probe["registered_as"] == ["storagescale"], output[-3000:]
+    assert probe["items"] == [
+        str(site / SUITES_PACKAGE / "xrootd" / "test_xrootd_scalability.py")]
+    assert "test_xrootd_scalability.py::test_round_trip_with_checksum" in output
+    assert probe["shipped_suites"] == str(site / SUITES_PACKAGE)
+    assert probe["shipped_thresholds"] == str(site / SUITES_PACKAGE / "thresholds")
+
+
+def test_installed_plugin_defaults_to_the_shipped_thresholds(installed_run):
+    """With no thresholds/ under the rootdir, the scans come from the shipped files."""
+    _, returncode, output, _ = installed_run
+    assert returncode == 0, output[-3000:]
+    assert f"{SUITES_PACKAGE}/thresholds/xrootd/" in output, output[-3000:]
+    assert re.search(r"::test_stat_scan\[c\d+\]", output), output[-3000:]
+    assert "[error]" not in output, output[-3000:]
+
+
+def test_ceph_suite_registers_the_metric_its_thresholds_name():
+    spec = importlib.util.spec_from_file_location(
+        "ceph_suite_conftest", REPO / "suites" / "ceph" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    metrics = conftest.pytest_storagescale_metrics()
+    assert set(metrics) == {"hot_ratio"} and metrics["hot_ratio"]
+    plan = tomllib.loads((REPO / "thresholds" / "ceph" / "default.toml").read_text())
+    named = {re.match(r"\s*(?:\w+\.)?(\w+)", rule).group(1)
+             for section in plan["ops"].values()
+             for expect in section.get("expect", ()) for rule in expect["rules"]}
+    assert named - set(known_metrics()) == {"hot_ratio"}

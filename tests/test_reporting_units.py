@@ -1,0 +1,455 @@
+"""The reporting functions on typed step records: table, CSV/HTML, benchmark export,
+results file, plots, Allure categories, progress line. No server needed: the records
+are built here the way the engine fills them."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from pytest_storagescale.errors import StorageScaleUsageError
+from pytest_storagescale.load.plan import StepProgress
+from pytest_storagescale.load.stats import SideResult, StepResult, latency_summary, new_histogram
+from pytest_storagescale.records import (
+    BaselineComparison,
+    ClientInfo,
+    RuleCheck,
+    RunInfo,
+    StepRecord,
+    Verdict,
+)
+from pytest_storagescale.reporting import plots
+from pytest_storagescale.reporting.allure_report import CATEGORIES, write_session_files
+from pytest_storagescale.reporting.benchmark_json import benchmark_document, write_benchmark_json
+from pytest_storagescale.reporting.html import table_csv, table_html, write_report
+from pytest_storagescale.reporting.progress import LiveProgress
+from pytest_storagescale.reporting.results import ResultsFile
+from pytest_storagescale.reporting.table import format_table, format_violations
+
+REPO = Path(__file__).resolve().parent.parent
+ALLURE = REPO / ".tools" / "node_modules" / ".bin" / "allure"
+
+
+def side(clients=50, *, succeeded=500, failed=0, hung=0, nbytes=0, duration_s=10.0,
+         latencies=((0.004, 98), (0.012, 2)), timeline=None) -> SideResult:
+    histogram = new_histogram()
+    for seconds, count in latencies:
+        histogram.record_value(int(seconds * 1e6), count)
+    return SideResult(
+        clients=clients, duration_s=duration_s, succeeded=succeeded, failed=failed,
+        hung=hung, bytes=nbytes, latency_s=latency_summary(histogram), errors={},
+        error_examples={}, timeline=timeline or {}, histogram=histogram.encode().decode(),
+    )
+
+
+def record(section="stat", clients=50, *, sides=None, verdict=Verdict.PASS, label=None,
+           warmup_s=0.0, started=1000.0, ended=None, **fields) -> StepRecord:
+    sides = sides if sides is not None else {section: side(clients)}
+    result = None
+    if sides:
+        duration = next(iter(sides.values())).duration_s
+        result = StepResult(section, clients, started,
+                            ended if ended is not None else started + warmup_s + duration + 1,
+                            duration, warmup_s, sides)
+    return StepRecord(step_id=f"main-{section}-{clients}", test=f"suite.py::test_{section}",
+                      section=section, operation=section, clients=clients, label=label,
+                      result=result, verdict=verdict, warmup_s=warmup_s, started=started,
+                      system="xrootd", **fields)
+
+
+RUN = RunInfo(
+    endpoint="root://localhost:1094//data", endpoint_id="embedded xrootd (root)",
+    embedded=True, system="xrootd", version="5.6.1", version_source="probed",
+    thresholds_file="thresholds/xrootd/5.toml", thresholds_reason="matches 5.6.1",
+    run_id="run-1", started=1_700_000_000.0, executor="threads", driver="xrootd",
+    client=ClientInfo(host="ci-1", user="me", versions={"pytest": "9.2.0"}, argv=["pytest"]),
+)
+
+
+def mixed() -> StepRecord:
+    return record("mixed", 4, label="mixed", sides={
+        "readers": side(4, succeeded=40, nbytes=400_000_000),
+        "writers": side(4, succeeded=20, nbytes=100_000_000, failed=1),
+    })
+
+
+# -- table -----------------------------------------------------------------------------
+
+def test_table_text_plain_composite_and_unmeasured_steps():
+    steps = [record(), mixed(),
+             record("get", 3, sides={}, verdict=Verdict.ERROR, error="could not connect")]
+    assert format_table(steps) == [
+        "op                     clients  succeeded     rate  MB/s  failed  hung     p50    p99"
+        "  verdict",
+        "stat                        50        500  50.0 Hz     -       0     0  4.0 ms  12 ms"
+        "  pass",
+        "mixed/readers (mixed)        4         40  4.00 Hz  40.0       0     0  4.0 ms  12 ms"
+        "  pass",
+        "mixed/writers (mixed)        4         20  2.00 Hz  10.0       1     0  4.0 ms  12 ms"
+        "  pass",
+        "get                          3          -        -     -       -     -       -      -"
+        "  error",
+    ]
+
+
+def test_table_baseline_column():
+    compared = record(baseline=BaselineComparison("old.json", "5.5", True, 60.0, -0.12))
+    new = record("ls", 5, baseline=BaselineComparison("old.json", "5.5", False))
+    plain = record("put", 5)
+    assert format_table([compared, new, plain]) == [
+        "op    clients  succeeded     rate  MB/s  failed  hung     p50    p99  vs base  verdict",
+        "stat       50        500  50.0 Hz     -       0     0  4.0 ms  12 ms     -12%  pass",
+        "ls          5        500  50.0 Hz     -       0     0  4.0 ms  12 ms      new  pass",
+        "put         5        500  50.0 Hz     -       0     0  4.0 ms  12 ms           pass",
+    ]
+    assert "vs base" not in format_table([plain])[0]
+
+
+def test_violations_table():
+    checks = [
+        RuleCheck("rate_hz >= 100", "rate_hz", ">=", 100.0, 50.0, False),
+        RuleCheck("hung == 0", "hung", "==", 0.0, 0.0, True),
+        RuleCheck("rate_hz >= 0.9 * baseline", "rate_hz", ">=", None, 50.0, None, relative=True),
+    ]
+    lines = format_violations(checks, "t.toml")
+    assert lines[0].split() == ["metric", "observed", "limit", "rule", "file", "result"]
+    assert lines[1].split() == ["rate_hz", "50", ">=", "100", "rate_hz", ">=", "100", "t.toml",
+                                "VIOLATED"]
+    assert lines[2].split()[-1] == "ok" and lines[3].endswith("not checked")
+    assert "(no baseline)" in lines[3]
+
+
+def test_csv_and_html():
+    steps = [record(), mixed(), record("get", 3, sides={}, verdict=Verdict.ERROR)]
+    csv = table_csv(steps).splitlines()
+    assert csv[0] == "op,clients,succeeded,rate,MB/s,failed,hung,p50,p99,verdict"
+    assert csv[1] == "stat,50,500,50.0 Hz,-,0,0,4.0 ms,12 ms,pass"
+    assert csv[4] == "get,3,-,-,-,-,-,-,-,error" and len(csv) == 5
+    page = table_html(steps)
+    assert page.count('<tr class="pass">') == 3 and page.count('<tr class="error">') == 1
+    assert "<td>mixed/readers (mixed)</td>" in page
+
+
+def test_report_page(tmp_path):
+    steps = [record(clients=5), record(clients=50), mixed(),
+             record("get", 3, sides={}, verdict=Verdict.ERROR)]
+    page = write_report(tmp_path / "report", RUN, steps).read_text()
+    # one scan (stat: the labelled and the unmeasured steps are no scan), 3 measured x 2
+    assert page.count("data:image/png;base64,") == 1 + 3 * 2
+    assert "<h1>xrootd 5.6.1</h1>" in page and "scan stat" in page
+    assert (tmp_path / "report" / "table.csv").read_text().count("\n") == 1 + 5
+
+
+# -- benchmark export ------------------------------------------------------------------
+
+def test_benchmark_document_and_pytest_benchmark_compare(tmp_path):
+    steps = [record(clients=5), mixed(), record("get", 3, sides={}, verdict=Verdict.ERROR)]
+    document = benchmark_document(RUN, steps)
+    names = [b["name"] for b in document["benchmarks"]]
+    assert names == ["stat[c5]", "mixed[c4] (mixed)"]  # no latencies, no benchmark
+    stat = document["benchmarks"][0]
+    assert stat["stats"]["rounds"] == 500 and stat["stats"]["ops"] == 50.0
+    assert stat["stats"]["min"] <= stat["stats"]["median"] <= stat["stats"]["max"]
+    assert stat["extra_info"]["verdict"] == "pass" and stat["group"] == "xrootd stat"
+    assert document["benchmarks"][1]["stats"]["rounds"] == 60  # both sides
+    write_benchmark_json(tmp_path / "old.json", RUN, steps)
+    write_benchmark_json(tmp_path / "new.json", RUN, steps)
+    compare = shutil.which("pytest-benchmark", path=str(Path(sys.executable).parent))
+    assert compare, "pytest-benchmark is a test dependency (pip install -e .[test])"
+    done = subprocess.run([compare, "compare", str(tmp_path / "old.json"),
+                           str(tmp_path / "new.json"), "--group-by", "name",
+                           "--columns", "min,median,max,ops"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert done.returncode == 0, done.stderr
+    assert "benchmark 'stat[c5]': 2 tests" in done.stdout
+
+
+# -- results file ----------------------------------------------------------------------
+
+def test_results_file_round_trip(tmp_path):
+    derived = record("mixed", 4, label="mixed", sides=mixed().sides,
+                     derived={"mix_ratio": 0.8, "recovery_s": float("inf")})
+    steps = [record(), derived, record("get", 3, sides={}, verdict=Verdict.ERROR,
+                                       error="could not connect")]
+    results = ResultsFile(tmp_path / "out" / "results.json")
+    results.write(RUN, steps)
+    text = results.path.read_text()
+    document = json.loads(text)  # strict JSON: NaN and infinity written as null
+    assert "NaN" not in text and "Infinity" not in text
+    assert document["format"] == 2 and RunInfo.from_json(document["run"]) == RUN
+    again = [StepRecord.from_json(step) for step in document["steps"]]
+    for name in ("rate_hz", "p99_s", "mb_s", "succeeded", "failed"):
+        assert again[0].metric(name) == steps[0].metric(name), name
+    assert again[1].metric("readers.mb_s") == steps[1].metric("readers.mb_s") == 40.0
+    assert again[1].metric("mix_ratio") == 0.8 and math.isnan(again[1].metric("recovery_s"))
+    assert again[2].result is None and again[2].verdict is Verdict.ERROR
+    assert [s.name for s in again] == [s.name for s in steps]
+    assert os.listdir(tmp_path / "out") == ["results.json"]  # no temporary file left
+    ResultsFile(None).write(RUN, steps)  # no path: nothing to do
+
+
+def _usage_error(path: Path) -> str:
+    with pytest.raises(StorageScaleUsageError) as caught:
+        ResultsFile(path).check_writable()
+    message = str(caught.value)
+    assert str(path) in message and "--storage-results" in message and "\n" not in message
+    return message
+
+
+def test_check_writable_refuses_paths_that_cannot_be_written(tmp_path):
+    assert "cannot create a file in /proc" in _usage_error(Path("/proc/results.json"))
+    (tmp_path / "plain").write_text("a file")
+    assert f"{tmp_path / 'plain'} is a file" in _usage_error(tmp_path / "plain" / "r.json")
+    assert "is a directory" in _usage_error(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    ResultsFile(tmp_path / "new" / "deeper" / "results.json").check_writable()
+    ResultsFile(tmp_path / "results.json").check_writable()
+    ResultsFile(None).check_writable()
+    assert sorted(os.listdir(tmp_path)) == before  # checked, nothing left behind
+
+
+def _check_as_other_user(path: Path) -> str | None:
+    """check_writable's message as an unprivileged user (root may write anywhere)."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        os.close(read)
+        message = ""
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            ResultsFile(path).check_writable()
+        except StorageScaleUsageError as exc:
+            message = str(exc)
+        except Exception as exc:  # reported to the parent, whose assertion shows it
+            message = f"unexpected {exc!r}"
+        os.write(write, message.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as stream:
+        text = stream.read().decode()
+    os.waitpid(child, 0)
+    return text or None
+
+
+def test_check_writable_refuses_a_folder_without_write_permission():
+    # not under tmp_path: pytest makes its base folder private to this user, and the
+    # check must fail on the folder itself, not on a folder above it
+    top = Path(tempfile.mkdtemp(prefix="storagescale-"))
+    folder = top / "read-only"
+    try:
+        top.chmod(0o755)
+        folder.mkdir(mode=0o555)
+        if os.geteuid() == 0:
+            message = _check_as_other_user(folder / "results.json")
+        else:
+            message = _usage_error(folder / "results.json")
+        assert message and f"cannot create a file in {folder} (Permission denied)" in message
+        assert os.listdir(folder) == []
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(top)
+
+
+# -- plots -----------------------------------------------------------------------------
+
+def _timeline(values: dict[str, list[int]], length: int) -> dict[str, list[int]]:
+    return {name: values.get(name, []) + [0] * (length - len(values.get(name, [])))
+            for name in plots.TIMELINE_SERIES}
+
+
+def test_timeline_is_cut_at_the_end_of_the_step():
+    # warm-up 1 s + 3 s measured; the engine records up to the hang timeout (20 s)
+    quiet = _timeline({"completions": [5, 9, 9, 9], "in_flight": [2, 2, 2, 2]}, 24)
+    step = record(clients=2, warmup_s=1.0, started=100.0, ended=104.5,
+                  sides={"stat": side(2, duration_s=3.0, timeline=quiet)})
+    assert plots.timeline_seconds(step) == 4
+    assert {len(s) for s in plots.timeline_series(step)["stat"].values()} == {4}
+    # a client hung: the drain is drawn while it was hung, not the zeros after it
+    hung = _timeline({"completions": [5, 9, 9, 9], "in_flight": [2] * 4 + [1] * 8,
+                      "hung": [0] * 6 + [1] * 6}, 24)
+    step = record(clients=2, warmup_s=1.0, started=100.0, ended=130.0,
+                  sides={"stat": side(2, duration_s=3.0, hung=1, timeline=hung)})
+    assert plots.timeline_seconds(step) == 12
+    # never past the step's wall-clock end
+    step = record(clients=2, warmup_s=1.0, started=100.0, ended=109.2,
+                  sides={"stat": side(2, duration_s=3.0, hung=1, timeline=hung)})
+    assert plots.timeline_seconds(step) == 10
+    assert plots.timeline_seconds(record(sides={})) == 0
+
+
+def test_timeline_clients_on_their_own_axis():
+    timeline = _timeline({"completions": [5, 9, 9, 9], "in_flight": [2, 2, 2, 1],
+                          "hung": [0, 0, 0, 1]}, 24)
+    step = record(clients=2, warmup_s=1.0, sides={"stat": side(2, duration_s=3.0,
+                                                               timeline=timeline)})
+    figure = plots.timeline_figure(step)
+    rate_axes, client_axes = figure.axes
+    assert rate_axes.get_ylabel() == "operations per second"
+    assert client_axes.get_ylabel() == "clients"
+    assert [line.get_label() for line in client_axes.get_lines()] == [
+        "clients in flight", "hung clients"]
+    assert [list(line.get_xdata()) for line in rate_axes.get_lines()] == [[0, 1, 2, 3]] * 2
+    assert plots.timeline_png(step).startswith(b"\x89PNG")
+    assert plots.ecdf_png(step).startswith(b"\x89PNG")
+    assert plots.timeline_png(mixed()).startswith(b"\x89PNG")
+
+
+def test_scan_plot_has_a_logarithmic_concurrency_axis():
+    limit = RuleCheck("rate_hz >= 10", "rate_hz", ">=", 10.0, 50.0, True)
+    scan = [record(clients=c, checks=[limit]) for c in (1000, 5, 50)]
+    figure = plots.scan_figure(scan)
+    rate_axes, error_axes = figure.axes[:2]
+    assert error_axes.get_xscale() == rate_axes.get_xscale() == "log"
+    assert list(error_axes.get_xticks()) == [5, 50, 1000]
+    assert list(rate_axes.get_lines()[0].get_xdata()) == [5, 50, 1000]
+    assert plots.scan_figure([record(clients=5)]).axes[1].get_xscale() == "linear"
+    assert plots.scan_xscale([5, 5]) == "linear" and plots.scan_xscale([2, 3]) == "log"
+    assert plots.scan_png(scan).startswith(b"\x89PNG")
+
+
+def test_scans_are_plain_measured_steps_by_section():
+    steps = [record(clients=5), mixed(), record(clients=50),
+             record("stat", 100, sides={}, verdict=Verdict.ERROR), record("ls", 5)]
+    grouped = plots.scans(steps)
+    assert {name: [s.clients for s in group] for name, group in grouped.items()} == {
+        "stat": [5, 50], "ls": [5]}
+
+
+# -- Allure ----------------------------------------------------------------------------
+
+_FAILING_TESTS = """
+import pytest
+from pytest_storagescale import errors
+
+def storage_error(cls, text):
+    return cls(text, driver="xrootd", endpoint="root://h", operation="stat", path="/p")
+
+@pytest.mark.parametrize("wording", ["broke its thresholds: hung 2 > 0", "zzz"])
+def test_hung(wording):
+    raise errors.HungClientsViolation(wording)
+
+@pytest.mark.parametrize("wording", ["broke its thresholds: rate_hz 1 < 4",
+                                     "HungClientsViolation could not run StorageError"])
+def test_threshold(wording):
+    raise errors.ThresholdViolation(wording)
+
+@pytest.mark.parametrize("wording", ["could not run: refused", "hung ThresholdViolation"])
+def test_step_error(wording):
+    raise errors.StepError(wording)
+
+@pytest.mark.parametrize("cls", ["StorageError", "StorageTimeout", "StorageNotFound",
+                                 "StoragePermissionDenied", "StorageUnreachable"])
+def test_storage(cls):
+    raise storage_error(getattr(errors, cls), "no answer")
+
+@pytest.mark.parametrize("wording", ["StepError: HungClientsViolation", "plain"])
+def test_assertion(wording):
+    assert False, wording
+
+@pytest.fixture
+def broken_fixture():
+    raise RuntimeError("ThresholdViolation: not really")
+
+def test_infrastructure(broken_fixture):
+    pass
+
+def test_passes():
+    pass
+"""
+
+EXPECTED = {
+    "test_hung": "Hung clients", "test_threshold": "Threshold violations",
+    "test_step_error": "Storage errors", "test_storage": "Storage errors",
+    "test_assertion": "Test infrastructure", "test_infrastructure": "Test infrastructure",
+}
+
+
+def _categories(result: dict) -> list[str]:
+    """The categories Allure gives ``result``: every category whose status and regexes
+    (full match, dot matching newlines, as Allure's Java Pattern.matches) match."""
+    details = result.get("statusDetails") or {}
+    names = []
+    for category in CATEGORIES:
+        statuses = category.get("matchedStatuses") or []
+        if statuses and result["status"] not in statuses:
+            continue
+        if not all(re.fullmatch(category[key], details.get(field) or "", re.DOTALL)
+                   for key, field in (("messageRegex", "message"), ("traceRegex", "trace"))
+                   if key in category):
+            continue
+        names.append(category["name"])
+    return names
+
+
+def _allure_run(pytester) -> Path:
+    pytester.makepyfile(test_failing=_FAILING_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:storagescale", "-p", "no:cacheprovider",
+                                           "--alluredir=allure-results")
+    result.assert_outcomes(passed=1, failed=13, errors=1)
+    directory = pytester.path / "allure-results"
+    write_session_files(directory, RUN)
+    return directory
+
+
+def test_allure_categories_match_failures_by_class(pytester):
+    directory = _allure_run(pytester)
+    results = [json.loads(p.read_text()) for p in directory.glob("*-result.json")]
+    assert len(results) == 15
+    for result in results:
+        test = result["name"].split("[")[0]
+        expected = [EXPECTED[test]] if test in EXPECTED else []
+        assert _categories(result) == expected, (result["name"],
+                                                 result.get("statusDetails"))
+    # the message allure-pytest writes begins with the class; rewording changed nothing
+    hung = next(r for r in results if r["name"] == "test_hung[zzz]")
+    assert hung["statusDetails"]["message"] == (
+        "pytest_storagescale.errors.HungClientsViolation: zzz")
+    assert json.loads((directory / "categories.json").read_text()) == CATEGORIES
+    environment = (directory / "environment.properties").read_text().splitlines()
+    assert "storage.system=xrootd" in environment and "client.pytest=9.2.0" in environment
+
+
+@pytest.mark.integration
+def test_allure_command_line_puts_each_failure_in_one_category(pytester, tmp_path):
+    if not ALLURE.exists():
+        pytest.fail(f"{ALLURE} missing: run 'make setup' (installs the Allure command line)")
+    directory = _allure_run(pytester)
+    report = tmp_path / "report"
+    subprocess.run([str(ALLURE), "generate", str(directory), "-o", str(report), "--clean"],
+                   check=True, capture_output=True, timeout=180)
+    tree = json.loads((report / "data" / "categories.json").read_text())
+    found = {group["name"]: sorted({leaf["name"].split("[")[0]
+                                    for message in group["children"]
+                                    for leaf in message["children"]})
+             for group in tree["children"]}
+    assert found == {
+        "Hung clients": ["test_hung"], "Threshold violations": ["test_threshold"],
+        "Storage errors": ["test_step_error", "test_storage"],
+        "Test infrastructure": ["test_assertion", "test_infrastructure"],
+    }
+
+
+# -- progress --------------------------------------------------------------------------
+
+def _progress(**changes) -> StepProgress:
+    values = dict(operation="ls", clients=50, elapsed_s=61.2, total_s=1200.0, rate_hz=5.0,
+                  succeeded=300, failed=2, hung=1)
+    return StepProgress(**{**values, **changes})
+
+
+def test_progress_line_text():
+    assert LiveProgress.format(_progress()) == (
+        "storagescale: ls 50 clients 61/1200 s (1139 s left)  rate 5.00 Hz  failed 2  hung 1")
+    assert "(0 s left)" in LiveProgress.format(_progress(elapsed_s=1201.0))
+    assert "rate 11020 Hz" in LiveProgress.format(_progress(rate_hz=11020.4))
