@@ -12,6 +12,7 @@ import pytest
 
 from . import extensions
 from .config import OPTIONS, REPEATABLE, Settings
+from .drivers.registry import driver_class
 from .errors import StorageScaleUsageError
 from .fixtures import (  # noqa: F401 - fixtures are registered by import
     STEP_PROPERTY,
@@ -159,6 +160,8 @@ def pytest_collection_modifyitems(config: pytest.Config) -> None:
     if run.collection_errors:
         raise StorageScaleUsageError(run.collection_errors[0])
     _ = run.baseline  # read and checked now
+    if run.settings.driver != "auto":
+        driver_class(run.settings.driver)  # an unknown name: one paragraph, known names
     if run.owns_results:
         run.ledger.results.check_writable()
 

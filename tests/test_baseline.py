@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_storagescale.baseline import Baseline, rate_change, record_metric
+from pytest_storagescale.baseline import Baseline, rate_change
 from pytest_storagescale.errors import StorageScaleUsageError, ThresholdsError
+from pytest_storagescale.records import StepRecord, Verdict
 from pytest_storagescale.thresholds import evaluate, parse_rule
 
 REPO = Path(__file__).resolve().parent.parent
+#: results written by the previous release (0.1.0, before the typed records):
+#: suites/xrootd and suites/dcache at 2 clients against the embedded xrootd
+OLD_RESULTS = Path(__file__).parent / "data" / "results-0.1.0.json"
 
 
 @pytest.mark.parametrize(
@@ -36,24 +40,48 @@ def test_relative_rule_evaluation():
     rules = [parse_rule("rate_hz >= 0.9 * baseline"), parse_rule("hung <= baseline")]
     now = {"rate_hz": 85.0, "hung": 0.0}
     base = {"rate_hz": 100.0, "hung": 0.0}
-    verdict = evaluate(rules, now.__getitem__, base.get)
-    assert verdict.verdict == "fail"
-    assert verdict.violations == ["rate_hz >= 0.9 * baseline (observed 85, baseline 100)"]
-    assert verdict.checks[0].limit == pytest.approx(90.0)
+    judgement = evaluate(rules, now.__getitem__, base.get)
+    assert not judgement.passed
+    assert judgement.violations == ["rate_hz >= 0.9 * baseline (observed 85, baseline 100)"]
+    assert judgement.checks[0].limit == pytest.approx(90.0)
     # no baseline step: reported (passed None), never failed
     missing = evaluate(rules, now.__getitem__, None)
-    assert missing.verdict == "pass" and [c.passed for c in missing.checks] == [None, None]
+    assert missing.passed and [c.passed for c in missing.checks] == [None, None]
 
 
-def test_record_metric_reads_sides_latency_and_derived():
-    record = {"rate_hz": 10, "latency_s": {"p99": 0.5}, "derived": {"mix_ratio": 0.7},
-              "sides": {"readers": {"mb_s": 3.0}}}
-    assert record_metric(record, "rate_hz") == 10
-    assert record_metric(record, "p99_s") == 0.5
-    assert record_metric(record, "mix_ratio") == 0.7
-    assert record_metric(record, "readers.mb_s") == 3.0
-    assert record_metric(record, "hung") is None
-    assert rate_change({"rate_hz": 88}, {"rate_hz": 100}) == pytest.approx(-0.12)
+def test_results_of_the_previous_release_load_as_a_baseline():
+    """The kept file was written by 0.1.0: its steps read back with every metric."""
+    baseline = Baseline(OLD_RESULTS)
+    assert baseline.version == "5.5.3"
+    document = json.loads(OLD_RESULTS.read_text())
+    assert "format" not in document and len(baseline.steps) >= 9
+    for old in document["steps"]:
+        step = StepRecord.from_json(old)
+        assert step.verdict is Verdict(old["verdict"])
+        assert step.metric("rate_hz") == pytest.approx(old["rate_hz"])
+        assert step.metric("p99_s") == pytest.approx(old["latency_s"]["p99"])
+        assert step.metric("failed") == old["failed"]
+        for side, values in (old.get("sides") or {}).items():
+            assert step.metric(f"{side}.mb_s") == pytest.approx(values["mb_s"])
+    mixed = baseline.steps[("mixed", 2, "mixed", None)]
+    assert mixed.metric("mix_ratio") == pytest.approx(
+        document["steps"][-1]["derived"]["mix_ratio"])
+    # and what this release writes reads back the same
+    again = StepRecord.from_json(mixed.to_json())
+    assert again.to_json() == mixed.to_json()
+
+
+def test_one_metric_lookup_reads_sides_latency_and_derived():
+    step = StepRecord.from_json(json.loads(OLD_RESULTS.read_text())["steps"][-1])
+    assert step.metric("readers.mb_s") > 0 and step.metric("writers.rate_hz") > 0
+    assert step.metric("rate_hz") == pytest.approx(
+        step.metric("readers.rate_hz") + step.metric("writers.rate_hz"))
+    assert step.metric("p50_s") > 0
+    assert step.metric("pilots.mb_s") != step.metric("pilots.mb_s")  # NaN: no such side
+    assert step.metric("no_such_metric") != step.metric("no_such_metric")
+    base = StepRecord.from_json({**step.to_json(), "succeeded": step.total.succeeded * 2,
+                                 "sides": None})
+    assert rate_change(step, base) == pytest.approx(-0.5)
 
 
 def test_bad_baseline_files(tmp_path):
@@ -65,6 +93,10 @@ def test_bad_baseline_files(tmp_path):
     (tmp_path / "other.json").write_text('{"benchmarks": []}')
     with pytest.raises(StorageScaleUsageError, match="no 'steps' list"):
         Baseline(tmp_path / "other.json")
+    # the shape found only after the load ran in 0.1.0: steps that are not objects
+    (tmp_path / "ints.json").write_text('{"steps": [1, 2]}')
+    with pytest.raises(StorageScaleUsageError, match="not a pytest-storagescale results"):
+        Baseline(tmp_path / "ints.json")
 
 
 PLAN = """
@@ -107,7 +139,7 @@ def test_step_compared_with_the_same_step_of_the_baseline(pytester, tmp_path):
     document = json.loads((pytester.path / "first.json").read_text())
     # pretend the earlier version was 1000x faster at 1 client, and never ran 2
     document["steps"] = [s for s in document["steps"] if s["clients"] == 1]
-    document["steps"][0]["rate_hz"] *= 1000
+    document["steps"][0]["succeeded"] *= 1000
     (pytester.path / "base.json").write_text(json.dumps(document))
     second = pytester.runpytest(*args, "--storage-baseline=base.json")
     second.assert_outcomes(passed=1, failed=1)

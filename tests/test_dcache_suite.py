@@ -11,28 +11,21 @@ import pytest
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
 
-# the shipped fallback plan, shrunk so that a whole suite run takes seconds
-SHRINK = {  # in order: overload_duration before the duration it contains
-    'overload_duration = "30s"': 'overload_duration = "1s"',
-    'duration = "30s"': 'duration = "0.5s"',
-    'warmup = "5s"': 'warmup = "0.2s"',
-    'duration = "10s"': 'duration = "0.5s"',
-    "overload_clients = 200": "overload_clients = 8",
-    'recover_within = "120s"': 'recover_within = "8s"',
-    # half-second probes are noisy; the test checks the mechanism, not the server
+#: the shipped fallback plan runs at this scale: 30 s steps become 0.5 s, the 200
+#: overload clients 4, the 450 short files 9
+SCALE = 0.02
+#: rules that gate a site's door, relaxed to gate only the mechanism on a loaded
+#: 2-core CI box (half-second probes are noisy; mixing costs this machine a lot)
+RELAX = {
     "recover_fraction = 0.8": "recover_fraction = 0.5",
-    # what mixing costs on a loaded 2-core CI box is not the point here
     "mix_ratio >= 0.2": "mix_ratio > 0",
-    "files = 450": "files = 20",
-    "operations = 450": "operations = 20",
-    'duration = "10m"': 'duration = "60s"',
 }
 
 
 @pytest.fixture
 def small_plan(tmp_path):
     text = (REPO / "thresholds" / "dcache" / "default.toml").read_text()
-    for old, new in SHRINK.items():
+    for old, new in RELAX.items():
         assert old in text, f"fallback plan changed: {old!r} not found"
         text = text.replace(old, new)
     folder = tmp_path / "thr" / "dcache"
@@ -49,6 +42,7 @@ def test_dcache_suite(pytester, small_plan, protocol, workers, monkeypatch):
     outcome = pytester.runpytest_subprocess(
         str(REPO / "suites" / "dcache"), f"--storage-thresholds={small_plan}",
         f"--storage-embedded-protocol={protocol}", "--storage-clients=2",
+        f"--storage-scale={SCALE}",
         f"--storage-results={results}", "-n", workers, "-p", "no:cacheprovider",
         "--junitxml=junit.xml",
     )
@@ -62,7 +56,7 @@ def test_dcache_suite(pytester, small_plan, protocol, workers, monkeypatch):
     for row in ("ls *2*pass", "copyout *2*pass", "transactions *2*pass",
                 "mixed/readers (alone)*info", "mixed/writers (alone)*info",
                 "mixed/readers (mixed)*pass", "mixed/writers (mixed)*pass",
-                "recovery (before)*info", "recovery (overload)*8*info",
+                "recovery (before)*info", "recovery (overload)*4*info",
                 "recovery (probe 1)*"):
         outcome.stdout.fnmatch_lines([row])
     document = json.loads(results.read_text())
@@ -71,7 +65,9 @@ def test_dcache_suite(pytester, small_plan, protocol, workers, monkeypatch):
     ops = sorted({s["op"] for s in steps})
     assert ops == ["copyout", "ls", "mixed", "recovery", "transactions"]
     transactions = next(s for s in steps if s["op"] == "transactions")
-    assert transactions["succeeded"] + transactions["failed"] == 20  # the count bound
+    # the count bound, scaled with the files: 450 -> 9
+    assert transactions["operations_bound"] == 9
+    assert transactions["succeeded"] + transactions["failed"] == 9
     mixed = next(s for s in steps if s["op"] == "mixed" and s["label"] == "mixed")
     assert mixed["derived"]["mix_ratio"] > 0
     recovery = [s for s in steps if s["op"] == "recovery"]
@@ -82,5 +78,5 @@ def test_dcache_suite(pytester, small_plan, protocol, workers, monkeypatch):
         assert ended <= next_start, f"steps overlap: {intervals}"
     if workers != "0":
         assert len({s["worker"] for s in steps}) > 1, "all steps ran on one worker"
-    # the steps travel in the reports but stay out of the JUnit XML
+    # the step notes travel in the reports but stay out of the JUnit XML
     assert "storagescale_step" not in (pytester.path / "junit.xml").read_text()

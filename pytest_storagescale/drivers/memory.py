@@ -1,11 +1,11 @@
 """A storage in memory (``memory://store/path``), like fsspec's MemoryFileSystem,
 whose latency, failures and hangs you control.
 
-Try the plugin without any server::
+Try the plugin without any server (add ``--storage-driver-option fail_every=100``
+to see steps fail, ``hang_after=1000`` to see clients hang)::
 
     pytest suites/xrootd --storage-endpoint memory://demo/storagescale \\
-        --storage-version 5.5.3 --storage-driver-option latency=0.002 \\
-        --storage-driver-option fail_every=100
+        --storage-version 5.5.3 --storage-driver-option latency=0.002
 
 The store lives in the process (one per URL host, ``demo`` above), so every client
 thread sees the same files; spawned client processes (``--storage-executor

@@ -18,15 +18,10 @@ pytestmark = pytest.mark.storagescale_system("dcache")
 
 
 @pytest.fixture
-def door(storage_endpoint, request):
-    """A client of the door and a fresh directory for this test."""
-    driver = storage_endpoint.driver(f"f{abs(hash(request.node.nodeid)) % 10**7:07d}")
-    folder = storage_endpoint.path("functional", request.node.name.replace("[", "-")
-                                   .replace("]", ""))
-    driver.mkdir(folder)
-    yield driver, folder
-    driver.remove_tree(folder)
-    driver.close()
+def door(storage_client, storage_test_dir):
+    """A client of the door and a fresh directory for this test (the plugin's shared
+    ``storage_client`` and ``storage_test_dir``)."""
+    return storage_client, storage_test_dir
 
 
 def _data(size: int) -> bytes:

@@ -51,11 +51,12 @@ def test_ls_while_writing(storage_load, storage_clients):
     storage_load.run()
 
 
+# stdin: the run's pickled DriverSpec (driver, options with any credential, test
+# area), so that no secret shows in the writer's command line; argv: the path prefix
 _WRITER = """
-import sys, time
-from pytest_storagescale.drivers.registry import driver_spec
-name, url, root, path = sys.argv[1:5]
-spec = driver_spec(url, driver=name, writable_root=root)
+import pickle, sys, time
+spec = pickle.load(sys.stdin.buffer)
+path = sys.argv[1]
 driver = spec.connect("functional-killed", timeout=60)
 block = b"x" * 4_000_000
 for index in range(1000):  # bounded: about 4 GB at most, killed long before

@@ -22,19 +22,14 @@ import pytest
 pytestmark = pytest.mark.storagescale_system("xrootd")
 
 
-def test_round_trip_with_checksum(storage_endpoint):
+def test_round_trip_with_checksum(storage_client, storage_test_dir):
     """A 1 MB file written and read back is intact, and the server's adler32 agrees."""
     data = bytes(range(256)) * 4096
-    driver = storage_endpoint.driver("ssfunc")
-    path = storage_endpoint.path("functional", "round-trip.dat")
-    try:
-        assert driver.put(path, data) == len(data)
-        assert driver.stat(path).size == len(data)
-        assert driver.read(path, 0, len(data)) == data
-        assert driver.checksum(path, "adler32") == f"{zlib.adler32(data):08x}"
-    finally:
-        driver.delete(path)
-        driver.close()
+    path = f"{storage_test_dir}/round-trip.dat"
+    assert storage_client.put(path, data) == len(data)
+    assert storage_client.stat(path).size == len(data)
+    assert storage_client.read(path, 0, len(data)) == data
+    assert storage_client.checksum(path, "adler32") == f"{zlib.adler32(data):08x}"
 
 
 @pytest.mark.storagescale_op("stat")
