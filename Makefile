@@ -13,7 +13,7 @@ demo: setup
 		--storage-results storagescale-results/demo.json
 
 test: setup
-	$(PY) -m ruff check pytest_storagescale tests suites benchmarks
+	$(PY) -m ruff check pytest_storagescale tests suites benchmarks conftest.py
 	$(PY) -m pytest tests -p no:cacheprovider -n 2 -rs
 
 bench: setup

@@ -322,12 +322,10 @@ def _shown(name: str, value: Any) -> str:
     if name in SECRET_SETTINGS and isinstance(value, dict):
         return ", ".join(f"{key}=***" for key in value)
     if name == "storage_endpoint":
+        from .drivers.spec import redact_url
+
         return redact_url(str(value))
     if isinstance(value, tuple):
         return ",".join(map(str, value))
     return str(value)
 
-
-def redact_url(url: str) -> str:
-    """The URL with any ``user:password@`` replaced by ``***@``."""
-    return re.sub(r"^([A-Za-z][\w+.-]*://)[^/@]*@", r"\1***@", url)

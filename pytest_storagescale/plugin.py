@@ -12,7 +12,6 @@ import pytest
 
 from . import extensions
 from .config import OPTIONS, REPEATABLE, Settings
-from .drivers.registry import driver_class
 from .errors import StorageScaleUsageError
 from .fixtures import (  # noqa: F401 - fixtures are registered by import
     STEP_PROPERTY,
@@ -67,6 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
     shared = getattr(config, "workerinput", {}).get(WORKER_INPUT_KEY)
     run = StorageRun(Settings.from_config(config), role=role_of(config), shared=shared)
     config.stash[storage_run_key] = run
+    run.endpoint.check()
     if run.owns_results:  # a worker's reports tell the controller a step is logged
         config.pluginmanager.register(StepCollector(run), "storagescale-step-collector")
 
@@ -160,8 +160,6 @@ def pytest_collection_modifyitems(config: pytest.Config) -> None:
     if run.collection_errors:
         raise StorageScaleUsageError(run.collection_errors[0])
     _ = run.baseline  # read and checked now
-    if run.settings.driver != "auto":
-        driver_class(run.settings.driver)  # an unknown name: one paragraph, known names
     if run.owns_results:
         run.ledger.results.check_writable()
 

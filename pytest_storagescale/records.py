@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from .load.stats import SideResult, StepResult
@@ -24,7 +24,7 @@ from .metrics import MEASURED
 FORMAT = 2
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     """A step's outcome. ``error``: nothing (or too little) was measured, so no
     verdict on the storage can be given; ``info``: measured, not judged (a step of a
     multi-step test); ``interrupted``: stopped by the user, with what it measured."""

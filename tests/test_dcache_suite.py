@@ -49,7 +49,7 @@ def test_dcache_suite(pytester, small_plan, protocol, workers, monkeypatch):
     outcome.assert_outcomes(passed=14)
     outcome.stdout.fnmatch_lines([
         f"storagescale: dcache 5.* at {protocol}://127.0.0.1:*",
-        "*thresholds: *dcache/default.toml (matched version * with pattern '[*]')",
+        "*thresholds: *dcache/default.toml (matched version * with pattern '[*]'); plan scale 0.02",
         "op*clients*succeeded*rate*",
     ])
     # rows are in start order, which xdist shuffles: look for each on its own

@@ -131,7 +131,10 @@ def test_header_names_each_setting_and_its_source(pytester, suite, monkeypatch):
          "ERROR: --storage-executor: unknown value 'fibers'. Valid values: threads, processes."),
         ("--storage-duration=soon", "ERROR: --storage-duration: 'soon' is not a duration.*"),
         ("--storage-clients=many", "ERROR: --storage-clients: 'many' is not a list*"),
-        ("--storage-driver=curl", "ERROR: --storage-driver: unknown value 'curl'. Valid*"),
+        ("--storage-driver=curl",
+         "ERROR: unknown driver 'curl'. Known drivers: xrootd, gfal2, local, memory*"),
+        ("--storage-scale=2", "ERROR: --storage-scale: '2' is not a plan scale*"),
+        ("--storage-driver-option=token", "ERROR: --storage-driver-option: 'token'... is not key=value*"),
     ],
 )
 def test_bad_option_is_one_error_line(pytester, suite, option, message):
@@ -161,7 +164,7 @@ def test_no_file_for_version_is_a_usage_error(pytester, suite):
 @pytest.mark.parametrize(
     "endpoint, message",
     [
-        ("gopher://host/x", "ERROR: --storage-endpoint: 'gopher://host/x' has scheme 'gopher'*"),
+        ("gopher://host/x", "ERROR: --storage-endpoint gopher://host/x: no driver serves gopher://*"),
         ("root://host:1094", "ERROR: --storage-endpoint: *has no test-area path*"),
     ],
 )

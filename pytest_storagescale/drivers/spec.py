@@ -105,6 +105,14 @@ class DriverSpec:
             writable_root=self.writable_root, options=self.options,
         )
 
+    def __reduce__(self):
+        # the class travels by its import path, looked up again where it is unpickled
+        # (pickle's own by-reference check fails for a module imported twice, as an
+        # in-process pytester run does)
+        cls = self.driver_class
+        return (_rebuild, (f"{cls.__module__}:{cls.__qualname__}", self.endpoint_url,
+                           self.writable_root, dict(self.options)))
+
     def __repr__(self) -> str:
         secret = set(self.driver_class.secret_options)
         options = ", ".join(
@@ -115,3 +123,14 @@ class DriverSpec:
             f"DriverSpec({self.name}, {redact_url(self.endpoint_url)!r}, "
             f"writable_root={self.writable_root!r}, options={{{options}}})"
         )
+
+
+def _rebuild(class_path: str, endpoint_url: str, writable_root: str | None,
+             options: dict[str, str]) -> DriverSpec:
+    import importlib
+
+    module, _, qualname = class_path.partition(":")
+    cls = importlib.import_module(module)
+    for part in qualname.split("."):
+        cls = getattr(cls, part)
+    return DriverSpec(cls, endpoint_url, writable_root, options)

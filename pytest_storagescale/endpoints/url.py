@@ -12,9 +12,6 @@ from urllib.parse import urlsplit
 
 from ..errors import EndpointError
 
-KNOWN_SCHEMES = ("root", "xroot", "roots", "davs", "https", "dav", "http", "file", "srm",
-                 "gsiftp")
-
 
 @dataclass(frozen=True)
 class EndpointURL:
@@ -30,10 +27,12 @@ class EndpointURL:
     def parse(cls, url: str) -> EndpointURL:
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
-        if scheme not in KNOWN_SCHEMES:
+        from ..drivers.registry import known_schemes  # a site may register drivers
+
+        if scheme not in known_schemes():
             raise EndpointError(
                 f"--storage-endpoint: {url!r} has scheme {parts.scheme or '(none)'!r}. Known "
-                f"schemes: {', '.join(s + '://' for s in KNOWN_SCHEMES)}. Example: "
+                f"schemes: {', '.join(s + '://' for s in known_schemes())}. Example: "
                 f"root://host:1094//eos/test/storagescale."
             )
         path = parts.path

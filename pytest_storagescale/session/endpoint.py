@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import Settings, redact_url
-from ..drivers.registry import DriverSpec, driver_spec
+from ..config import Settings
+from ..drivers.registry import DriverSpec, driver_class, driver_spec
+from ..drivers.spec import redact_url
 from ..endpoints.url import EndpointURL
+from ..endpoints.version import detect_version
 from ..errors import EndpointError, StorageError
 
 #: deadline of a version query when no hang timeout is set
@@ -27,6 +29,15 @@ class EndpointUnderTest:
         self._url: EndpointURL | None = None
         self._version: str | None = None
 
+    def check(self) -> None:
+        """Refuse a malformed URL, an unknown driver or driver option now, before any
+        test runs (no request is sent)."""
+        if not self.is_embedded:
+            driver_spec(self.settings.endpoint, driver=self.settings.driver,
+                        options=self._options())
+        elif self.settings.driver != "auto":
+            driver_class(self.settings.driver)
+
     # -- where ---------------------------------------------------------------------
     @property
     def is_embedded(self) -> bool:
@@ -36,7 +47,9 @@ class EndpointUnderTest:
     def url(self) -> EndpointURL:
         """The endpoint; the embedded server is started on first use."""
         if self._url is None:
-            self._url = EndpointURL.parse(self._start_or_read_url())
+            # the driver class parses its own URLs (its schemes, its path rules)
+            self._url = driver_spec(self._start_or_read_url(), driver=self.settings.driver,
+                                    options=self._options()).endpoint
         return self._url
 
     def _start_or_read_url(self) -> str:
@@ -125,11 +138,7 @@ class EndpointUnderTest:
             return xrootd_version()
         timeout = self.settings.hang_timeout or VERSION_TIMEOUT
         try:
-            driver = self.driver_spec(None).connect("version", timeout=timeout)
-            try:
-                return driver.version()
-            finally:
-                driver.close()
+            return detect_version(self.driver_spec(None), timeout=timeout)
         except StorageError as exc:
             raise EndpointError(
                 f"{self.unusable(exc)} (The version is detected to choose the thresholds "

@@ -14,7 +14,7 @@ through its mount (``file:///gpfs/scratch/storagescale``) or a protocol door.
 
 from __future__ import annotations
 
-import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -69,12 +69,11 @@ def test_leftovers_of_a_killed_writer_can_be_deleted(storage_endpoint):
     """A writer killed with SIGKILL mid-run; another client removes what it left."""
     run = storage_endpoint
     leftover = run.path("killed-writer", "part")
-    ca_dir = run.driver_options.get("ca_dir")
-    writer = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, run.driver_name, run.url, run.run_dir, leftover],
-        env={**os.environ, **({"X509_CERT_DIR": ca_dir} if ca_dir else {})},
-    )
-    other = run.driver("ssother")
+    # the writer gets this run's picklable driver spec (URL, options, writable root)
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, leftover], stdin=subprocess.PIPE)
+    writer.stdin.write(pickle.dumps(run.driver_spec))
+    writer.stdin.close()
+    other = run.client("functional-other")
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and writer.poll() is None:
