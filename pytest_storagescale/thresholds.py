@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import parse_duration
 from .errors import StorageScaleUsageError, ThresholdsError
 from .metrics import known_metrics
+from .units import parse_duration
 
 if TYPE_CHECKING:
     from .load.operations import Operation

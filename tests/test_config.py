@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from pytest_storagescale.config import (
-    parse_byte_size,
     parse_choice,
     parse_clients,
-    parse_duration,
+    parse_driver_options,
+    parse_scale,
 )
 from pytest_storagescale.errors import StorageScaleUsageError
+from pytest_storagescale.units import parse_byte_size, parse_duration
 
 
 @pytest.mark.parametrize(
@@ -56,3 +57,36 @@ def test_byte_size(text, size):
 def test_byte_size_rejected():
     with pytest.raises(StorageScaleUsageError, match="not a size"):
         parse_byte_size("big")
+
+
+@pytest.mark.parametrize("text, scale", [("0.05", 0.05), ("5%", 0.05), ("1", 1.0), (0.5, 0.5)])
+def test_plan_scale(text, scale):
+    assert parse_scale(text) == pytest.approx(scale)
+
+
+@pytest.mark.parametrize("text", ["0", "1.5", "-0.1", "half", "nan", "150%"])
+def test_bad_plan_scale(text):
+    with pytest.raises(StorageScaleUsageError, match="is not a plan scale"):
+        parse_scale(text)
+
+
+def test_driver_options_from_flags_and_ini_lines():
+    assert parse_driver_options(["token=abc=", "x509_proxy=/tmp/x509up_u0"]) == {
+        "token": "abc=", "x509_proxy": "/tmp/x509up_u0"}
+    assert parse_driver_options("# a comment\n ca_dir = /etc/grid \n\n") == {"ca_dir": "/etc/grid"}
+    for bad in (["token"], ["=x"], ["a b=c"]):
+        with pytest.raises(StorageScaleUsageError, match="is not key=value"):
+            parse_driver_options(bad)
+
+
+def test_header_never_shows_option_values_or_url_passwords():
+    from pytest_storagescale.config import Setting, Settings
+
+    settings = Settings({
+        "storage_driver_options": Setting({"token": "s3cr3t", "ca_dir": "/x"}, "--storage-driver-option"),
+        "storage_endpoint": Setting("davs://alice:hunter2@door:2880/pnfs/area", "ini storage_endpoint"),
+    })
+    text = "\n".join(settings.header_lines())
+    assert "s3cr3t" not in text and "hunter2" not in text and "/x" not in text
+    assert "storage_driver_options: token=***, ca_dir=*** (from --storage-driver-option)" in text
+    assert "davs://door:2880/pnfs/area" in text

@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 from typing import ClassVar
 
+from ..endpoints.url import HTTP_SCHEMES, XROOTD_SCHEMES  # noqa: F401 - the drivers' import
+
 #: driver option -> the environment variable the client libraries read it from:
 #: the CA folder, a GSI proxy, a bearer token (XRootD's ztn plugin and gfal2's HTTP
 #: plugin read BEARER_TOKEN), a Kerberos cache and XRootD's security protocols
@@ -21,8 +23,6 @@ CREDENTIAL_ENVIRONMENT = {
     "krb5ccname": "KRB5CCNAME", "security_protocol": "XrdSecPROTOCOL",
 }
 SECRET_OPTIONS = ("token",)
-XROOTD_SCHEMES = ("root", "xroot", "roots")
-HTTP_SCHEMES = ("davs", "https", "dav", "http")
 LOGIN_NAME_LENGTH = 8
 _ROLE_NAMES = {"admin": "ssadmin", "version": "ssversn", "cleanup": "ssclean",
                "coordinator": "sscoord", "probe": "ssprobe"}

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from ..errors import EndpointError
+from .url import HTTPS_SCHEMES
 
 INSTALL_HINT = (
     "install the XRootD server: 'sudo apt-get install xrootd-server xrootd-server-plugins' "
@@ -103,7 +104,7 @@ class EmbeddedXRootD:
         return f"davs://127.0.0.1:{self.http_port}{AREA}"
 
     def url_for(self, scheme: str) -> str:
-        return self.https_url if scheme in ("davs", "https") else self.url
+        return self.https_url if scheme in HTTPS_SCHEMES else self.url
 
     @property
     def ca_dir(self) -> str:

@@ -12,6 +12,13 @@ from urllib.parse import urlsplit
 
 from ..errors import EndpointError
 
+#: the XRootD protocol's schemes (their URLs write an absolute path after a second /)
+XROOTD_SCHEMES = ("root", "xroot", "roots")
+#: HTTP and WebDAV
+HTTP_SCHEMES = ("davs", "https", "dav", "http")
+#: HTTP over TLS
+HTTPS_SCHEMES = ("davs", "https")
+
 
 @dataclass(frozen=True)
 class EndpointURL:
@@ -27,16 +34,8 @@ class EndpointURL:
     def parse(cls, url: str) -> EndpointURL:
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
-        from ..drivers.registry import known_schemes  # a site may register drivers
-
-        if scheme not in known_schemes():
-            raise EndpointError(
-                f"--storage-endpoint: {url!r} has scheme {parts.scheme or '(none)'!r}. Known "
-                f"schemes: {', '.join(s + '://' for s in known_schemes())}. Example: "
-                f"root://host:1094//eos/test/storagescale."
-            )
         path = parts.path
-        if scheme in ("root", "xroot", "roots") and path.startswith("//"):
+        if scheme in XROOTD_SCHEMES and path.startswith("//"):
             path = path[1:]
         path = posixpath.normpath(path or "/")
         if scheme != "file" and not parts.hostname:
@@ -65,7 +64,7 @@ class EndpointURL:
     @property
     def display(self) -> str:
         """The URL without user or password, for headers, tables and results."""
-        sep = "/" if self.scheme in ("root", "xroot", "roots") else ""
+        sep = "/" if self.scheme in XROOTD_SCHEMES else ""
         return f"{self.server}{sep}{self.path}" if self.scheme != "file" else f"file://{self.path}"
 
 

@@ -18,7 +18,7 @@ import ssl
 from typing import TYPE_CHECKING
 
 from ..errors import StorageError, StorageUnreachable
-from .url import EndpointURL
+from .url import HTTPS_SCHEMES, EndpointURL
 
 if TYPE_CHECKING:
     from ..drivers.spec import DriverSpec
@@ -46,7 +46,7 @@ def server_header_version(endpoint: EndpointURL, *, ca_dir: str | None = None,
                           timeout: float = 15) -> str:
     """The version in an HTTP door's ``Server`` header (a ``HEAD`` of the test area),
     presenting the proxy certificate or the bearer token when given."""
-    secure = endpoint.scheme in ("davs", "https")
+    secure = endpoint.scheme in HTTPS_SCHEMES
     kwargs = dict(driver="http", endpoint=endpoint.server, operation="version",
                   path=endpoint.path)
     headers = {"Authorization": f"Bearer {token}"} if token else {}

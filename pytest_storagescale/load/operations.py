@@ -28,9 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..config import parse_byte_size
 from ..drivers.base import Driver
 from ..errors import StorageScaleUsageError
+from ..units import parse_byte_size
 
 __all__ = [
     "ENTRY_POINT_GROUP", "PARAM_KINDS", "Composite", "Operation", "Param", "get_operation",

@@ -1,0 +1,49 @@
+"""Parsers of the quantities users write: durations (``10s``, ``5m``) and byte sizes
+(``1MB``, ``64KiB``). Each raises a usage error naming the value and how to write it."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import StorageScaleUsageError
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: str | float | int, *, what: str = "duration") -> float:
+    """Parse ``500ms``, ``10s``, ``5m``, ``1h`` or a bare number of seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        match = _DURATION_RE.match(str(value))
+        if not match:
+            raise StorageScaleUsageError(
+                f"{what}: {value!r} is not a duration. Write a number with a unit: "
+                f"500ms, 10s, 5m or 1h (a bare number means seconds)."
+            )
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if seconds <= 0:
+        raise StorageScaleUsageError(f"{what}: {value!r} must be longer than zero, e.g. 10s.")
+    return seconds
+
+
+def parse_byte_size(value: str | int, *, what: str = "size") -> int:
+    """Parse ``1MB``, ``10 MiB``, ``4k`` or a bare number of bytes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    else:
+        match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]i?[bB]?|[bB])?\s*$", str(value))
+        if not match:
+            raise StorageScaleUsageError(
+                f"{what}: {value!r} is not a size. Write e.g. 1MB, 10MiB, 512k or 0."
+            )
+        unit = (match.group(2) or "b").lower().rstrip("b") or "b"
+        factor = {
+            "b": 1, "k": 10**3, "m": 10**6, "g": 10**9,
+            "ki": 2**10, "mi": 2**20, "gi": 2**30,
+        }[unit]
+        size = int(float(match.group(1)) * factor)
+    if size < 0:
+        raise StorageScaleUsageError(f"{what}: {value!r} must not be negative.")
+    return size
