@@ -52,10 +52,12 @@ def marker_arg(node: Any, name: str) -> str | None:
 class StorageEndpoint:
     """A handle on the storage under test: its URL, version and this run's directory.
 
-    ``client(name)`` opens a new client that may write only inside :attr:`run_dir`."""
+    ``client(name)`` opens a new client that may write only inside :attr:`run_dir`,
+    which exists when the handle is made."""
 
-    def __init__(self, run: StorageRun) -> None:
+    def __init__(self, run: StorageRun, run_dir: str) -> None:
         self._run = run
+        self.run_dir = run_dir
 
     @property
     def url(self) -> str:
@@ -68,10 +70,6 @@ class StorageEndpoint:
     @property
     def version(self) -> str:
         return self._run.endpoint.version
-
-    @property
-    def run_dir(self) -> str:
-        return self._run.area.ensure()
 
     @property
     def driver_name(self) -> str:
@@ -120,7 +118,7 @@ def storage_endpoint(request: pytest.FixtureRequest) -> StorageEndpoint:
     (refused, read-only, wrong credentials) fails the test with one paragraph."""
     run = _run(request)
     _usable(run)
-    return StorageEndpoint(run)
+    return StorageEndpoint(run, run.area.path)
 
 
 @pytest.fixture

@@ -161,3 +161,25 @@ def test_ceph_suite_registers_the_metric_its_thresholds_name():
              for section in plan["ops"].values()
              for expect in section.get("expect", ()) for rule in expect["rules"]}
     assert named - set(known_metrics()) == {"hot_ratio"}
+
+
+def test_installed_suite_runs_against_the_embedded_server(installed_run):
+    """A real run of the shipped suite from the installed wheel, at a small plan scale,
+    with the shipped thresholds: every scan step measured and judged."""
+    site, _, _, _ = installed_run
+    work = site.parent / "work"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+    env["PYTHONPATH"] = str(site)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
+         f"{SUITES_PACKAGE}.xrootd", "--storage-scale=0.1", "--storage-results=r.json"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=600,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    document = json.loads((work / "r.json").read_text())
+    assert document["run"]["scale"] == 0.1
+    assert f"{SUITES_PACKAGE}/thresholds/xrootd/" in document["run"]["thresholds_file"]
+    steps = document["steps"]
+    assert {step["op"] for step in steps} >= {"stat", "ls", "put", "get", "mixed"}
+    assert all(step["verdict"] == "pass" and step["succeeded"] > 0 for step in steps)

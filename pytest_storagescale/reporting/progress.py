@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ..roles import Role, role_of
 from .table import format_rate
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class LiveProgress:
             self._terminal is not None
             and getattr(self._terminal, "isatty", False)
             and config.get_verbosity() >= 0
-            and not hasattr(config, "workerinput")
+            and role_of(config) is not Role.WORKER
         )
         #: a progress line is on the screen (pytest's line was ended under it)
         self._shown = False

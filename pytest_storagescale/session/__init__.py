@@ -16,7 +16,6 @@ takes the load lock around every step, so that steps never overlap in time.
 
 from __future__ import annotations
 
-import enum
 import functools
 import getpass
 import platform
@@ -30,12 +29,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from ..baseline import Baseline
 from ..config import Settings
 from ..records import ClientInfo, RunInfo
 from ..reporting.results import ResultsFile
+from ..roles import Role, role_of
 from ..thresholds import ThresholdSet, select_thresholds
 from .area import RunArea
 from .endpoint import EndpointUnderTest
@@ -46,21 +44,6 @@ __all__ = ["Role", "StorageRun", "EndpointUnderTest", "RunArea", "StepLedger", "
 DEFAULT_SYSTEM = "xrootd"
 #: the ``workerinput`` key that carries the controller's run to an xdist worker
 WORKER_INPUT_KEY = "storagescale"
-
-
-class Role(enum.Enum):
-    SINGLE = "single"
-    CONTROLLER = "controller"
-    WORKER = "worker"
-
-
-def role_of(config: pytest.Config) -> Role:
-    """This process's xdist role (the one place it is worked out)."""
-    if hasattr(config, "workerinput"):
-        return Role.WORKER
-    if getattr(config.option, "dist", "no") != "no":  # xdist set it from -n/--dist
-        return Role.CONTROLLER
-    return Role.SINGLE
 
 
 def make_run_id() -> str:
