@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from .errors import StorageScaleUsageError
+from .redact import redact_option, redact_url
 from .shipped import shipped_thresholds
 from .units import parse_duration
 
@@ -92,7 +93,7 @@ def parse_driver_options(values: str | list[str] | tuple[str, ...]) -> dict[str,
         key, sep, value = item.partition("=")
         if not sep or not re.fullmatch(r"[A-Za-z_][\w.-]*", key.strip()):
             raise StorageScaleUsageError(
-                f"--storage-driver-option: {item.split('=')[0]!r}... is not key=value. Write "
+                f"--storage-driver-option: {redact_option(item)!r} is not key=value. Write "
                 f"e.g. --storage-driver-option x509_proxy=/tmp/x509up_u1000 (one option per "
                 f"flag; ini: storage_driver_options, one key=value per line)."
             )
@@ -281,8 +282,6 @@ def _shown(name: str, value: Any) -> str:
     if name in SECRET_SETTINGS and isinstance(value, dict):
         return ", ".join(f"{key}=***" for key in value)
     if name == "storage_endpoint":
-        from .drivers.spec import redact_url
-
         return redact_url(str(value))
     if isinstance(value, tuple):
         return ",".join(map(str, value))

@@ -12,7 +12,7 @@ from typing import Any
 from .drivers.registry import driver_class, driver_names, register_driver
 from .errors import StorageScaleUsageError
 from .load.operations import register_operation
-from .metrics import known_metrics, register_metric
+from .metrics import register_metric
 
 
 def register(plugin: object) -> None:
@@ -37,9 +37,11 @@ def _operations(operations: Any, where: str) -> None:
 
 def _metrics(metrics: Any, where: str) -> None:
     for name, description in dict(metrics).items():
-        if name in known_metrics():
-            continue  # the same derived metric named by two suites' conftests
-        register_metric(name, str(description))
+        try:  # the same name and description again (a conftest seen twice) is fine
+            register_metric(name, str(description))
+        except StorageScaleUsageError as exc:
+            raise StorageScaleUsageError(f"{where}: pytest_storagescale_metrics: {exc}") \
+                from None
 
 
 def _drivers(drivers: Any, where: str) -> None:

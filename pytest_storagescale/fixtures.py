@@ -28,7 +28,7 @@ from .records import StepRecord, Verdict
 from .reporting.allure_report import allure_dir, attach_step
 from .reporting.plots import scans
 from .reporting.progress import LiveProgress
-from .reporting.table import format_violations
+from .reporting.table import format_violations, format_why
 from .session import StorageRun
 from .stash import storage_run_key
 from .steps import Derive, Judge, StepOutcome, StepRequest, run_load_step
@@ -248,14 +248,17 @@ class StorageLoad:
     def _raise_for(self, outcome: StepOutcome, check: bool) -> None:
         record = outcome.record
         what = f"{record.name} step at {record.clients} clients"
+        why = [f"  {line}" for line in format_why(record)]
         if record.verdict is Verdict.ERROR:
-            raise StepError(f"{what} could not run: {record.error}")
+            raise StepError("\n".join([f"{what} gave no verdict: {record.error}",
+                                       *why[1:]]))
         if check and record.verdict is Verdict.FAIL:
             thresholds = outcome.thresholds
             lines = [
                 f"{what} broke its thresholds ({thresholds.path}, "
                 f"{thresholds.reason or 'given file'}):",
                 *format_violations(record.checks, str(thresholds.path)),
+                *(["why:", *why] if why else []),
             ]
             hung = any(c.metric.rpartition(".")[2] == "hung" and c.passed is False
                        for c in record.checks)

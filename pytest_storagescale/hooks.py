@@ -2,7 +2,8 @@
 
 Added in ``pytest_addhooks`` (as pytest-xdist adds its ``newhooks``). Each hook is
 called with every implementation (conftest files and plugins) and the answers are
-merged; a name given twice is an error that names both.
+merged; a name another operation, metric or driver already has is a usage error
+naming the conftest or plugin that gave it.
 
 Example, in a suite's ``conftest.py``::
 

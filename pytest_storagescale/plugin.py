@@ -27,7 +27,7 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
 from .reporting.allure_report import allure_dir, write_session_files
 from .reporting.benchmark_json import write_benchmark_json
 from .reporting.html import write_report
-from .reporting.table import format_table
+from .reporting.table import format_failures, format_table
 from .session import WORKER_INPUT_KEY, StorageRun, role_of
 from .stash import storage_run_key
 
@@ -210,6 +210,11 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     )
     for line in format_table(run.ledger.steps):
         terminalreporter.write_line(line)
+    failures = format_failures(run.ledger.steps)
+    if failures:
+        terminalreporter.write_line("why:")
+        for line in failures:
+            terminalreporter.write_line(f"  {line}")
     if run.ledger.results.path is not None:
         terminalreporter.write_line(f"results: {run.ledger.results.path}")
     if run.report_page is not None:

@@ -220,7 +220,14 @@ class StepRecord:
             total = self.result.total
             document.update(total.to_json())
             document["clients_total"] = total.clients
+            # the measured window (a count-bounded step ends early) beside the plan's
             document["duration_s"] = self.result.duration_s
+            document["planned_duration_s"] = self.duration_s
+            document["result"] = {
+                "started": self.result.started, "ended": self.result.ended,
+                "duration_s": self.result.duration_s, "clients": self.result.clients,
+                "cleanup_error": self.result.cleanup_error,
+            }
             if len(self.result.sides) > 1:
                 document["sides"] = {name: side.to_json()
                                      for name, side in self.result.sides.items()}
@@ -246,7 +253,7 @@ class StepRecord:
             clients=int(data.get("clients", 0)), system=str(data.get("system", "")),
             worker=str(data.get("worker", "main")), label=data.get("label"),
             side=data.get("side"), max_operations=int(data.get("operations_bound") or 0),
-            duration_s=float(data.get("duration_s") or 0.0),
+            duration_s=float(data.get("planned_duration_s") or data.get("duration_s") or 0.0),
             warmup_s=float(data.get("warmup_s") or 0.0),
             hang_timeout_s=float(data.get("hang_timeout_s") or 0.0),
             params=dict(data.get("params") or {}), executor=str(data.get("executor", "")),
@@ -274,13 +281,16 @@ def _result_from_json(data: dict[str, Any]) -> StepResult | None:
     else:
         name = str(data.get("operation") or data.get("op", ""))
         sides = {name: SideResult.from_json(data)}
+    # this release writes the measurement's own times; the previous one only the step's
+    measured = data.get("result") or data
     return StepResult(
         operation=str(data.get("operation") or data.get("op", "")),
-        clients=int(data.get("clients", 0)), started=float(data.get("started") or 0.0),
-        ended=float(data.get("ended") or 0.0),
-        duration_s=float(data.get("duration_s") or 0.0),
+        clients=int(measured.get("clients") or data.get("clients", 0)),
+        started=float(measured.get("started") or 0.0),
+        ended=float(measured.get("ended") or 0.0),
+        duration_s=float(measured.get("duration_s") or 0.0),
         warmup_s=float(data.get("warmup_s") or 0.0), sides=sides,
-        cleanup_error=data.get("cleanup_error"),
+        cleanup_error=measured.get("cleanup_error"),
     )
 
 

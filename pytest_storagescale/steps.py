@@ -4,7 +4,9 @@ baseline), and log the :class:`StepRecord`."""
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -117,13 +119,67 @@ def measure(run: StorageRun, plan: StepPlan, record: StepRecord,
     record.cleanup_error = record.result.cleanup_error
 
 
+def too_little_measured(record: StepRecord, section: SectionPlan) -> str | None:
+    """Why the step measured too little for any verdict, or None. Completed means
+    succeeded, failed or hung (a hang is a measurement: the storage stopped answering)."""
+    assert record.result is not None
+    window = record.result.duration_s
+    for name, side in record.result.sides.items():
+        done = side.succeeded + side.failed + side.hung
+        if done >= section.min_operations:
+            continue
+        where = f" by its {name}" if len(record.result.sides) > 1 else ""
+        what = "no operation" if done == 0 else f"only {done} operation(s)"
+        return (f"{what} completed{where} in {window:.3g} s, fewer than min_operations = "
+                f"{section.min_operations}: the step is shorter than "
+                f"{'one operation' if done == 0 else 'the operations it needs'}; raise "
+                f"duration (now {record.duration_s:g} s) or the plan scale")
+    return None
+
+
+def too_few_for_percentiles(record: StepRecord, rules: list) -> str | None:
+    """A rule on a percentile needs enough operations for one to lie above it: p99
+    needs 100, p90 10, p50 2. Why not, or None."""
+    for rule in rules:
+        side, _, bare = rule.metric.rpartition(".")
+        match = re.fullmatch(r"p(\d+)_s", bare)
+        if match is None:
+            continue
+        needed = math.ceil(100 / (100 - int(match.group(1))))
+        result = record.result.sides.get(side) if side else record.total
+        succeeded = result.succeeded if result is not None else 0
+        if succeeded < needed:
+            return (f"rule {rule.text!r} needs at least {needed} succeeded operations for "
+                    f"its percentile to mean something; the step has {succeeded}: raise "
+                    f"duration (now {record.duration_s:g} s) or the plan scale")
+    return None
+
+
+def _undefined_metrics(derived: dict[str, float]) -> str | None:
+    undefined = [name for name, value in derived.items() if value != value]  # NaN
+    if not undefined:
+        return None
+    return (f"derived metric(s) {', '.join(undefined)} undefined (NaN): the steps they are "
+            f"computed from measured nothing to compare; raise duration")
+
+
+def _error(record: StepRecord, why: str) -> None:
+    record.verdict, record.error = Verdict.ERROR, why
+
+
 def judge_step(run: StorageRun, record: StepRecord, section: SectionPlan, *,
                judge: Judge, derive: Derive | None) -> None:
-    """Derive metrics, then check the section's rules (and the baseline's)."""
+    """Check the step measured enough, derive metrics, then check the section's rules
+    (and the baseline's). A step that measured too little is an ``error``, never a
+    pass."""
     if record.result is None:
         return
+    if (why := too_little_measured(record, section)) is not None:
+        return _error(record, why)
     if derive is not None:
         record.derived.update(derive(record))
+        if (why := _undefined_metrics(record.derived)) is not None:
+            return _error(record, why)
     baseline = run.baseline
     base = baseline.find(record) if baseline is not None else None
     if baseline is not None:
@@ -131,7 +187,10 @@ def judge_step(run: StorageRun, record: StepRecord, section: SectionPlan, *,
     if not (judge(record) if callable(judge) else judge):
         record.verdict = Verdict.INFO
         return
-    judgement = evaluate(section.rules_for(record.clients), record.metric,
+    rules = section.rules_for(record.clients)
+    if (why := too_few_for_percentiles(record, rules)) is not None:
+        return _error(record, why)
+    judgement = evaluate(rules, record.metric,
                          baseline=base.metric_or_none if base is not None else None)
     record.checks = [RuleCheck.from_check(check) for check in judgement.checks]
     record.verdict = Verdict.PASS if judgement.passed else Verdict.FAIL

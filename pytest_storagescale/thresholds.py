@@ -56,11 +56,12 @@ COMPARISONS: dict[str, Callable[[float, float], bool]] = {
 }
 DEFAULT_KEYS = ("duration", "warmup", "hang_timeout")
 #: keys an ``[ops.<section>]`` table may hold besides its operation's parameters
-SECTION_KEYS = ("op", "clients", "expect", "operations", "tries", *DEFAULT_KEYS)
+SECTION_KEYS = ("op", "clients", "expect", "operations", "tries", "min_operations",
+                *DEFAULT_KEYS)
 #: keys of a recovery probe section (see ``StorageLoad.recovery``)
 RECOVERY_KEYS = ("overload_clients", "overload_duration", "recover_fraction", "recover_within")
 #: the shortest step a scaled plan runs (a shorter unscaled one stays as it is)
-MIN_SCALED_DURATION_S = 0.5
+MIN_SCALED_DURATION_S = 1.0
 _NUMBER = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 _RULE_RE = re.compile(
     rf"^\s*([A-Za-z_][\w.]*)\s*(>=|<=|==|>|<)\s*"
@@ -230,6 +231,9 @@ class SectionPlan:
     tries: int = 1
     #: recovery probe settings; None for a plain step
     recovery: RecoveryPlan | None = None
+    #: a step (each side of a composite one) that completed fewer operations than
+    #: this measured nothing a verdict can rest on: its verdict is ``error``
+    min_operations: int = 1
     #: a scaled plan's client count -> the file's count whose rules judge it
     judged_as: Mapping[int, int] = field(default_factory=dict)
 
@@ -243,7 +247,7 @@ class SectionPlan:
         """The plan shrunk for a quick run; ``factor`` 1 returns this plan.
 
         - ``duration``, ``overload_duration``, ``recover_within``: times the factor,
-          at least :data:`MIN_SCALED_DURATION_S` (0.5 s), never longer than unscaled;
+          at least :data:`MIN_SCALED_DURATION_S` (1 s), never longer than unscaled;
         - ``warmup``: times the factor (0 stays 0);
         - ``clients``, ``overload_clients``: times the factor rounded half up, at
           least 1, repeated counts dropped (first kept); each is judged by the rules of
@@ -420,6 +424,10 @@ def _section(name: str, table: Any, path: Path, defaults: dict[str, float]) -> S
     recovery = _recovery(table, path, key)
     tries = _whole_number(table, "tries", 1, 1, path, key,
                           "a whole number of repetitions, e.g. tries = 10")
+    min_operations = _whole_number(
+        table, "min_operations", 1, 1, path, key, "a whole number of operations a step must "
+        "complete for a verdict, e.g. min_operations = 100 (p99 needs at least 100)",
+    )
     clients = _clients(table.get("clients"), path, key)
     timings = {
         timing: _timing(timing, table[timing], path, f"{key}.{timing}") if timing in table
@@ -438,6 +446,7 @@ def _section(name: str, table: Any, path: Path, defaults: dict[str, float]) -> S
         max_operations=max_operations,
         tries=tries,
         recovery=recovery,
+        min_operations=min_operations,
     )
 
 

@@ -27,7 +27,7 @@ def test_ceph_suite(pytester, tmp_path):
     folder = tmp_path / "thr" / "ceph"
     folder.mkdir(parents=True)
     (folder / "default.toml").write_text(text)
-    # 1 GB files become 4 MB, 60 s steps 0.5 s
+    # 1 GB files become 4 MB, 60 s steps 1 s
     result = pytester.runpytest_subprocess(
         str(REPO / "suites" / "ceph"), f"--storage-thresholds={folder.parent}",
         "--storage-scale=0.004", "--storage-clients=1,8",

@@ -347,8 +347,8 @@ def test_scaling_floors_and_uniqueness(thresholds_dir):
     assert copyout.params["file_size"] == 0 and copyout.params["files"] == 1
     assert copyout.max_operations == 1
     recovery = small.section("recovery")
-    assert recovery.duration == 0.5                          # 0.3 s raised to the floor
-    assert recovery.recovery.overload_duration == 0.5
+    assert recovery.duration == 1.0                          # 0.3 s raised to the floor
+    assert recovery.recovery.overload_duration == 1.0
     assert recovery.recovery.recover_within == 1.2
     assert recovery.recovery.overload_clients == 2
     assert ts.scaled(0.1).section("ls").clients == (1, 4)     # 0.1, 0.2, 0.3 -> 1; 4.1 -> 4

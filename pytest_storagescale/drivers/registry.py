@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ..errors import StorageScaleUsageError
+from ..redact import redact_url
 from .base import Driver
 from .grid import HTTP_SCHEMES, XROOTD_SCHEMES
-from .spec import DriverSpec, redact_url
+from .spec import DriverSpec
 
 ENTRY_POINT_GROUP = "pytest_storagescale.drivers"
 

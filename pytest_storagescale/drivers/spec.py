@@ -13,9 +13,9 @@ import dataclasses
 import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
 
 from ..endpoints.url import EndpointURL
+from ..redact import redact_url
 from .base import Driver
 
 #: the service connections a session opens besides the load clients
@@ -50,14 +50,6 @@ class DriverOptions(Mapping[str, str]):
 
     def __setstate__(self, state: dict[str, str]) -> None:
         self._items = state
-
-
-def redact_url(url: str) -> str:
-    """``url`` without ``user:password@``."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 @dataclass(frozen=True, repr=False)

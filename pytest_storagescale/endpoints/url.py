@@ -7,10 +7,11 @@ and never writes, renames or deletes outside that directory.
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from ..errors import EndpointError
+from ..redact import redact_url
 
 #: the XRootD protocol's schemes (their URLs write an absolute path after a second /)
 XROOTD_SCHEMES = ("root", "xroot", "roots")
@@ -24,7 +25,7 @@ HTTPS_SCHEMES = ("davs", "https")
 class EndpointURL:
     """A parsed endpoint: scheme, host, port, credentials-free display form, path."""
 
-    url: str
+    url: str = field(repr=False)  # may hold credentials: shown only redacted
     scheme: str
     host: str
     port: int | None
@@ -32,6 +33,7 @@ class EndpointURL:
 
     @classmethod
     def parse(cls, url: str) -> EndpointURL:
+        shown = redact_url(url)  # errors name the URL, never its password
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
         path = parts.path
@@ -40,19 +42,19 @@ class EndpointURL:
         path = posixpath.normpath(path or "/")
         if scheme != "file" and not parts.hostname:
             raise EndpointError(
-                f"--storage-endpoint: {url!r} has no host. Write e.g. "
+                f"--storage-endpoint: {shown!r} has no host. Write e.g. "
                 f"{scheme}://host:port//path/to/test/area."
             )
         if path in ("/", "//"):
             raise EndpointError(
-                f"--storage-endpoint: {url!r} has no test-area path. The path is the folder "
+                f"--storage-endpoint: {shown!r} has no test-area path. The path is the folder "
                 f"the plugin may write in (it makes a per-run directory there); give one, "
-                f"e.g. {scheme}://{parts.netloc}//store/test/storagescale."
+                f"e.g. {redact_url(scheme + '://' + parts.netloc)}//store/test/storagescale."
             )
         try:
             port = parts.port
         except ValueError:
-            raise EndpointError(f"--storage-endpoint: {url!r} has an invalid port.") from None
+            raise EndpointError(f"--storage-endpoint: {shown!r} has an invalid port.") from None
         return cls(url=url, scheme=scheme, host=parts.hostname or "", port=port, path=path)
 
     @property

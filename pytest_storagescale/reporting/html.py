@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..records import RunInfo, StepRecord
 from . import plots
-from .table import columns_for, step_rows
+from .table import columns_for, format_failures, step_rows
 
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
@@ -69,7 +69,11 @@ def _head(run: RunInfo) -> list[str]:
 def write_report(directory: Path, run: RunInfo, steps: list[StepRecord]) -> Path:
     """Write ``index.html`` and ``table.csv`` into ``directory``; return the page."""
     directory.mkdir(parents=True, exist_ok=True)
-    parts = [*_head(run), "<h2>Steps</h2>", table_html(steps), "<h2>Scans</h2>"]
+    parts = [*_head(run), "<h2>Steps</h2>", table_html(steps)]
+    failures = format_failures(steps)
+    if failures:  # what went wrong, without opening the JSON
+        parts += ["<h2>Why</h2>", f"<pre>{html.escape(chr(10).join(failures))}</pre>"]
+    parts.append("<h2>Scans</h2>")
     for section, scan in plots.scans(steps).items():
         parts.append(f"<h3>{html.escape(section)}</h3>")
         parts.append(_img(plots.scan_png(scan), f"scan {section}"))

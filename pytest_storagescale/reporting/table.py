@@ -112,3 +112,33 @@ def format_violations(checks: list[RuleCheck], thresholds_file: str) -> list[str
         for c in checks
     ]
     return render(rows, ("metric", "observed", "limit", "rule", "file", "result"))
+
+
+def format_why(step: StepRecord, *, top: int = 3) -> list[str]:
+    """Why a step went wrong, for a person reading a red CI job: the step's error
+    (nothing measured, could not run), its most frequent failure classes with one
+    example message each, and a clean-up the storage refused."""
+    lines = [f"error: {step.error}"] if step.error else []
+    total = step.total
+    if total is not None and total.errors:
+        ranked = sorted(total.errors.items(), key=lambda item: (-item[1], item[0]))
+        for name, count in ranked[:top]:
+            example = total.error_examples.get(name, "")
+            lines.append(f"{count} x {name}" + (f": {example}" if example else ""))
+        if len(ranked) > top:
+            lines.append(f"... and {len(ranked) - top} more error classes (see the JSON)")
+    if step.cleanup_error:
+        lines.append(f"clean-up refused: {step.cleanup_error}")
+    return lines
+
+
+def format_failures(steps: list[StepRecord]) -> list[str]:
+    """One block per step that did not pass, with :func:`format_why`'s lines."""
+    lines = []
+    for step in steps:
+        why = format_why(step)
+        if step.verdict.value in ("fail", "error", "interrupted") or step.cleanup_error:
+            if why:
+                lines.append(f"{step.title} ({step.verdict}):")
+                lines.extend(f"  {line}" for line in why)
+    return lines

@@ -32,6 +32,7 @@ from typing import Any
 from ..baseline import Baseline
 from ..config import Settings
 from ..records import ClientInfo, RunInfo
+from ..redact import redact_argv
 from ..reporting.results import ResultsFile
 from ..roles import Role, role_of
 from ..thresholds import ThresholdSet, select_thresholds
@@ -126,7 +127,8 @@ class StorageRun:
             thresholds_reason=thresholds.reason, run_id=self.run_id, started=self.started,
             executor=self.settings.executor, driver=endpoint.driver_name,
             client=ClientInfo(host=socket.gethostname(), user=getpass.getuser(),
-                              versions=client_versions(), argv=sys.argv[1:]),
+                              versions=client_versions(),
+                              argv=redact_argv(sys.argv[1:])),
             scale=self.settings.scale, driver_options=endpoint.option_names,
         )
 

@@ -7,10 +7,10 @@ from typing import Any
 
 from ..config import Settings
 from ..drivers.registry import DriverSpec, driver_class, driver_spec
-from ..drivers.spec import redact_url
 from ..endpoints.url import EndpointURL
 from ..endpoints.version import detect_version
 from ..errors import EndpointError, StorageError
+from ..redact import redact_url
 
 #: deadline of a version query when no hang timeout is set
 VERSION_TIMEOUT = 15.0

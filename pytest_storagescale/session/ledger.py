@@ -13,11 +13,11 @@ from __future__ import annotations
 import fcntl
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from ..records import RunInfo, StepRecord
-from ..reporting.results import ResultsFile
+from ..reporting.results import ResultsFile, json_text
 
 
 class StepLedger:
@@ -36,12 +36,15 @@ class StepLedger:
     def log_path(self) -> Path:
         return self.shared_dir / "steps.jsonl"
 
-    @contextmanager
-    def lock(self) -> Iterator[None]:
+    def lock(self) -> AbstractContextManager[None]:
         """Hold the endpoint: one load step at a time across all xdist workers of the
         session (an flock on a file in the shared folder)."""
+        return self._flock("load.lock")
+
+    @contextmanager
+    def _flock(self, name: str) -> Iterator[None]:
         self.shared_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.shared_dir / "load.lock", "w") as handle:
+        with open(self.shared_dir / name, "w") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield
@@ -54,19 +57,10 @@ class StepLedger:
 
     def append(self, run: RunInfo, step: StepRecord) -> None:
         """Log a finished step for whoever owns the results."""
-        line = json.dumps({"run_info": run.to_json(), "step": step.to_json()}, default=str)
-        with self._log_lock(), open(self.log_path, "a") as log:
+        # strict JSON, as the results file: NaN and infinity are written as null
+        line = json_text({"run_info": run.to_json(), "step": step.to_json()}, indent=None)
+        with self._flock("log.lock"), open(self.log_path, "a") as log:
             log.write(line + "\n")
-
-    @contextmanager
-    def _log_lock(self) -> Iterator[None]:
-        self.shared_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.shared_dir / "log.lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def logged(self) -> list[tuple[RunInfo, StepRecord]]:
         """Every step of the session so far, from any process."""
