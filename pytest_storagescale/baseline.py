@@ -60,6 +60,26 @@ class Baseline:
     def version(self) -> str:
         return self.run.version or "?"
 
+    def mismatches(self, system: str, thresholds_file: str, scale: float) -> list[str]:
+        """How this baseline's run differs from the run compared with it (a baseline of
+        another storage system, plan or plan scale compares other steps)."""
+        run, found = self.run, []
+        if run.system and run.system != system:
+            found.append(f"storage system {run.system!r}, not {system!r}")
+        if run.thresholds_file and Path(run.thresholds_file).name != Path(thresholds_file).name:
+            found.append(f"thresholds file {Path(run.thresholds_file).name}, not "
+                         f"{Path(thresholds_file).name}")
+        if run.scale != scale:
+            found.append(f"plan scale {run.scale:g}, not {scale:g}")
+        return found
+
+    def warning(self, system: str, thresholds_file: str, scale: float) -> str | None:
+        found = self.mismatches(system, thresholds_file, scale)
+        if not found:
+            return None
+        return (f"WARNING: baseline {self.path} is from {'; '.join(found)}: its steps are "
+                f"compared all the same; give a baseline of the same system and plan.")
+
     def find(self, step: StepRecord) -> StepRecord | None:
         return self.steps.get(step.key)
 

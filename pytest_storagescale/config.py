@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from .errors import StorageScaleUsageError
+from .limits import check_clients
 from .redact import redact_option, redact_url
 from .shipped import shipped_thresholds
 from .units import parse_duration
@@ -36,6 +37,8 @@ def parse_clients(value: str, *, what: str = "--storage-clients") -> tuple[int, 
             f"{what}: {value!r} is not a list of client counts. Write positive whole "
             f"numbers separated by commas, e.g. --storage-clients 5,50,200."
         )
+    for count in clients:
+        check_clients(count, what=what)
     return clients
 
 

@@ -146,11 +146,25 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
         return []
     endpoint = run.endpoint
     scale = f" at plan scale {run.settings.scale:g}" if run.settings.scale != 1 else ""
-    return [
+    lines = [
         f"storagescale: {system} {endpoint.version} ({endpoint.version_source}): thresholds "
         f"{thresholds.path} ({thresholds.reason}){scale}"
         for system, thresholds in run.resolved_thresholds().items()
     ]
+    return lines + _baseline_warnings(run)
+
+
+def _baseline_warnings(run: StorageRun) -> list[str]:
+    """A baseline of another storage system, plan or scale, said before any load."""
+    try:
+        baseline = run.baseline
+    except StorageScaleUsageError:
+        return []  # reported as a usage error after collection
+    if baseline is None:
+        return []
+    warnings = {baseline.warning(system, str(thresholds.path), run.settings.scale)
+                for system, thresholds in run.resolved_thresholds().items()}
+    return [f"storagescale: {warning}" for warning in sorted(w for w in warnings if w)]
 
 
 def pytest_collection_modifyitems(config: pytest.Config) -> None:
@@ -210,6 +224,10 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     )
     for line in format_table(run.ledger.steps):
         terminalreporter.write_line(line)
+    if run.baseline is not None:
+        warning = run.baseline.warning(info.system, info.thresholds_file, info.scale)
+        if warning:
+            terminalreporter.write_line(f"storagescale: {warning}", yellow=True)
     failures = format_failures(run.ledger.steps)
     if failures:
         terminalreporter.write_line("why:")

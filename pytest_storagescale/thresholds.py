@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import StorageScaleUsageError, ThresholdsError
+from .limits import check_clients
 from .metrics import known_metrics
 from .units import parse_duration
 
@@ -473,6 +474,11 @@ def _clients(clients: Any, path: Path, key: str) -> tuple[int, ...]:
             f"{_where(path, key + '.clients')}: must be a list of positive client counts, "
             f"e.g. clients = [5, 50, 200]."
         )
+    try:
+        for count in clients:
+            check_clients(count, what=_where(path, key + ".clients"))
+    except StorageScaleUsageError as exc:
+        raise ThresholdsError(str(exc)) from None
     return tuple(clients)
 
 

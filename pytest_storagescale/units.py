@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from .errors import StorageScaleUsageError
+from .limits import check_duration
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -25,6 +26,7 @@ def parse_duration(value: str | float | int, *, what: str = "duration") -> float
         seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
     if seconds <= 0:
         raise StorageScaleUsageError(f"{what}: {value!r} must be longer than zero, e.g. 10s.")
+    check_duration(seconds, what=what, value=value)
     return seconds
 
 

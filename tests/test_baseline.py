@@ -187,3 +187,50 @@ def test_throttled_server_fails_against_baseline_of_normal_run(pytester, tmp_pat
     slow = json.loads((pytester.path / "throttled.json").read_text())["steps"][0]
     assert slow["baseline"]["matched"] and slow["baseline"]["rate_change"] < -0.5
     assert slow["rate_hz"] < 0.5 * normal["rate_hz"]
+
+
+def _file_suite(pytester, tmp_path):
+    area = tmp_path / "area"
+    area.mkdir(exist_ok=True)
+    pytester.makepyfile(test_suite=SUITE)
+    (pytester.path / "thr" / "xrootd").mkdir(parents=True, exist_ok=True)
+    (pytester.path / "thr" / "xrootd" / "any.toml").write_text(PLAN)
+    return [f"--storage-endpoint=file://{area}", "--storage-version=2.0",
+            "--storage-thresholds=thr", "-p", "no:cacheprovider"]
+
+
+def test_a_baseline_of_the_wrong_shape_stops_the_run_before_any_load(pytester, tmp_path):
+    args = _file_suite(pytester, tmp_path)
+    (pytester.path / "ints.json").write_text('{"steps": [1, 2]}')
+    result = pytester.runpytest_subprocess(*args, "--storage-baseline=ints.json",
+                                           "--storage-results=r.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --storage-baseline *ints.json: *not a "
+                                 "pytest-storagescale results file*"])
+    assert "Traceback" not in result.stderr.str()
+    assert not (pytester.path / "r.json").exists()  # no step ran
+
+
+@pytest.mark.parametrize("target", ["/proc/r.json", "a-file/r.json"])
+def test_an_unwritable_results_path_stops_the_run_before_any_load(pytester, tmp_path, target):
+    args = _file_suite(pytester, tmp_path)
+    (pytester.path / "a-file").write_text("not a folder")
+    result = pytester.runpytest_subprocess(*args, f"--storage-results={target}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --storage-results *r.json*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert list((tmp_path / "area").iterdir()) == []  # no run directory was even made
+
+
+def test_a_baseline_of_another_system_is_a_warning(pytester, tmp_path):
+    args = _file_suite(pytester, tmp_path)
+    document = json.loads(OLD_RESULTS.read_text())  # 0.1.0: system xrootd, 5.x.toml
+    document["run"]["system"] = "dcache"
+    (pytester.path / "base.json").write_text(json.dumps(document))
+    result = pytester.runpytest_subprocess(*args, "--storage-baseline=base.json")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "storagescale: WARNING: baseline *base.json is from storage system 'dcache', not "
+        "'xrootd'; thresholds file 5.x.toml, not any.toml: *",
+        "op*vs base*",
+    ])

@@ -382,3 +382,17 @@ def test_bad_scale_factor_is_named(thresholds_dir, factor):
         ts.scaled(factor, what="--storage-scale")
     with pytest.raises(StorageScaleUsageError, match=r"\[ops.ls\] scale factor: .* is not a"):
         ts.section("ls").scaled(factor)
+
+
+@pytest.mark.parametrize("change, message", [
+    (("clients = [5, 50, 600]", "clients = [5, 100000]"),
+     "100000 clients from one host would measure the client host*at most 10000 per host"),
+    (('duration = "30s"', 'duration = "99999999h"'), "'99999999h' is longer than 7 days*"),
+])
+def test_plans_one_host_cannot_run_are_refused(thresholds_dir, change, message):
+    import fnmatch
+
+    path = thresholds_dir(PLAN.replace(*change), system="dcache")
+    with pytest.raises(ThresholdsError) as error:
+        load_thresholds(path)
+    assert fnmatch.fnmatch(str(error.value), f"*{message}*"), str(error.value)

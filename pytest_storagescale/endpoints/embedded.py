@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -261,6 +262,26 @@ class EmbeddedXRootD:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except (OSError, AssertionError):
             return "(no log)"
+
+    def restart(self, down_for: float = 0.0) -> None:
+        """Stop the server, keep it down for ``down_for`` seconds, and start it again on
+        the same ports with the same files (a storage restart, for the tests)."""
+        assert self.directory is not None, "restart() of a server that is not running"
+        self._terminate()
+        if down_for > 0:
+            threading.Event().wait(down_for)  # the outage itself, not a wait for the server
+        command = [self.binary, "-c", str(self._write_config()), "-l", str(self.log_path)]
+        user = unprivileged_user()
+        if user:
+            command += ["-R", user]
+        self.process = subprocess.Popen(
+            command, cwd=self.directory, stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        error = self._wait_ready()
+        if error:
+            raise EndpointError(f"the embedded xrootd did not restart on port {self.port}: "
+                                f"{error}. Log tail:\n{self._log_tail()}")
 
     def freeze(self) -> None:
         """SIGSTOP the server: it keeps its connections but answers nothing."""
