@@ -86,6 +86,21 @@ def parse_scale(value: str | float) -> float:
     return scale
 
 
+def parse_flag(value: str | bool, *, what: str) -> bool:
+    """A yes/no setting: the flag itself, or ``true``/``false`` (``1``/``0``,
+    ``yes``/``no``) from the environment or the ini file."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise StorageScaleUsageError(
+        f"{what}: {value!r} is not a yes/no value. Write true or false (1/0, yes/no)."
+    )
+
+
 def parse_driver_options(values: str | list[str] | tuple[str, ...]) -> dict[str, str]:
     """``key=value`` pairs (repeated option, or one per line in the ini file)."""
     items = values.splitlines() if isinstance(values, str) else list(values)
@@ -194,9 +209,16 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "files (a smoke run of a suite that normally takes hours); stated in the header "
         "and the results.",
     ),
+    "storage_clean_stale": (
+        "--storage-clean-stale", lambda v: parse_flag(v, what="storage_clean_stale"), None,
+        "remove the run directories that killed runs left in the test area (only those "
+        "carrying the plugin's owner file) before the first test uses the storage.",
+    ),
 }
 #: options given several times on the command line (their values are lists)
 REPEATABLE = ("storage_driver_options",)
+#: options that are flags on the command line (no value)
+FLAGS = ("storage_clean_stale",)
 #: settings whose values are credentials or may hold them: the header shows no value
 SECRET_SETTINGS = ("storage_driver_options",)
 

@@ -233,6 +233,10 @@ class StorageLoad:
             progress.clear()
         self.outcomes.append(outcome)
         self._report(outcome)
+        if outcome.record.verdict is Verdict.INTERRUPTED:
+            # the step is logged (the session's end puts it in the results and the
+            # table); Ctrl-C goes on to end the session, as pytest does
+            raise KeyboardInterrupt(f"{outcome.record.title}: {outcome.record.error}")
         self._raise_for(outcome, check)
         return outcome.record
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from . import extensions
-from .config import OPTIONS, REPEATABLE, Settings
+from .config import FLAGS, OPTIONS, REPEATABLE, Settings
 from .errors import StorageScaleUsageError
 from .fixtures import (  # noqa: F401 - fixtures are registered by import
     STEP_PROPERTY,
@@ -42,7 +42,8 @@ MARKERS = (
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("storagescale", "storage scalability and acceptance tests")
     for name, (flag, _, _, help_text) in OPTIONS.items():
-        action = "append" if name in REPEATABLE else "store"
+        action = ("append" if name in REPEATABLE else
+                  "store_true" if name in FLAGS else "store")
         group.addoption(flag, dest=name, default=None, action=action, help=help_text)
         parser.addini(name, help=help_text, default=None)
 
@@ -210,6 +211,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
             f"storagescale: could not remove this run's directory {run.run_id}: "
             f"{run.cleanup_error}. Remove it by hand.", yellow=True,
         )
+    if run is not None and run.area.stale_note:
+        terminalreporter.write_line(run.area.stale_note, yellow=True)
     if run is None or not run.ledger.steps:
         return
     info = run.ledger.run

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import StorageError, ThresholdsError
-from .load.engine import run_step
+from .errors import StepError, StorageError, StorageScaleUsageError, ThresholdsError
+from .limits import check_open_files
+from .load.engine import StepInterrupted, run_step
 from .load.operations import get_operation
 from .load.plan import StepPlan, StepProgress
 from .records import RuleCheck, RunInfo, StepRecord, Verdict
@@ -77,6 +78,14 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan
         params = {k: v for k, v in params.items() if k in operation.param_names}
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     step_id = run.ledger.next_step_id(worker)
+    try:  # before the step's load: one paragraph naming ulimit -n
+        check_open_files(request.clients * max(1, len(operation.sides)),
+                         getattr(run.endpoint.driver_spec(None).driver_class,
+                                 "files_per_client", 2),
+                         processes=_processes(settings.executor))
+    except StorageScaleUsageError as exc:
+        raise StepError(f"{request.section} step at {request.clients} clients: {exc}") \
+            from None
     run_dir = run.area.ensure()
     plan = StepPlan(
         operation=operation, clients=request.clients, duration=duration, warmup=warmup,
@@ -93,6 +102,11 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan
         thresholds_file=str(run.thresholds(request.system).path), started=time.time(),
     )
     return plan, record
+
+
+def _processes(executor: str) -> int:
+    """How many processes share a step's clients (each has its own open files)."""
+    return max(2, os.cpu_count() or 2) if executor == "processes" else 1
 
 
 def _side_operation(operation, request: StepRequest, section: SectionPlan):
@@ -115,6 +129,11 @@ def measure(run: StorageRun, plan: StepPlan, record: StepRecord,
     except StorageError as exc:
         record.ended, record.verdict, record.error = time.time(), Verdict.ERROR, str(exc)
         return
+    except StepInterrupted as interrupted:
+        record.result = interrupted.result
+        record.verdict = Verdict.INTERRUPTED
+        record.error = (f"interrupted (Ctrl-C) after {interrupted.result.duration_s:.3g} s "
+                        f"of measurement; the clients were stopped and the step cleaned up")
     record.started, record.ended = record.result.started, record.result.ended
     record.cleanup_error = record.result.cleanup_error
 
@@ -204,7 +223,8 @@ def run_load_step(run: StorageRun, request: StepRequest, *, judge: Judge = True,
     section = section_plan(thresholds, request.section)
     plan, record = plan_step(run, request, section)
     measure(run, plan, record, progress)
-    judge_step(run, record, section, judge=judge, derive=derive)
+    if record.verdict is not Verdict.INTERRUPTED:
+        judge_step(run, record, section, judge=judge, derive=derive)
     run_info = run.run_info(request.system, thresholds)
     run.ledger.append(run_info, record)
     return StepOutcome(record, thresholds, run_info)

@@ -44,6 +44,8 @@ class Driver(abc.ABC):
     option_names: ClassVar[tuple[str, ...]] = ("ca_dir",)
     #: options whose values are never shown (repr, errors, results)
     secret_options: ClassVar[tuple[str, ...]] = ()
+    #: open files (connections, sockets) one client holds: checked against ulimit -n
+    files_per_client: ClassVar[int] = 2
     #: options the client library reads from the environment: option -> variable
     option_environment: ClassVar[Mapping[str, str]] = {"ca_dir": "X509_CERT_DIR"}
 
@@ -131,9 +133,15 @@ class Driver(abc.ABC):
         """Release the connection (best effort)."""
 
     # -- mutating operations: guarded ----------------------------------------
-    def mkdir(self, path: str) -> None:
+    def mkdir(self, path: str, *, parents: bool = True) -> None:
+        """Make ``path``; with ``parents`` its missing parents too, and an existing
+        directory is fine (``mkdir -p``, what steps use inside the run directory).
+        Without: the parent must exist and ``path`` must not (the run directory)."""
         self._guard("mkdir", path)
-        self._mkdir(path)
+        if parents:
+            self._mkdir(path)
+        else:
+            self._mkdir_exclusive(path)
 
     def put(self, path: str, data: bytes) -> int:
         """Write ``data`` as the whole content of ``path`` (create or overwrite)."""
@@ -166,9 +174,15 @@ class Driver(abc.ABC):
         self._rename(source, target)
 
     def remove_tree(self, path: str) -> int:
-        """Delete ``path`` and everything below it; return entries removed."""
+        """Delete ``path`` and everything below it; return entries removed.
+
+        Never through a link: servers follow links on ``stat`` (a link to a directory
+        outside the run looks like a directory), but not on ``rmdir``. So a directory
+        is first removed as it is: that succeeds when it is empty, and is refused as
+        *not empty* only for a real directory; only then are its entries listed and
+        removed. Any other refusal (a link answers *not a directory*) stops the walk
+        there, with an error naming the path."""
         self._guard("delete", path)
-        removed = 0
         try:
             info = self._stat(path)
         except StorageNotFound:  # already gone
@@ -176,10 +190,52 @@ class Driver(abc.ABC):
         if not info.is_dir:
             self._delete(path)
             return 1
+        return self._remove_directory(path)
+
+    def _remove_directory(self, path: str) -> int:
+        try:
+            self._rmdir(path)
+            return 1
+        except StorageNotFound:
+            return 0
+        except StorageError as exc:
+            if not self._not_empty(exc):
+                raise StorageError(
+                    f"not removed: it looks like a directory but is not removable as one "
+                    f"({exc.message}); it may be a link to a directory outside this run, and "
+                    f"the plugin never deletes through a link. Remove it by hand",
+                    driver=self.name, endpoint=self.endpoint.server, operation="delete",
+                    path=path, native_status=exc.native_status, error_class="not_removed",
+                ) from None
+        removed = 0
         for name in self._ls(path):
             removed += self.remove_tree(f"{path.rstrip('/')}/{name}")
         self._rmdir(path)
         return removed + 1
+
+    @staticmethod
+    def _not_empty(exc: StorageError) -> bool:
+        """Whether ``rmdir``'s refusal says the directory has entries."""
+        text = f"{exc.error_class} {exc.message}".lower().replace("_", " ")
+        return "not empty" in text or "notempty" in text or "errno 39" in text
+
+    def _mkdir_exclusive(self, path: str) -> None:
+        """Make one directory whose parent exists; fail when ``path`` exists.
+
+        Checked with ``stat`` here; a driver whose client can make a directory
+        exclusively in one request overrides this."""
+        parent = path.rstrip("/").rpartition("/")[0] or "/"
+        if not self._stat(parent).is_dir:
+            raise StorageError("the parent is not a directory", driver=self.name,
+                               endpoint=self.endpoint.server, operation="mkdir", path=path,
+                               error_class="not_a_directory")
+        try:
+            self._stat(path)
+        except StorageNotFound:
+            self._mkdir(path)
+            return
+        raise StorageError("file exists", driver=self.name, endpoint=self.endpoint.server,
+                           operation="mkdir", path=path, error_class="exists")
 
     # -- what a driver implements --------------------------------------------
     @abc.abstractmethod

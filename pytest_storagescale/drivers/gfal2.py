@@ -132,6 +132,16 @@ class Gfal2Driver(XRootDLogins, Driver):
     def _mkdir(self, path: str) -> None:
         self._call("mkdir", path, self._context.mkdir_rec, self._url(path), 0o755)
 
+    @staticmethod
+    def _not_empty(exc: StorageError) -> bool:
+        # gfal2 reports rmdir of a non-empty directory as EIO (davs: HTTP 500) or ENODEV
+        # (root), as it would a link's refusal; only ENOTDIR says it is no directory
+        return "ENOTDIR" not in exc.native_status
+
+    def _mkdir_exclusive(self, path: str) -> None:
+        # gfal2's plain mkdir: fails when the path exists or its parent does not
+        self._call("mkdir", path, self._context.mkdir, self._url(path), 0o755)
+
     def _delete(self, path: str) -> None:
         self._call("delete", path, self._context.unlink, self._url(path))
 

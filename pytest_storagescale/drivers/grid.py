@@ -11,6 +11,7 @@ of user name.
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import ClassVar
 
 from ..endpoints.url import HTTP_SCHEMES, XROOTD_SCHEMES  # noqa: F401 - the drivers' import
@@ -23,6 +24,21 @@ CREDENTIAL_ENVIRONMENT = {
     "krb5ccname": "KRB5CCNAME", "security_protocol": "XrdSecPROTOCOL",
 }
 SECRET_OPTIONS = ("token",)
+#: the XRootD client's settings (read when the library starts, by the ``xrootd`` driver
+#: and gfal2's xroot plugin alike; a value the user set wins): a timeout fires within
+#: 1 s of when it should (default resolution 15 s); a connection is tried once for at
+#: most 10 s (the defaults wait 17 s for an endpoint that is not XRootD); and a
+#: connection that broke is tried again 1 s later, not after 30 minutes (the default
+#: stream error window), so clients recover from a storage restart as a new client would
+XROOTD_CLIENT_DEFAULTS = {
+    "TimeoutResolution": 1, "ConnectionRetry": 1, "ConnectionWindow": 10,
+    "StreamErrorWindow": 1,
+}
+#: the settings the user chose through XRD_<NAME>: left alone
+XROOTD_USER_SETTINGS = frozenset(
+    name for name in XROOTD_CLIENT_DEFAULTS if f"XRD_{name.upper()}" in os.environ)
+for _name, _value in XROOTD_CLIENT_DEFAULTS.items():
+    os.environ.setdefault(f"XRD_{_name.upper()}", str(_value))
 LOGIN_NAME_LENGTH = 8
 _ROLE_NAMES = {"admin": "ssadmin", "version": "ssversn", "cleanup": "ssclean",
                "coordinator": "sscoord", "probe": "ssprobe"}

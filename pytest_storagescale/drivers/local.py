@@ -7,18 +7,24 @@ XRootD and gfal2 drivers against real servers.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+import stat as stat_module
 import zlib
 
 from ..errors import StorageError, StorageNotFound, StoragePermissionDenied
 from .base import Driver, StatInfo
+
+#: open a directory, never through a link (a link fails with ELOOP)
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class LocalDriver(Driver):
     """A POSIX directory; every client shares the local file system."""
 
     name = "local"
+    files_per_client = 1
     schemes = ("file",)
 
     def _fail(self, exc: OSError, operation: str, path: str):
@@ -48,6 +54,83 @@ class LocalDriver(Driver):
 
     def _mkdir(self, path: str) -> None:
         self._call("mkdir", path, os.makedirs, path, 0o755, True)
+
+    def _mkdir_exclusive(self, path: str) -> None:
+        # one system call: fails on anything already there, a link included
+        self._call("mkdir", path, os.mkdir, path, 0o755)
+
+    def remove_tree(self, path: str) -> int:
+        """Delete ``path`` and what is below it, never following a link: every entry
+        is removed relative to its parent's open descriptor, a directory is opened
+        with ``O_NOFOLLOW`` and must be the one ``lstat`` saw (device and inode), so
+        a link swapped in during the walk is removed itself, not what it points to."""
+        self._guard("delete", path)
+        parent, _, name = os.path.normpath(path).rpartition("/")
+        try:
+            parent_fd = self._open_parent(parent or "/")
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                return 0  # reached only through a link: not in the run directory
+            raise self._fail(exc, "delete", path) from None
+        try:
+            return self._remove_at(parent_fd, name, path)
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise self._fail(exc, "delete", path) from None
+        finally:
+            os.close(parent_fd)
+
+    def _open_parent(self, parent: str) -> int:
+        """The parent directory, walked down from the run directory without following
+        a link (the test area above it is the user's and is opened as given)."""
+        root = os.path.normpath(self.writable_root or "/")
+        if parent != root and not parent.startswith(root + "/"):
+            return os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        base, _, root_name = root.rpartition("/")
+        area_fd = os.open(base or "/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            descriptor = os.open(root_name, _DIRECTORY_FLAGS, dir_fd=area_fd)
+        finally:
+            os.close(area_fd)
+        for name in filter(None, parent[len(root) + 1:].split("/")):
+            try:
+                child = os.open(name, _DIRECTORY_FLAGS, dir_fd=descriptor)
+            finally:
+                os.close(descriptor)
+            descriptor = child
+        return descriptor
+
+    def _remove_at(self, parent_fd: int, name: str, path: str) -> int:
+        seen = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+        if not stat_module.S_ISDIR(seen.st_mode):
+            os.unlink(name, dir_fd=parent_fd)  # a link is removed, not its target
+            return 1
+        try:
+            descriptor = os.open(name, _DIRECTORY_FLAGS, dir_fd=parent_fd)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            os.unlink(name, dir_fd=parent_fd)  # became a link after the lstat
+            return 1
+        removed = 0
+        try:
+            opened = os.fstat(descriptor)
+            if (opened.st_dev, opened.st_ino) != (seen.st_dev, seen.st_ino):
+                raise StorageError(
+                    "replaced while being removed; not followed", driver=self.name,
+                    endpoint="file://", operation="delete", path=path,
+                    error_class="not_removed")
+            with os.scandir(descriptor) as entries:
+                names = [entry.name for entry in entries]
+            for child in names:
+                removed += self._remove_at(descriptor, child, f"{path}/{child}")
+        finally:
+            os.close(descriptor)
+        os.rmdir(name, dir_fd=parent_fd)
+        return removed + 1
 
     def _put(self, path: str, data: bytes) -> int:
         def write() -> int:

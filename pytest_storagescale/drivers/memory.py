@@ -7,7 +7,8 @@ to see steps fail, ``hang_after=1000`` to see clients hang)::
     pytest suites/xrootd --storage-endpoint memory://demo/storagescale \\
         --storage-version 5.5.3 --storage-driver-option latency=0.002
 
-The store lives in the process (one per URL host, ``demo`` above), so every client
+The store lives in the process (one per URL host, ``demo`` above) and has the
+URL's path (the test area) from its first client on, so every client
 thread sees the same files; spawned client processes (``--storage-executor
 processes``) each have their own, empty store, so only operations that create what
 they use (``put``, ``mkdir``) work there.
@@ -143,6 +144,7 @@ class MemoryDriver(Driver):
     """One client of an in-process store (see the module docstring for the options)."""
 
     name = "memory"
+    files_per_client = 0
     schemes = ("memory",)
     option_names = ("ca_dir", "latency", "fail_every", "hang_after", "fault_operations",
                     "version")
@@ -150,6 +152,8 @@ class MemoryDriver(Driver):
     def __init__(self, endpoint, **kwargs) -> None:
         super().__init__(endpoint, **kwargs)
         self._store = _store(endpoint.host)
+        with self._store.lock:  # the store's test area exists, as a real storage's does
+            self._make_dirs(endpoint.path, "mkdir")
         self._faults = Faults.parse(self.options)
         #: only load clients get failures and hangs
         self._load_client = self.client_id.startswith(_CLIENT_PREFIX)
@@ -236,6 +240,19 @@ class MemoryDriver(Driver):
         self._enter("mkdir", path)
         with self._store.lock:
             self._make_dirs(posixpath.normpath(path), "mkdir")
+
+    def _mkdir_exclusive(self, path: str) -> None:
+        self._enter("mkdir", path)
+        path = posixpath.normpath(path)
+        store = self._store
+        with store.lock:
+            parent, name = posixpath.split(path)
+            if parent not in store.dirs:
+                raise self._missing("mkdir", parent)
+            if path in store.dirs or path in store.files:
+                raise self._error(StorageError, "file exists", "mkdir", path, "exists")
+            store.dirs[parent].add(name)
+            store.dirs[path] = set()
 
     def _make_dirs(self, path: str, request: str) -> None:
         """``mkdir -p`` (the store's lock held)."""

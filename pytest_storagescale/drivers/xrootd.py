@@ -14,44 +14,42 @@ through its environment: ``x509_proxy`` (X509_USER_PROXY, GSI), ``token``
 
 Timeouts: every request passes ``timeout=`` (whole seconds), and the client's
 ``TimeoutResolution`` is set to 1 s (default 15 s) so that a timeout fires when
-it should.
+it should; a broken connection is tried again after 1 s (``StreamErrorWindow``,
+default 30 minutes), so the clients come back after a storage restart.
 """
 
 from __future__ import annotations
 
-import os
-
-# Read by the client library when it first starts; set before the import below.
-_RESOLUTION_SET_BY_USER = "XRD_TIMEOUTRESOLUTION" in os.environ
-os.environ.setdefault("XRD_TIMEOUTRESOLUTION", "1")
-os.environ.setdefault("XRD_CONNECTIONRETRY", "1")
-os.environ.setdefault("XRD_CONNECTIONWINDOW", "15")
-
-from XRootD import client  # noqa: E402
-from XRootD.client.flags import (  # noqa: E402
+from XRootD import client
+from XRootD.client.flags import (
     MkDirFlags,
     OpenFlags,
     QueryCode,
     StatInfoFlags,
 )
 
-from ..errors import (  # noqa: E402
+from ..errors import (
     StorageError,
     StorageNotFound,
     StoragePermissionDenied,
     StorageTimeout,
     StorageUnreachable,
 )
-from .base import Driver, StatInfo  # noqa: E402
-from .grid import (  # noqa: E402
+from .base import Driver, StatInfo
+from .grid import (
     CREDENTIAL_ENVIRONMENT,
     SECRET_OPTIONS,
+    XROOTD_CLIENT_DEFAULTS,
     XROOTD_SCHEMES,
+    XROOTD_USER_SETTINGS,
     XRootDLogins,
 )
 
-if not _RESOLUTION_SET_BY_USER:
-    client.EnvPutInt("TimeoutResolution", 1)  # in case the library was started earlier
+# the client's settings (see .grid), unless the user set XRD_<NAME>; put after the
+# library started, so they hold whoever started it first (gfal2's xroot plugin too)
+for _name, _value in XROOTD_CLIENT_DEFAULTS.items():
+    if _name not in XROOTD_USER_SETTINGS:  # the library may have started earlier (gfal2)
+        client.EnvPutInt(_name, _value)
 
 _CHUNK = 8 * 1024 * 1024
 # XrdClStatus.hh codes
@@ -65,6 +63,7 @@ class XRootDDriver(XRootDLogins, Driver):
     """One XRootD client (``root://``) with its own connection."""
 
     name = "xrootd"
+    files_per_client = 1
     schemes = XROOTD_SCHEMES
     option_names = tuple(CREDENTIAL_ENVIRONMENT)
     secret_options = SECRET_OPTIONS
@@ -114,6 +113,11 @@ class XRootDDriver(XRootDLogins, Driver):
 
     def _mkdir(self, path: str) -> None:
         status, _ = self._fs.mkdir(path, MkDirFlags.MAKEPATH, timeout=self._timeout)
+        self._check(status, "mkdir", path)
+
+    def _mkdir_exclusive(self, path: str) -> None:
+        # without MAKEPATH the server refuses an existing path and a missing parent
+        status, _ = self._fs.mkdir(path, MkDirFlags.NONE, timeout=self._timeout)
         self._check(status, "mkdir", path)
 
     def _delete(self, path: str) -> None:

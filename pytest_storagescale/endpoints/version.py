@@ -13,6 +13,7 @@ own protocol, through a ``version`` connection (:func:`detect_version`):
 from __future__ import annotations
 
 import http.client
+import os
 import re
 import ssl
 from typing import TYPE_CHECKING
@@ -23,6 +24,8 @@ from .url import HTTPS_SCHEMES, EndpointURL
 if TYPE_CHECKING:
     from ..drivers.spec import DriverSpec
 
+#: the CA folder of grid hosts, where gfal2 and XRootD look by default
+DEFAULT_CA_DIR = "/etc/grid-security/certificates"
 _SERVER_RE = re.compile(r"(?:dcache|xrootd|eos)[/ -]v?(\d+(?:\.\d+)*(?:-\d+)?)", re.IGNORECASE)
 
 
@@ -50,9 +53,11 @@ def server_header_version(endpoint: EndpointURL, *, ca_dir: str | None = None,
     kwargs = dict(driver="http", endpoint=endpoint.server, operation="version",
                   path=endpoint.path)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    # where gfal2 (davix) looks too: the option, else $X509_CERT_DIR, else the grid default
+    ca_dir = ca_dir or os.environ.get("X509_CERT_DIR") or DEFAULT_CA_DIR
     try:
         if secure:
-            context = ssl.create_default_context(capath=ca_dir or "/etc/grid-security/certificates")
+            context = ssl.create_default_context(capath=ca_dir)
             if x509_proxy:
                 context.load_cert_chain(x509_proxy)  # a proxy file holds cert, key and chain
             connection = http.client.HTTPSConnection(
@@ -65,7 +70,11 @@ def server_header_version(endpoint: EndpointURL, *, ca_dir: str | None = None,
         server = response.getheader("Server", "")
         connection.close()
     except ssl.SSLError as exc:
-        raise StorageUnreachable(f"TLS: {exc}", error_class="tls", **kwargs) from None
+        raise StorageUnreachable(
+            f"TLS: {exc}. The server's certificate is checked against the CA folder "
+            f"{ca_dir} (driver option ca_dir, else $X509_CERT_DIR, else {DEFAULT_CA_DIR}); "
+            f"install the CA there or point ca_dir at the folder holding it",
+            error_class="tls", **kwargs) from None
     except OSError as exc:
         raise StorageUnreachable(str(exc), error_class="unreachable", **kwargs) from None
     version = version_from_server_header(server)

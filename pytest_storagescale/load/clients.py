@@ -28,6 +28,18 @@ if TYPE_CHECKING:
 
 #: how often the coordinator looks for hung clients (seconds)
 HANG_CHECK_INTERVAL = 0.1
+#: after Ctrl-C, how long requests in flight may take to finish (seconds)
+INTERRUPT_DRAIN = 0.5
+
+
+class LoadInterrupted(KeyboardInterrupt):
+    """Ctrl-C during the load: the clients were stopped; what they measured so far."""
+
+    def __init__(self, accumulators: dict[str, SideAccumulator]) -> None:
+        super().__init__("interrupted")
+        self.accumulators = accumulators
+        #: set by the executor that ran the clients
+        self.clock: StepClock | None = None
 
 Progress = Callable[[StepProgress], None]
 
@@ -243,18 +255,42 @@ def run_clients(
     group = ClientGroup(assignments, run)
     coordinator = Coordinator(group, progress)
     group.start()
+    try:
+        _measure_and_drain(run, group, coordinator, bool(max_operations))
+    except KeyboardInterrupt:
+        _stop_interrupted(run, group, coordinator)
+    group.check_hangs()
+    group.collect()
+    group.sample(min(int(time.time() - run.clock.start_at), run.clock.seconds - 1))
+    group.give_up()
+    return group.accumulators
+
+
+def _measure_and_drain(run: StepRun, group: ClientGroup, coordinator: Coordinator,
+                       bounded: bool) -> None:
+    clock = run.clock
     # the measurement: until the end, or until a count-bounded step handed out its count
-    bounded = bool(max_operations)
     coordinator.run_until(clock.end_at, lambda: bounded and group.all_done(),
                           HANG_CHECK_INTERVAL)
     run.stop.set()
     stopped_at = min(time.time(), clock.end_at)
     group.set_measured(stopped_at - clock.measure_from)
     # the drain: requests in flight may finish (unmeasured) or hang, for hang_timeout
-    coordinator.run_until(stopped_at + plan.hang_timeout, group.all_settled,
+    coordinator.run_until(stopped_at + run.plan.hang_timeout, group.all_settled,
                           HANG_CHECK_INTERVAL / 2)
-    group.check_hangs()
+
+
+def _stop_interrupted(run: StepRun, group: ClientGroup, coordinator: Coordinator) -> None:
+    """Ctrl-C: stop the clients now, keep what they measured, raise
+    :class:`LoadInterrupted`. Clients still busy after a short drain are abandoned
+    (daemon threads), not counted hung: the user ended the step, not the storage."""
+    run.stop.set()
+    stopped_at = min(time.time(), run.clock.end_at)
+    group.set_measured(stopped_at - run.clock.measure_from)
+    try:
+        coordinator.run_until(time.time() + INTERRUPT_DRAIN, group.all_settled,
+                              HANG_CHECK_INTERVAL / 2)
+    except KeyboardInterrupt:
+        pass  # a second Ctrl-C: keep what is measured all the same
     group.collect()
-    group.sample(min(int(time.time() - clock.start_at), clock.seconds - 1))
-    group.give_up()
-    return group.accumulators
+    raise LoadInterrupted(group.accumulators)

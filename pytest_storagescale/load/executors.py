@@ -20,7 +20,7 @@ from multiprocessing import connection as mp_connection
 from typing import Any
 
 from ..errors import StorageError
-from .clients import Progress, run_clients
+from .clients import LoadInterrupted, Progress, run_clients
 from .plan import ClientAssignment, StepClock, StepPlan, StepProgress
 from .stats import SideAccumulator
 
@@ -40,7 +40,12 @@ def run_threads(plan: StepPlan, context: dict[str, Any], progress: Progress | No
     assignments = plan.assignments()
     # time to start the threads before the clock runs (about 0.1 ms each)
     clock = plan.clock(time.time() + 0.2 + len(assignments) / 2000)
-    return clock, run_clients(plan, context, assignments, clock, plan.max_operations, progress)
+    try:
+        return clock, run_clients(plan, context, assignments, clock, plan.max_operations,
+                                  progress)
+    except LoadInterrupted as interrupted:
+        interrupted.clock = clock
+        raise
 
 
 # -- processes ------------------------------------------------------------------------

@@ -24,13 +24,13 @@ import re
 import shutil
 import tempfile
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..drivers.base import Driver
 from ..errors import StorageScaleUsageError
 from ..units import parse_byte_size
+from .watch import parallel_map
 
 __all__ = [
     "ENTRY_POINT_GROUP", "PARAM_KINDS", "Composite", "Operation", "Param", "get_operation",
@@ -197,8 +197,8 @@ def _sample_file(driver: Driver, path: str, size: int) -> None:
 
 def _sample_files(driver: Driver, paths: list[str], size: int, parallel: int = 16) -> None:
     """Create many sample files with ``parallel`` uploads in flight (untimed set-up)."""
-    with ThreadPoolExecutor(parallel, thread_name_prefix="storagescale-prepare") as pool:
-        list(pool.map(lambda path: _sample_file(driver, path, size), paths))
+    # daemon threads: an upload the library never ends cannot hold up the exit
+    parallel_map(lambda path: _sample_file(driver, path, size), paths, parallel, "prepare")
 
 
 class Stat(Operation):

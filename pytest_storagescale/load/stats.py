@@ -218,6 +218,8 @@ class StepResult:
     sides: dict[str, SideResult] = field(default_factory=dict)
     #: why the step's directory could not be removed afterwards (None: removed)
     cleanup_error: str | None = None
+    #: stopped by Ctrl-C: measured until then (``duration_s`` is the measured window)
+    interrupted: bool = False
 
     @property
     def total(self) -> SideResult:

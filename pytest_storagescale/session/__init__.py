@@ -76,7 +76,8 @@ class StorageRun:
         self.endpoint = EndpointUnderTest(settings, shared)
         self.ledger = StepLedger(self.shared_dir, ResultsFile(settings.results_path()))
         self.area = RunArea(self.endpoint, self.run_id, self.shared_dir / "run-dir-used",
-                            self.ledger.lock)
+                            self.ledger.lock, owner_pid=(shared or {}).get("owner_pid"),
+                            started=self.started)
         self._thresholds: dict[str, ThresholdSet] = {}
         self.collection_errors: list[str] = []
         self.cleanup_error: str | None = None
@@ -94,7 +95,8 @@ class StorageRun:
         """What a worker needs from the controller (sent in ``workerinput``)."""
         self.shared_dir.mkdir(parents=True, exist_ok=True)
         return {"run_id": self.run_id, "started": self.started,
-                "shared_dir": str(self.shared_dir), **self.endpoint.shared_info()}
+                "shared_dir": str(self.shared_dir), "owner_pid": self.area.owner_pid,
+                **self.endpoint.shared_info()}
 
     @functools.cached_property
     def baseline(self) -> Baseline | None:

@@ -1,0 +1,297 @@
+"""Nothing outside the test area, ever: links, the run directory, the test area itself,
+stale run directories, and davs version detection's CA folder.
+
+Against real POSIX directories (``file://``), the memory driver and the embedded
+xrootd (whose data folder the test, running as root, can put links into)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.endpoints.url import EndpointURL
+from pytest_storagescale.endpoints.version import server_header_version
+from pytest_storagescale.errors import StorageError, StorageUnreachable
+from pytest_storagescale.load.engine import cleanup_tree
+
+#: the owner file every run directory carries (its name is part of the contract)
+OWNER_FILE = ".storagescale-owner.json"
+
+THRESHOLDS = """
+[storage]
+system = "xrootd"
+versions = ["*"]
+
+[defaults]
+duration = "0.3s"
+warmup = "0s"
+hang_timeout = "5s"
+
+[ops.stat]
+clients = [1]
+
+[[ops.stat.expect]]
+clients = "*"
+rules = ["hung == 0"]
+"""
+
+SUITE = """
+import pytest
+
+@pytest.mark.storagescale_op("stat")
+def test_stat(storage_load, storage_clients):
+    storage_load.run()
+
+def test_owner_file(storage_endpoint):
+    client = storage_endpoint.client("ownercheck")
+    assert ".storagescale-owner.json" in client.ls(storage_endpoint.run_dir)
+"""
+
+
+def _victim(folder: Path) -> Path:
+    """A directory outside every run directory, with a file and a link target file."""
+    folder.mkdir()
+    (folder / "precious.txt").write_text("keep me")
+    (folder / "sub").mkdir()
+    (folder / "sub" / "deep.txt").write_text("keep me too")
+    return folder
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+@pytest.fixture
+def suite(pytester):
+    def make(endpoint: str, *extra: str) -> list[str]:
+        pytester.makepyfile(test_suite=SUITE)
+        folder = pytester.path / "thr" / "xrootd"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "any.toml").write_text(THRESHOLDS)
+        return [f"--storage-endpoint={endpoint}", "--storage-version=1.0",
+                "--storage-thresholds=thr", "-p", "no:cacheprovider", *extra]
+    return make
+
+
+# -- links inside the run directory ------------------------------------------------------
+def test_local_cleanup_removes_links_not_their_targets(tmp_path):
+    victim = _victim(tmp_path / "victim")
+    area = tmp_path / "area"
+    area.mkdir()
+    run = f"{area}/storagescale-run-x"
+    driver = driver_spec(f"file://{area}", writable_root=run).connect("cleanup", timeout=5)
+    driver.mkdir(run)
+    driver.put(f"{run}/step/data.bin", b"x" * 10)
+    os.symlink(victim, f"{run}/step/dir-link")
+    os.symlink(victim / "precious.txt", f"{run}/step/file-link")
+    os.symlink(victim, f"{run}/top-link")
+
+    error = cleanup_tree(driver, run)
+
+    assert (victim / "precious.txt").read_text() == "keep me"
+    assert (victim / "sub" / "deep.txt").exists()
+    assert error is None and not os.path.lexists(run)
+
+
+def test_local_cleanup_never_walks_through_a_linked_run_directory(tmp_path):
+    """A run directory replaced by a link (after it was made) is unlinked, not emptied."""
+    victim = _victim(tmp_path / "victim")
+    area = tmp_path / "area"
+    area.mkdir()
+    run = f"{area}/storagescale-run-y"
+    os.symlink(victim, run)
+    driver = driver_spec(f"file://{area}", writable_root=run).connect("cleanup", timeout=5)
+    error = cleanup_tree(driver, run)
+    assert sorted(os.listdir(victim)) == ["precious.txt", "sub"]
+    assert error is None and not os.path.lexists(run)
+
+
+def test_xrootd_cleanup_does_not_descend_into_a_server_side_link(embedded_xrootd, tmp_path):
+    data = embedded_xrootd.directory / "data"
+    run = "/storagescale/storagescale-run-link"
+    driver = driver_spec(embedded_xrootd.url, writable_root=run).connect("cleanup", timeout=10)
+    driver.mkdir(run)
+    driver.put(f"{run}/step/data.bin", b"x" * 10)
+    # outside the run directory and writable by the server's user: deletable if followed
+    victim = _victim(embedded_xrootd.directory / "victim")
+    if os.geteuid() == 0:
+        user = pwd.getpwnam("xrootd" if _has_user("xrootd") else "nobody")
+        for path in [victim, *victim.rglob("*")]:
+            os.chown(path, user.pw_uid, user.pw_gid)
+    os.symlink(victim, data / run.strip("/") / "step" / "dir-link")
+    assert driver.stat(f"{run}/step/dir-link").is_dir  # the server follows it
+
+    error = cleanup_tree(driver, run)
+
+    assert (victim / "precious.txt").read_text() == "keep me"
+    assert (victim / "sub" / "deep.txt").exists()
+    # the link itself cannot be removed over XRootD: said, naming it
+    assert error is not None and "dir-link" in error and "link" in error
+    assert not (data / run.strip("/") / "step" / "data.bin").exists()
+    (data / run.strip("/") / "step" / "dir-link").unlink()
+    assert cleanup_tree(driver, run) is None
+
+
+def _has_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+# -- the run directory is made exclusively ---------------------------------------------------
+@pytest.mark.parametrize("kind", ["link", "directory"])
+def test_local_run_directory_is_never_adopted(tmp_path, kind):
+    victim = _victim(tmp_path / "victim")
+    area = tmp_path / "area"
+    area.mkdir()
+    run = area / "storagescale-run-20990101-000000-abcd"
+    if kind == "link":
+        os.symlink(victim, run)
+    else:
+        run.mkdir()
+    driver = driver_spec(f"file://{area}", writable_root=str(run)).connect("admin", timeout=5)
+    with pytest.raises(StorageError, match="exists"):
+        driver.mkdir(str(run), parents=False)
+    assert sorted(os.listdir(victim)) == ["precious.txt", "sub"]
+
+
+def test_memory_run_directory_is_made_exclusively():
+    driver = driver_spec("memory://exclusive/area", writable_root="/area/run").connect(
+        "admin", timeout=5)
+    driver.put("/area/run/theirs.txt", b"theirs")
+    with pytest.raises(StorageError, match="exists"):
+        driver.mkdir("/area/run", parents=False)
+    with pytest.raises(StorageError):  # the parent must exist
+        driver.mkdir("/area/run/missing/deeper", parents=False)
+    driver.mkdir("/area/run/new", parents=False)
+    assert driver.ls("/area/run") == ["new", "theirs.txt"]
+
+
+def test_xrootd_run_directory_is_made_exclusively(embedded_xrootd):
+    victim = _victim(embedded_xrootd.directory / "victim-pre")
+    run = "/storagescale/storagescale-run-20990101-000000-pre0"
+    os.symlink(victim, embedded_xrootd.directory / "data" / run.strip("/"))
+    driver = driver_spec(embedded_xrootd.url, writable_root=run).connect("admin", timeout=10)
+    with pytest.raises(StorageError, match="exists"):
+        driver.mkdir(run, parents=False)
+    assert sorted(os.listdir(victim)) == ["precious.txt", "sub"]
+    (embedded_xrootd.directory / "data" / run.strip("/")).unlink()
+
+
+def test_a_precreated_run_directory_link_is_refused_by_the_plugin(pytester, suite, tmp_path,
+                                                                    monkeypatch):
+    victim = _victim(tmp_path / "victim")
+    area = tmp_path / "area"
+    area.mkdir()
+    name = "storagescale-run-20990101-000000-beef"
+    os.symlink(victim, area / name)
+    monkeypatch.setattr("pytest_storagescale.session.make_run_id", lambda: name)
+    result = pytester.runpytest(*suite(f"file://{area}"))
+    result.stdout.fnmatch_lines([f"*this run's directory {area}/{name} already exists*"])
+    assert sorted(os.listdir(victim)) == ["precious.txt", "sub"]
+    assert os.path.islink(area / name)
+
+
+# -- the test area must exist ------------------------------------------------------------
+def test_a_missing_local_test_area_is_a_usage_error_and_is_not_made(pytester, suite,
+                                                                     tmp_path):
+    area = tmp_path / "typo" / "deeper" / "area"
+    result = pytester.runpytest(*suite(f"file://{area}"))
+    result.stdout.fnmatch_lines([
+        f"*the test area {area} does not exist*Create it first: mkdir -p {area}*"])
+    assert not (tmp_path / "typo").exists()
+
+
+def test_a_missing_xrootd_test_area_names_the_xrdfs_command(pytester, suite,
+                                                            embedded_xrootd):
+    url = embedded_xrootd.url + "/typo/deeper"
+    result = pytester.runpytest(*suite(url))
+    result.stdout.fnmatch_lines([
+        f"*the test area /storagescale/typo/deeper does not exist*"
+        f"xrdfs root://127.0.0.1:{embedded_xrootd.port} mkdir -p /storagescale/typo/deeper*"])
+    assert not (embedded_xrootd.directory / "data" / "storagescale" / "typo").exists()
+
+
+def test_the_run_directory_carries_an_owner_file(pytester, suite, tmp_path):
+    area = tmp_path / "area"
+    area.mkdir()
+    result = pytester.runpytest(*suite(f"file://{area}"))
+    result.assert_outcomes(passed=2)
+    assert os.listdir(area) == []  # removed at the end
+
+
+# -- stale run directories of killed runs ------------------------------------------------------
+def _killed_run(area: Path, name: str, pid: int) -> Path:
+    run = area / name
+    (run / "step").mkdir(parents=True)
+    (run / "step" / "left.bin").write_bytes(b"x")
+    (run / OWNER_FILE).write_text(json.dumps({
+        "plugin": "pytest-storagescale", "run_id": name, "host": socket.gethostname(),
+        "pid": pid, "user": "someone", "started": 1.0e9}))
+    return run
+
+
+def test_stale_run_directories_are_listed_then_removed_on_request(pytester, suite, tmp_path):
+    area = tmp_path / "area"
+    area.mkdir()
+    dead = _dead_pid()
+    stale = _killed_run(area, "storagescale-run-20200101-000000-dead", dead)
+    unmarked = area / "storagescale-run-20200101-000000-nomark"
+    unmarked.mkdir()
+    # a link named like a run, to a folder with a forged owner file: never followed
+    victim = _victim(tmp_path / "victim")
+    (victim / OWNER_FILE).write_text((stale / OWNER_FILE).read_text())
+    os.symlink(victim, area / "storagescale-run-20200101-000000-link")
+    # a local shared folder of a killed run on this host
+    local = Path(tempfile.gettempdir()) / "storagescale-run-20200101-000000-lcl0"
+    local.mkdir(exist_ok=True)
+    (local / OWNER_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": dead}))
+
+    listed = pytester.runpytest(*suite(f"file://{area}"))
+    listed.assert_outcomes(passed=2)
+    listed.stdout.fnmatch_lines([
+        "storagescale: 2 stale run directories in file://*area from killed runs: "
+        "storagescale-run-20200101-000000-dead (pid * on this host is gone), "
+        "storagescale-run-20200101-000000-link (*); remove them with "
+        "--storage-clean-stale (1 local folder(s) of dead runs removed from *)"])
+    assert stale.exists() and not local.exists()
+
+    cleaned = pytester.runpytest(*suite(f"file://{area}", "--storage-clean-stale"))
+    cleaned.assert_outcomes(passed=2)
+    cleaned.stdout.fnmatch_lines(["storagescale: removed 2 of 2 stale run directories*"])
+    assert sorted(os.listdir(area)) == ["storagescale-run-20200101-000000-nomark"]
+    assert sorted(os.listdir(victim)) == [OWNER_FILE, "precious.txt", "sub"]
+
+
+def test_clean_stale_ini_value_is_checked(pytester, suite, tmp_path):
+    area = tmp_path / "area"
+    area.mkdir()
+    pytester.makeini("[pytest]\nstorage_clean_stale = maybe\n")
+    result = pytester.runpytest(*suite(f"file://{area}"))
+    result.stderr.fnmatch_lines(["ERROR: storage_clean_stale: 'maybe' is not a yes/no value*"])
+
+
+# -- davs version detection and its CA folder -----------------------------------------------
+def test_davs_version_detection_uses_x509_cert_dir(embedded_xrootd, monkeypatch, tmp_path):
+    endpoint = EndpointURL.parse(embedded_xrootd.https_url)
+    monkeypatch.setenv("X509_CERT_DIR", embedded_xrootd.ca_dir)
+    assert server_header_version(endpoint, timeout=10) == embedded_xrootd.version
+
+    empty = tmp_path / "no-ca-here"
+    empty.mkdir()
+    monkeypatch.setenv("X509_CERT_DIR", str(empty))
+    with pytest.raises(StorageUnreachable, match=f"CA folder {empty}"):
+        server_header_version(endpoint, timeout=10)
