@@ -190,7 +190,8 @@ def test_ctrl_c_stops_the_load_and_records_the_step_as_interrupted(tmp_path):
     (tmp_path / "thr" / "xrootd").mkdir(parents=True)
     (tmp_path / "thr" / "xrootd" / "t.toml").write_text(PLAN)
     (tmp_path / "test_suite.py").write_text(SUITE)
-    command = [sys.executable, "-m", "pytest", "test_suite.py", "-p", "no:cacheprovider",
+    command = [sys.executable, "-X", "faulthandler", "-m", "pytest", "test_suite.py",
+               "-p", "no:cacheprovider",
                "-p", "no:xdist", "--storage-endpoint=memory://ctrl-c/area",
                "--storage-version=1.0", "--storage-thresholds=thr",
                "--storage-results=r.json", "--storage-driver-option=latency=0.01"]
@@ -209,7 +210,12 @@ def test_ctrl_c_stops_the_load_and_records_the_step_as_interrupted(tmp_path):
         time.sleep(4.0)  # let the clients measure a while: the interruption is the test
         interrupted_at = time.monotonic()
         child.send_signal(signal.SIGINT)
-        rest, _ = child.communicate(timeout=60)
+        try:
+            rest, _ = child.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # show where it stuck: faulthandler's dump
+            child.send_signal(signal.SIGABRT)
+            rest, _ = child.communicate(timeout=30)
+            pytest.fail(f"pytest still ran 60 s after Ctrl-C:\n{output}{rest[-6000:]}")
         exited_s = time.monotonic() - interrupted_at
     finally:
         if child.poll() is None:

@@ -172,7 +172,9 @@ def test_installed_suite_runs_against_the_embedded_server(installed_run):
     env["PYTHONPATH"] = str(site)
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
-         f"{SUITES_PACKAGE}.xrootd", "--storage-scale=0.1", "--storage-results=r.json"],
+         f"{SUITES_PACKAGE}.xrootd", "--storage-scale=0.1", "--storage-results=r.json",
+         # steps long enough for the p99 rules on a loaded machine
+         "--storage-duration=3s"],
         cwd=work, env=env, capture_output=True, text=True, timeout=600,
     )
     output = result.stdout + result.stderr

@@ -75,16 +75,7 @@ def run_bounded(work: Callable[[], T], watch: RequestWatch, deadline: float,
     Raises :class:`DeadlineExceeded` as soon as one request ``watch`` sees has been
     in flight for ``deadline`` seconds (the thread is abandoned). Ctrl-C reaches the
     caller at once: the wait is interruptible."""
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = work()
-        except BaseException as exc:  # noqa: BLE001 - raised again in the caller
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=target, name=f"storagescale-{what}", daemon=True)
-    worker.start()
+    worker, outcome = _in_daemon_thread(work, what)
     while worker.is_alive():
         worker.join(WATCH_INTERVAL)
         oldest = watch.oldest()
@@ -95,9 +86,7 @@ def run_bounded(work: Callable[[], T], watch: RequestWatch, deadline: float,
                 driver=watch.driver.name, endpoint=watch.driver.endpoint.server,
                 operation=f"{what} ({oldest[1]})", path=oldest[2], error_class="deadline",
             )
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    return _outcome(outcome)
 
 
 def parallel_map(function: Callable[[T], Any], items: Iterable[T], parallel: int,
@@ -136,6 +125,19 @@ def call_with_deadline(work: Callable[[], T], deadline: float, *, what: str, dri
     """``work()`` in a daemon thread, given up after ``deadline`` seconds of wall time
     with a :class:`DeadlineExceeded` (a single request, such as the version query,
     whose client library may not keep its own timeout)."""
+    worker, outcome = _in_daemon_thread(work, what)
+    worker.join(deadline)
+    if worker.is_alive():
+        raise DeadlineExceeded(
+            f"no answer within {deadline:g} s (the request was abandoned)",
+            driver=driver, endpoint=endpoint, operation=what, path="", error_class="deadline")
+    return _outcome(outcome)
+
+
+def _in_daemon_thread(work: Callable[[], T], what: str
+                      ) -> tuple[threading.Thread, dict[str, Any]]:
+    """Start ``work()`` in a daemon thread (never holding up the interpreter's exit);
+    its value or exception lands in the returned dict."""
     outcome: dict[str, Any] = {}
 
     def target() -> None:
@@ -146,11 +148,10 @@ def call_with_deadline(work: Callable[[], T], deadline: float, *, what: str, dri
 
     worker = threading.Thread(target=target, name=f"storagescale-{what}", daemon=True)
     worker.start()
-    worker.join(deadline)
-    if worker.is_alive():
-        raise DeadlineExceeded(
-            f"no answer within {deadline:g} s (the request was abandoned)",
-            driver=driver, endpoint=endpoint, operation=what, path="", error_class="deadline")
+    return worker, outcome
+
+
+def _outcome(outcome: dict[str, Any]) -> Any:
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
