@@ -186,7 +186,10 @@ def test_after():
 """
 
 
-def test_ctrl_c_stops_the_load_and_records_the_step_as_interrupted(tmp_path):
+@pytest.mark.parametrize("executor", ["threads", "processes"])
+def test_ctrl_c_stops_the_load_and_records_the_step_as_interrupted(tmp_path, executor):
+    # processes: only pytest gets the SIGINT here (not its process group, as from a
+    # terminal), so the client processes must be stopped by pytest itself
     (tmp_path / "thr" / "xrootd").mkdir(parents=True)
     (tmp_path / "thr" / "xrootd" / "t.toml").write_text(PLAN)
     (tmp_path / "test_suite.py").write_text(SUITE)
@@ -194,7 +197,8 @@ def test_ctrl_c_stops_the_load_and_records_the_step_as_interrupted(tmp_path):
                "-p", "no:cacheprovider",
                "-p", "no:xdist", "--storage-endpoint=memory://ctrl-c/area",
                "--storage-version=1.0", "--storage-thresholds=thr",
-               "--storage-results=r.json", "--storage-driver-option=latency=0.01"]
+               "--storage-results=r.json", "--storage-driver-option=latency=0.01",
+               f"--storage-executor={executor}"]
     # an xdist worker ignores SIGINT, and a child inherits an ignored signal (Python
     # then installs no KeyboardInterrupt handler): give the child the default back
     child = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,

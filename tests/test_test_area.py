@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -124,11 +125,7 @@ def test_xrootd_cleanup_does_not_descend_into_a_server_side_link(embedded_xrootd
     driver.mkdir(run)
     driver.put(f"{run}/step/data.bin", b"x" * 10)
     # outside the run directory and writable by the server's user: deletable if followed
-    victim = _victim(embedded_xrootd.directory / "victim")
-    if os.geteuid() == 0:
-        user = pwd.getpwnam("xrootd" if _has_user("xrootd") else "nobody")
-        for path in [victim, *victim.rglob("*")]:
-            os.chown(path, user.pw_uid, user.pw_gid)
+    victim = _server_owned(_victim(embedded_xrootd.directory / "victim"))
     os.symlink(victim, data / run.strip("/") / "step" / "dir-link")
     assert driver.stat(f"{run}/step/dir-link").is_dir  # the server follows it
 
@@ -141,6 +138,45 @@ def test_xrootd_cleanup_does_not_descend_into_a_server_side_link(embedded_xrootd
     assert not (data / run.strip("/") / "step" / "data.bin").exists()
     (data / run.strip("/") / "step" / "dir-link").unlink()
     assert cleanup_tree(driver, run) is None
+
+
+def test_xrootd_cleanup_never_deletes_through_a_link_to_a_file(embedded_xrootd):
+    """Over XRootD a link to a file looks like the file, and the server's ``rm``
+    deletes its target too: a file older than the run's owner file is not deleted."""
+    data = embedded_xrootd.directory / "data"
+    run = "/storagescale/storagescale-run-filelink"
+    driver = driver_spec(embedded_xrootd.url, writable_root=run).connect("cleanup", timeout=10)
+    driver.mkdir(run, parents=False)
+    driver.put(f"{run}/{OWNER_FILE}", b"{}")
+    driver.put(f"{run}/step/data.bin", b"x" * 10)
+    victim = _server_owned(_victim(embedded_xrootd.directory / "victim-file"))
+    hour_ago = time.time() - 3600
+    os.utime(victim / "precious.txt", (hour_ago, hour_ago))
+    link = data / run.strip("/") / "step" / "file-link"
+    os.symlink(victim / "precious.txt", link)
+    info = driver.stat(f"{run}/step/file-link")
+    assert not info.is_dir and info.size == len("keep me")  # looks like the file
+
+    error = cleanup_tree(driver, run)
+
+    assert (victim / "precious.txt").read_text() == "keep me"
+    assert error is not None and f"{run}/step/file-link" in error
+    assert "older than this run" in error and "link to a file outside" in error
+    assert not (data / run.strip("/") / "step" / "data.bin").exists()  # the run's own
+    link.unlink()
+    assert cleanup_tree(driver, run) is None
+    assert not (data / run.strip("/")).exists()
+    assert (victim / "precious.txt").read_text() == "keep me"
+
+
+def _server_owned(victim: Path) -> Path:
+    """Make ``victim`` deletable by the server's user (when the test is root), so that
+    only the plugin's care keeps it."""
+    if os.geteuid() == 0:
+        user = pwd.getpwnam("xrootd" if _has_user("xrootd") else "nobody")
+        for path in [victim, *victim.rglob("*")]:
+            os.chown(path, user.pw_uid, user.pw_gid)
+    return victim
 
 
 def _has_user(name: str) -> bool:

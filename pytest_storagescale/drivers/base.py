@@ -19,11 +19,21 @@ from __future__ import annotations
 
 import abc
 import os
+import threading
+import time
 from collections.abc import Mapping
 from typing import ClassVar, NamedTuple
 
 from ..endpoints.url import EndpointURL, is_inside
 from ..errors import StorageError, StorageNotFound, UnsafePathError
+
+#: the owner file at the top of every run directory; its time on the storage is the
+#: run's start, below which :meth:`Driver.remove_tree` deletes no file
+OWNER_FILE = ".storagescale-owner.json"
+#: a file this much older than the run's start is still taken as the run's own (file
+#: times in whole seconds, or in 2 s steps on some file systems)
+MTIME_SLACK = 2.0
+_NOT_ASKED = object()
 
 
 class StatInfo(NamedTuple):
@@ -31,6 +41,9 @@ class StatInfo(NamedTuple):
 
     size: int
     is_dir: bool
+    #: last modification, seconds since the epoch on the storage's clock (None: the
+    #: driver cannot tell)
+    modified: float | None = None
 
 
 class Driver(abc.ABC):
@@ -64,6 +77,8 @@ class Driver(abc.ABC):
         #: mutating operations are refused outside this path (None: refuse all)
         self.writable_root = writable_root
         self.options: Mapping[str, str] = options or {}
+        self._run_started: object = _NOT_ASKED
+        self._run_started_lock = threading.Lock()
         for option, variable in self.option_environment.items():
             if self.options.get(option):
                 # the client libraries read credentials and CA paths from the
@@ -173,7 +188,7 @@ class Driver(abc.ABC):
         self._guard("rename", target)
         self._rename(source, target)
 
-    def remove_tree(self, path: str) -> int:
+    def remove_tree(self, path: str, *, not_before: float | None = None) -> int:
         """Delete ``path`` and everything below it; return entries removed.
 
         Never through a link: servers follow links on ``stat`` (a link to a directory
@@ -181,18 +196,51 @@ class Driver(abc.ABC):
         is first removed as it is: that succeeds when it is empty, and is refused as
         *not empty* only for a real directory; only then are its entries listed and
         removed. Any other refusal (a link answers *not a directory*) stops the walk
-        there, with an error naming the path."""
+        there, with an error naming the path.
+
+        A link to a *file* looks like the file, and a server may delete its target
+        with it (xrootd does). So no file older than ``not_before`` (seconds since
+        the epoch on the storage's clock; by default :meth:`run_started`) is deleted:
+        it cannot be one this run wrote, and is reported with its path instead."""
+        self._guard("delete", path)
+        if not_before is None:
+            not_before = self.run_started()
+        return self._remove_entry(path, not_before)
+
+    def run_started(self) -> float | None:
+        """When this run began on the storage's clock: the time of the owner file at
+        the top of ``writable_root`` (None: there is none, or the driver cannot tell
+        times). Asked once per driver, before its first delete."""
+        with self._run_started_lock:
+            if self._run_started is _NOT_ASKED:
+                owner = f"{(self.writable_root or '').rstrip('/')}/{OWNER_FILE}"
+                try:
+                    self._run_started = self._stat(owner).modified if self.writable_root else None
+                except StorageNotFound:
+                    self._run_started = None
+            return self._run_started  # type: ignore[return-value]
+
+    def _remove_entry(self, path: str, not_before: float | None) -> int:
         self._guard("delete", path)
         try:
             info = self._stat(path)
         except StorageNotFound:  # already gone
             return 0
-        if not info.is_dir:
-            self._delete(path)
-            return 1
-        return self._remove_directory(path)
+        if info.is_dir:
+            return self._remove_directory(path, not_before)
+        if not_before is not None and info.modified is not None and (
+                info.modified < not_before - MTIME_SLACK):
+            raise StorageError(
+                f"refusing to delete it: older than this run (modified {_when(info.modified)}, "
+                f"the run started {_when(not_before)}, on the storage's clock), possibly a "
+                f"link to a file outside the test area, which the server would delete "
+                f"through the link. Check it and remove it by hand",
+                driver=self.name, endpoint=self.endpoint.server, operation="delete",
+                path=path, error_class="not_removed")
+        self._delete(path)
+        return 1
 
-    def _remove_directory(self, path: str) -> int:
+    def _remove_directory(self, path: str, not_before: float | None) -> int:
         try:
             self._rmdir(path)
             return 1
@@ -209,7 +257,7 @@ class Driver(abc.ABC):
                 ) from None
         removed = 0
         for name in self._ls(path):
-            removed += self.remove_tree(f"{path.rstrip('/')}/{name}")
+            removed += self._remove_entry(f"{path.rstrip('/')}/{name}", not_before)
         self._rmdir(path)
         return removed + 1
 
@@ -273,3 +321,7 @@ class Driver(abc.ABC):
 
     @abc.abstractmethod
     def _version(self) -> str: ...
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))

@@ -123,7 +123,8 @@ class Gfal2Driver(XRootDLogins, Driver):
     # -- namespace -----------------------------------------------------------
     def _stat(self, path: str) -> StatInfo:
         info = self._call("stat", path, self._context.stat, self._url(path))
-        return StatInfo(size=info.st_size, is_dir=stat_module.S_ISDIR(info.st_mode))
+        return StatInfo(size=info.st_size, is_dir=stat_module.S_ISDIR(info.st_mode),
+                        modified=float(info.st_mtime))
 
     def _ls(self, path: str) -> list[str]:
         names = self._call("ls", path, self._context.listdir, self._url(path))

@@ -47,7 +47,7 @@ class LocalDriver(Driver):
 
     def _stat(self, path: str) -> StatInfo:
         st = self._call("stat", path, os.stat, path)
-        return StatInfo(size=st.st_size, is_dir=os.path.isdir(path))
+        return StatInfo(size=st.st_size, is_dir=os.path.isdir(path), modified=st.st_mtime)
 
     def _ls(self, path: str) -> list[str]:
         return sorted(self._call("ls", path, os.listdir, path))
@@ -59,11 +59,12 @@ class LocalDriver(Driver):
         # one system call: fails on anything already there, a link included
         self._call("mkdir", path, os.mkdir, path, 0o755)
 
-    def remove_tree(self, path: str) -> int:
+    def remove_tree(self, path: str, *, not_before: float | None = None) -> int:
         """Delete ``path`` and what is below it, never following a link: every entry
         is removed relative to its parent's open descriptor, a directory is opened
         with ``O_NOFOLLOW`` and must be the one ``lstat`` saw (device and inode), so
-        a link swapped in during the walk is removed itself, not what it points to."""
+        a link swapped in during the walk is removed itself, not what it points to.
+        ``not_before`` is not needed here: unlinking a link never touches its target."""
         self._guard("delete", path)
         parent, _, name = os.path.normpath(path).rpartition("/")
         try:

@@ -104,7 +104,8 @@ class XRootDDriver(XRootDLogins, Driver):
     def _stat(self, path: str) -> StatInfo:
         status, info = self._fs.stat(path, timeout=self._timeout)
         self._check(status, "stat", path)
-        return StatInfo(size=info.size, is_dir=bool(info.flags & StatInfoFlags.IS_DIR))
+        return StatInfo(size=info.size, is_dir=bool(info.flags & StatInfoFlags.IS_DIR),
+                        modified=float(info.modtime))
 
     def _ls(self, path: str) -> list[str]:
         status, listing = self._fs.dirlist(path, timeout=self._timeout)

@@ -164,17 +164,22 @@ def _result(plan: StepPlan, clock: StepClock, accumulators: Accumulators,
     )
 
 
-def cleanup_tree(driver: Driver, path: str, *, parallel: int = 16) -> str | None:
+def cleanup_tree(driver: Driver, path: str, *, parallel: int = 16,
+                 not_before: float | None = None) -> str | None:
     """Remove a step's directory; the driver's guard keeps this inside the test area.
 
     The entries are removed by ``parallel`` requests in flight (a put scan leaves
     tens of thousands of files), in daemon threads: a request the library never
     ends cannot hold up the exit. Returns the error text when the storage refused,
-    reported with the step."""
+    reported with the step. No file older than ``not_before`` (by default the run's
+    start, :meth:`~pytest_storagescale.drivers.base.Driver.run_started`) is deleted."""
     try:
+        if not_before is None:  # asked before the walk deletes the owner file
+            not_before = driver.run_started()
         entries = [f"{path.rstrip('/')}/{name}" for name in driver.ls(path)]
-        parallel_map(driver.remove_tree, entries, parallel, "cleanup")
-        driver.remove_tree(path)
+        parallel_map(lambda entry: driver.remove_tree(entry, not_before=not_before),
+                     entries, parallel, "cleanup")
+        driver.remove_tree(path, not_before=not_before)
     except StorageNotFound:
         return None
     except StorageError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -28,6 +29,11 @@ from .stats import SideAccumulator
 _PROCESS_GRACE = 10.0
 #: how long a spawned process may take to import the client library and say so
 _START_TIMEOUT = 120.0
+#: after Ctrl-C, how long the processes may take to send what they measured (their
+#: clients get INTERRUPT_DRAIN of it to finish the requests in flight)
+_INTERRUPT_WAIT = 1.0
+#: what stops a client process's clients: Ctrl-C from the terminal, or the parent
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 Accumulators = dict[str, SideAccumulator]
 Executor = Callable[[StepPlan, dict[str, Any], Progress | None],
@@ -60,16 +66,44 @@ class _Child:
     finished: bool = False
 
 
+def _stop_once(signum: int, frame: Any) -> None:
+    """SIGINT (the terminal's Ctrl-C) or SIGTERM (the parent's): stop the clients.
+    Both may come; only the first interrupts."""
+    _ignore_stops()
+    raise KeyboardInterrupt
+
+
+def _ignore_stops() -> None:
+    # a handler that does nothing, not SIG_IGN: a signal already pending when the
+    # handler becomes SIG_IGN raises OSError ("ignored due to race condition")
+    for number in _STOP_SIGNALS:
+        signal.signal(number, _no_stop)
+
+
+def _no_stop(signum: int, frame: Any) -> None:
+    pass
+
+
 def _process_main(plan: StepPlan, context: dict[str, Any], share: list[ClientAssignment],
                   max_operations: int, connection: mp_connection.Connection) -> None:
     """Entry point of a spawned client process (the driver class was imported while
-    its arguments were unpickled, before the clock runs)."""
+    its arguments were unpickled, before the clock runs). Stopped early, it sends
+    what its clients measured so far as ``interrupted``."""
+    for number in _STOP_SIGNALS:  # even when started with SIGINT ignored
+        signal.signal(number, _stop_once)
     try:
         connection.send("ready")
         clock = connection.recv()
-        accumulators = run_clients(plan, context, share, clock, max_operations,
-                                   lambda state: connection.send(("progress", state)))
-        connection.send(("result", {side: a.to_wire() for side, a in accumulators.items()}))
+        kind = "result"
+        try:
+            accumulators = run_clients(plan, context, share, clock, max_operations,
+                                       lambda state: connection.send(("progress", state)))
+        except LoadInterrupted as interrupted:
+            kind, accumulators = "interrupted", interrupted.accumulators
+        _ignore_stops()  # the answer is complete: a late stop must not cut it
+        connection.send((kind, {side: a.to_wire() for side, a in accumulators.items()}))
+    except KeyboardInterrupt:  # stopped before its clients ran: nothing measured
+        connection.send(("interrupted", {}))
     except Exception:  # noqa: BLE001 - a bug: the parent raises it with this traceback
         connection.send(("error", traceback.format_exc()))
     finally:
@@ -77,12 +111,12 @@ def _process_main(plan: StepPlan, context: dict[str, Any], share: list[ClientAss
         os._exit(0)  # hung client threads must not keep the process alive
 
 
-def _spawn(plan: StepPlan, context: dict[str, Any]) -> list[_Child]:
-    """One process per share of the clients; a count bound is split by the shares."""
+def _spawn(plan: StepPlan, context: dict[str, Any], children: list[_Child]) -> None:
+    """One process per share of the clients, added to ``children`` as started; a
+    count bound is split by the shares."""
     assignments = plan.assignments()
     count = min(plan.processes or max(2, os.cpu_count() or 2), len(assignments))
     spawn = multiprocessing.get_context("spawn")  # the XRootD client breaks after fork
-    children = []
     for share in (assignments[i::count] for i in range(count)):
         parent_end, child_end = spawn.Pipe()
         bound = math.ceil(plan.max_operations * len(share) / len(assignments))
@@ -91,7 +125,6 @@ def _spawn(plan: StepPlan, context: dict[str, Any]) -> list[_Child]:
         process.start()
         child_end.close()
         children.append(_Child(process, parent_end, share))
-    return children
 
 
 def _says_ready(child: _Child) -> bool:
@@ -119,7 +152,8 @@ def _handshake(plan: StepPlan, children: list[_Child]) -> StepClock:
 
 
 def _receive(child: _Child, accumulators: Accumulators) -> None:
-    """Take one message of ``child``: progress, its result, or the traceback of a bug."""
+    """Take one message of ``child``: progress, its result (whole, or ``interrupted``:
+    what it measured until stopped), or the traceback of a bug."""
     try:
         kind, payload = child.connection.recv()
     except (EOFError, OSError):
@@ -149,10 +183,9 @@ def _summed(plan: StepPlan, clock: StepClock, children: list[_Child]) -> StepPro
 
 
 def _collect(plan: StepPlan, clock: StepClock, children: list[_Child],
-             progress: Progress | None) -> Accumulators:
-    """Stream progress and merge the results until the deadline; the clients of a
-    process that did not answer by then are hung."""
-    accumulators = {a.side: SideAccumulator(clock.seconds) for a in plan.assignments()}
+             progress: Progress | None, accumulators: Accumulators) -> Accumulators:
+    """Stream progress and merge the results into ``accumulators`` until the
+    deadline; the clients of a process that did not answer by then are hung."""
     deadline = clock.end_at + plan.hang_timeout + _PROCESS_GRACE
     by_connection = {child.connection: child for child in children}
     while time.time() < deadline:
@@ -170,6 +203,41 @@ def _collect(plan: StepPlan, clock: StepClock, children: list[_Child],
     return accumulators
 
 
+def _stop(plan: StepPlan, clock: StepClock | None, children: list[_Child],
+          accumulators: Accumulators) -> LoadInterrupted:
+    """Ctrl-C: stop every process's clients, merge what arrives within
+    :data:`_INTERRUPT_WAIT`, kill the rest. Their clients are abandoned, not counted
+    hung: the user ended the step, not the storage."""
+    if clock is not None:  # else no client ran: nothing to wait for
+        for child in children:
+            if not child.finished:
+                child.process.terminate()  # SIGTERM: the child stops its clients
+        try:
+            _take_partial(children, accumulators, time.time() + _INTERRUPT_WAIT)
+        except KeyboardInterrupt:
+            pass  # a second Ctrl-C: keep what arrived all the same
+    for child in children:
+        if not child.finished:
+            child.process.kill()
+    interrupted = LoadInterrupted(accumulators)
+    interrupted.clock = clock or plan.clock(time.time())
+    return interrupted
+
+
+def _take_partial(children: list[_Child], accumulators: Accumulators,
+                  deadline: float) -> None:
+    by_connection = {child.connection: child for child in children}
+    while (waiting := [c.connection for c in children if not c.finished]):
+        left = deadline - time.time()
+        if left <= 0:
+            return
+        for connection in mp_connection.wait(waiting, timeout=left):
+            try:
+                _receive(by_connection[connection], accumulators)
+            except Exception:  # noqa: BLE001 - a bug or a garbled message: give it up
+                by_connection[connection].finished = True
+
+
 def _reap(children: list[_Child]) -> None:
     for child in children:
         child.process.join(timeout=1)
@@ -182,11 +250,19 @@ def _reap(children: list[_Child]) -> None:
 def run_processes(plan: StepPlan, context: dict[str, Any], progress: Progress | None = None
                   ) -> tuple[StepClock, Accumulators]:
     """The clients spread over spawned processes, each running them as threads; their
-    accumulators are merged here, and a process that hangs is killed."""
-    children = _spawn(plan, context)
+    accumulators are merged here, and a process that hangs is killed. Ctrl-C stops
+    them and raises :class:`LoadInterrupted` with what they measured."""
+    children: list[_Child] = []
+    clock: StepClock | None = None
+    accumulators: Accumulators = {}
     try:
+        _spawn(plan, context, children)
         clock = _handshake(plan, children)
-        return clock, _collect(plan, clock, children, progress)
+        accumulators.update(
+            (a.side, SideAccumulator(clock.seconds)) for a in plan.assignments())
+        return clock, _collect(plan, clock, children, progress, accumulators)
+    except KeyboardInterrupt:
+        raise _stop(plan, clock, children, accumulators) from None
     finally:
         _reap(children)
 

@@ -7,7 +7,8 @@ first use the test area is read for run directories of killed runs (an owner fil
 whose process is gone, or older than :data:`STALE_AFTER`): they are named in the
 summary, and removed with ``--storage-clean-stale``. At the end the run directory is
 removed through a driver whose guard keeps every delete inside it and which never
-deletes through a link."""
+deletes through a link, nor a file older than the owner file (on the storage's clock):
+a server that follows a link to a file would delete its target with it."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..drivers.base import OWNER_FILE
 from ..endpoints.url import HTTP_SCHEMES, XROOTD_SCHEMES
 from ..errors import EndpointError, StorageError, StorageNotFound
 from .endpoint import EndpointUnderTest
@@ -32,8 +34,6 @@ from .endpoint import EndpointUnderTest
 SERVICE_TIMEOUT = 30.0
 #: every run directory's name starts so
 RUN_PREFIX = "storagescale-run-"
-#: the owner file written into each run directory (and the local shared folder)
-OWNER_FILE = ".storagescale-owner.json"
 #: a run directory whose process cannot be checked (another host) is stale after this
 STALE_AFTER = 3 * 24 * 3600.0
 #: the largest owner file read
