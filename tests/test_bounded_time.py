@@ -165,7 +165,7 @@ system = "xrootd"
 versions = ["*"]
 
 [ops.put]
-clients = [4]
+clients = [2]
 duration = "60s"
 hang_timeout = "30s"
 file_size = "1kB"
@@ -197,7 +197,7 @@ def test_ctrl_c_stops_the_load_and_records_the_step_as_interrupted(tmp_path, exe
                "-p", "no:cacheprovider",
                "-p", "no:xdist", "--storage-endpoint=memory://ctrl-c/area",
                "--storage-version=1.0", "--storage-thresholds=thr",
-               "--storage-results=r.json", "--storage-driver-option=latency=0.01",
+               "--storage-results=r.json", "--storage-driver-option=latency=0.05",
                f"--storage-executor={executor}"]
     # an xdist worker ignores SIGINT, and a child inherits an ignored signal (Python
     # then installs no KeyboardInterrupt handler): give the child the default back
@@ -267,3 +267,31 @@ def test_an_endpoint_that_is_not_xrootd_fails_fast(pytester):
     # before: 17 s (a 15 s connection window); now a 10 s window and version deadline,
     # plus pytest's own start in a subprocess
     assert elapsed < 16, f"{elapsed:.1f} s to fail"
+
+
+# -- 5b. the real case: davs:// against an xrootd starved of threads -----------------------
+@pytest.mark.integration
+def test_davs_against_a_thread_starved_server_stays_bounded():
+    """Issue 8: with ``xrd.sched maxt 4``, a davs step's set-up (parallel gfal2 uploads)
+    sat in davix's SSL_read for more than 11 minutes. Whatever gfal2 does, the step now
+    ends (measured or with an error) within its deadlines."""
+    duration, hang_timeout = 2.0, 3.0
+    with EmbeddedXRootD(extra_config="xrd.sched mint 1 maxt 4 avlt 1 idle 60") as starved:
+        root = "/storagescale/starved"
+        spec = driver_spec(starved.https_url.replace("/storagescale", root), driver="gfal2",
+                           options={"ca_dir": starved.ca_dir}, writable_root=root)
+        admin = driver_spec(starved.url, writable_root=root).connect("admin", timeout=10)
+        admin.mkdir(root)
+        plan = StepPlan(operation=get_operation("get"), clients=8, duration=duration,
+                        warmup=0.0, hang_timeout=hang_timeout, driver=spec,
+                        workdir=f"{root}/get", params={"file_size": 1_000_000, "files": 16})
+        began = time.monotonic()
+        try:
+            result = run_step(plan)
+            outcome = f"measured: {result.total.succeeded} succeeded, {result.total.hung} hung"
+        except StorageError as exc:
+            outcome = f"error: {exc}"
+        took = time.monotonic() - began
+    # set-up and clean-up each bounded by their request deadlines, the step by its own
+    bound = duration + 2 * hang_timeout + 2 * (hang_timeout + 7) + SLACK
+    assert took < bound, f"the davs step took {took:.1f} s ({outcome})"
