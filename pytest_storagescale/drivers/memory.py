@@ -15,7 +15,7 @@ they use (``put``, ``mkdir``) work there.
 
 Driver options (strings, so that they reach spawned client processes too):
 
-- ``latency``: seconds added to every request (``0.002``);
+- ``latency``: seconds added to every request of a load client (``0.002``);
 - ``fail_every``: every N-th request of a load client fails with a
   :class:`~pytest_storagescale.errors.StorageError` of class ``injected``;
 - ``hang_after``: a load client's requests are numbered from 0; number N and later
@@ -186,9 +186,11 @@ class MemoryDriver(Driver):
     # -- latency, failures, hangs ----------------------------------------------
     def _enter(self, request: str, path: str) -> None:
         faults = self._faults
+        if not self._load_client:
+            return  # the session's set-up and clean-up are not what a fault slows
         if faults.latency:
             time.sleep(faults.latency)
-        if not self._load_client or request not in faults.requests:
+        if request not in faults.requests:
             return
         number = self._requests
         self._requests += 1
