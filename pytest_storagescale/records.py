@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from .load.stats import SideResult, StepResult
+from .load.stats import SideResult, StepResult, sides_from_json
 from .metrics import MEASURED
 
 #: the results format this release writes; the previous release wrote no ``format``
@@ -275,12 +275,7 @@ def _result_from_json(data: dict[str, Any]) -> StepResult | None:
     ``error`` step of the previous release has counts of zero and no histogram)."""
     if "succeeded" not in data or (data.get("verdict") == "error" and "histogram" not in data):
         return None
-    sides_json = data.get("sides") or {}
-    if sides_json:
-        sides = {name: SideResult.from_json(side) for name, side in sides_json.items()}
-    else:
-        name = str(data.get("operation") or data.get("op", ""))
-        sides = {name: SideResult.from_json(data)}
+    sides = sides_from_json(data)
     # this release writes the measurement's own times; the previous one only the step's
     measured = data.get("result") or data
     return StepResult(

@@ -145,7 +145,6 @@ def test_spec_pickles_and_builds_the_same_clients(store):
     assert copy == spec and hash(copy) == hash(spec)
     assert copy.options["latency"] == "0" and copy.endpoint.path == "/area"
     assert copy.client(3, timeout=5).client_id == "client-3"
-    assert copy.with_root("/area/sub").writable_root == "/area/sub"
 
 
 def test_repr_hides_url_credentials_and_secret_options():

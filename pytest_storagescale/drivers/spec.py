@@ -9,7 +9,6 @@ a secret option (a token).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -75,9 +74,6 @@ class DriverSpec:
     def endpoint(self) -> EndpointURL:
         return self.driver_class.parse_endpoint(self.endpoint_url)
 
-    def with_root(self, root: str | None) -> DriverSpec:
-        """The same spec with another writable root."""
-        return dataclasses.replace(self, writable_root=root)
 
     def client(self, index: int, *, timeout: float) -> Driver:
         """Load client ``index``: its own connection, its login name from the driver."""
