@@ -208,13 +208,7 @@ class EmbeddedXRootD:
         for _ in range(3):  # a port picked free can be taken before xrootd binds it
             self.port = free_port()
             self.http_port = free_port() if self.https else 0
-            command = [self.binary, "-c", str(self._write_config()), "-l", str(self.log_path)]
-            if user:
-                command += ["-R", user]
-            self.process = subprocess.Popen(
-                command, cwd=self.directory, stdout=subprocess.DEVNULL,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )
+            self._launch(user)
             last_error = self._wait_ready()
             if not last_error:
                 return self
@@ -222,6 +216,16 @@ class EmbeddedXRootD:
         tail = self._log_tail()
         self.stop()
         raise EndpointError(f"the embedded xrootd did not start: {last_error}. Log tail:\n{tail}")
+
+    def _launch(self, user: str | None) -> None:
+        """Start xrootd on this server's ports and files (as ``user`` when root)."""
+        command = [self.binary, "-c", str(self._write_config()), "-l", str(self.log_path)]
+        if user:
+            command += ["-R", user]
+        self.process = subprocess.Popen(
+            command, cwd=self.directory, stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
 
     def _wait_ready(self) -> str:
         """Probe until the server answers; return '' when ready, else why not."""
@@ -270,14 +274,7 @@ class EmbeddedXRootD:
         self._terminate()
         if down_for > 0:
             threading.Event().wait(down_for)  # the outage itself, not a wait for the server
-        command = [self.binary, "-c", str(self._write_config()), "-l", str(self.log_path)]
-        user = unprivileged_user()
-        if user:
-            command += ["-R", user]
-        self.process = subprocess.Popen(
-            command, cwd=self.directory, stdout=subprocess.DEVNULL,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        self._launch(unprivileged_user())
         error = self._wait_ready()
         if error:
             raise EndpointError(f"the embedded xrootd did not restart on port {self.port}: "

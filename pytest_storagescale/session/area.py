@@ -223,15 +223,19 @@ class RunArea:
         return text + (f"; not removed: {'; '.join(failed)}" if failed else "")
 
     def _remove_stale(self, run: StaleRun) -> str | None:
+        return self._clean_tree(run.path)
+
+    def _clean_tree(self, path: str) -> str | None:
+        """Remove ``path`` through a client that may write only below it; the
+        storage's refusal as text."""
         from ..load.engine import cleanup_tree
 
         try:
-            driver = self.endpoint.driver_spec(run.path).connect("cleanup",
-                                                                timeout=self.timeout)
+            driver = self.endpoint.driver_spec(path).connect("cleanup", timeout=self.timeout)
         except StorageError as exc:
             return str(exc)
         try:
-            return cleanup_tree(driver, run.path)
+            return cleanup_tree(driver, path)
         finally:
             driver.close()
 
@@ -246,16 +250,9 @@ class RunArea:
             self.stale_note = self._note_file.read_text()
         if not self.used:
             return None
-        from ..load.engine import cleanup_tree
-
         try:
-            driver = self.endpoint.driver_spec(self.path).connect("cleanup", timeout=self.timeout)
-        except StorageError as exc:
-            return str(exc)
-        try:
-            return cleanup_tree(driver, self.path)
+            return self._clean_tree(self.path)
         finally:
-            driver.close()
             self._ready = False
             self.marker.unlink(missing_ok=True)
 
