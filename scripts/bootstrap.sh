@@ -14,32 +14,52 @@ cd "$(dirname "$0")/.."
 PACKAGES=(xrootd-server xrootd-server-plugins xrootd-client python3-xrootd
           gfal2 gfal2-plugin-file gfal2-plugin-http gfal2-plugin-xrootd python3-gfal2
           python3-venv openssl chromium chromium-driver)
+# installed without their recommends (Ceph's would add ceph-mgr and more)
+LEAN_PACKAGES=(
+          # native HTTP driver and client-CPU accounting
+          python3-pycurl python3-psutil
+          # make bench: the C++ XrdCl loop and h2load beside the engine
+          libxrootd-client-dev g++ nghttp2-client
+          # the embedded family (--storage-embedded): logins, WebDAV, GridFTP, Ceph
+          krb5-kdc krb5-admin-server krb5-user xrootd-scitokens-plugins libscitokens0
+          globus-proxy-utils voms-clients apache2 globus-gridftp-server-progs
+          gfal2-plugin-gridftp ceph-mon ceph-osd ceph-common xrootd-ceph-plugins)
 # commands that may come from elsewhere on the machine (a JDK, nodesource's node):
 # their Debian packages are installed only when the command is missing
 command -v java >/dev/null || PACKAGES+=(default-jre-headless)
 command -v npm >/dev/null || PACKAGES+=(npm)
 SYSTEM_PYTHON=/usr/bin/python3
 
-missing=()
-for pkg in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-done
-if [ ${#missing[@]} -gt 0 ]; then
+missing_of() {  # the named packages that are not installed
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+            || printf '%s\n' "$pkg"
+    done
+}
+install_packages() {  # install_packages [apt options...] -- packages...
+    local options=() packages=()
+    while [ "$1" != "--" ]; do options+=("$1"); shift; done
+    shift
+    mapfile -t packages < <(missing_of "$@")
+    [ ${#packages[@]} -gt 0 ] || return 0
     if [ "$(id -u)" = 0 ]; then
-        echo "bootstrap: installing system packages: ${missing[*]}"
+        echo "bootstrap: installing system packages: ${packages[*]}"
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
-        apt-get install -y -qq "${missing[@]}" >/dev/null
+        apt-get install -y -qq "${options[@]}" "${packages[@]}" >/dev/null
     elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-        echo "bootstrap: installing system packages with sudo: ${missing[*]}"
+        echo "bootstrap: installing system packages with sudo: ${packages[*]}"
         sudo apt-get update -qq
-        sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+        sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${options[@]}" \
+            "${packages[@]}" >/dev/null
     else
-        echo "bootstrap: missing system packages: ${missing[*]}" >&2
-        echo "bootstrap: install them with: sudo apt-get install ${missing[*]}" >&2
+        echo "bootstrap: missing system packages: ${packages[*]}" >&2
+        echo "bootstrap: install them with: sudo apt-get install ${options[*]} ${packages[*]}" >&2
         exit 1
     fi
-fi
+}
+install_packages -- "${PACKAGES[@]}"
+install_packages --no-install-recommends -- "${LEAN_PACKAGES[@]}"
 
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import XRootD' 2>/dev/null; then
     echo "bootstrap: creating .venv from $SYSTEM_PYTHON (with system site-packages)"
