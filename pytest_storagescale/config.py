@@ -23,7 +23,21 @@ from .redact import redact_option, redact_url
 from .shipped import shipped_thresholds
 from .units import parse_duration
 
-EMBEDDED_PROTOCOLS = ("root", "davs")
+#: the protocols of the embedded servers (each serves some: --storage-embedded)
+EMBEDDED_PROTOCOLS = ("root", "davs", "https", "gsiftp")
+
+
+def parse_embedded(value: str) -> str:
+    """One of the embedded servers (``xrootd``, ``ceph``, ``xcache``, ``webdav``...)."""
+    from .endpoints.family import embedded_kinds  # names only: nothing is imported
+
+    return parse_choice(value, embedded_kinds(), what="--storage-embedded")
+
+
+def parse_login(value: str) -> str:
+    from .endpoints.family import LOGINS
+
+    return parse_choice(value, LOGINS, what="--storage-embedded-login")
 
 def parse_clients(value: str, *, what: str = "--storage-clients") -> tuple[int, ...]:
     """Parse a comma-separated list of concurrencies such as ``5,50,200``."""
@@ -186,12 +200,25 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "--storage-executor", parse_executor, "threads",
         "how clients run: threads (default) or processes (spawned; hung ones killed).",
     ),
+    "storage_embedded": (
+        "--storage-embedded", parse_embedded, None,
+        "the server started on loopback when no --storage-endpoint is given: xrootd "
+        "(default), ceph (Ceph with the XRootD gateway), xcache (an XRootD proxy cache in "
+        "front of xrootd), webdav (Apache mod_dav), gridftp (Globus GridFTP). A suite's "
+        "conftest may name the one that fits it.",
+    ),
+    "storage_embedded_login": (
+        "--storage-embedded-login", parse_login, "unix",
+        "how clients log in to the embedded server: unix (default), krb5, gsi or token; "
+        "the session makes the throwaway realm, certificates, proxy or token.",
+    ),
     "storage_embedded_protocol": (
         "--storage-embedded-protocol",
         lambda v: parse_choice(v, EMBEDDED_PROTOCOLS, what="--storage-embedded-protocol"),
-        "root",
-        "protocol the suites use on the embedded endpoint: root (xroot) or davs "
-        "(HTTPS/WebDAV, TLS verified against the session's throwaway CA).",
+        None,
+        "protocol the suites use on the embedded endpoint: root (xroot), davs/https "
+        "(HTTPS/WebDAV, TLS verified against the session's throwaway CA) or gsiftp; "
+        "default: the first the embedded server serves.",
     ),
     "storage_driver": (
         "--storage-driver", parse_driver, "auto",
@@ -253,6 +280,12 @@ class Settings:
     def from_config(cls, config: pytest.Config) -> Settings:
         values = {name: resolve_setting(config, name) for name in OPTIONS}
         return cls(values, Path(config.rootpath), Path(config.invocation_params.dir))
+
+    def with_value(self, name: str, value: Any, source: str) -> Settings:
+        """These settings with ``storage_<name>`` set from ``source``."""
+        values = dict(self.values)
+        values[f"storage_{name}"] = Setting(value, source)
+        return Settings(values, self.rootpath, self.invocation_path)
 
     def __getattr__(self, name: str) -> Any:
         try:

@@ -43,3 +43,11 @@ def pytest_storagescale_metrics() -> dict[str, str] | None:
 def pytest_storagescale_drivers() -> list | None:
     """Driver classes (subclasses of :class:`pytest_storagescale.drivers.base.Driver`)
     the endpoint may use: chosen by URL scheme or by ``--storage-driver NAME``."""
+
+
+@pytest.hookspec
+def pytest_storagescale_embedded(config: pytest.Config) -> str | None:
+    """The embedded server this suite fits (``"ceph"``, ``"webdav"``...), used when the
+    user names none with ``--storage-embedded``. Implement it in the suite's
+    ``conftest.py``; it is read when that conftest is loaded before the session starts
+    (``pytest suites/ceph``). Suites that disagree are a usage error."""

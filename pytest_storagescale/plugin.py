@@ -65,11 +65,27 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", marker)
     # an xdist worker gets the controller's run id, endpoint and shared folder
     shared = getattr(config, "workerinput", {}).get(WORKER_INPUT_KEY)
-    run = StorageRun(Settings.from_config(config), role=role_of(config), shared=shared)
+    settings = with_suite_embedded(Settings.from_config(config), config)
+    run = StorageRun(settings, role=role_of(config), shared=shared)
     config.stash[storage_run_key] = run
     run.endpoint.check()
     if run.owns_results:  # a worker's reports tell the controller a step is logged
         config.pluginmanager.register(StepCollector(run), "storagescale-step-collector")
+
+
+def with_suite_embedded(settings: Settings, config: pytest.Config) -> Settings:
+    """The embedded server the suite's conftest names, unless the user named one."""
+    if settings.embedded is not None:
+        return settings
+    wanted = set(config.hook.pytest_storagescale_embedded(config=config))
+    if len(wanted) > 1:
+        raise pytest.UsageError(
+            f"the suites given want different embedded servers ({', '.join(sorted(wanted))}"
+            f"): run them separately, or choose one with --storage-embedded KIND."
+        )
+    if wanted:
+        return settings.with_value("embedded", wanted.pop(), "the suite's conftest")
+    return settings
 
 
 @pytest.hookimpl(optionalhook=True)

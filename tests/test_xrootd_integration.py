@@ -218,7 +218,7 @@ def test_xrootd_suite_against_embedded_server(pytester):
     result.assert_outcomes(passed=6)
     result.stdout.fnmatch_lines([
         "storagescale: xrootd 5.* at root://127.0.0.1:*//storagescale"
-        " (version detected from the xrootd binary)",
+        " (version detected from the embedded xrootd)",
         "*thresholds: *thresholds/xrootd/5.x.toml (matched version 5.* with pattern '5.[*]')",
         "op*clients*succeeded*rate*",
         "stat*3*pass", "ls*3*pass", "put*3*pass", "get*3*pass",

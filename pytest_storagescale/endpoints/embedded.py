@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from ..errors import EndpointError
+from .family import EmbeddedServer
 from .url import HTTPS_SCHEMES
 
 INSTALL_HINT = (
@@ -75,15 +76,21 @@ def unprivileged_user() -> str | None:
     )
 
 
-class EmbeddedXRootD:
+class EmbeddedXRootD(EmbeddedServer):
     """A throwaway xrootd serving ``root://127.0.0.1:<port>//storagescale``.
 
     ``extra_config`` lines are appended to the configuration (e.g. the throttle
     plugin). Use as a context manager or call :meth:`start` / :meth:`stop`.
     """
 
+    kind = "xrootd"
+    schemes = ("root", "davs")
+    packages = ("xrootd-server", "xrootd-server-plugins")
+    binaries = ("xrootd",)
+
     def __init__(self, *, extra_config: str = "", startup_timeout: float = 30.0,
-                 https: bool = True) -> None:
+                 https: bool = True, login: str = "unix") -> None:
+        super().__init__(login=login)
         self.extra_config = extra_config
         self.https = https
         self.http_port = 0
@@ -110,8 +117,7 @@ class EmbeddedXRootD:
     @property
     def ca_dir(self) -> str:
         """The throwaway CA (hashed directory, as X509_CERT_DIR expects)."""
-        assert self.directory is not None
-        return str(self.directory / "ca")
+        return str(self.directory / "ca") if self.directory is not None and self.https else ""
 
     @property
     def pid(self) -> int:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..config import Settings
 from ..drivers.registry import DriverSpec, driver_class, driver_spec
+from ..endpoints.family import DEFAULT_KIND, check_embedded_choice, start_embedded
 from ..endpoints.url import EndpointURL
 from ..endpoints.version import detect_version
 from ..errors import EndpointError, StorageError
@@ -17,10 +18,11 @@ VERSION_TIMEOUT = 10.0
 
 
 class EndpointUnderTest:
-    """``--storage-endpoint``, or the embedded xrootd started on first use.
+    """``--storage-endpoint``, or the embedded server (``--storage-embedded``) started
+    on first use.
 
     Under xdist the controller starts the embedded server and the workers get its URL
-    and CA through ``shared`` (see :meth:`shared_info`)."""
+    and driver options (CA, credentials) through ``shared`` (see :meth:`shared_info`)."""
 
     def __init__(self, settings: Settings, shared: dict[str, Any] | None = None) -> None:
         self.settings = settings
@@ -35,13 +37,25 @@ class EndpointUnderTest:
         if not self.is_embedded:
             driver_spec(self.settings.endpoint, driver=self.settings.driver,
                         options=self._options())
-        elif self.settings.driver != "auto":
+            return
+        _ = self.protocol  # refuses a protocol or login the embedded server lacks
+        if self.settings.driver != "auto":
             driver_class(self.settings.driver)
 
     # -- where ---------------------------------------------------------------------
     @property
     def is_embedded(self) -> bool:
         return self.settings.endpoint is None
+
+    @property
+    def embedded_kind(self) -> str:
+        return self.settings.embedded or DEFAULT_KIND
+
+    @property
+    def protocol(self) -> str:
+        """The scheme used on the embedded server (its first, unless one was asked)."""
+        return check_embedded_choice(self.embedded_kind, self.settings.embedded_protocol,
+                                     self.settings.embedded_login)
 
     @property
     def url(self) -> EndpointURL:
@@ -57,14 +71,14 @@ class EndpointUnderTest:
             return self.settings.endpoint
         if self._shared is not None:
             return self._shared["endpoint_url"]
-        from ..endpoints.embedded import EmbeddedXRootD
-
-        self._server = EmbeddedXRootD().start()
-        return self._server.url_for(self.settings.embedded_protocol)
+        protocol = self.protocol
+        self._server = start_embedded(self.embedded_kind, self.settings.embedded_login)
+        return self._server.url_for(protocol)
 
     @property
     def embedded_server(self):
-        """The :class:`EmbeddedXRootD` this process runs (None: remote, or a worker)."""
+        """The :class:`~pytest_storagescale.endpoints.family.EmbeddedServer` this
+        process runs (None: remote, or a worker)."""
         return self._server
 
     @property
@@ -73,8 +87,8 @@ class EndpointUnderTest:
         if self._url is not None:
             return self._url.display
         if self.is_embedded:
-            return (f"embedded xrootd ({self.settings.embedded_protocol}://127.0.0.1:"
-                    f"<free port>//storagescale)")
+            return (f"embedded {self.embedded_kind} ({self.protocol}://127.0.0.1:"
+                    f"<free port>, {self.settings.embedded_login} login)")
         try:
             return EndpointURL.parse(self.settings.endpoint).display
         except EndpointError:
@@ -84,17 +98,17 @@ class EndpointUnderTest:
     def identity(self) -> str:
         """What names the endpoint across runs (the embedded one's port changes)."""
         if self.is_embedded:
-            return f"embedded xrootd ({self.url.scheme})"
+            login = self.settings.embedded_login
+            suffix = "" if login == "unix" else f", {login} login"
+            return f"embedded {self.embedded_kind} ({self.url.scheme}{suffix})"
         return self.url.display
 
     # -- how -------------------------------------------------------------------------
     def _options(self) -> dict[str, str]:
-        options = dict(self.settings.driver_options or {})
-        ca_dir = (self._shared or {}).get("ca_dir") or (
-            self._server.ca_dir if self._server is not None else None)
-        if ca_dir and "ca_dir" not in options:
-            options["ca_dir"] = ca_dir
-        return options
+        """The user's driver options over those the embedded server hands out."""
+        server = (self._shared or {}).get("driver_options") or (
+            self._server.driver_options() if self._server is not None else {})
+        return {**server, **(self.settings.driver_options or {})}
 
     def driver_spec(self, writable_root: str | None) -> DriverSpec:
         """How to open clients of the endpoint that may write only below ``writable_root``."""
@@ -112,9 +126,10 @@ class EndpointUnderTest:
     def shared_info(self) -> dict[str, Any]:
         """What an xdist worker needs to reach the same endpoint."""
         if not self.is_embedded:
-            return {"endpoint_url": None, "ca_dir": None}
+            return {"endpoint_url": None, "driver_options": {}}
         url = self.url.url  # starts the server, once
-        return {"endpoint_url": url, "ca_dir": self._server.ca_dir if self._server else None}
+        return {"endpoint_url": url, "embedded_version": self.version,
+                "driver_options": self._server.driver_options() if self._server else {}}
 
     # -- which version -----------------------------------------------------------------
     @property
@@ -128,14 +143,18 @@ class EndpointUnderTest:
         if self.settings.version:
             return f"from {self.settings.source('version')}"
         if self.is_embedded:
-            return "detected from the xrootd binary"
+            return f"detected from the embedded {self.embedded_kind}"
         return f"detected from {self.url.server}"
 
     def _detect_version(self) -> str:
-        if self.is_embedded:
+        if self.is_embedded and self._server is not None:
+            return self._server.version
+        if self.is_embedded and (self._shared or {}).get("embedded_version"):
+            return self._shared["embedded_version"]
+        if self.is_embedded and self._shared is None and self.embedded_kind == "xrootd":
             from ..endpoints.embedded import xrootd_version
 
-            return xrootd_version()
+            return xrootd_version()  # without starting it
         from ..load.watch import call_with_deadline
 
         # one query: a deadline of its own, kept even by a library that ignores its timeout

@@ -1,0 +1,86 @@
+"""Choosing an embedded server: ``--storage-embedded``, its protocols and logins, and
+the default a suite's conftest names."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_storagescale.endpoints.family import (
+    EMBEDDED_SERVERS,
+    EmbeddedServer,
+    check_embedded_choice,
+    embedded_class,
+)
+from pytest_storagescale.errors import EndpointError, StorageScaleUsageError
+
+SUITE = """
+def test_endpoint(storage_endpoint):
+    print("URL", storage_endpoint.url.split(":")[0], storage_endpoint.driver_name)
+"""
+
+
+def test_every_registered_server_is_an_embedded_server():
+    for kind in EMBEDDED_SERVERS:
+        try:
+            cls = embedded_class(kind)
+        except EndpointError as exc:  # a member not in this installation is one paragraph
+            assert "--storage-embedded xrootd" in str(exc)
+            continue
+        assert issubclass(cls, EmbeddedServer) and cls.kind == kind and cls.schemes
+
+
+def test_unknown_kind_protocol_and_login_are_usage_errors():
+    with pytest.raises(StorageScaleUsageError, match="unknown server 'minio'.*xrootd"):
+        embedded_class("minio")
+    with pytest.raises(StorageScaleUsageError, match="gsiftp.*serves root, davs"):
+        check_embedded_choice("xrootd", "gsiftp", "unix")
+    assert check_embedded_choice("xrootd", None, "unix") == "root"
+
+
+def test_missing_binary_names_the_install_command(monkeypatch):
+    class Absent(EmbeddedServer):
+        kind = "absent"
+        schemes = ("root",)
+        packages = ("absent-server",)
+        binaries = ("storagescale-no-such-binary",)
+
+    with pytest.raises(EndpointError, match="apt-get install absent-server"):
+        Absent.check_installed()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--storage-embedded", "minio"], "--storage-embedded: unknown value 'minio'"),
+    (["--storage-embedded-login", "ntlm"], "--storage-embedded-login: unknown value 'ntlm'"),
+    (["--storage-embedded-protocol", "gsiftp"], "the embedded xrootd serves root, davs"),
+])
+def test_bad_choices_stop_before_any_test(pytester, args, message):
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest(*args, "-p", "no:cacheprovider")
+    assert result.ret != 0
+    assert message in result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_suite_conftest_names_its_server_and_the_option_wins(pytester):
+    pytester.makeconftest("""
+def pytest_storagescale_embedded(config):
+    return "xrootd"
+""")
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("-s", "-p", "no:cacheprovider",
+                                "--storage-embedded-protocol", "davs")
+    result.assert_outcomes(passed=1)
+    assert "storage_embedded: xrootd (from the suite's conftest)" in result.stdout.str()
+    result.stdout.fnmatch_lines(["*URL davs *"])
+
+
+def test_suites_that_disagree_must_be_told_which(pytester):
+    for name, kind in (("a", "xrootd"), ("b", "ceph")):
+        folder = pytester.mkpydir(name)
+        (folder / "conftest.py").write_text(
+            f"def pytest_storagescale_embedded(config):\n    return {kind!r}\n")
+        (folder / "test_x.py").write_text(SUITE)
+    result = pytester.runpytest("a", "b", "-p", "no:cacheprovider")
+    assert result.ret != 0
+    assert "want different embedded servers (ceph, xrootd)" in (
+        result.stdout.str() + result.stderr.str())
