@@ -133,6 +133,25 @@ def parse_driver_options(values: str | list[str] | tuple[str, ...]) -> dict[str,
     return options
 
 
+def parse_doors(values: str | list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``NAME=URL`` doors of the storage besides ``--storage-endpoint`` (repeated
+    option, or one per line in the ini file); the conformance suite runs over each."""
+    items = values.splitlines() if isinstance(values, str) else list(values)
+    doors = {}
+    for item in (i.strip() for i in items):
+        if not item or item.startswith("#"):
+            continue
+        name, sep, url = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z][\w.-]*", name.strip()) or "://" not in url:
+            raise StorageScaleUsageError(
+                f"--storage-door: {redact_url(item)!r} is not NAME=URL. Write e.g. "
+                f"--storage-door davs=davs://host:2880/pnfs/test/storagescale (a name of "
+                f"letters, digits, '.', '_' or '-'; ini: storage_doors, one per line)."
+            )
+        doors[name.strip()] = url.strip()
+    return doors
+
+
 @dataclass(frozen=True)
 class Setting:
     """One resolved value and where it came from (for the header)."""
@@ -241,9 +260,15 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "remove the run directories that killed runs left in the test area (only those "
         "carrying the plugin's owner file) before the first test uses the storage.",
     ),
+    "storage_doors": (
+        "--storage-door", parse_doors, None,
+        "NAME=URL: another door of the same storage (e.g. davs=davs://host:2880/path "
+        "next to a root:// endpoint), repeatable; the conformance suite runs its checks "
+        "through every door and across them.",
+    ),
 }
 #: options given several times on the command line (their values are lists)
-REPEATABLE = ("storage_driver_options",)
+REPEATABLE = ("storage_driver_options", "storage_doors")
 #: options that are flags on the command line (no value)
 FLAGS = ("storage_clean_stale",)
 #: settings whose values are credentials or may hold them: the header shows no value
@@ -341,6 +366,8 @@ def _shown(name: str, value: Any) -> str:
         return ", ".join(f"{key}=***" for key in value)
     if name == "storage_endpoint":
         return redact_url(str(value))
+    if name == "storage_doors" and isinstance(value, dict):
+        return ", ".join(f"{door}={redact_url(url)}" for door, url in value.items())
     if isinstance(value, tuple):
         return ",".join(map(str, value))
     return str(value)

@@ -129,7 +129,19 @@ class EndpointUnderTest:
             return {"endpoint_url": None, "driver_options": {}}
         url = self.url.url  # starts the server, once
         return {"endpoint_url": url, "embedded_version": self.version,
-                "driver_options": self._server.driver_options() if self._server else {}}
+                "driver_options": self._server.driver_options() if self._server else {},
+                "door_urls": self.door_urls()}
+
+    def door_urls(self) -> dict[str, str]:
+        """Every door of the embedded server, scheme -> its test area URL (the
+        conformance suite's doors); empty for a remote endpoint."""
+        if not self.is_embedded:
+            return {}
+        if self._shared is not None:
+            return dict(self._shared.get("door_urls") or {})
+        _ = self.url  # starts the server, once
+        server = self._server
+        return {scheme: server.url_for(scheme) for scheme in server.schemes} if server else {}
 
     # -- which version -----------------------------------------------------------------
     @property
