@@ -204,8 +204,14 @@ register_driver(
     "a venv with --system-site-packages) or 'pip install xrootd'",
 )
 register_driver(
-    "pytest_storagescale.drivers.gfal2:Gfal2Driver", name="gfal2",
-    schemes=(*HTTP_SCHEMES, "srm", "gsiftp"),
+    "pytest_storagescale.drivers.http:HTTPDriver", name="http", schemes=HTTP_SCHEMES,
+    install_hint="pycurl: 'apt-get install python3-pycurl' (Debian, then a venv with "
+    "--system-site-packages) or 'pip install pycurl'",
+)
+# gfal2 speaks davs:// too (--storage-driver gfal2: what gfal-* users feel); under auto
+# the http driver serves the HTTP doors
+register_driver(
+    "pytest_storagescale.drivers.gfal2:Gfal2Driver", name="gfal2", schemes=("srm", "gsiftp"),
     install_hint="gfal2-python: 'apt-get install python3-gfal2 gfal2-plugin-http "
     "gfal2-plugin-xrootd gfal2-plugin-file' (then a venv with --system-site-packages)",
 )

@@ -1,0 +1,619 @@
+"""HTTP/WebDAV driver (libcurl through pycurl) for ``davs://``, ``https://``, ``dav://``
+and ``http://`` doors: dCache's WebDAV door, XrdHttp, EOS, Apache mod_dav.
+
+Chosen by measurement (docs/benchmarks.md, "HTTP clients"): a libcurl easy handle
+per client releases the GIL for the whole request, costs a fraction of the CPU of
+the pure-Python clients per request, and keeps up with h2load on the same door.
+
+**One client, one connection.** A driver instance is one client: one easy handle
+with its own connection, kept alive between requests, and its own TLS session cache,
+so a connection the server closed is made again with a resumed TLS session. When
+the session's own connections are used from several threads at once (the set-up
+uploads in parallel) each thread gets a handle of its own.
+
+**TLS** is always verified: against the grid CA folder (a hashed directory) of the
+driver option ``ca_dir``, else ``$X509_CERT_DIR``, else
+``/etc/grid-security/certificates`` -- never switched off. **Credentials**: an RFC
+3820 proxy or a plain certificate in one PEM file (``x509_proxy``, else
+``$X509_USER_PROXY``), or a certificate and key in two files (``x509_user_cert``
+and ``x509_user_key``, else ``$X509_USER_CERT``/``$X509_USER_KEY``); a bearer token
+(``token``, else ``$BEARER_TOKEN``, else the file ``$BEARER_TOKEN_FILE``), sent as
+``Authorization: Bearer`` and never shown; or ``user:password@`` in the URL (basic
+authentication). Over plain ``http://`` no credential is sent.
+
+**Every request has a deadline** (the driver's timeout, connection included).
+**Checksums**: downloads ask for ``Want-Digest: adler32`` and compare the server's
+``Digest`` with the adler32 of the bytes received; uploads compare the adler32 of
+the data with the one the server gives after the upload (a ``HEAD``), as gfal2 and
+``gfal-copy`` do; a server that offers no adler32 is not asked again by that client
+(driver option ``checksum=none`` switches the checks off).
+
+**Deleting is careful**: a WebDAV ``DELETE`` of a collection is recursive on most
+servers, and the plugin's clean-up relies on ``rmdir`` refusing a directory that has
+entries. So :meth:`HTTPDriver._rmdir` lists the directory first (``PROPFIND Depth:
+1``) and refuses one with entries (``not_empty``, as every driver does); only an
+empty one is deleted. The window between the listing and the ``DELETE`` is a race:
+an entry another client creates in it meanwhile is deleted with it (only inside the
+run's own directory: every mutating call is guarded). A file is deleted with
+``Depth: 0``, which a server such as Apache refuses for a collection.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import email.utils
+import os
+import threading
+import zlib
+from collections.abc import Mapping
+from http import HTTPStatus
+from urllib.parse import quote, unquote, urlsplit
+from xml.etree import ElementTree
+
+import pycurl
+
+from ..endpoints.url import HTTP_SCHEMES, HTTPS_SCHEMES
+from ..endpoints.version import DEFAULT_CA_DIR, version_from_server_header
+from ..errors import (
+    StorageError,
+    StorageNotFound,
+    StoragePermissionDenied,
+    StorageScaleUsageError,
+    StorageTimeout,
+    StorageUnreachable,
+)
+from .base import Driver, StatInfo
+
+_DAV = "{DAV:}"
+#: what ``stat`` and ``ls`` ask for (a server answers only these, not all it knows)
+_PROPFIND_BODY = (
+    b'<?xml version="1.0" encoding="utf-8"?><D:propfind xmlns:D="DAV:"><D:prop>'
+    b"<D:resourcetype/><D:getcontentlength/><D:getlastmodified/></D:prop></D:propfind>"
+)
+_TIMEOUT_CODES = {pycurl.E_OPERATION_TIMEDOUT}
+_UNREACHABLE_CODES = {
+    pycurl.E_COULDNT_CONNECT, pycurl.E_COULDNT_RESOLVE_HOST, pycurl.E_GOT_NOTHING,
+    pycurl.E_RECV_ERROR, pycurl.E_SEND_ERROR, pycurl.E_COULDNT_RESOLVE_PROXY,
+}
+_TLS_CODES = {
+    pycurl.E_PEER_FAILED_VERIFICATION, pycurl.E_SSL_CONNECT_ERROR, pycurl.E_SSL_CACERT,
+    pycurl.E_SSL_CACERT_BADFILE, pycurl.E_SSL_CIPHER, pycurl.E_SSL_ISSUER_ERROR,
+    pycurl.E_SSL_CRL_BADFILE, pycurl.E_SSL_PEER_CERTIFICATE, pycurl.E_SSL_INVALIDCERTSTATUS,
+}
+_CLIENT_CERT_CODES = {pycurl.E_SSL_CERTPROBLEM, pycurl.E_SSL_ENGINE_SETFAILED}
+_TIMEOUT_STATUSES = {408, 504}
+_PERMISSION_STATUSES = {401, 403}
+_NOT_FOUND_STATUSES = {404, 410}
+_OK_STATUSES = frozenset(range(200, 300))
+#: checksum algorithms whose Digest value is hex (RFC 3230 registry); others are base64
+_HEX_DIGESTS = {"adler32", "crc32c", "unixcksum"}
+_BUFFER = 512 * 1024
+
+
+class Body:
+    """What a request answered: status, headers asked for, body or its size."""
+
+    __slots__ = ("status", "headers", "chunks", "size", "adler32", "keep")
+
+    def __init__(self, keep: bool = True) -> None:
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.adler32 = 1
+        self.keep = keep
+
+    def write(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        self.adler32 = zlib.adler32(chunk, self.adler32)
+        if self.keep:
+            self.chunks.append(chunk)
+
+    def header(self, line: bytes) -> None:
+        name, sep, value = line.decode("latin-1").partition(":")
+        if sep:
+            self.headers[name.strip().lower()] = value.strip()
+        elif line.startswith(b"HTTP/"):  # a new answer (after 100 Continue, a redirect)
+            self.headers.clear()
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+class HTTPDriver(Driver):
+    """One HTTP/WebDAV client: one kept-alive connection (libcurl easy handle)."""
+
+    name = "http"
+    schemes = HTTP_SCHEMES
+    option_names = ("ca_dir", "x509_proxy", "x509_user_cert", "x509_user_key", "token",
+                    "checksum")
+    secret_options = ("token",)
+    #: the door's connection, and one to a data server the door redirects to
+    files_per_client = 2
+    #: nothing goes into the environment: every setting is the handle's own
+    option_environment: Mapping[str, str] = {}
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, str]) -> None:
+        ca_dir = options.get("ca_dir")
+        if ca_dir and not os.path.isdir(ca_dir):
+            raise StorageScaleUsageError(
+                f"--storage-driver-option ca_dir={ca_dir}: no such folder. It is the grid CA "
+                f"folder (hashed, like {DEFAULT_CA_DIR}) the server's certificate is "
+                f"checked against.")
+        for key in ("x509_proxy", "x509_user_cert", "x509_user_key"):
+            path = options.get(key)
+            if path and not os.access(path, os.R_OK):
+                raise StorageScaleUsageError(
+                    f"--storage-driver-option {key}={path}: not a readable file. Give the "
+                    f"PEM file (a proxy holds certificate, key and chain in one file).")
+        if options.get("checksum", "adler32").lower() not in ("adler32", "none"):
+            raise StorageScaleUsageError(
+                f"--storage-driver-option checksum={options['checksum']}: valid values are "
+                f"adler32 (verify uploads and downloads, the default) and none.")
+
+    def __init__(self, endpoint, **kwargs) -> None:
+        super().__init__(endpoint, **kwargs)
+        secure = endpoint.scheme in HTTPS_SCHEMES
+        port = f":{endpoint.port}" if endpoint.port else ""
+        self._base = f"{'https' if secure else 'http'}://{endpoint.host}{port}"
+        self._secure = secure
+        self._timeout_ms = max(1, int(self.timeout * 1000))
+        self.ca_dir = (self.options.get("ca_dir") or os.environ.get("X509_CERT_DIR")
+                       or DEFAULT_CA_DIR)
+        self._verify = self.options.get("checksum", "adler32").lower() == "adler32"
+        auth = [f"Authorization: Bearer {token}"] if secure and (token := self._token()) else []
+        self._propfind_headers = {
+            depth: [*auth, "Content-Type: application/xml", f"Depth: {depth}"]
+            for depth in ("0", "1")}
+        self._auth = auth
+        self._idle: list[pycurl.Curl] = []
+        self._closed = False
+        self._checksums: dict[int, tuple[bytes, str]] = {}
+        self._checksums_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<HTTPDriver {self.endpoint.display} client {self.client_id}>"
+
+    # -- credentials and handles -------------------------------------------------
+    def _token(self) -> str | None:
+        token = self.options.get("token") or os.environ.get("BEARER_TOKEN")
+        if not token and os.environ.get("BEARER_TOKEN_FILE"):
+            try:
+                with open(os.environ["BEARER_TOKEN_FILE"]) as stream:
+                    token = stream.read()
+            except OSError:
+                token = None
+        return token.strip() if token else None
+
+    def _certificate(self) -> tuple[str | None, str | None]:
+        """The client certificate and key files, when one is configured."""
+        options = self.options
+        if options.get("x509_proxy"):
+            return options["x509_proxy"], options["x509_proxy"]
+        if options.get("x509_user_cert"):
+            return options["x509_user_cert"], options.get("x509_user_key")
+        if os.environ.get("X509_USER_PROXY"):
+            return os.environ["X509_USER_PROXY"], os.environ["X509_USER_PROXY"]
+        return os.environ.get("X509_USER_CERT"), os.environ.get("X509_USER_KEY")
+
+    def _new_handle(self) -> pycurl.Curl:
+        handle = pycurl.Curl()
+        handle.setopt(pycurl.NOSIGNAL, 1)
+        handle.setopt(pycurl.TIMEOUT_MS, self._timeout_ms)
+        handle.setopt(pycurl.CONNECTTIMEOUT_MS, self._timeout_ms)
+        handle.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
+        handle.setopt(pycurl.MAXCONNECTS, self.files_per_client)
+        handle.setopt(pycurl.FOLLOWLOCATION, 1)
+        handle.setopt(pycurl.MAXREDIRS, 5)
+        handle.setopt(pycurl.POSTREDIR, pycurl.REDIR_POST_ALL)  # a PUT keeps its body
+        handle.setopt(pycurl.BUFFERSIZE, _BUFFER)
+        handle.setopt(pycurl.USERAGENT, f"pytest-storagescale/{self.client_id}")
+        if self._secure:
+            handle.setopt(pycurl.SSL_VERIFYPEER, 1)
+            handle.setopt(pycurl.SSL_VERIFYHOST, 2)
+            handle.setopt(pycurl.CAPATH, self.ca_dir)
+            handle.unsetopt(pycurl.CAINFO)  # the grid CA folder only, not the system bundle
+            cert, key = self._certificate()
+            if cert:
+                handle.setopt(pycurl.SSLCERT, cert)
+                handle.setopt(pycurl.SSLCERTTYPE, "PEM")
+                handle.setopt(pycurl.SSLKEY, key or cert)
+            parts = urlsplit(self.endpoint.url)
+            if parts.username:
+                handle.setopt(pycurl.USERNAME, unquote(parts.username))
+                handle.setopt(pycurl.PASSWORD, unquote(parts.password or ""))
+        return handle
+
+    def _url(self, path: str) -> str:
+        return self._base + quote(path, safe="/-._~")
+
+    def _request(self, method: str, path: str, *, headers: list[str] | None = None,
+                 body: bytes | None = None, sink: Body | None = None,
+                 want_headers: bool = False, operation: str = "") -> Body:
+        """One request on this client's connection, within the deadline."""
+        answer = sink or Body()
+        handle = self._idle.pop() if self._idle else self._new_handle()
+        try:
+            handle.setopt(pycurl.URL, self._url(path))
+            handle.setopt(pycurl.HTTPGET, 1)  # resets the method, upload and no-body
+            if method == "HEAD":
+                handle.setopt(pycurl.NOBODY, 1)
+            elif body is not None:
+                handle.setopt(pycurl.POSTFIELDS, body)
+            if method in ("GET", "HEAD"):
+                handle.unsetopt(pycurl.CUSTOMREQUEST)
+            else:
+                handle.setopt(pycurl.CUSTOMREQUEST, method)
+            handle.setopt(pycurl.HTTPHEADER, headers if headers is not None else self._auth)
+            handle.setopt(pycurl.WRITEFUNCTION, answer.write)
+            # (a handle's header callback cannot be unset: len() takes a line in C)
+            handle.setopt(pycurl.HEADERFUNCTION, answer.header if want_headers else len)
+            handle.perform()
+            answer.status = handle.getinfo(pycurl.RESPONSE_CODE)
+        except pycurl.error as exc:
+            handle.close()  # its connection is in an unknown state
+            raise self._curl_error(exc, operation or method.lower(), path) from None
+        if self._closed:
+            handle.close()
+        else:
+            self._idle.append(handle)
+        return answer
+
+    # -- errors -------------------------------------------------------------------
+    def _kwargs(self, operation: str, path: str, native: str) -> dict:
+        return dict(driver=self.name, endpoint=self.endpoint.server, operation=operation,
+                    path=path, native_status=native)
+
+    def _curl_error(self, exc: pycurl.error, operation: str, path: str) -> StorageError:
+        code, message = exc.args[0], str(exc.args[1] if len(exc.args) > 1 else exc)
+        kwargs = self._kwargs(operation, path, f"curl error {code}")
+        if code in _TLS_CODES:
+            return StorageUnreachable(
+                f"TLS verification failed: {message}. The server's certificate is checked "
+                f"against the CA folder {self.ca_dir} (driver option ca_dir, else "
+                f"$X509_CERT_DIR, else {DEFAULT_CA_DIR}), never switched off: install the "
+                f"server's CA there (a hashed folder: openssl rehash FOLDER) or point ca_dir "
+                f"at the folder holding it", error_class="tls", **kwargs)
+        if code in _CLIENT_CERT_CODES:
+            cert, _ = self._certificate()
+            return StoragePermissionDenied(
+                f"the client certificate {cert} cannot be used: {message}. Give a PEM proxy "
+                f"(x509_proxy) or x509_user_cert and x509_user_key", error_class="tls_client",
+                **kwargs)
+        if code in _TIMEOUT_CODES:
+            return StorageTimeout(f"{message} (deadline {self.timeout:g} s)",
+                                  error_class="timeout", **kwargs)
+        if code in _UNREACHABLE_CODES:
+            return StorageUnreachable(message, error_class="unreachable", **kwargs)
+        return StorageError(message, error_class=f"curl_{code}", **kwargs)
+
+    def _status_error(self, answer: Body, operation: str, path: str) -> StorageError:
+        status = answer.status
+        try:
+            reason = HTTPStatus(status).phrase
+        except ValueError:
+            reason = ""
+        kwargs = self._kwargs(operation, path, f"HTTP {status} {reason}".strip())
+        text = " ".join(_text_of(answer.data).split())[:200] or reason or f"HTTP {status}"
+        if status in _NOT_FOUND_STATUSES:
+            return StorageNotFound(text, error_class="not_found", **kwargs)
+        if status in _PERMISSION_STATUSES:
+            return StoragePermissionDenied(text, error_class="permission", **kwargs)
+        if status in _TIMEOUT_STATUSES:
+            return StorageTimeout(text, error_class="timeout", **kwargs)
+        if status == 507:
+            return StorageError(f"no space left: {text}", error_class="no_space", **kwargs)
+        return StorageError(text, error_class=f"http_{status}", **kwargs)
+
+    def _check(self, answer: Body, operation: str, path: str) -> Body:
+        if answer.status not in _OK_STATUSES:
+            raise self._status_error(answer, operation, path)
+        return answer
+
+    # -- namespace ----------------------------------------------------------------
+    def _propfind(self, path: str, depth: str, operation: str) -> list[tuple[str, StatInfo]]:
+        answer = self._request("PROPFIND", path, headers=self._propfind_headers[depth],
+                               body=_PROPFIND_BODY, operation=operation)
+        if answer.status != 207:
+            if answer.status in _OK_STATUSES:
+                raise StorageError(
+                    f"the server answered PROPFIND with HTTP {answer.status}, not a WebDAV "
+                    f"207 Multi-Status: is this a WebDAV door?",
+                    error_class="not_webdav", **self._kwargs(operation, path, "HTTP "
+                                                             f"{answer.status}"))
+            raise self._status_error(answer, operation, path)
+        try:
+            return _multistatus(answer.data)
+        except ElementTree.ParseError as exc:
+            raise StorageError(f"unreadable PROPFIND answer: {exc}", error_class="bad_answer",
+                               **self._kwargs(operation, path, "HTTP 207")) from None
+
+    def _stat(self, path: str) -> StatInfo:
+        entries = self._propfind(path, "0", "stat")
+        if not entries:
+            raise StorageError("the PROPFIND answer names no entry", error_class="bad_answer",
+                               **self._kwargs("stat", path, "HTTP 207"))
+        return entries[0][1]
+
+    def _entries(self, path: str, operation: str) -> list[str]:
+        """The names in directory ``path`` (``Depth: 1``, its own entry left out)."""
+        own = "/" + path.strip("/")
+        return sorted(
+            href.rstrip("/").rpartition("/")[2] for href, _ in
+            self._propfind(path, "1", operation) if href.rstrip("/") not in (own, ""))
+
+    def _ls(self, path: str) -> list[str]:
+        return self._entries(path, "ls")
+
+    def _mkdir(self, path: str) -> None:
+        """``mkdir -p``: MKCOL, its parents first when the server answers 409 Conflict
+        (XrdHttp makes the parents itself and accepts an existing directory)."""
+        answer = self._request("MKCOL", path, operation="mkdir")
+        if answer.status in _OK_STATUSES:
+            return
+        if answer.status == 405:  # it exists: fine when it is a directory
+            if self._stat(path).is_dir:
+                return
+            raise StorageError("exists and is not a directory", error_class="not_a_directory",
+                               **self._kwargs("mkdir", path, "HTTP 405"))
+        parent = path.rstrip("/").rpartition("/")[0]
+        if answer.status == 409 and parent not in ("", path):
+            self._mkdir(parent)
+            self._check(self._request("MKCOL", path, operation="mkdir"), "mkdir", path)
+            return
+        raise self._status_error(answer, "mkdir", path)
+
+    def _mkdir_exclusive(self, path: str) -> None:
+        """The parent must be a directory and ``path`` must not exist (PROPFIND both):
+        XrdHttp's MKCOL accepts an existing path and makes missing parents, so the
+        check before it is what makes it exclusive there; a server that answers 405
+        for an existing path is refused as ``exists`` too."""
+        parent = path.rstrip("/").rpartition("/")[0] or "/"
+        if not self._stat(parent).is_dir:
+            raise StorageError("the parent is not a directory", error_class="not_a_directory",
+                               **self._kwargs("mkdir", path, ""))
+        try:
+            self._stat(path)
+        except StorageNotFound:
+            answer = self._request("MKCOL", path, operation="mkdir")
+            if answer.status == 405:
+                raise StorageError("file exists", error_class="exists",
+                                   **self._kwargs("mkdir", path, "HTTP 405")) from None
+            self._check(answer, "mkdir", path)
+            return
+        raise StorageError("file exists", error_class="exists",
+                           **self._kwargs("mkdir", path, ""))
+
+    def _delete(self, path: str) -> None:
+        # Depth: 0 -- a server that follows RFC 4918 refuses it for a collection
+        self._check(self._request("DELETE", path, headers=[*self._auth, "Depth: 0"],
+                                  operation="delete"), "delete", path)
+
+    def _rmdir(self, path: str) -> None:
+        """Delete an empty directory; refuse a file and a directory with entries."""
+        entries = self._propfind(path, "1", "rmdir")
+        own = "/" + path.strip("/")
+        if not any(info.is_dir for href, info in entries if href.rstrip("/") == own):
+            raise StorageError("not a directory", error_class="not_a_directory",
+                               **self._kwargs("rmdir", path, ""))
+        inside = [href for href, _ in entries if href.rstrip("/") != own]
+        if inside:
+            raise StorageError(
+                f"directory not empty ({len(inside)} entries): not deleted (a WebDAV DELETE "
+                f"would remove them all)", error_class="not_empty",
+                **self._kwargs("rmdir", path, "PROPFIND Depth 1"))
+        self._check(self._request("DELETE", path, operation="rmdir"), "rmdir", path)
+
+    def _rename(self, source: str, target: str) -> None:
+        headers = [*self._auth, f"Destination: {self._url(target)}", "Overwrite: T"]
+        self._check(self._request("MOVE", source, headers=headers, operation="rename"),
+                    "rename", source)
+
+    def _checksum(self, path: str, algorithm: str) -> str:
+        answer = self._check(self._request(
+            "HEAD", path, headers=[*self._auth, f"Want-Digest: {algorithm.lower()}"],
+            want_headers=True, operation="checksum"), "checksum", path)
+        value = _digest(answer.headers.get("digest", ""), algorithm)
+        if value is None:
+            raise StorageError(
+                f"the server offers no {algorithm} checksum (its Digest header: "
+                f"{answer.headers.get('digest', 'none')!r})", error_class="checksum_type",
+                **self._kwargs("checksum", path, f"HTTP {answer.status}"))
+        return value
+
+    def _version(self) -> str:
+        """The door's ``Server`` header (``dCache/9.2.4``, ``XrootD/v5.5.3``)."""
+        path = self.endpoint.path
+        answer = self._check(self._request("HEAD", path, want_headers=True,
+                                           operation="version"), "version", path)
+        server = answer.headers.get("server", "")
+        version = version_from_server_header(server)
+        if version is None:
+            raise StorageError(f"the Server header {server!r} names no version I can read; "
+                               f"give it: --storage-version VERSION", error_class="version",
+                               **self._kwargs("version", path, f"HTTP {answer.status}"))
+        return version
+
+    # -- data ---------------------------------------------------------------------
+    def _put(self, path: str, data: bytes) -> int:
+        """PUT the whole file (overwriting; a missing parent is made), then compare the
+        adler32 the server gives with the data's."""
+        headers = [*self._auth, "Content-Type: application/octet-stream"]
+        answer = self._request("PUT", path, headers=headers, body=data, operation="put")
+        if answer.status == 409:  # the parent is missing (Apache, dCache)
+            self._mkdir(path.rstrip("/").rpartition("/")[0] or "/")
+            answer = self._request("PUT", path, headers=headers, body=data, operation="put")
+        self._check(answer, "put", path)
+        if self._verify:
+            check = self._request("HEAD", path, headers=[*self._auth, "Want-Digest: adler32"],
+                                  want_headers=True, operation="put")
+            self._check(check, "put", path)
+            self._compare(check, self._adler32_of(data), "put", path)
+        return len(data)
+
+    def _adler32_of(self, data: bytes) -> str:
+        """adler32 of ``data``, computed once per data object (steps upload one
+        payload over and over)."""
+        with self._checksums_lock:
+            known = self._checksums.get(id(data))
+            if known is None or known[0] is not data:
+                if len(self._checksums) > 8:
+                    self._checksums.clear()
+                known = self._checksums[id(data)] = (data, f"{zlib.adler32(data):08x}")
+            return known[1]
+
+    def _compare(self, answer: Body, local: str, operation: str, path: str) -> None:
+        """Refuse a transfer whose adler32 differs from the server's; a server that
+        offers none is not asked again by this client."""
+        remote = _digest(answer.headers.get("digest", ""), "adler32")
+        if remote is None:
+            self._verify = False
+            return
+        if remote != local:
+            raise StorageError(
+                f"adler32 mismatch: the server has {remote}, the client "
+                f"{'sent' if operation == 'put' else 'received'} {local}",
+                error_class="checksum_mismatch",
+                **self._kwargs(operation, path, f"HTTP {answer.status}"))
+
+    def _get(self, path: str, local_path: str | None) -> int:
+        headers = [*self._auth, "Want-Digest: adler32"] if self._verify else self._auth
+        sink = Body(keep=bool(local_path))
+        answer = self._check(self._request("GET", path, headers=headers, sink=sink,
+                                           want_headers=self._verify, operation="get"),
+                             "get", path)
+        if self._verify:
+            self._compare(answer, f"{answer.adler32:08x}", "get", path)
+        if local_path:
+            with open(local_path, "wb") as stream:
+                for chunk in answer.chunks:
+                    stream.write(chunk)
+        return answer.size
+
+    def _range(self, path: str, ranges: list[tuple[int, int]], operation: str) -> Body:
+        spec = ",".join(f"{offset}-{offset + size - 1}" for offset, size in ranges)
+        return self._check(self._request(
+            "GET", path, headers=[*self._auth, f"Range: bytes={spec}"], want_headers=True,
+            operation=operation), operation, path)
+
+    def _read(self, path: str, offset: int, size: int) -> bytes:
+        if size <= 0:
+            return b""
+        answer = self._range(path, [(offset, size)], "read")
+        data = answer.data
+        return data if answer.status == 206 else data[offset:offset + size]
+
+    def _readv(self, path: str, chunks: list[tuple[int, int]]) -> int:
+        """All chunks in one request (a multi-range GET: XrdHttp turns it into a readv);
+        returns the bytes of the chunks received."""
+        chunks = [(offset, size) for offset, size in chunks if size > 0]
+        if not chunks:
+            return 0
+        answer = self._range(path, chunks, "readv")
+        if answer.status != 206:  # the whole file: cut the chunks out
+            data = answer.data
+            return sum(len(data[offset:offset + size]) for offset, size in chunks)
+        kind = answer.headers.get("content-type", "")
+        if not kind.lower().startswith("multipart/byteranges"):
+            return answer.size
+        boundary = kind.partition("boundary=")[2].strip().strip('"')
+        return sum(len(part) for part in _byteranges(answer.data, boundary.encode()))
+
+    def close(self) -> None:
+        self._closed = True
+        while self._idle:
+            self._idle.pop().close()
+        with self._checksums_lock:
+            self._checksums.clear()
+
+
+# -- answers --------------------------------------------------------------------------
+def _multistatus(data: bytes) -> list[tuple[str, StatInfo]]:
+    """``(href path, StatInfo)`` of each response of a 207 answer, in its order."""
+    entries = []
+    for response in ElementTree.fromstring(data).iter(f"{_DAV}response"):
+        href = unquote(urlsplit(response.findtext(f"{_DAV}href", "")).path)
+        size, is_dir, modified = 0, False, None
+        for propstat in response.iter(f"{_DAV}propstat"):
+            if " 200" not in (propstat.findtext(f"{_DAV}status") or " 200"):
+                continue
+            for prop in propstat.iter(f"{_DAV}prop"):
+                length = prop.findtext(f"{_DAV}getcontentlength")
+                size = int(length) if length and length.strip().isdigit() else size
+                kind = prop.find(f"{_DAV}resourcetype")
+                is_dir = is_dir or (kind is not None and kind.find(f"{_DAV}collection")
+                                    is not None)
+                modified = _http_date(prop.findtext(f"{_DAV}getlastmodified")) or modified
+        entries.append((href, StatInfo(size=0 if is_dir else size, is_dir=is_dir,
+                                       modified=modified)))
+    return entries
+
+
+def _http_date(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(text.strip()).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def _digest(header: str, algorithm: str) -> str | None:
+    """The value of ``algorithm`` in a ``Digest`` header, as lower-case hex
+    (``adler32=0a1b2c3d, md5=...``); None when it is not there."""
+    for item in header.split(","):
+        name, sep, value = item.strip().partition("=")
+        if not sep or name.strip().lower() != algorithm.lower():
+            continue
+        value = value.strip()
+        if name.strip().lower() in _HEX_DIGESTS:
+            return value.lower().rjust(8, "0")
+        try:
+            return base64.b64decode(value, validate=True).hex()
+        except (binascii.Error, ValueError):
+            return value.lower()
+    return None
+
+
+def _byteranges(data: bytes, boundary: bytes) -> list[bytes]:
+    """The parts of a ``multipart/byteranges`` body, each cut by the length its
+    ``Content-Range`` gives (a part's bytes may contain the boundary)."""
+    parts, position, marker = [], 0, b"--" + boundary
+    while True:
+        start = data.find(marker, position)
+        if start < 0 or data.startswith(b"--", start + len(marker)):
+            return parts
+        head_end = data.find(b"\r\n\r\n", start)
+        if head_end < 0:
+            return parts
+        first, last = _content_range(data[start:head_end])
+        body = head_end + 4
+        parts.append(data[body:body + last - first + 1])
+        position = body + last - first + 1
+
+
+def _content_range(head: bytes) -> tuple[int, int]:
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-range":
+            first, _, rest = value.strip().partition(b" ")[2].partition(b"-")
+            return int(first), int(rest.partition(b"/")[0])
+    raise ValueError("a multipart/byteranges part without Content-Range")
+
+
+def _text_of(data: bytes) -> str:
+    """An error page's words, without markup."""
+    text = data[:2000].decode("utf-8", "replace")
+    out, inside = [], False
+    for char in text:
+        if char == "<":
+            inside = True
+        elif char == ">":
+            inside = False
+            out.append(" ")
+        elif not inside:
+            out.append(char)
+    return "".join(out)
