@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from ..errors import EndpointError
+from .credentials import CertificateFiles, ThrowawayCA
 from .family import EmbeddedServer
 from .url import HTTPS_SCHEMES
 
@@ -100,6 +101,9 @@ class EmbeddedXRootD(EmbeddedServer):
         self.process: subprocess.Popen | None = None
         self.port = 0
         self.version = ""
+        #: the session's throwaway CA and host certificate (made by start())
+        self.authority: ThrowawayCA | None = None
+        self.host_certificate: CertificateFiles | None = None
 
     @property
     def url(self) -> str:
@@ -160,42 +164,12 @@ class EmbeddedXRootD(EmbeddedServer):
         ]
 
     def _make_certificates(self) -> None:
-        """A throwaway CA and a host certificate for 127.0.0.1/localhost (openssl CLI)."""
-        openssl = shutil.which("openssl")
-        if openssl is None:
-            raise EndpointError(
-                "the embedded endpoint's HTTPS needs the openssl command: "
-                "'sudo apt-get install openssl'."
-            )
+        """A throwaway CA (``ca/``) and a host certificate for localhost/127.0.0.1
+        (``tls/host.pem``, ``tls/host.key`` 0400): :mod:`.credentials`."""
         assert self.directory is not None
-        ca, tls = self.directory / "ca", self.directory / "tls"
-        ca.mkdir()
-        tls.mkdir()
-        ext = tls / "ext.cnf"
-        ext.write_text(
-            "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
-            "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
-        )
-        steps = [
-            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tls / "ca.key"),
-             "-out", str(ca / "storagescale-ca.pem"), "-days", "2",
-             "-subj", "/CN=pytest-storagescale throwaway CA"],
-            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tls / "host.key"),
-             "-out", str(tls / "host.csr"), "-subj", "/CN=localhost"],
-            ["x509", "-req", "-in", str(tls / "host.csr"), "-CA", str(ca / "storagescale-ca.pem"),
-             "-CAkey", str(tls / "ca.key"), "-CAcreateserial", "-out", str(tls / "host.pem"),
-             "-days", "2", "-extfile", str(ext)],
-            ["rehash", str(ca)],
-        ]
-        for step in steps:
-            done = subprocess.run([openssl, *step], capture_output=True, text=True, timeout=60)
-            if done.returncode != 0:
-                raise EndpointError(
-                    f"making the embedded endpoint's certificates failed: openssl "
-                    f"{' '.join(step[:2])}: {done.stderr.strip()[-300:]}"
-                )
-        (tls / "host.key").chmod(0o400)  # xrootd refuses a key others can read
-        (tls / "ca.key").unlink()
+        self.authority = ThrowawayCA(self.directory)
+        self.host_certificate = self.authority.issue_host(
+            self.directory / "tls" / "host.pem", self.directory / "tls" / "host.key")
 
     def start(self) -> EmbeddedXRootD:
         self.version = xrootd_version(self.binary)
