@@ -80,7 +80,7 @@ def parse_driver(value: str) -> str:
     if not re.fullmatch(r"[a-z][a-z0-9_.-]*", name):
         raise StorageScaleUsageError(
             f"--storage-driver: {value!r} is not a driver name. Write auto (by URL scheme) "
-            f"or a driver's name, e.g. xrootd, gfal2, local, memory."
+            f"or a driver's name, e.g. xrootd, http, gfal2, local, memory."
         )
     return name
 
@@ -241,7 +241,7 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
     ),
     "storage_driver": (
         "--storage-driver", parse_driver, "auto",
-        "client library: auto (by URL scheme), or a driver's name: xrootd, gfal2, local, "
+        "client library: auto (by URL scheme), or a driver's name: xrootd, http, gfal2, local, "
         "memory, or one a site registered.",
     ),
     "storage_driver_options": (

@@ -56,18 +56,19 @@ class ToyDriver(memory.MemoryDriver):
 
 # -- registry -----------------------------------------------------------------------
 def test_builtin_drivers_and_schemes():
-    assert {"xrootd", "gfal2", "local", "memory"} <= set(driver_names())
+    assert {"xrootd", "http", "gfal2", "local", "memory"} <= set(driver_names())
     assert {"root", "davs", "file", "memory", "srm", "gsiftp"} <= set(known_schemes())
     assert driver_spec("root://h:1094//data/t").name == "xrootd"
     assert driver_spec("root://h:1094//data/t", driver="gfal2").name == "gfal2"
-    assert driver_spec("davs://h:2880/data/t").name == "gfal2"
+    assert driver_spec("davs://h:2880/data/t").name == "http"
+    assert driver_spec("davs://h:2880/data/t", driver="gfal2").name == "gfal2"
     assert driver_spec("file:///tmp/area").name == "local"
     assert driver_spec("memory://s/area").name == "memory"
 
 
 def test_unknown_driver_names_the_known_ones():
     with pytest.raises(StorageScaleUsageError, match=r"unknown driver 'nope'\. Known drivers: "
-                                                     r"xrootd, gfal2, local, memory"):
+                                                     r"xrootd, http, gfal2, local, memory"):
         driver_class("nope")
 
 
@@ -119,7 +120,7 @@ def test_forced_driver_that_cannot_speak_the_scheme_names_the_fix():
     assert str(info.value) == (
         "--storage-driver xrootd cannot speak davs://: the xrootd driver speaks root://, "
         "xroot://, roots://. To fix it, use --storage-driver auto (davs:// is served by the "
-        "gfal2 driver) or give an endpoint URL with one of those schemes."
+        "http driver) or give an endpoint URL with one of those schemes."
     )
     assert "\n" not in str(info.value)
 

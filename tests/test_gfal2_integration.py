@@ -66,7 +66,7 @@ def test_namespace_operations(gfal):
 def test_wrong_ca_is_a_clear_tls_error(embedded_xrootd, tmp_path):
     other_ca = tmp_path / "empty-ca"
     other_ca.mkdir()
-    driver = driver_spec(embedded_xrootd.https_url, writable_root="/storagescale/x",
+    driver = driver_spec(embedded_xrootd.https_url, driver="gfal2", writable_root="/storagescale/x",
                          options={"ca_dir": str(other_ca)}).connect("functional-ca", timeout=10)
     try:
         with pytest.raises(StorageUnreachable) as info:
@@ -81,7 +81,8 @@ def test_wrong_ca_is_a_clear_tls_error(embedded_xrootd, tmp_path):
 
 
 def test_version_from_server_header(embedded_xrootd):
-    spec = driver_spec(embedded_xrootd.https_url, options={"ca_dir": embedded_xrootd.ca_dir})
+    spec = driver_spec(embedded_xrootd.https_url, driver="gfal2",
+                       options={"ca_dir": embedded_xrootd.ca_dir})
     assert spec.name == "gfal2"
     assert detect_version(spec) == embedded_xrootd.version
     assert version_from_server_header("dCache/9.2.4") == "9.2.4"
@@ -93,7 +94,8 @@ def test_version_from_server_header(embedded_xrootd):
 def test_driver_can_be_forced_per_scheme():
     assert driver_spec("root://h//data/t").name == "xrootd"
     assert driver_spec("root://h//data/t", driver="gfal2").name == "gfal2"
-    assert driver_spec("davs://h/data/t").name == "gfal2"
+    assert driver_spec("davs://h/data/t").name == "http"
+    assert driver_spec("davs://h/data/t", driver="gfal2").name == "gfal2"
     assert driver_spec("srm://h/data/t").name == driver_spec("gsiftp://h/data/t").name == "gfal2"
     with pytest.raises(StorageScaleUsageError, match="cannot speak davs://"):
         driver_spec("davs://h/data/t", driver="xrootd")

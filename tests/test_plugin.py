@@ -132,7 +132,7 @@ def test_header_names_each_setting_and_its_source(pytester, suite, monkeypatch):
         ("--storage-duration=soon", "ERROR: --storage-duration: 'soon' is not a duration.*"),
         ("--storage-clients=many", "ERROR: --storage-clients: 'many' is not a list*"),
         ("--storage-driver=curl",
-         "ERROR: unknown driver 'curl'. Known drivers: xrootd, gfal2, local, memory*"),
+         "ERROR: unknown driver 'curl'. Known drivers: xrootd, http, gfal2, local, memory*"),
         ("--storage-scale=2", "ERROR: --storage-scale: '2' is not a plan scale*"),
         ("--storage-driver-option=token", "ERROR: --storage-driver-option: '[*][*][*]' is not key=value*"),
     ],

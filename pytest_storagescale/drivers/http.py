@@ -43,7 +43,9 @@ from __future__ import annotations
 import base64
 import binascii
 import email.utils
+import functools
 import os
+import re
 import threading
 import zlib
 from collections.abc import Mapping
@@ -89,24 +91,31 @@ _OK_STATUSES = frozenset(range(200, 300))
 #: checksum algorithms whose Digest value is hex (RFC 3230 registry); others are base64
 _HEX_DIGESTS = {"adler32", "crc32c", "unixcksum"}
 _BUFFER = 512 * 1024
+#: the fast reading of a one-entry 207 answer (stat): any namespace prefix
+_TAG = rb"<(?:[\w.-]+:)?"
+_LENGTH = re.compile(_TAG + rb"getcontentlength[^>]*>\s*(\d+)\s*<")
+_MODIFIED = re.compile(_TAG + rb"getlastmodified[^>]*>([^<]*)<")
+_COLLECTION = re.compile(_TAG + rb"resourcetype[^>/]*>\s*" + _TAG + rb"collection\b")
 
 
 class Body:
     """What a request answered: status, headers asked for, body or its size."""
 
-    __slots__ = ("status", "headers", "chunks", "size", "adler32", "keep")
+    __slots__ = ("status", "headers", "chunks", "size", "adler32", "keep", "digest")
 
-    def __init__(self, keep: bool = True) -> None:
+    def __init__(self, keep: bool = True, digest: bool = False) -> None:
         self.status = 0
         self.headers: dict[str, str] = {}
         self.chunks: list[bytes] = []
         self.size = 0
         self.adler32 = 1
         self.keep = keep
+        self.digest = digest
 
     def write(self, chunk: bytes) -> None:
         self.size += len(chunk)
-        self.adler32 = zlib.adler32(chunk, self.adler32)
+        if self.digest:
+            self.adler32 = zlib.adler32(chunk, self.adler32)
         if self.keep:
             self.chunks.append(chunk)
 
@@ -228,7 +237,7 @@ class HTTPDriver(Driver):
         return handle
 
     def _url(self, path: str) -> str:
-        return self._base + quote(path, safe="/-._~")
+        return self._base + _quoted(path)
 
     def _request(self, method: str, path: str, *, headers: list[str] | None = None,
                  body: bytes | None = None, sink: Body | None = None,
@@ -317,6 +326,10 @@ class HTTPDriver(Driver):
     def _propfind(self, path: str, depth: str, operation: str) -> list[tuple[str, StatInfo]]:
         answer = self._request("PROPFIND", path, headers=self._propfind_headers[depth],
                                body=_PROPFIND_BODY, operation=operation)
+        return self._read_multistatus(answer, path, operation)
+
+    def _read_multistatus(self, answer: Body, path: str,
+                          operation: str) -> list[tuple[str, StatInfo]]:
         if answer.status != 207:
             if answer.status in _OK_STATUSES:
                 raise StorageError(
@@ -332,7 +345,13 @@ class HTTPDriver(Driver):
                                **self._kwargs(operation, path, "HTTP 207")) from None
 
     def _stat(self, path: str) -> StatInfo:
-        entries = self._propfind(path, "0", "stat")
+        answer = self._request("PROPFIND", path, headers=self._propfind_headers["0"],
+                               body=_PROPFIND_BODY, operation="stat")
+        if answer.status == 207:
+            info = _one_entry(answer.data)
+            if info is not None:
+                return info
+        entries = self._read_multistatus(answer, path, "stat")
         if not entries:
             raise StorageError("the PROPFIND answer names no entry", error_class="bad_answer",
                                **self._kwargs("stat", path, "HTTP 207"))
@@ -481,7 +500,7 @@ class HTTPDriver(Driver):
 
     def _get(self, path: str, local_path: str | None) -> int:
         headers = [*self._auth, "Want-Digest: adler32"] if self._verify else self._auth
-        sink = Body(keep=bool(local_path))
+        sink = Body(keep=bool(local_path), digest=self._verify)
         answer = self._check(self._request("GET", path, headers=headers, sink=sink,
                                            want_headers=self._verify, operation="get"),
                              "get", path)
@@ -552,6 +571,29 @@ def _multistatus(data: bytes) -> list[tuple[str, StatInfo]]:
     return entries
 
 
+def _one_entry(data: bytes) -> StatInfo | None:
+    """A 207 answer of one entry whose properties all came back 200, read without an
+    XML parser (a tenth of its CPU: ``stat`` is the load's most frequent request);
+    None for anything else, which the XML parser reads."""
+    # one response element (its opening and closing tag), every status line a 200: a
+    # path that happens to hold these words only sends the answer to the XML parser
+    if data.count(b"response") != 2 or data.count(b"status>") != 2 * data.count(b" 200 "):
+        return None
+    is_dir = _COLLECTION.search(data) is not None
+    length = _LENGTH.search(data)
+    modified = _MODIFIED.search(data)
+    return StatInfo(size=int(length.group(1)) if length and not is_dir else 0, is_dir=is_dir,
+                    modified=_http_date(modified.group(1).decode("latin-1")) if modified
+                    else None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _quoted(path: str) -> str:
+    """A path as one URL path (spaces, brackets and the like escaped)."""
+    return quote(path, safe="/-._~")
+
+
+@functools.lru_cache(maxsize=4096)
 def _http_date(text: str | None) -> float | None:
     if not text:
         return None
