@@ -18,10 +18,13 @@ from ..endpoints.url import HTTP_SCHEMES, XROOTD_SCHEMES  # noqa: F401 - the dri
 
 #: driver option -> the environment variable the client libraries read it from:
 #: the CA folder, a GSI proxy, a bearer token (XRootD's ztn plugin and gfal2's HTTP
-#: plugin read BEARER_TOKEN), a Kerberos cache and XRootD's security protocols
+#: plugin read BEARER_TOKEN), a Kerberos cache, XRootD's security protocols (forced:
+#: ``krb5``, ``gsi``, ``ztn``, ``unix`` or a comma list) and the Kerberos
+#: configuration (a realm that is not in /etc/krb5.conf)
 CREDENTIAL_ENVIRONMENT = {
     "ca_dir": "X509_CERT_DIR", "x509_proxy": "X509_USER_PROXY", "token": "BEARER_TOKEN",
     "krb5ccname": "KRB5CCNAME", "security_protocol": "XrdSecPROTOCOL",
+    "krb5_config": "KRB5_CONFIG",
 }
 SECRET_OPTIONS = ("token",)
 #: the XRootD client's settings (read when the library starts, by the ``xrootd`` driver

@@ -307,3 +307,257 @@ def certificate_expiry(path: Path | str) -> dt.datetime:
     """When the first certificate in a PEM file (a proxy's own) stops being valid."""
     certificate = x509.load_pem_x509_certificate(Path(path).read_bytes())
     return certificate.not_valid_after.replace(tzinfo=dt.UTC)
+
+
+# -- Kerberos ---------------------------------------------------------------------------
+KERBEROS_PACKAGES = "krb5-kdc krb5-admin-server krb5-user"
+_KERBEROS_BINARIES = ("kdb5_util", "kadmin.local", "krb5kdc", "kinit")
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name) or next(
+        (f"{folder}/{name}" for folder in ("/usr/sbin", "/sbin", "/usr/bin")
+         if os.access(f"{folder}/{name}", os.X_OK)), None)
+    if path is None:
+        raise EndpointError(
+            f"the embedded server's Kerberos login needs {name}, not found. Install MIT "
+            f"Kerberos: 'sudo apt-get install {KERBEROS_PACKAGES}' (or run 'make setup').")
+    return path
+
+
+class KerberosRealm:
+    """A throwaway MIT Kerberos realm: a ``krb5kdc`` on a free loopback port with a
+    private database, ``krb5.conf`` and ``kdc.conf`` (``KRB5_CONFIG``,
+    ``KRB5_KDC_PROFILE``), keytabs for ``service`` (e.g. ``xrootd/localhost``) and
+    ``user``, and the user's credential cache (``kinit -k -t``). :meth:`stop` stops
+    the KDC; the caller removes ``directory``."""
+
+    def __init__(self, directory: Path | str, *, realm: str = "STORAGESCALE.TEST",
+                 service: str = "xrootd/localhost", user: str = "ssuser",
+                 service_owner: str | None = None, startup_timeout: float = 30.0) -> None:
+        self.directory = Path(directory)
+        self.realm = realm
+        self.service = f"{service}@{realm}"
+        self.user = f"{user}@{realm}"
+        self.service_owner = service_owner
+        self.startup_timeout = startup_timeout
+        self.port = 0
+        self.process: subprocess.Popen | None = None
+        self.krb5_config = self.directory / "krb5.conf"
+        self.kdc_profile = self.directory / "kdc.conf"
+        self.service_keytab = self.directory / "service.keytab"
+        self.user_keytab = self.directory / "user.keytab"
+        self.ccache = self.directory / "krb5cc_user"
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """What a process of this realm needs (the KDC tools, the server, a client)."""
+        return {"KRB5_CONFIG": str(self.krb5_config), "KRB5_KDC_PROFILE": str(self.kdc_profile),
+                "KRB5CCNAME": f"FILE:{self.ccache}"}
+
+    def _write_profiles(self) -> None:
+        d = self.directory
+        self.krb5_config.write_text(
+            f"[libdefaults]\n default_realm = {self.realm}\n dns_lookup_realm = false\n"
+            f" dns_lookup_kdc = false\n rdns = false\n udp_preference_limit = 1\n"
+            f" ticket_lifetime = 10h\n\n"
+            f"[realms]\n {self.realm} = {{\n  kdc = 127.0.0.1:{self.port}\n }}\n")
+        self.kdc_profile.write_text(
+            f"[kdcdefaults]\n kdc_listen = 127.0.0.1:{self.port}\n"
+            f" kdc_tcp_listen = 127.0.0.1:{self.port}\n\n"
+            f"[realms]\n {self.realm} = {{\n  database_name = {d / 'principal'}\n"
+            f"  key_stash_file = {d / 'stash'}\n  acl_file = {d / 'kadm5.acl'}\n"
+            f"  max_life = 10h\n }}\n\n[logging]\n kdc = FILE:{d / 'kdc.log'}\n")
+        self.krb5_config.chmod(0o644)
+
+    def _run(self, *command: str) -> None:
+        done = subprocess.run(list(command), capture_output=True, text=True, timeout=60,
+                              env={**os.environ, **self.environment})
+        if done.returncode != 0:
+            raise EndpointError(
+                f"setting up the throwaway Kerberos realm failed: {Path(command[0]).name} "
+                f"{' '.join(command[1:3])}: {(done.stderr or done.stdout).strip()[-300:]}")
+
+    def start(self) -> KerberosRealm:
+        """Create the database and keytabs, start the KDC, get the user's ticket."""
+        from .embedded import free_port
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self._write_profiles()
+        kadmin = _tool("kadmin.local")
+        self._run(_tool("kdb5_util"), "create", "-s", "-r", self.realm,
+                  "-P", secrets.token_urlsafe(24))
+        for principal, keytab in ((self.service, self.service_keytab),
+                                  (self.user, self.user_keytab)):
+            self._run(kadmin, "-r", self.realm, "-q", f"addprinc -randkey {principal}")
+            self._run(kadmin, "-r", self.realm, "-q", f"ktadd -k {keytab} {principal}")
+        hand_to(self.service_keytab, self.service_owner, 0o400)
+        self.process = subprocess.Popen(
+            [_tool("krb5kdc"), "-n", "-r", self.realm], cwd=self.directory,
+            env={**os.environ, **self.environment}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT, start_new_session=True)
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        """``kinit`` until the KDC answers (it is the readiness probe)."""
+        import time
+
+        assert self.process is not None
+        deadline = time.monotonic() + self.startup_timeout
+        error = ""
+        while time.monotonic() < deadline:
+            try:
+                code = self.process.wait(timeout=0.05)
+                error = f"krb5kdc exited with code {code}"
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                self.renew()
+                return
+            except EndpointError as exc:
+                error = str(exc)
+        self.stop()
+        log = self.directory / "kdc.log"
+        tail = log.read_text(errors="replace")[-600:] if log.exists() else "(no log)"
+        raise EndpointError(f"the throwaway Kerberos KDC did not start: {error}. "
+                            f"Log tail:\n{tail}")
+
+    def renew(self, ccache: Path | None = None) -> Path:
+        """``kinit -k -t <user keytab>`` into ``ccache`` (default: the realm's)."""
+        target = ccache or self.ccache
+        done = subprocess.run(
+            [_tool("kinit"), "-k", "-t", str(self.user_keytab), "-c", f"FILE:{target}",
+             self.user], capture_output=True, text=True, timeout=30,
+            env={**os.environ, **self.environment})
+        if done.returncode != 0:
+            raise EndpointError(f"kinit {self.user} failed: {done.stderr.strip()[-300:]}")
+        return target
+
+    def stop(self) -> None:
+        """Stop the KDC (idempotent)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=5)
+
+
+# -- SciTokens --------------------------------------------------------------------------
+SCITOKENS_PACKAGES = "libscitokens0 xrootd-scitokens-plugins"
+
+
+class _SciTokensLibrary:
+    """Debian's ``libSciTokens`` (scitokens-cpp) through ctypes: the library the
+    server's ``libXrdAccSciTokens`` validates with mints the session's tokens."""
+
+    def __init__(self) -> None:
+        import ctypes
+        import ctypes.util
+
+        name = ctypes.util.find_library("SciTokens") or "libSciTokens.so.0"
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            raise EndpointError(
+                f"the embedded server's token login needs libSciTokens, not found. Install "
+                f"it: 'sudo apt-get install {SCITOKENS_PACKAGES}' (or run 'make setup')."
+            ) from None
+        p, s, err = ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p)
+        for function, arguments, result in (
+            ("scitoken_key_create", [s, s, s, s, err], p),
+            ("scitoken_key_destroy", [p], None),
+            ("scitoken_create", [p], p),
+            ("scitoken_destroy", [p], None),
+            ("scitoken_set_claim_string", [p, s, s, err], ctypes.c_int),
+            ("scitoken_set_lifetime", [p, ctypes.c_int], None),
+            ("scitoken_serialize", [p, err, err], ctypes.c_int),
+            ("scitoken_store_public_ec_key", [s, s, s, err], ctypes.c_int),
+        ):
+            getattr(lib, function).argtypes = arguments
+            getattr(lib, function).restype = result
+        self.lib = lib
+        self.ctypes = ctypes
+
+    def check(self, code: int, error, what: str) -> None:
+        if code != 0:
+            message = error.value.decode(errors="replace") if error.value else "no reason"
+            raise EndpointError(f"libSciTokens could not {what}: {message}")
+
+
+class TokenIssuer:
+    """A throwaway SciTokens issuer: an EC P-256 key that signs tokens, and the
+    server-side key cache that trusts it.
+
+    scitokens-cpp fetches an issuer's keys over HTTPS with the system CA bundle only,
+    so the public key is stored into the cache the server reads instead
+    (``scitoken_store_public_ec_key`` under ``<cache_home>/scitokens``; the server runs
+    with ``XDG_CACHE_HOME=<cache_home>``)."""
+
+    def __init__(self, issuer: str = "https://localhost/storagescale-issuer", *,
+                 audience: str = "storagescale", key_id: str = "storagescale-es256") -> None:
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        self.issuer = issuer
+        self.audience = audience
+        self.key_id = key_id
+        key = ec.generate_private_key(ec.SECP256R1())
+        self._private_pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption())
+        self.public_pem = key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        self._library = _SciTokensLibrary()
+
+    def trust_in(self, cache_home: Path, owner: str | None = None) -> None:
+        """Store the issuer's public key in the key cache under ``cache_home`` (the
+        ``XDG_CACHE_HOME`` of the server process), owned by ``owner``."""
+        lib, ctypes = self._library.lib, self._library.ctypes
+        cache_home.mkdir(parents=True, exist_ok=True)
+        saved = os.environ.get("XDG_CACHE_HOME")
+        os.environ["XDG_CACHE_HOME"] = str(cache_home)
+        try:
+            error = ctypes.c_char_p()
+            code = lib.scitoken_store_public_ec_key(
+                self.issuer.encode(), self.key_id.encode(), self.public_pem,
+                ctypes.byref(error))
+            self._library.check(code, error, "store the issuer's key in the key cache")
+        finally:
+            if saved is None:
+                os.environ.pop("XDG_CACHE_HOME", None)
+            else:
+                os.environ["XDG_CACHE_HOME"] = saved
+        for path in [cache_home, *cache_home.rglob("*")]:
+            hand_to(path, owner)
+
+    def mint(self, *, subject: str = "ssuser", scope: str = "storage.read:/ "
+             "storage.create:/ storage.modify:/", lifetime: int = 3600) -> str:
+        """A signed WLCG-profile token (``storage.read/create/modify`` scopes under the
+        server's ``base_path``); a negative ``lifetime``: one that has already expired."""
+        lib, ctypes = self._library.lib, self._library.ctypes
+        error = ctypes.c_char_p()
+        key = lib.scitoken_key_create(self.key_id.encode(), b"ES256", self.public_pem,
+                                      self._private_pem, ctypes.byref(error))
+        if not key:
+            self._library.check(1, error, "load the token signing key")
+        token = lib.scitoken_create(key)
+        try:
+            for claim, value in (("iss", self.issuer), ("sub", subject),
+                                 ("aud", self.audience), ("scope", scope),
+                                 ("wlcg.ver", "1.0")):
+                code = lib.scitoken_set_claim_string(token, claim.encode(), value.encode(),
+                                                     ctypes.byref(error))
+                self._library.check(code, error, f"set the token's {claim} claim")
+            lib.scitoken_set_lifetime(token, lifetime)
+            serialized = ctypes.c_char_p()
+            code = lib.scitoken_serialize(token, ctypes.byref(serialized), ctypes.byref(error))
+            self._library.check(code, error, "sign the token")
+            return serialized.value.decode()
+        finally:
+            lib.scitoken_destroy(token)
+            lib.scitoken_key_destroy(key)

@@ -5,6 +5,15 @@ lives in a private temporary directory, runs as an unprivileged user when the
 session is root (xrootd refuses to run as root), is ready when it answers a
 ``query config version`` (probed, never slept for), and is stopped and removed at
 the end.
+
+Logins (``--storage-embedded-login``): ``unix`` (no security protocol configured:
+the login names the user), ``krb5`` (a throwaway MIT KDC; ``sec.protocol krb5`` with
+a service keytab), ``gsi`` (``sec.protocol gsi`` with the throwaway CA, a host
+certificate and a grid-mapfile; the client holds an RFC 3820 proxy and connects to
+``localhost``, the host certificate's name) and ``token`` (``sec.protocol ztn`` over
+TLS, authorised by ``libXrdAccSciTokens`` with a token signed by a throwaway issuer).
+Every credential a client needs is in :meth:`EmbeddedXRootD.driver_options`; the
+login's protocol is forced there too (``security_protocol``).
 """
 
 from __future__ import annotations
@@ -21,7 +30,13 @@ import time
 from pathlib import Path
 
 from ..errors import EndpointError
-from .credentials import CertificateFiles, ThrowawayCA
+from .credentials import (
+    CertificateFiles,
+    KerberosRealm,
+    ThrowawayCA,
+    TokenIssuer,
+    write_grid_mapfile,
+)
 from .family import EmbeddedServer
 from .url import HTTPS_SCHEMES
 
@@ -86,6 +101,7 @@ class EmbeddedXRootD(EmbeddedServer):
 
     kind = "xrootd"
     schemes = ("root", "davs")
+    logins = ("unix", "krb5", "gsi", "token")
     packages = ("xrootd-server", "xrootd-server-plugins")
     binaries = ("xrootd",)
 
@@ -104,11 +120,32 @@ class EmbeddedXRootD(EmbeddedServer):
         #: the session's throwaway CA and host certificate (made by start())
         self.authority: ThrowawayCA | None = None
         self.host_certificate: CertificateFiles | None = None
+        #: the login's credentials: a Kerberos realm, a user certificate and its
+        #: proxy, a token (made by start() for that login only)
+        self.realm: KerberosRealm | None = None
+        self.user_certificate: CertificateFiles | None = None
+        self.proxy: Path | None = None
+        self.token_issuer: TokenIssuer | None = None
+        self.token = ""
+        #: environment of the xrootd process (KRB5_CONFIG, XDG_CACHE_HOME...)
+        self._server_environment: dict[str, str] = {}
+        self._security_config: list[str] = []
+
+    @property
+    def host(self) -> str:
+        """``localhost`` for GSI (the name in the host certificate the client checks),
+        else ``127.0.0.1``."""
+        return "localhost" if self.login == "gsi" else "127.0.0.1"
+
+    @property
+    def tls(self) -> bool:
+        """Whether the server has a host certificate (``xrd.tls``): for davs, gsi, ztn."""
+        return self.https or self.login in ("gsi", "token")
 
     @property
     def url(self) -> str:
         """The test area's URL."""
-        return f"root://127.0.0.1:{self.port}/{AREA}"
+        return f"root://{self.host}:{self.port}/{AREA}"
 
     @property
     def https_url(self) -> str:
@@ -121,7 +158,29 @@ class EmbeddedXRootD(EmbeddedServer):
     @property
     def ca_dir(self) -> str:
         """The throwaway CA (hashed directory, as X509_CERT_DIR expects)."""
-        return str(self.directory / "ca") if self.directory is not None and self.https else ""
+        return str(self.directory / "ca") if self.directory is not None and self.tls else ""
+
+    @property
+    def client_directory(self) -> Path:
+        """The client's credentials (proxy, user certificate, ticket cache): owned by the
+        session's user, not the server's."""
+        assert self.directory is not None
+        return self.directory / "client"
+
+    def driver_options(self) -> dict[str, str]:
+        """CA folder and, per login, the forced protocol and the client's credential."""
+        options = super().driver_options()
+        if self.login == "krb5" and self.realm is not None:
+            options.update(security_protocol="krb5", krb5_config=str(self.realm.krb5_config),
+                           krb5ccname=f"FILE:{self.realm.ccache}")
+        elif self.login == "gsi" and self.proxy is not None:
+            options.update(security_protocol="gsi", x509_proxy=str(self.proxy))
+        elif self.login == "token" and self.token:
+            options.update(security_protocol="ztn", token=self.token)
+        return options
+
+    def describe(self) -> str:
+        return f"embedded xrootd {self.version} ({self.login} login)"
 
     @property
     def pid(self) -> int:
@@ -147,7 +206,10 @@ class EmbeddedXRootD(EmbeddedServer):
                 "xrootd.chksum adler32",
                 # enough threads for 1000+ clients blocked in requests
                 "xrd.sched mint 16 maxt 4096 avlt 256 idle 60",
-                *(self._https_config() if self.https else []),
+                *(self._https_config() if self.tls else []),
+                # the security framework only when a login needs it: unix is no protocol
+                *(["xrootd.seclib libXrdSec.so", *self._security_config]
+                  if self._security_config else []),
                 self.extra_config,
                 "",
             ])
@@ -160,7 +222,55 @@ class EmbeddedXRootD(EmbeddedServer):
         return [
             f"xrd.tls {d / 'tls' / 'host.pem'} {d / 'tls' / 'host.key'}",
             f"xrd.tlsca certdir {d / 'ca'}",
-            f"xrd.protocol XrdHttp:{self.http_port} libXrdHttp.so",
+            *([f"xrd.protocol XrdHttp:{self.http_port} libXrdHttp.so"] if self.https else []),
+        ]
+
+    def _prepare_login(self, user: str | None) -> None:
+        """Make the login's credentials; set the security lines of the configuration
+        and the server's environment."""
+        assert self.directory is not None
+        d, client = self.directory, self.client_directory
+        client.mkdir(mode=0o700)
+        if self.login == "krb5":
+            self.realm = KerberosRealm(d / "kerberos", service_owner=user).start()
+            self._server_environment = {"KRB5_CONFIG": str(self.realm.krb5_config),
+                                        "KRB5RCACHEDIR": str(d / "rcache")}
+            (d / "rcache").mkdir()
+            self._security_config = [
+                f"sec.protocol krb5 {self.realm.service_keytab} {self.realm.service}"]
+        elif self.login == "gsi":
+            assert self.authority is not None and self.host_certificate is not None
+            self.user_certificate = self.authority.issue_user(
+                client / "usercert.pem", client / "userkey.pem")
+            self.proxy = self.authority.make_proxy(self.user_certificate, client / "x509up")
+            mapfile = write_grid_mapfile(d / "grid-mapfile",
+                                         {self.user_certificate.subject: "ssuser"})
+            self._security_config = [
+                f"sec.protocol gsi -certdir:{d / 'ca'} -cert:{self.host_certificate.cert} "
+                f"-key:{self.host_certificate.key} -gridmap:{mapfile} -gmapopt:2 -crl:1 "
+                f"-dlgpxy:0"]
+        elif self.login == "token":
+            self._prepare_token()
+
+    def _prepare_token(self) -> None:
+        """A throwaway issuer trusted by the server's key cache, and a token from it;
+        ``ztn`` authenticates, ``libXrdAccSciTokens`` authorises by the token's scopes."""
+        assert self.directory is not None
+        d = self.directory
+        self.token_issuer = TokenIssuer()
+        self.token_issuer.trust_in(d / "cache")  # handed to the server's user with d
+        self.token = self.token_issuer.mint()
+        self._server_environment = {"XDG_CACHE_HOME": str(d / "cache")}
+        (d / "scitokens.cfg").write_text(
+            f"[Global]\naudience = {self.token_issuer.audience}\n\n"
+            f"[Issuer storagescale]\nissuer = {self.token_issuer.issuer}\n"
+            f"base_path = {AREA}\n")
+        (d / "authdb").write_text("# every right comes from the token's scopes\n")
+        self._security_config = [
+            "sec.protocol ztn",
+            "ofs.authorize 1",
+            f"acc.authdb {d / 'authdb'}",
+            f"ofs.authlib ++ libXrdAccSciTokens.so config={d / 'scitokens.cfg'}",
         ]
 
     def _make_certificates(self) -> None:
@@ -177,13 +287,20 @@ class EmbeddedXRootD(EmbeddedServer):
         for sub in ("data", "admin", "run"):
             (self.directory / sub).mkdir()
         (self.directory / "data" / AREA.strip("/")).mkdir()
-        if self.https:
+        if self.tls:
             self._make_certificates()
         user = unprivileged_user()
+        try:
+            self._prepare_login(user)
+        except Exception:
+            self.stop()
+            raise
         if user:
             entry = pwd.getpwnam(user)
+            private = (self.client_directory, self.directory / "kerberos")
             for path in [self.directory, *self.directory.rglob("*")]:
-                os.chown(path, entry.pw_uid, entry.pw_gid)
+                if not any(path == top or top in path.parents for top in private):
+                    os.chown(path, entry.pw_uid, entry.pw_gid)
         last_error = ""
         for _ in range(3):  # a port picked free can be taken before xrootd binds it
             self.port = free_port()
@@ -205,13 +322,14 @@ class EmbeddedXRootD(EmbeddedServer):
         self.process = subprocess.Popen(
             command, cwd=self.directory, stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **self._server_environment},
         )
 
     def _wait_ready(self) -> str:
         """Probe until the server answers; return '' when ready, else why not."""
         from ..drivers.registry import driver_spec
 
-        spec = driver_spec(self.url, driver="xrootd")
+        spec = driver_spec(self.url, driver="xrootd", options=self.driver_options())
         assert self.process is not None
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
@@ -281,8 +399,10 @@ class EmbeddedXRootD(EmbeddedServer):
             pass
 
     def stop(self) -> None:
-        """Stop the server and remove its directory."""
+        """Stop the server (and the login's KDC) and remove its directory."""
         self._terminate()
+        if self.realm is not None:
+            self.realm.stop()
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
