@@ -152,6 +152,13 @@ def parse_doors(values: str | list[str] | tuple[str, ...]) -> dict[str, str]:
     return doors
 
 
+def _parse_cluster(value: str) -> str:
+    """A Dask scheduler address or cluster recipe (checked, kept as written)."""
+    from .cluster.address import parse_cluster_address  # light: Dask is not imported
+
+    return parse_cluster_address(value).text
+
+
 @dataclass(frozen=True)
 class Setting:
     """One resolved value and where it came from (for the header)."""
@@ -265,6 +272,12 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "NAME=URL: another door of the same storage (e.g. davs=davs://host:2880/path "
         "next to a root:// endpoint), repeatable; the conformance suite runs its checks "
         "through every door and across them.",
+    ),
+    "storage_cluster": (
+        "--storage-cluster", _parse_cluster, None,
+        "run each step's clients on the hosts of a Dask cluster: a scheduler address "
+        "(tcp://head:8786), local:N (N worker processes here) or a dask-jobqueue recipe "
+        "with its number of hosts (htcondor:20, slurm:20). Default: clients run here.",
     ),
 }
 #: options given several times on the command line (their values are lists)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from . import extensions
+from .cluster import header_lines as cluster_header_lines
 from .config import FLAGS, OPTIONS, REPEATABLE, Settings
 from .errors import StorageScaleUsageError
 from .fixtures import (  # noqa: F401 - fixtures are registered by import
@@ -119,7 +120,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     lines = [f"storagescale: endpoint {run.endpoint.display}"]
     lines += [f"  {line}" for line in run.settings.header_lines()]
-    return lines
+    return lines + cluster_header_lines(run.settings.cluster)  # hosts and clock offsets
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from .cluster.breakdown import HostResult
 from .load.stats import SideResult, StepResult, sides_from_json
 from .metrics import MEASURED
 
@@ -145,6 +146,10 @@ class StepRecord:
     error: str | None = None
     cleanup_error: str | None = None
     baseline: BaselineComparison | None = None
+    #: a cluster step's per-host breakdown (empty: the clients ran in this process)
+    hosts: list[HostResult] = field(default_factory=list)
+    #: clients of hosts lost mid-step (a cluster step; a metric rules may name)
+    lost: int = 0
 
     # -- reading ---------------------------------------------------------------
     @property
@@ -167,6 +172,8 @@ class StepRecord:
         if name in self.derived:
             value = self.derived[name]
             return float("nan") if value is None else float(value)
+        if name == "lost":
+            return float(self.lost) if self.result is not None else float("nan")
         side_name, _, bare = name.rpartition(".")
         if self.result is None:
             return float("nan")
@@ -239,6 +246,9 @@ class StepRecord:
         })
         if self.baseline is not None:
             document["baseline"] = self.baseline.to_json()
+        if self.hosts:
+            document["lost"] = self.lost
+            document["hosts"] = [host.to_json() for host in self.hosts]
         return document
 
     @classmethod
@@ -267,6 +277,8 @@ class StepRecord:
             error=data.get("error"), cleanup_error=data.get("cleanup_error"),
             baseline=BaselineComparison.from_json(baseline) if isinstance(baseline, dict)
             else None,
+            hosts=[HostResult.from_json(h) for h in data.get("hosts") or []],
+            lost=int(data.get("lost") or 0),
         )
 
 

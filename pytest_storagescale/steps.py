@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .cluster import run_cluster_step
 from .errors import StepError, StorageError, StorageScaleUsageError, ThresholdsError
 from .limits import check_open_files
 from .load.engine import StepInterrupted, run_step
@@ -125,7 +126,12 @@ def measure(run: StorageRun, plan: StepPlan, record: StepRecord,
     try:
         with run.ledger.lock():
             record.lock_acquired = time.time()
-            record.result = run_step(plan, executor=run.settings.executor, progress=progress)
+            if getattr(run.settings, "cluster", None):  # the clients run on its hosts
+                record.executor = "cluster"
+                record.result = run_cluster_step(run.settings.cluster, plan, record, progress)
+            else:
+                record.result = run_step(plan, executor=run.settings.executor,
+                                         progress=progress)
     except StorageError as exc:
         record.ended, record.verdict, record.error = time.time(), Verdict.ERROR, str(exc)
         return

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from ..drivers.base import Driver
 from ..errors import StorageError, StorageNotFound
 from .clients import LoadInterrupted
-from .executors import EXECUTORS, Accumulators
+from .executors import EXECUTORS, Accumulators, Executor
 from .plan import StepClock, StepPlan, StepProgress
 from .stats import SideAccumulator, SideResult, StepResult
 from .watch import DeadlineExceeded, RequestWatch, parallel_map, run_bounded
@@ -56,7 +56,7 @@ class StepInterrupted(KeyboardInterrupt):
 
 
 def run_step(
-    plan: StepPlan, *, executor: str = "threads", keep_workdir: bool = False,
+    plan: StepPlan, *, executor: str | Executor = "threads", keep_workdir: bool = False,
     progress: Callable[[StepProgress], None] | None = None,
 ) -> StepResult:
     """Probe, prepare, run and clean up one step; return what it measured.
@@ -65,7 +65,7 @@ def run_step(
     failures: the storage restarted) or could not run, the driver forgets its
     connections, so that the next clients log in afresh, as a new client would."""
     try:
-        execute = EXECUTORS[executor]
+        execute = executor if callable(executor) else EXECUTORS[executor]  # cluster
     except KeyError:
         raise ValueError(f"unknown executor {executor!r}; executors: "
                          f"{', '.join(EXECUTORS)}") from None

@@ -1,0 +1,264 @@
+"""A step over the cluster's hosts, as one step with one verdict.
+
+The engine (:func:`~pytest_storagescale.load.engine.run_step`) probes, sets up and
+cleans up from this process as for any step; only where the clients run differs: a
+:class:`ClusterExecutor` in place of the threads executor. It
+
+1. splits the step's clients over the hosts (strided, as the processes executor
+   does; or ``clients_per_host`` each, in host order); client indices stay global, so
+   every client has its own login name across all hosts;
+2. sends every host the picklable plan (its :class:`~pytest_storagescale.drivers.spec.
+   DriverSpec` included), the set-up's context, its share and the step's clock on the
+   coordinator's time; the host moves the clock by its measured offset and runs its
+   share with :func:`~pytest_storagescale.load.clients.run_clients` on its own clock;
+3. merges what the hosts report: counts, bytes, errors and timelines add up, latency
+   HdrHistograms merge (never averaged percentiles);
+4. counts the clients of a host that did not report by ``end + hang_timeout`` (plus
+   :data:`REPORT_GRACE`), or whose worker left the cluster, as ``lost``: the step ends
+   on time all the same.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..load.clients import LoadInterrupted, run_clients
+from ..load.engine import run_step
+from ..load.plan import ClientAssignment, StepClock, StepPlan, StepProgress
+from ..load.stats import SideAccumulator, StepResult, latency_summary, new_histogram
+from .breakdown import HostResult
+from .hosts import ClusterConnection, ClusterError, ClusterHost, check_offsets, connect
+
+#: time for the hosts to receive their share and start their client threads before
+#: the clock runs (plus STARTUP_PER_CLIENT per client of the largest share)
+STARTUP_LEAD = 0.5
+STARTUP_PER_CLIENT = 1 / 1000
+#: how long after ``end + hang_timeout`` a host may take to send its report
+REPORT_GRACE = 5.0
+#: how often the coordinator looks for finished hosts and workers that left
+POLL_INTERVAL = 0.25
+
+Accumulators = dict[str, SideAccumulator]
+
+
+@dataclass(frozen=True)
+class HostShare:
+    """What one host runs: its clients of the step."""
+
+    host: ClusterHost
+    assignments: list[ClientAssignment]
+
+
+@dataclass(frozen=True)
+class HostReport:
+    """What a host sends back: its sides' measurements (wire form), its measured
+    window (taken on its own clock, given back on the coordinator's) and its
+    worker's peak memory."""
+
+    sides: dict[str, dict[str, Any]]
+    started: float
+    ended: float
+    peak_rss_mb: float
+    interrupted: bool = False
+
+
+def split_clients(assignments: list[ClientAssignment], hosts: list[ClusterHost],
+                  clients_per_host: int = 0, *, address: str = "") -> list[HostShare]:
+    """The hosts' shares: strided over all hosts (a mixed step's sides spread evenly),
+    or ``clients_per_host`` each, filling hosts in order."""
+    if clients_per_host:
+        needed = math.ceil(len(assignments) / clients_per_host)
+        if needed > len(hosts):
+            raise ClusterError(
+                f"{len(assignments)} clients at clients_per_host = {clients_per_host} need "
+                f"{needed} hosts; the cluster has {len(hosts)}: add hosts or raise "
+                f"clients_per_host", address=address)
+        blocks = [assignments[i * clients_per_host:(i + 1) * clients_per_host]
+                  for i in range(needed)]
+        return [HostShare(host, block) for host, block in zip(hosts, blocks, strict=False)]
+    count = min(len(hosts), len(assignments))
+    return [HostShare(hosts[i], assignments[i::count]) for i in range(count)]
+
+
+def shifted(clock: StepClock, offset: float) -> StepClock:
+    """``clock`` on a host whose clock reads ``offset`` seconds ahead."""
+    return replace(clock, start_at=clock.start_at + offset,
+                   measure_from=clock.measure_from + offset, end_at=clock.end_at + offset)
+
+
+def run_share(plan: StepPlan, context: dict[str, Any], assignments: list[ClientAssignment],
+              clock: StepClock, offset: float, max_operations: int) -> HostReport:
+    """On a client host (a Dask task): run this host's clients from the common start.
+
+    ``clock`` is on the coordinator's time and ``offset`` the host's measured offset
+    (its reported clock minus the coordinator's); the clients run on the host's own
+    clock. After hung clients the host's driver forgets its connections, as the engine
+    does after a step."""
+    from .hosts import clock_skew, peak_rss_mb
+
+    # the offset was measured from the reported clock; the engine reads time.time()
+    shift = offset - clock_skew()
+    local = shifted(clock, shift)
+    interrupted = False
+    try:
+        accumulators = run_clients(plan, context, assignments, local, max_operations)
+    except LoadInterrupted as stopped:
+        accumulators, interrupted = stopped.accumulators, True
+    ended = min(time.time(), local.end_at) - shift  # back on the coordinator's clock
+    if any(a.hung for a in accumulators.values()):
+        plan.driver.driver_class.forget_connections()
+    return HostReport({side: a.to_wire() for side, a in accumulators.items()},
+                      clock.measure_from, ended, peak_rss_mb(), interrupted)
+
+
+class ClusterExecutor:
+    """An engine executor that runs the step's clients on the cluster's hosts; after
+    the step, :attr:`hosts` holds the per-host breakdown and :attr:`lost` the clients
+    of hosts that were lost."""
+
+    def __init__(self, connection: ClusterConnection, hosts: list[ClusterHost],
+                 clients_per_host: int = 0) -> None:
+        self.connection = connection
+        self.cluster_hosts = hosts
+        self.clients_per_host = clients_per_host
+        self.hosts: list[HostResult] = []
+        self.lost = 0
+        self._pause = threading.Event()  # never set: an interruptible sleep
+        #: seconds from the start request to the hosts' tasks all being sent, and to
+        #: merging their reports (the coordinator's overhead)
+        self.dispatch_s = 0.0
+        self.merge_s = 0.0
+
+    def __call__(self, plan: StepPlan, context: dict[str, Any],
+                 progress: Callable[[StepProgress], None] | None = None
+                 ) -> tuple[StepClock, Accumulators]:
+        asked = time.time()
+        shares = split_clients(plan.assignments(), self.cluster_hosts, self.clients_per_host,
+                               address=str(self.connection.address))
+        largest = max(len(share.assignments) for share in shares)
+        clock = plan.clock(asked + STARTUP_LEAD + largest * STARTUP_PER_CLIENT)
+        accumulators: Accumulators = {
+            a.side: SideAccumulator(clock.seconds) for a in plan.assignments()}
+        futures = self._submit(plan, context, clock, shares)
+        self.dispatch_s = time.time() - asked
+        try:
+            reports, lost = self._wait(plan, clock, futures)
+        except KeyboardInterrupt:
+            self.connection.client.cancel(list(futures.values()), force=True)
+            interrupted = LoadInterrupted(accumulators)
+            interrupted.clock = clock
+            raise interrupted from None
+        merging = time.time()
+        self._merge(plan, clock, shares, reports, lost, accumulators)
+        self.merge_s = time.time() - merging
+        return clock, accumulators
+
+    def _submit(self, plan: StepPlan, context: dict[str, Any], clock: StepClock,
+                shares: list[HostShare]) -> dict[str, Any]:
+        client = self.connection.client
+        futures = {}
+        total = len(plan.assignments())
+        for share in shares:
+            bound = math.ceil(plan.max_operations * len(share.assignments) / total)
+            futures[share.host.worker] = client.submit(
+                run_share, plan, context, share.assignments, clock,
+                share.host.clock_offset_s, bound, workers=[share.host.worker],
+                allow_other_workers=False, pure=False, retries=0,
+                key=f"storagescale-{plan.operation.name}-{share.host.name}-{time.time_ns()}")
+        return futures
+
+    def _wait(self, plan: StepPlan, clock: StepClock, futures: dict[str, Any]
+              ) -> tuple[dict[str, HostReport], dict[str, str]]:
+        """The hosts' reports, and why the others were lost, by the deadline."""
+        deadline = clock.end_at + plan.hang_timeout + REPORT_GRACE
+        reports: dict[str, HostReport] = {}
+        lost: dict[str, str] = {}
+        pending = dict(futures)
+        while pending and time.time() < deadline:
+            self._pause.wait(POLL_INTERVAL)  # future states arrive from the scheduler
+            for worker, future in list(pending.items()):
+                if future.status == "finished":
+                    reports[worker] = future.result()
+                elif future.status in ("error", "cancelled"):
+                    lost[worker] = f"its task failed: {future.exception()!r}"
+                else:
+                    continue
+                del pending[worker]
+            if pending and time.time() > clock.start_at:
+                present = self.connection.worker_addresses()
+                for worker in [w for w in pending if w not in present]:
+                    lost[worker] = (f"its worker left the cluster "
+                                    f"{time.time() - clock.start_at:.1f} s into the step")
+                    del pending[worker]
+        for worker in pending:
+            lost[worker] = (f"no report by the step's end + hang_timeout + "
+                            f"{REPORT_GRACE:g} s (worker stuck or network cut)")
+        self.connection.client.cancel([futures[w] for w in lost], force=True)
+        return reports, lost
+
+    def _merge(self, plan: StepPlan, clock: StepClock, shares: list[HostShare],
+               reports: dict[str, HostReport], lost: dict[str, str],
+               accumulators: Accumulators) -> None:
+        self.hosts, self.lost = [], 0
+        for share in shares:
+            host, clients = share.host, share.assignments
+            report = reports.get(host.worker)
+            base = HostResult(
+                name=host.name, address=host.address, worker=host.worker,
+                clients=len(clients), clock_offset_s=host.clock_offset_s,
+                clock_uncertainty_s=host.clock_uncertainty_s,
+                first_client=clients[0].index, last_client=clients[-1].index)
+            if report is None:
+                self.lost += len(clients)
+                self.hosts.append(replace(base, lost=len(clients),
+                                          lost_reason=lost.get(host.worker, "no report")))
+                continue
+            for side, wire in report.sides.items():
+                accumulators[side].merge_wire(wire)
+            self.hosts.append(_host_result(base, report, plan))
+
+
+def _host_result(base: HostResult, report: HostReport, plan: StepPlan) -> HostResult:
+    """A reporting host's row: its counts and latency from its sides' wire forms."""
+    from hdrh.histogram import HdrHistogram
+
+    histogram = new_histogram()
+    counts = {"succeeded": 0, "failed": 0, "hung": 0, "bytes": 0}
+    measured = 0.0
+    for wire in report.sides.values():
+        histogram.add(HdrHistogram.decode(wire["histogram"].encode("ascii")))
+        for key in counts:
+            counts[key] += wire[key]
+        measured = max(measured, wire["measured_s"])
+    latency = latency_summary(histogram)
+    duration = measured if (plan.max_operations or report.interrupted) else plan.duration
+    return replace(
+        base, started=report.started, ended=report.ended,
+        duration_s=max(float(duration), 1e-6), p50_s=latency["p50"], p99_s=latency["p99"],
+        peak_rss_mb=report.peak_rss_mb, **counts)
+
+
+def run_cluster_step(address: str, plan: StepPlan, record: Any = None,
+                     progress: Callable[[StepProgress], None] | None = None,
+                     *, clients_per_host: int = 0) -> StepResult:
+    """Measure ``plan`` with its clients on the cluster at ``address``.
+
+    The hosts' clocks are checked first (a host off by more than the bound is a
+    :class:`ClusterError` before any set-up). ``record`` (a StepRecord), when given,
+    gets the per-host breakdown (``hosts``) and the ``lost`` clients."""
+    connection = connect(address)
+    hosts = connection.hosts()
+    check_offsets(hosts, address)
+    executor = ClusterExecutor(connection, hosts, clients_per_host)
+    try:
+        result = run_step(plan, executor=executor, progress=progress)
+    finally:
+        if record is not None:
+            record.hosts = list(executor.hosts)
+            record.lost = executor.lost
+    return result

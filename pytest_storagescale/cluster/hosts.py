@@ -1,0 +1,240 @@
+"""The cluster's client hosts: connecting to (or starting) the Dask cluster, and each
+host's clock offset.
+
+One :class:`ClusterConnection` per process and address (a session's steps reuse it).
+Before every step the coordinator asks each worker for its clock a few times over
+(:meth:`ClusterConnection.hosts`): the offset is the worker's time minus the middle of
+the round trip, known to +- half of it; the round with the shortest trip counts. A
+host whose offset exceeds :data:`MAX_CLOCK_OFFSET_S` is refused before the load starts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import resource
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import StorageError, StorageScaleUsageError
+from .address import JOBQUEUE_KINDS, ClusterAddress, parse_cluster_address
+
+#: the largest clock offset a client host may have (seconds): beyond it, the hosts'
+#: windows cannot be trusted to line up (every host's clock should be NTP-synchronized)
+MAX_CLOCK_OFFSET_S = 0.5
+#: a test hook: seconds a worker adds to its clock when it reports it (a host whose
+#: clock is off, without changing the system clock)
+CLOCK_SKEW_ENV = "STORAGESCALE_TEST_CLOCK_SKEW_S"
+#: how long a recipe may take to bring up its hosts (batch jobs queue)
+RECIPE_START_TIMEOUT = {"local": 120.0}
+JOBQUEUE_START_TIMEOUT = 1800.0
+_CONNECT_TIMEOUT = 30.0
+_ROUNDS = 3
+
+
+def host_clock() -> float:
+    """This host's wall clock as a worker reports it (with the test hook's skew)."""
+    return time.time() + clock_skew()
+
+
+def clock_skew() -> float:
+    try:
+        return float(os.environ.get(CLOCK_SKEW_ENV) or 0.0)
+    except ValueError:
+        return 0.0
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (MB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
+
+
+@dataclass(frozen=True)
+class ClusterHost:
+    """One Dask worker: a client host."""
+
+    worker: str
+    name: str
+    address: str
+    threads: int
+    clock_offset_s: float = 0.0
+    clock_uncertainty_s: float = 0.0
+
+    def describe(self) -> str:
+        return (f"{self.name} {self.address} (clock {self.clock_offset_s * 1e3:+.1f} ms "
+                f"+- {self.clock_uncertainty_s * 1e3:.1f} ms)")
+
+
+class ClusterError(StorageError):
+    """The cluster cannot run the step (no hosts, a clock off, too few hosts)."""
+
+    def __init__(self, message: str, *, address: str) -> None:
+        super().__init__(message, driver="cluster", endpoint=address, operation="cluster",
+                         path="-", error_class="cluster")
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ClusterConnection:
+    """A Dask client of the cluster at ``address`` (and the cluster, when a recipe
+    started it here)."""
+
+    def __init__(self, address: ClusterAddress) -> None:
+        from distributed import Client
+
+        self.address = address
+        self.cluster: Any = None
+        if address.scheduler is not None:
+            target: Any = address.scheduler
+        else:
+            if os.environ.get("PYTEST_XDIST_WORKER"):
+                raise StorageScaleUsageError(
+                    f"--storage-cluster {address}: under pytest -n every worker would start "
+                    f"its own cluster. Start it once (dask scheduler / dask worker, or "
+                    f"dask-jobqueue) and give its scheduler address, e.g. "
+                    f"--storage-cluster tcp://head:8786.")
+            self.cluster = target = _start_recipe(address)
+        try:
+            self.client = Client(target, timeout=_CONNECT_TIMEOUT, set_as_default=False)
+        except OSError as exc:
+            self._close_cluster()
+            raise StorageScaleUsageError(
+                f"--storage-cluster {address}: no Dask scheduler answered within "
+                f"{_CONNECT_TIMEOUT:.0f} s ({exc}). Start one ('dask scheduler' on the "
+                f"head node, 'dask worker tcp://head:8786' on each client host) or fix the "
+                f"address.") from None
+        if address.recipe is not None:
+            self._wait_for_hosts(address.hosts)
+
+    @property
+    def scheduler(self) -> str:
+        return self.client.scheduler.address
+
+    def _wait_for_hosts(self, count: int) -> None:
+        timeout = RECIPE_START_TIMEOUT.get(self.address.recipe or "", JOBQUEUE_START_TIMEOUT)
+        try:
+            self.client.wait_for_workers(count, timeout=timeout)
+        except TimeoutError:
+            raise StorageScaleUsageError(
+                f"--storage-cluster {self.address}: only {len(self._workers())} of {count} "
+                f"hosts joined within {timeout:.0f} s. For batch jobs, check the queue "
+                f"(condor_q / squeue) and the Dask config's jobqueue."
+                f"{self.address.recipe} section.") from None
+
+    def _workers(self) -> dict[str, dict[str, Any]]:
+        return dict(self.client.scheduler_info(n_workers=-1).get("workers") or {})
+
+    def worker_addresses(self) -> set[str]:
+        """The workers the scheduler knows right now (a round trip to it)."""
+        return set(self.client.run_on_scheduler(_scheduler_workers))
+
+    def hosts(self, rounds: int = _ROUNDS) -> list[ClusterHost]:
+        """Every worker with its measured clock offset, in a stable order."""
+        workers = self._workers()
+        if not workers:
+            raise ClusterError(
+                f"the cluster at {self.address} has no workers: start 'dask worker "
+                f"{self.scheduler}' on each client host", address=str(self.address))
+        best: dict[str, tuple[float, float]] = {}  # worker -> (round trip, offset)
+        for _ in range(rounds):
+            sent = time.time()
+            clocks = self.client.run(host_clock, workers=list(workers), on_error="return")
+            back = time.time()
+            trip = back - sent
+            for worker, remote in clocks.items():
+                if isinstance(remote, float) and (worker not in best or trip < best[worker][0]):
+                    best[worker] = (trip, remote - (sent + back) / 2)
+        hosts = []
+        for worker, info in workers.items():
+            if worker not in best:
+                continue  # it left while measured
+            trip, offset = best[worker]
+            name = str(info.get("name") or info.get("host") or worker)
+            hosts.append(ClusterHost(worker, name, str(info.get("host") or ""),
+                                     int(info.get("nthreads") or 1), offset, trip / 2))
+        return sorted(hosts, key=lambda h: (h.name, h.worker))
+
+    def close(self) -> None:
+        try:
+            self.client.close(timeout=10)
+        finally:
+            self._close_cluster()
+
+    def _close_cluster(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
+
+def _scheduler_workers(dask_scheduler: Any) -> list[str]:
+    return list(dask_scheduler.workers)
+
+
+def _start_recipe(address: ClusterAddress) -> Any:
+    if address.recipe == "local":
+        from distributed import LocalCluster
+
+        return LocalCluster(n_workers=address.hosts, threads_per_worker=1, processes=True,
+                            dashboard_address=None)
+    import dask_jobqueue
+
+    kind = address.recipe or ""
+    cluster_class = getattr(dask_jobqueue, JOBQUEUE_KINDS[kind])
+    try:
+        cluster = cluster_class()
+    except ValueError as exc:  # a setting the Dask config lacks (cores, memory...)
+        raise StorageScaleUsageError(
+            f"--storage-cluster {address}: dask-jobqueue could not set up {kind} jobs: {exc}. "
+            f"Configure the jobqueue.{kind} section of the Dask config "
+            f"(~/.config/dask/jobqueue.yaml): cores, memory, and the queue/project your "
+            f"site needs.") from None
+    cluster.scale(jobs=address.hosts)
+    return cluster
+
+
+def check_offsets(hosts: list[ClusterHost], address: str,
+                  bound: float = MAX_CLOCK_OFFSET_S) -> None:
+    """Refuse hosts whose clock is off by more than ``bound`` (one paragraph)."""
+    off = [h for h in hosts if abs(h.clock_offset_s) - h.clock_uncertainty_s > bound]
+    if off:
+        raise ClusterError(
+            f"client host clock(s) off by more than {bound:g} s from this machine's: "
+            + ", ".join(f"{h.name} ({h.address}) {h.clock_offset_s:+.3f} s" for h in off)
+            + ". Synchronize them (chrony/ntpd) or take them out of the cluster; the step "
+            "was not run.", address=address)
+
+
+_OPEN: dict[str, ClusterConnection] = {}
+
+
+def connect(text: str) -> ClusterConnection:
+    """This process's connection to the cluster ``text`` (made once, closed at exit)."""
+    connection = _OPEN.get(text)
+    if connection is None:
+        connection = _OPEN[text] = ClusterConnection(parse_cluster_address(text))
+    return connection
+
+
+def disconnect(text: str | None = None) -> None:
+    """Close one connection (or all): a recipe's cluster stops with it."""
+    for key in [text] if text is not None else list(_OPEN):
+        connection = _OPEN.pop(key, None)
+        if connection is not None:
+            connection.close()
+
+
+atexit.register(disconnect)
+
+
+def cluster_header(text: str) -> list[str]:
+    """``storagescale: cluster tcp://...: 4 hosts`` and one line per host."""
+    connection = connect(text)
+    hosts = connection.hosts()
+    lines = [f"storagescale: cluster {text} (scheduler {connection.scheduler}): "
+             f"{len(hosts)} client hosts, clock offsets measured from this machine "
+             f"(bound {MAX_CLOCK_OFFSET_S:g} s)"]
+    lines += [f"  host {host.describe()}" for host in hosts]
+    return lines

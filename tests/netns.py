@@ -1,0 +1,244 @@
+"""Client hosts as network namespaces, for the cluster tests and benchmark.
+
+:class:`NamespaceCluster` makes N namespaces, each joined to a bridge in this
+(the root) namespace by a veth pair, on one private /24: the bridge is ``.1`` (the
+"head node": the Dask scheduler and the storage server listen there), host i is
+``.(i+2)``. Each namespace runs a real ``dask worker`` process bound to its own
+address. Nothing leaves the namespaces and this machine's bridge.
+
+A host's link can be capped (``tc qdisc ... tbf``, both directions) to make a slow
+client host; a worker can be killed. :meth:`NamespaceCluster.stop` removes every
+process, namespace, veth and the bridge, and is safe to call twice (the fixtures call
+it in their finalizers, also after a failure).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PYTHON = sys.executable
+
+
+def _ip(*args: str, namespace: str | None = None, check: bool = True
+        ) -> subprocess.CompletedProcess:
+    command = ["ip", *args] if namespace is None else ["ip", "netns", "exec", namespace,
+                                                       "ip", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed: {done.stderr.strip()}")
+    return done
+
+
+def netns_unavailable() -> str | None:
+    """Why namespaces cannot be made here, or None (tried for real: add and delete)."""
+    name = f"ssprobe{os.getpid()}"
+    try:
+        _ip("netns", "add", name)
+    except (RuntimeError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
+        return f"'ip netns add' is not permitted here ({exc}); the cluster tests need root"
+    _ip("netns", "del", name, check=False)
+    return None
+
+
+def free_subnet() -> ipaddress.IPv4Network:
+    """A /24 in 10.0.0.0/8 that no address or route of this machine overlaps."""
+    used = _ip("-4", "route", "show", "table", "all").stdout + _ip("-4", "addr").stdout
+    for _ in range(100):
+        net = ipaddress.IPv4Network(f"10.{random.randint(100, 250)}.{random.randint(0, 255)}.0/24")
+        if f"10.{net.network_address.packed[1]}.{net.network_address.packed[2]}." not in used:
+            return net
+    raise RuntimeError("no free 10.x.y.0/24 subnet for the test namespaces")
+
+
+@dataclass
+class NamespaceHost:
+    """One client host: a namespace, its veth pair and its dask worker."""
+
+    index: int
+    namespace: str
+    veth_outside: str
+    veth_inside: str
+    address: str
+    worker: subprocess.Popen | None = None
+    log: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return f"ns{self.index}"
+
+
+@dataclass
+class NamespaceCluster:
+    """N namespace hosts on a bridge, a dask scheduler on the bridge's address, and a
+    dask worker in each namespace."""
+
+    count: int
+    directory: Path
+    threads: int = 1
+    tag: str = field(default_factory=lambda: f"{os.getpid() % 10000:04d}"
+                     f"{random.randint(0, 35 ** 2):03x}"[:7])
+    hosts: list[NamespaceHost] = field(default_factory=list)
+    subnet: ipaddress.IPv4Network | None = None
+    scheduler: subprocess.Popen | None = None
+    port: int = 0
+    _made: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def bridge(self) -> str:
+        return f"ssbr{self.tag}"
+
+    @property
+    def head(self) -> str:
+        """The bridge's address: where the scheduler and the server listen."""
+        assert self.subnet is not None
+        return str(self.subnet.network_address + 1)
+
+    @property
+    def address(self) -> str:
+        return f"tcp://{self.head}:{self.port}"
+
+    def start(self, *, skew: dict[int, float] | None = None) -> NamespaceCluster:
+        """Make the network, the scheduler and the workers (``skew``: host index ->
+        seconds its worker adds to its reported clock, the test hook)."""
+        try:
+            self._network()
+            self._start_scheduler()
+            for host in self.hosts:
+                self._start_worker(host, (skew or {}).get(host.index, 0.0))
+            self.wait_for_workers(self.count)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _network(self) -> None:
+        self.subnet = free_subnet()
+        _ip("link", "add", self.bridge, "type", "bridge")
+        self._made.append(("link", self.bridge))
+        _ip("addr", "add", f"{self.head}/24", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        for i in range(self.count):
+            host = NamespaceHost(
+                i, f"ss{self.tag}n{i}", f"ss{self.tag}o{i}", f"ss{self.tag}i{i}",
+                str(self.subnet.network_address + 2 + i))
+            _ip("netns", "add", host.namespace)
+            self._made.append(("netns", host.namespace))
+            _ip("link", "add", host.veth_outside, "type", "veth", "peer", "name",
+                host.veth_inside)
+            self._made.append(("link", host.veth_outside))
+            _ip("link", "set", host.veth_inside, "netns", host.namespace)
+            _ip("link", "set", host.veth_outside, "master", self.bridge)
+            _ip("link", "set", host.veth_outside, "up")
+            ns = host.namespace
+            _ip("addr", "add", f"{host.address}/24", "dev", host.veth_inside, namespace=ns)
+            _ip("link", "set", host.veth_inside, "up", namespace=ns)
+            _ip("link", "set", "lo", "up", namespace=ns)
+            self.hosts.append(host)
+
+    def _start_scheduler(self) -> None:
+        with socket.socket() as probe:
+            probe.bind((self.head, 0))
+            self.port = probe.getsockname()[1]
+        log = self.directory / "scheduler.log"
+        self.scheduler = subprocess.Popen(
+            [PYTHON, "-m", "distributed.cli.dask_scheduler", "--host", self.head,
+             "--port", str(self.port), "--no-dashboard"],
+            stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=self.directory)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.scheduler.poll() is not None:
+                raise RuntimeError(f"dask scheduler exited: {log.read_text()[-2000:]}")
+            try:
+                socket.create_connection((self.head, self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"dask scheduler did not listen within 60 s: {log.read_text()[-2000:]}")
+
+    def _start_worker(self, host: NamespaceHost, skew: float = 0.0) -> None:
+        host.log = self.directory / f"worker-{host.name}.log"
+        local = self.directory / f"worker-{host.name}"
+        local.mkdir(exist_ok=True)
+        environment = dict(os.environ, STORAGESCALE_TEST_CLOCK_SKEW_S=str(skew))
+        host.worker = subprocess.Popen(
+            ["ip", "netns", "exec", host.namespace, PYTHON, "-m",
+             "distributed.cli.dask_worker", self.address, "--host", host.address,
+             "--nthreads", str(self.threads), "--no-nanny", "--name", host.name,
+             "--no-dashboard", "--local-directory", str(local)],
+            stdout=host.log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=self.directory, env=environment)
+
+    def wait_for_workers(self, count: int, timeout: float = 120) -> None:
+        from distributed import Client
+
+        with Client(self.address, timeout=30) as client:
+            try:
+                client.wait_for_workers(count, timeout=timeout)
+            except TimeoutError:
+                logs = "\n".join(f"{h.name}: {h.log.read_text()[-800:]}" for h in self.hosts
+                                 if h.log is not None and h.log.exists())
+                raise RuntimeError(f"{count} workers did not join in {timeout} s:\n{logs}") \
+                    from None
+
+    def cap(self, index: int, rate: str = "50mbit") -> None:
+        """A token-bucket cap on host ``index``'s link, both directions."""
+        host = self.hosts[index]
+        tbf = ["qdisc", "add", "dev", None, "root", "tbf", "rate", rate, "burst", "64kb",
+               "latency", "200ms"]
+        subprocess.run(["tc", *[host.veth_outside if a is None else a for a in tbf]],
+                       check=True, capture_output=True, timeout=30)
+        subprocess.run(["ip", "netns", "exec", host.namespace, "tc",
+                        *[host.veth_inside if a is None else a for a in tbf]],
+                       check=True, capture_output=True, timeout=30)
+
+    def uncap(self, index: int) -> None:
+        host = self.hosts[index]
+        subprocess.run(["tc", "qdisc", "del", "dev", host.veth_outside, "root"],
+                       capture_output=True, timeout=30)
+        subprocess.run(["ip", "netns", "exec", host.namespace, "tc", "qdisc", "del", "dev",
+                        host.veth_inside, "root"], capture_output=True, timeout=30)
+
+    def kill(self, index: int) -> None:
+        """SIGKILL host ``index``'s worker (a client host lost mid-step)."""
+        worker = self.hosts[index].worker
+        if worker is not None and worker.poll() is None:
+            os.kill(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Stop every process; remove the namespaces, veths and the bridge."""
+        for process in [h.worker for h in self.hosts] + [self.scheduler]:
+            if process is not None and process.poll() is None:
+                process.kill()
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+        for kind, name in reversed(self._made):
+            if kind == "netns":
+                _ip("netns", "del", name, check=False)
+            else:
+                _ip("link", "del", name, check=False)
+        self._made.clear()
+
+    def leftovers(self) -> list[str]:
+        """Namespaces or links of this cluster still present (for the clean-up test)."""
+        names = _ip("netns", "list").stdout + _ip("link").stdout
+        return sorted({word.rstrip(":").split("@")[0] for word in names.split()
+                       if word.startswith(f"ss{self.tag}") or word.startswith(self.bridge)})
+
+    def __enter__(self) -> NamespaceCluster:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()

@@ -1,0 +1,284 @@
+"""Steps whose clients run on many hosts (issue 12): a Dask cluster of network
+namespaces (tests/netns.py), each running a real ``dask worker``, against one real
+embedded xrootd listening on the namespaces' bridge.
+
+Needs root for ``ip netns`` (CI is root); skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from netns import NamespaceCluster, netns_unavailable
+
+from pytest_storagescale.cluster import hosts as cluster_hosts
+from pytest_storagescale.cluster.address import parse_cluster_address
+from pytest_storagescale.cluster.breakdown import HostResult, format_hosts, lost_text
+from pytest_storagescale.cluster.coordinator import (
+    REPORT_GRACE,
+    ClusterExecutor,
+    HostReport,
+    run_cluster_step,
+    split_clients,
+)
+from pytest_storagescale.cluster.hosts import ClusterError, ClusterHost
+from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.errors import StorageScaleUsageError
+from pytest_storagescale.load.operations import get_operation
+from pytest_storagescale.load.plan import StepPlan
+from pytest_storagescale.load.stats import SideAccumulator, latency_summary, new_histogram
+from pytest_storagescale.records import StepRecord
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parent.parent
+
+
+# -- without a cluster: parsing, splitting, merging, records ---------------------------
+@pytest.mark.parametrize("text", ["tcp://head:8786", "tls://10.0.0.1:8786", "local:4",
+                                  "htcondor:20", "SLURM:3"])
+def test_cluster_addresses(text):
+    assert parse_cluster_address(text).text == text
+
+
+@pytest.mark.parametrize("text, words", [
+    ("head:8786", "unknown cluster 'head:8786'"),
+    ("http://head:8786", "not a Dask scheduler address"),
+    ("htcondor", "needs its number of hosts"),
+    ("local:0", "needs its number of hosts"),
+])
+def test_bad_cluster_address_is_one_paragraph(text, words):
+    with pytest.raises(StorageScaleUsageError, match=re.escape(words)) as info:
+        parse_cluster_address(text)
+    assert "tcp://head.example.org:8786" in str(info.value)
+
+
+def _hosts(n: int) -> list[ClusterHost]:
+    return [ClusterHost(f"tcp://10.9.9.{i}:1", f"h{i}", f"10.9.9.{i}", 1) for i in range(n)]
+
+
+def test_clients_split_evenly_with_distinct_indices():
+    plan = StepPlan(get_operation("mixed"), 10, 1, 0, 1, driver_spec("memory://x/a"), "/a/s")
+    shares = split_clients(plan.assignments(), _hosts(4))
+    assert [len(s.assignments) for s in shares] == [5, 5, 5, 5]  # mixed: 10 per side
+    indices = [a.index for s in shares for a in s.assignments]
+    assert sorted(indices) == list(range(20))
+    assert all({a.side for a in s.assignments} == {"readers", "writers"} for s in shares)
+
+
+def test_clients_per_host_fills_hosts_in_order_and_refuses_too_few():
+    plan = StepPlan(get_operation("stat"), 7, 1, 0, 1, driver_spec("memory://x/a"), "/a/s")
+    shares = split_clients(plan.assignments(), _hosts(3), clients_per_host=3)
+    assert [len(s.assignments) for s in shares] == [3, 3, 1]
+    with pytest.raises(ClusterError, match="need 4 hosts; the cluster has 3"):
+        split_clients(plan.assignments(), _hosts(3), clients_per_host=2)
+
+
+def test_merged_p99_is_the_p99_of_the_union_of_the_hosts_samples():
+    """A fast host and a slow host: the step's p99 is the union's, not an average of
+    the hosts' percentiles."""
+    plan = StepPlan(get_operation("stat"), 2, 1.0, 0, 1, driver_spec("memory://x/a"), "/a/s")
+    clock = plan.clock(1000.0)
+    samples = {0: [i * 1e-5 for i in range(1, 2001)],  # 10 us .. 20 ms, 2000 ops
+               1: [0.5 + i * 1e-3 for i in range(100)]}  # 0.5 .. 0.6 s, 100 ops
+    union = new_histogram()
+    reports, hosts = {}, _hosts(2)
+    for index, values in samples.items():
+        acc = SideAccumulator(clock.seconds)
+        for value in values:
+            acc.record(1, value, 0, None, counted=True)
+            union.record_value(int(value * 1e6))
+        reports[hosts[index].worker] = HostReport({"stat": acc.to_wire()}, 0, 1, 1.0)
+    shares = split_clients(plan.assignments(), hosts)
+    merged = {"stat": SideAccumulator(clock.seconds)}
+    executor = ClusterExecutor(None, hosts)
+    executor._merge(plan, clock, shares, reports, {}, merged)
+    p99 = latency_summary(merged["stat"].histogram)["p99"]
+    assert p99 == latency_summary(union)["p99"]
+    per_host = [h.p99_s for h in executor.hosts]
+    assert p99 != pytest.approx(sum(per_host) / 2, rel=0.05)
+    assert merged["stat"].succeeded == 2100
+    assert [h.succeeded for h in executor.hosts] == [2000, 100]
+
+
+def test_lost_host_counts_its_clients():
+    plan = StepPlan(get_operation("stat"), 6, 1.0, 0, 1, driver_spec("memory://x/a"), "/a/s")
+    clock, hosts = plan.clock(1000.0), _hosts(3)
+    shares = split_clients(plan.assignments(), hosts)
+    report = HostReport({"stat": SideAccumulator(clock.seconds).to_wire()}, 0, 1, 1.0)
+    executor = ClusterExecutor(None, hosts)
+    executor._merge(plan, clock, shares, {hosts[0].worker: report, hosts[2].worker: report},
+                    {hosts[1].worker: "its worker left the cluster"},
+                    {"stat": SideAccumulator(clock.seconds)})
+    assert executor.lost == 2
+    assert lost_text(executor.hosts) == ("host h1 (10.9.9.1) lost: 2 clients (its worker "
+                                         "left the cluster)")
+
+
+def test_host_breakdown_round_trips_through_the_results_file():
+    host = HostResult("ns1", "10.1.1.3", "tcp://10.1.1.3:40000", 25, 0.001, 0.002, 1, 97,
+                      10.0, 12.0, 2.0, 5000, 1, 0, 0, 10**6, 0.001, 0.004, 80.5)
+    record = StepRecord("main-001", "t", "stat", "stat", 100, hosts=[host], lost=25)
+    data = json.loads(json.dumps(record.to_json()))
+    assert data["hosts"][0]["rate_hz"] == 2500 and data["lost"] == 25
+    again = StepRecord.from_json(data)
+    assert again.hosts == [host] and again.lost == 25
+    old = {k: v for k, v in data.items() if k not in ("hosts", "lost")}
+    assert StepRecord.from_json(old).hosts == [] and StepRecord.from_json(old).lost == 0
+    assert "host ns1" in format_hosts([host])[0] and "2500 Hz" in format_hosts([host])[0]
+
+
+# -- on namespace hosts -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def netns():
+    why = netns_unavailable()
+    if why is not None:
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def server(netns):
+    """One embedded xrootd; it listens on every address, the bridge's too."""
+    from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+
+    with EmbeddedXRootD(https=False) as xrootd:
+        yield xrootd
+
+
+@contextlib.contextmanager
+def _cluster(tmp_path_factory, count: int, **kw):
+    """A namespace cluster, removed afterwards even when the test failed."""
+    directory = tmp_path_factory.mktemp("cluster")
+    cluster = NamespaceCluster(count, directory)
+    try:
+        cluster.start(**kw)
+        yield cluster
+    finally:
+        cluster_hosts.disconnect()
+        cluster.stop()
+        assert cluster.leftovers() == []
+
+
+@pytest.fixture(scope="module")
+def four_hosts(netns, tmp_path_factory):
+    with _cluster(tmp_path_factory, 4) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def run_root(server, request):
+    """A run directory on the server, and the URL the namespace hosts reach it by."""
+    def make(cluster: NamespaceCluster) -> tuple[str, str]:
+        url = f"root://{cluster.head}:{server.port}//storagescale"
+        root = f"/storagescale/{request.node.name[:30]}-{time.time_ns()}"
+        driver_spec(url, writable_root=root).connect("functional-tests", timeout=10).mkdir(root)
+        return url, root
+    return make
+
+
+def _plan(url: str, root: str, operation: str = "stat", **kw) -> StepPlan:
+    values = dict(operation=get_operation(operation), clients=8, duration=2.0, warmup=0.5,
+                  hang_timeout=5.0, driver=driver_spec(url, writable_root=root),
+                  workdir=f"{root}/step")
+    values.update(kw)
+    return StepPlan(**values)
+
+
+class Record:
+    """What run_cluster_step fills in (a StepRecord's cluster fields)."""
+
+    hosts: list[HostResult]
+    lost: int
+
+
+def _logins(server, since: int) -> dict[str, set[str]]:
+    """The server's own log: distinct load-client logins (user.pid:fd) by address."""
+    text = server.log_path.read_text(errors="replace")[since:]
+    logins: dict[str, set[str]] = {}
+    for user, address in re.findall(r"XrootdXeq: (c\w+\.\d+:\d+)@\[?(?:::ffff:)?([\d.]+)\]? "
+                                    r"\S+ \S+ login", text):
+        logins.setdefault(address, set()).add(user)
+    return logins
+
+
+def test_four_namespace_hosts_each_client_its_own_login(server, four_hosts, run_root):
+    """4 hosts x 25 stat clients: one step, the server counts 100 distinct logins, 25 from
+    each host's own address; the per-host breakdown adds up to the step."""
+    url, root = run_root(four_hosts)
+    since = len(server.log_path.read_bytes())
+    record = Record()
+    result = run_cluster_step(four_hosts.address, _plan(url, root, clients=100), record)
+    logins = _logins(server, since)
+    addresses = {h.address for h in four_hosts.hosts}
+    assert {a: len(u) for a, u in logins.items() if a in addresses} == \
+        {a: 25 for a in addresses}
+    names = {u.split(".")[0] for a in addresses for u in logins[a]}
+    assert len(names) == 100  # distinct login names across hosts
+    total = result.total
+    assert total.failed == 0 and total.hung == 0 and total.succeeded > 0
+    assert sorted(h.address for h in record.hosts) == sorted(addresses)
+    assert [h.clients for h in record.hosts] == [25] * 4
+    assert sum(h.succeeded for h in record.hosts) == total.succeeded
+    assert record.lost == 0 and all(h.peak_rss_mb and h.peak_rss_mb > 10 for h in record.hosts)
+    assert all(abs(h.clock_offset_s) < 0.5 for h in record.hosts)
+
+
+def test_a_slow_host_shows_up_as_itself(server, four_hosts, run_root):
+    """A tbf cap on one host's link: in a get step, that host's MB/s is the capped one."""
+    url, root = run_root(four_hosts)
+    four_hosts.cap(2, "20mbit")  # 2.5 MB/s
+    try:
+        record = Record()
+        run_cluster_step(four_hosts.address, _plan(
+            url, root, "get", clients=8, duration=4.0, params={"file_size": 1_000_000,
+                                                               "files": 4}), record)
+    finally:
+        four_hosts.uncap(2)
+    print(*format_hosts(record.hosts), sep="\n")
+    by_name = {h.name: h for h in record.hosts}
+    slow = by_name["ns2"]
+    assert slow.bytes > 0 and slow.mb_s < 2.5 * 1.3
+    assert min(record.hosts, key=lambda h: h.mb_s) is slow
+    others = [h.mb_s for h in record.hosts if h is not slow]
+    assert min(others) > 2 * slow.mb_s
+
+
+def test_a_host_lost_mid_step_is_counted_and_the_step_ends_on_time(
+        server, netns, tmp_path_factory, run_root):
+    with _cluster(tmp_path_factory, 2) as cluster:
+        url, root = run_root(cluster)
+        plan = _plan(url, root, clients=10, duration=6.0, warmup=0.5, hang_timeout=3.0)
+        killer = threading.Timer(3.0, cluster.kill, args=(1,))
+        record = Record()
+        began = time.monotonic()
+        killer.start()
+        try:
+            result = run_cluster_step(cluster.address, plan, record)
+        finally:
+            killer.cancel()
+        took = time.monotonic() - began
+        # lead + warm-up + duration + hang_timeout + the report grace, and slack
+        assert took < 1 + 0.5 + 6 + 3 + REPORT_GRACE + 20
+        assert record.lost == 5
+        lost = [h for h in record.hosts if h.lost]
+        assert [h.name for h in lost] == ["ns1"] and "left the cluster" in lost[0].lost_reason
+        assert result.total.succeeded > 0 and result.total.hung == 0
+
+
+def test_a_host_whose_clock_is_off_is_refused_before_the_load(
+        server, netns, tmp_path_factory, run_root):
+    with _cluster(tmp_path_factory, 2, skew={1: 5.0}) as cluster:
+        url, root = run_root(cluster)
+        plan = _plan(url, root)
+        with pytest.raises(ClusterError) as info:
+            run_cluster_step(cluster.address, plan, Record())
+        text = str(info.value)
+        assert "ns1 (" in text and "+5.0" in text and "more than 0.5 s" in text
+        assert "ns0" not in text and "the step was not run" in text
+        lister = driver_spec(url, writable_root=root).connect("functional-tests", timeout=10)
+        assert lister.ls(root) == []  # no set-up happened
