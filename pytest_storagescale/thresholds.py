@@ -297,9 +297,19 @@ class ThresholdSet:
     reason: str = ""
     #: the factor the file's plan was shrunk by (1: as written)
     scale: float = 1.0
+    #: ``[known_issues]``: functional check (``name`` or ``name[door]``) -> why it is
+    #: known to fail on these versions
+    known_issues: Mapping[str, str] = field(default_factory=dict)
 
     def section(self, name: str) -> SectionPlan | None:
         return self.sections.get(name)
+
+    def known_issue(self, check: str, door: str | None = None) -> str | None:
+        """Why ``check`` is known to fail on these versions (through ``door``: an entry
+        ``check[door]`` wins over ``check``), or None."""
+        if door is not None and f"{check}[{door}]" in self.known_issues:
+            return self.known_issues[f"{check}[{door}]"]
+        return self.known_issues.get(check)
 
     def scaled(self, factor: float, *, what: str = "scale factor") -> ThresholdSet:
         """Every section shrunk by ``factor`` (see :meth:`SectionPlan.scaled`);
@@ -353,11 +363,28 @@ def _whole_number(table: dict, name: str, default: int, minimum: int, path: Path
 def load_thresholds(path: Path, *, reason: str = "") -> ThresholdSet:
     """Read and validate one thresholds file."""
     data = _read_toml(path)
-    _check_keys(data, ("storage", "defaults", "ops"), path, "top level")
+    _check_keys(data, ("storage", "defaults", "ops", "known_issues"), path, "top level")
     system, versions = _storage(data.get("storage"), path)
     defaults = _defaults(data.get("defaults", {}), path)
     sections = _sections(data.get("ops", {}), path, defaults)
-    return ThresholdSet(path, system, versions, sections, reason)
+    return ThresholdSet(path, system, versions, sections, reason,
+                        known_issues=_known_issues(data.get("known_issues", {}), path))
+
+
+def _known_issues(table: Any, path: Path) -> dict[str, str]:
+    """The ``[known_issues]`` table: check name (or ``name[door]``) -> reason."""
+    if not isinstance(table, dict):
+        raise ThresholdsError(f"{_where(path, 'known_issues')}: must be a table of "
+                              f"\"<check>\" = \"<why it fails on these versions>\".")
+    for check, reason in table.items():
+        if not re.fullmatch(r"\w+(\[[\w.-]+\])?", check) or not (
+                isinstance(reason, str) and reason.strip()):
+            raise ThresholdsError(
+                f"{_where(path, f'[known_issues].{check}')}: write \"<check>\" = \"<reason>\" "
+                f"with a check name such as \"readv_overlapping\" (or \"readv_overlapping[root]\""
+                f" for one door) and a non-empty reason, e.g. the storage's answer."
+            )
+    return dict(table)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

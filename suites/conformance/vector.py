@@ -1,0 +1,126 @@
+"""Vector reads that return the bytes of every chunk (the drivers' ``readv`` counts
+bytes only, which is what a load step needs, not what a conformance check needs).
+
+- XRootD doors: one ``kXR_readv`` request (``XRootD.client.File.vector_read``);
+- HTTP doors: one ``GET`` with a multi-range ``Range`` header, the server's
+  ``multipart/byteranges`` answer split back into chunks (XrdHttp, dCache and EOS
+  answer so), TLS verified against the door's ``ca_dir``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from urllib.parse import quote
+
+from pytest_storagescale.errors import StorageError
+
+from .doors import Door
+
+Chunks = list[tuple[int, int]]
+
+
+def _error(door: Door, path: str, message: str, native: str = "") -> StorageError:
+    return StorageError(message, driver="conformance", endpoint=door.spec.endpoint.server,
+                        operation="readv", path=path, native_status=native,
+                        error_class="readv")
+
+
+def vector_read(door: Door, path: str, chunks: Chunks) -> list[bytes]:
+    """The bytes the storage answers for each ``(offset, size)`` chunk, in order."""
+    if door.is_xrootd:
+        return _xrootd_readv(door, path, chunks)
+    if door.is_http:
+        return _http_readv(door, path, chunks)
+    client = door.client("conformance-readv")
+    try:
+        return [client.read(path, offset, size) for offset, size in chunks]
+    finally:
+        client.close()
+
+
+def _xrootd_readv(door: Door, path: str, chunks: Chunks) -> list[bytes]:
+    from XRootD import client
+    from XRootD.client.flags import OpenFlags
+
+    door.client("conformance-env").close()  # puts the door's credentials in the environment
+    timeout = max(1, int(door.timeout))
+    handle = client.File()
+    status, _ = handle.open(f"{door.spec.endpoint.server}/{path}", OpenFlags.READ,
+                            timeout=timeout)
+    if not status.ok:
+        raise _error(door, path, f"open: {status.message.strip()}", f"errno={status.errno}")
+    try:
+        status, info = handle.vector_read(chunks, timeout=timeout)
+        if not status.ok:
+            raise _error(door, path, status.message.strip(),
+                         f"status={status.status} code={status.code} errno={status.errno}")
+        return [bytes(chunk.buffer) for chunk in info.chunks]
+    finally:
+        handle.close(timeout=timeout)
+
+
+def _http_readv(door: Door, path: str, chunks: Chunks) -> list[bytes]:
+    import pycurl
+
+    endpoint = door.spec.endpoint
+    scheme = "https" if endpoint.scheme in ("davs", "https") else "http"
+    port = f":{endpoint.port}" if endpoint.port else ""
+    url = f"{scheme}://{endpoint.host}{port}{quote(path, safe='/-._~')}"
+    ranges = ",".join(f"{offset}-{offset + size - 1}" for offset, size in chunks)
+    body, headers = io.BytesIO(), io.BytesIO()
+    curl = pycurl.Curl()
+    try:
+        curl.setopt(pycurl.URL, url)
+        curl.setopt(pycurl.HTTPHEADER, [f"Range: bytes={ranges}", *_auth(door)])
+        curl.setopt(pycurl.WRITEDATA, body)
+        curl.setopt(pycurl.HEADERFUNCTION, headers.write)
+        curl.setopt(pycurl.TIMEOUT, max(1, int(door.timeout)))
+        ca_dir = door.spec.options.get("ca_dir") or os.environ.get("X509_CERT_DIR")
+        if ca_dir:
+            curl.setopt(pycurl.CAPATH, ca_dir)
+        curl.perform()
+        code = curl.getinfo(pycurl.RESPONSE_CODE)
+    except pycurl.error as exc:
+        raise _error(door, path, f"GET with Range: bytes={ranges}: {exc.args[-1]}") from None
+    finally:
+        curl.close()
+    if code != 206:
+        raise _error(door, path, f"GET with Range: bytes={ranges} answered HTTP {code}, "
+                     f"not 206 Partial Content", f"HTTP {code}")
+    return _split_ranges(door, path, headers.getvalue(), body.getvalue(), chunks)
+
+
+def _auth(door: Door) -> list[str]:
+    token = door.spec.options.get("token")
+    return [f"Authorization: Bearer {token}"] if token else []
+
+
+def _split_ranges(door: Door, path: str, head: bytes, body: bytes,
+                  chunks: Chunks) -> list[bytes]:
+    """The chunks of a ``multipart/byteranges`` answer (one range: the body itself),
+    split by hand: the parts are binary, with only their own lengths to trust."""
+    content_type = ""
+    for line in head.decode("latin-1").splitlines():
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-type":
+            content_type = value.strip()
+    if len(chunks) == 1 and not content_type.startswith("multipart/"):
+        return [body]
+    boundary = re.search(r'boundary="?([^";]+)"?', content_type)
+    if not content_type.startswith("multipart/byteranges") or not boundary:
+        raise _error(door, path, f"a multi-range GET answered Content-Type {content_type!r}, "
+                     f"not multipart/byteranges")
+    delimiter = b"--" + boundary.group(1).encode()
+    parts = []
+    for part in body.split(delimiter)[1:]:
+        if part.startswith(b"--"):
+            break  # the closing delimiter
+        head_part, _, data = part.partition(b"\r\n\r\n")
+        match = re.search(rb"(?i)content-range:\s*bytes (\d+)-(\d+)/", head_part)
+        if not match:
+            raise _error(door, path, "a part of the multi-range answer has no Content-Range")
+        first, last = int(match.group(1)), int(match.group(2))
+        parts.append(data[:last - first + 1])
+    return parts
