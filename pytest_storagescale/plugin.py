@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from . import extensions
+from .cluster import breakdown_lines as cluster_breakdown_lines
 from .cluster import header_lines as cluster_header_lines
 from .config import FLAGS, OPTIONS, REPEATABLE, Settings
 from .errors import StorageScaleUsageError
@@ -244,6 +245,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     )
     for line in format_table(run.ledger.steps):
         terminalreporter.write_line(line)
+    for line in cluster_breakdown_lines(run.ledger.steps, config.option.verbose):
+        terminalreporter.write_line(line)  # a cluster step's hosts (-v), lost hosts
     if run.baseline is not None:
         warning = run.baseline.warning(info.system, info.thresholds_file, info.scale)
         if warning:

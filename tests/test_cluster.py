@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import threading
 import time
@@ -32,8 +33,14 @@ from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.errors import StorageScaleUsageError
 from pytest_storagescale.load.operations import get_operation
 from pytest_storagescale.load.plan import StepPlan
-from pytest_storagescale.load.stats import SideAccumulator, latency_summary, new_histogram
+from pytest_storagescale.load.stats import (
+    SideAccumulator,
+    StepResult,
+    latency_summary,
+    new_histogram,
+)
 from pytest_storagescale.records import StepRecord
+from pytest_storagescale.reporting.table import format_why
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
@@ -118,6 +125,11 @@ def test_lost_host_counts_its_clients():
     assert executor.lost == 2
     assert lost_text(executor.hosts) == ("host h1 (10.9.9.1) lost: 2 clients (its worker "
                                          "left the cluster)")
+    record = StepRecord("main-001", "t", "stat", "stat", 6, hosts=executor.hosts, lost=2)
+    assert lost_text(executor.hosts) in format_why(record)  # the failure's "why:" names it
+    assert math.isnan(record.metric("lost"))  # nothing measured: no value
+    record.result = StepResult("stat", 6, 0.0, 1.0, 1.0, 0.0)
+    assert record.metric("lost") == 2  # what a rule "lost == 0" reads
 
 
 def test_host_breakdown_round_trips_through_the_results_file():
@@ -282,3 +294,74 @@ def test_a_host_whose_clock_is_off_is_refused_before_the_load(
         assert "ns0" not in text and "the step was not run" in text
         lister = driver_spec(url, writable_root=root).connect("functional-tests", timeout=10)
         assert lister.ls(root) == []  # no set-up happened
+
+
+CLUSTER_THRESHOLDS = """
+[storage]
+system = "xrootd"
+versions = ["*"]
+
+[defaults]
+duration = "1s"
+warmup = "0.2s"
+hang_timeout = "5s"
+
+[ops.stat]
+clients = [8]
+
+[ops.ls]
+clients = [4]
+
+[[ops.stat.expect]]
+clients = "*"
+rules = ["failed == 0", "hung == 0", "lost == 0"]
+
+[[ops.ls.expect]]
+clients = "*"
+rules = ["failed == 0", "lost == 0"]
+"""
+
+CLUSTER_SUITE = """
+import pytest
+
+@pytest.mark.storagescale_op("stat")
+def test_stat_scan(storage_load, storage_clients):
+    storage_load.run()
+
+@pytest.mark.storagescale_op("ls")
+def test_ls_scan(storage_load, storage_clients):
+    storage_load.run()
+"""
+
+
+def test_suite_on_the_cluster_under_xdist(pytester, server, four_hosts):
+    """--storage-cluster with pytest -n 2: the header names the hosts and their clock
+    offsets, every step's clients ran on the 4 hosts (per-host breakdown in the JSON and,
+    with -v, under the table), and the load steps never overlapped."""
+    pytester.makepyfile(test_suite=CLUSTER_SUITE)
+    folder = pytester.path / "thr" / "xrootd"
+    folder.mkdir(parents=True)
+    (folder / "any.toml").write_text(CLUSTER_THRESHOLDS)
+    result = pytester.runpytest_subprocess(
+        f"--storage-endpoint=root://{four_hosts.head}:{server.port}//storagescale",
+        "--storage-version=5.5", "--storage-thresholds=thr", "-p", "no:cacheprovider",
+        f"--storage-cluster={four_hosts.address}", "--storage-results=out.json", "-v",
+        "-n", "2", timeout=300)
+    print(*result.stdout.lines, sep="\n")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        f"storagescale: cluster {four_hosts.address} (scheduler *): 4 client hosts*",
+        "  host ns0 10.* (clock *ms +- * ms)",
+        "*stat at 8 clients: 4 client hosts",
+        "  host ns0 * clients     2  succeeded *lost 0*",
+    ])
+    steps = json.loads((pytester.path / "out.json").read_text())["steps"]
+    assert sorted(s["op"] for s in steps) == ["ls", "stat"]
+    for step in steps:
+        assert step["executor"] == "cluster" and step["lost"] == 0
+        hosts = step["hosts"]
+        assert sorted(h["name"] for h in hosts) == ["ns0", "ns1", "ns2", "ns3"]
+        assert sum(h["succeeded"] for h in hosts) == step["succeeded"] > 0
+    assert len({s["worker"] for s in steps}) == 2
+    intervals = sorted((s["lock_acquired"], s["ended"]) for s in steps)
+    assert intervals[0][1] <= intervals[1][0], f"steps overlap: {intervals}"

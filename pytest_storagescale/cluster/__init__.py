@@ -17,13 +17,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .address import parse_cluster_address
-from .breakdown import HostResult
+from .breakdown import HostResult, breakdown_lines
 
 if TYPE_CHECKING:
     from ..load.plan import StepPlan, StepProgress
     from ..load.stats import StepResult
 
-__all__ = ["HostResult", "parse_cluster_address", "run_cluster_step"]
+__all__ = ["HostResult", "breakdown_lines", "header_lines", "parse_cluster_address",
+           "run_cluster_step"]
 
 
 def run_cluster_step(address: str, plan: StepPlan, record: Any = None,

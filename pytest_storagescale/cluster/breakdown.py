@@ -91,3 +91,19 @@ def format_hosts(hosts: list[HostResult]) -> list[str]:
             f"failed {h.failed}  hung {h.hung}  lost {h.lost}  "
             f"p99 {format_seconds(h.p99_s)}  offset {h.clock_offset_s * 1e3:+.1f} ms")
     return rows
+
+
+def breakdown_lines(steps: list[Any], verbose: int = 0) -> list[str]:
+    """Under the table: each cluster step's hosts (with ``-v``), and lost hosts always."""
+    lines = []
+    for step in steps:
+        hosts = getattr(step, "hosts", None)
+        if not hosts:
+            continue
+        lost = lost_text(hosts)
+        if verbose > 0 or lost:
+            lines.append(f"{step.title}: {len(hosts)} client hosts"
+                         + (f"; {lost}" if lost else ""))
+        if verbose > 0:
+            lines += format_hosts(hosts)
+    return lines

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from ..cluster.breakdown import lost_text
 from ..load.stats import SideResult
 from ..records import RuleCheck, StepRecord
 
@@ -127,6 +128,8 @@ def format_why(step: StepRecord, *, top: int = 3) -> list[str]:
             lines.append(f"{count} x {name}" + (f": {example}" if example else ""))
         if len(ranked) > top:
             lines.append(f"... and {len(ranked) - top} more error classes (see the JSON)")
+    if step.lost and (lost := lost_text(step.hosts)):  # a cluster step's lost hosts
+        lines.append(lost)
     if step.cleanup_error:
         lines.append(f"clean-up refused: {step.cleanup_error}")
     return lines
