@@ -19,14 +19,19 @@ driver option ``ca_dir``, else ``$X509_CERT_DIR``, else
 and ``x509_user_key``, else ``$X509_USER_CERT``/``$X509_USER_KEY``); a bearer token
 (``token``, else ``$BEARER_TOKEN``, else the file ``$BEARER_TOKEN_FILE``), sent as
 ``Authorization: Bearer`` and never shown; or ``user:password@`` in the URL (basic
-authentication). Over plain ``http://`` no credential is sent.
+authentication). Over plain ``http://`` no credential is sent (a ``token`` option
+there is a usage error).
 
 **Every request has a deadline** (the driver's timeout, connection included).
 **Checksums**: downloads ask for ``Want-Digest: adler32`` and compare the server's
 ``Digest`` with the adler32 of the bytes received; uploads compare the adler32 of
 the data with the one the server gives after the upload (a ``HEAD``), as gfal2 and
-``gfal-copy`` do; a server that offers no adler32 is not asked again by that client
-(driver option ``checksum=none`` switches the checks off).
+``gfal-copy -K`` do; a mismatch is an error naming both values, and a server that
+offers no adler32 is not asked again by that client. Driver option ``checksum``:
+``auto`` (the default) verifies on every door except XrdHttp (known from its
+``Server`` header), where xrootd 5.5 crashes when checksums are asked for right
+after uploads under load (xrootd/xrootd#2534) and announces a stale adler32 after an
+overwrite within the same second; ``adler32`` verifies there too; ``none`` never.
 
 **Deleting is careful**: a WebDAV ``DELETE`` of a collection is recursive on most
 servers, and the plugin's clean-up relies on ``rmdir`` refusing a directory that has
@@ -78,11 +83,14 @@ _UNREACHABLE_CODES = {
     pycurl.E_COULDNT_CONNECT, pycurl.E_COULDNT_RESOLVE_HOST, pycurl.E_GOT_NOTHING,
     pycurl.E_RECV_ERROR, pycurl.E_SEND_ERROR, pycurl.E_COULDNT_RESOLVE_PROXY,
 }
-_TLS_CODES = {
-    pycurl.E_PEER_FAILED_VERIFICATION, pycurl.E_SSL_CONNECT_ERROR, pycurl.E_SSL_CACERT,
-    pycurl.E_SSL_CACERT_BADFILE, pycurl.E_SSL_CIPHER, pycurl.E_SSL_ISSUER_ERROR,
-    pycurl.E_SSL_CRL_BADFILE, pycurl.E_SSL_PEER_CERTIFICATE, pycurl.E_SSL_INVALIDCERTSTATUS,
+#: the server's certificate did not verify against the CA folder
+_SERVER_CERT_CODES = {
+    pycurl.E_PEER_FAILED_VERIFICATION, pycurl.E_SSL_CACERT, pycurl.E_SSL_CACERT_BADFILE,
+    pycurl.E_SSL_ISSUER_ERROR, pycurl.E_SSL_CRL_BADFILE, pycurl.E_SSL_PEER_CERTIFICATE,
+    pycurl.E_SSL_INVALIDCERTSTATUS,
 }
+#: the handshake failed otherwise (the server refused the client's certificate...)
+_HANDSHAKE_CODES = {pycurl.E_SSL_CONNECT_ERROR, pycurl.E_SSL_CIPHER}
 _CLIENT_CERT_CODES = {pycurl.E_SSL_CERTPROBLEM, pycurl.E_SSL_ENGINE_SETFAILED}
 _TIMEOUT_STATUSES = {408, 504}
 _PERMISSION_STATUSES = {401, 403}
@@ -91,6 +99,8 @@ _OK_STATUSES = frozenset(range(200, 300))
 #: checksum algorithms whose Digest value is hex (RFC 3230 registry); others are base64
 _HEX_DIGESTS = {"adler32", "crc32c", "unixcksum"}
 _BUFFER = 512 * 1024
+#: the Server header of each door (``davs://host:port``) this process has seen answer
+_DOOR_SERVERS: dict[str, str] = {}
 #: the fast reading of a one-entry 207 answer (stat): any namespace prefix
 _TAG = rb"<(?:[\w.-]+:)?"
 _LENGTH = re.compile(_TAG + rb"getcontentlength[^>]*>\s*(\d+)\s*<")
@@ -158,21 +168,29 @@ class HTTPDriver(Driver):
                 raise StorageScaleUsageError(
                     f"--storage-driver-option {key}={path}: not a readable file. Give the "
                     f"PEM file (a proxy holds certificate, key and chain in one file).")
-        if options.get("checksum", "adler32").lower() not in ("adler32", "none"):
+        if options.get("checksum", "auto").lower() not in ("auto", "adler32", "none"):
             raise StorageScaleUsageError(
                 f"--storage-driver-option checksum={options['checksum']}: valid values are "
-                f"adler32 (verify uploads and downloads, the default) and none.")
+                f"auto (verify uploads and downloads, except on XrdHttp doors: the default), "
+                f"adler32 (verify on every door) and none.")
 
     def __init__(self, endpoint, **kwargs) -> None:
         super().__init__(endpoint, **kwargs)
         secure = endpoint.scheme in HTTPS_SCHEMES
+        if not secure and self.options.get("token"):
+            raise StorageScaleUsageError(
+                f"--storage-driver-option token: a token is never sent over "
+                f"{endpoint.scheme}:// (in clear text). Use davs:// or https:// for "
+                f"{endpoint.host}.")
         port = f":{endpoint.port}" if endpoint.port else ""
         self._base = f"{'https' if secure else 'http'}://{endpoint.host}{port}"
         self._secure = secure
         self._timeout_ms = max(1, int(self.timeout * 1000))
         self.ca_dir = (self.options.get("ca_dir") or os.environ.get("X509_CERT_DIR")
                        or DEFAULT_CA_DIR)
-        self._verify = self.options.get("checksum", "adler32").lower() == "adler32"
+        #: adler32: verify transfers; none: never; auto: unless the door is XrdHttp
+        self._checksum_mode = self.options.get("checksum", "auto").lower()
+        self._verify = self._checksum_mode != "none"
         auth = [f"Authorization: Bearer {token}"] if secure and (token := self._token()) else []
         self._propfind_headers = {
             depth: [*auth, "Content-Type: application/xml", f"Depth: {depth}"]
@@ -262,9 +280,12 @@ class HTTPDriver(Driver):
             handle.setopt(pycurl.HEADERFUNCTION, answer.header if want_headers else len)
             handle.perform()
             answer.status = handle.getinfo(pycurl.RESPONSE_CODE)
+            if want_headers and self.endpoint.server not in _DOOR_SERVERS:
+                _DOOR_SERVERS[self.endpoint.server] = answer.headers.get("server", "")
         except pycurl.error as exc:
+            fresh = handle.getinfo(pycurl.NUM_CONNECTS) > 0  # failed on a new connection
             handle.close()  # its connection is in an unknown state
-            raise self._curl_error(exc, operation or method.lower(), path) from None
+            raise self._curl_error(exc, operation or method.lower(), path, fresh) from None
         if self._closed:
             handle.close()
         else:
@@ -276,28 +297,46 @@ class HTTPDriver(Driver):
         return dict(driver=self.name, endpoint=self.endpoint.server, operation=operation,
                     path=path, native_status=native)
 
-    def _curl_error(self, exc: pycurl.error, operation: str, path: str) -> StorageError:
+    def _curl_error(self, exc: pycurl.error, operation: str, path: str,
+                    fresh: bool = False) -> StorageError:
         code, message = exc.args[0], str(exc.args[1] if len(exc.args) > 1 else exc)
         kwargs = self._kwargs(operation, path, f"curl error {code}")
-        if code in _TLS_CODES:
-            return StorageUnreachable(
-                f"TLS verification failed: {message}. The server's certificate is checked "
-                f"against the CA folder {self.ca_dir} (driver option ca_dir, else "
-                f"$X509_CERT_DIR, else {DEFAULT_CA_DIR}), never switched off: install the "
-                f"server's CA there (a hashed folder: openssl rehash FOLDER) or point ca_dir "
-                f"at the folder holding it", error_class="tls", **kwargs)
-        if code in _CLIENT_CERT_CODES:
-            cert, _ = self._certificate()
-            return StoragePermissionDenied(
-                f"the client certificate {cert} cannot be used: {message}. Give a PEM proxy "
-                f"(x509_proxy) or x509_user_cert and x509_user_key", error_class="tls_client",
-                **kwargs)
+        # a TLS 1.3 server refuses a client certificate after the client's side of the
+        # handshake: its alert ends the first request on the new connection
+        refused = fresh and code in (pycurl.E_SEND_ERROR, pycurl.E_RECV_ERROR) and (
+            "alert" in message.lower() or self._certificate()[0] is not None)
+        if code in _SERVER_CERT_CODES | _HANDSHAKE_CODES | _CLIENT_CERT_CODES or refused:
+            return self._tls_error(code, message, kwargs)
         if code in _TIMEOUT_CODES:
             return StorageTimeout(f"{message} (deadline {self.timeout:g} s)",
                                   error_class="timeout", **kwargs)
         if code in _UNREACHABLE_CODES:
             return StorageUnreachable(message, error_class="unreachable", **kwargs)
         return StorageError(message, error_class=f"curl_{code}", **kwargs)
+
+    def _tls_error(self, code: int, message: str, kwargs: dict) -> StorageError:
+        """One paragraph: what failed in the handshake and what to change."""
+        cert, key = self._certificate()
+        message = message.strip().rstrip(".")
+        server_side = (
+            f"The server's certificate is checked against the CA folder {self.ca_dir} "
+            f"(driver option ca_dir, else $X509_CERT_DIR, else {DEFAULT_CA_DIR}), never "
+            f"switched off: install the server's CA there (a hashed folder: openssl rehash "
+            f"FOLDER) or point ca_dir at the folder holding it")
+        if code in _CLIENT_CERT_CODES or "key or certificate file" in message:
+            return StoragePermissionDenied(
+                f"the client certificate {cert} (key {key or cert}) cannot be used: {message}. "
+                f"Give a PEM proxy (driver option x509_proxy: certificate, key and chain in "
+                f"one file) or x509_user_cert and x509_user_key", error_class="tls_client",
+                **kwargs)
+        if code in _SERVER_CERT_CODES:
+            return StorageUnreachable(f"TLS verification failed: {message}. {server_side}",
+                                      error_class="tls", **kwargs)
+        refused = (f"Either the server refused the client certificate {cert} (its CA is not "
+                   f"in the server's CA folder, it expired, or the server takes no proxies), "
+                   f"or the server's certificate did not verify. " if cert else "")
+        return StorageUnreachable(f"TLS handshake failed: {message}. {refused}{server_side}",
+                                  error_class="tls", **kwargs)
 
     def _status_error(self, answer: Body, operation: str, path: str) -> StorageError:
         status = answer.status
@@ -457,16 +496,31 @@ class HTTPDriver(Driver):
         return version
 
     # -- data ---------------------------------------------------------------------
+    def _verifying(self) -> bool | None:
+        """Whether transfers are verified; None: not known before the door's first
+        answer names its server (``auto``)."""
+        if not self._verify or self._checksum_mode == "adler32":
+            return self._verify
+        server = _DOOR_SERVERS.get(self.endpoint.server)
+        if server is None:
+            return None
+        # XrdHttp (xrootd 5.5): a checksum asked for right after an upload can crash the
+        # server (xrootd/xrootd#2534), and after an overwrite within the same second it
+        # announces the old file's adler32; verify there only when asked (adler32)
+        return not server.lower().startswith("xrootd")
+
     def _put(self, path: str, data: bytes) -> int:
         """PUT the whole file (overwriting; a missing parent is made), then compare the
         adler32 the server gives with the data's."""
         headers = [*self._auth, "Content-Type: application/octet-stream"]
-        answer = self._request("PUT", path, headers=headers, body=data, operation="put")
+        learn = self._verifying() is None
+        answer = self._request("PUT", path, headers=headers, body=data, operation="put",
+                               want_headers=learn)
         if answer.status == 409:  # the parent is missing (Apache, dCache)
             self._mkdir(path.rstrip("/").rpartition("/")[0] or "/")
             answer = self._request("PUT", path, headers=headers, body=data, operation="put")
         self._check(answer, "put", path)
-        if self._verify:
+        if self._verifying():
             check = self._request("HEAD", path, headers=[*self._auth, "Want-Digest: adler32"],
                                   want_headers=True, operation="put")
             self._check(check, "put", path)
@@ -499,12 +553,13 @@ class HTTPDriver(Driver):
                 **self._kwargs(operation, path, f"HTTP {answer.status}"))
 
     def _get(self, path: str, local_path: str | None) -> int:
-        headers = [*self._auth, "Want-Digest: adler32"] if self._verify else self._auth
-        sink = Body(keep=bool(local_path), digest=self._verify)
+        verify = self._verifying()  # None: the first answer names the door
+        headers = [*self._auth, "Want-Digest: adler32"] if verify else self._auth
+        sink = Body(keep=bool(local_path), digest=bool(verify))
         answer = self._check(self._request("GET", path, headers=headers, sink=sink,
-                                           want_headers=self._verify, operation="get"),
+                                           want_headers=verify is not False, operation="get"),
                              "get", path)
-        if self._verify:
+        if verify:
             self._compare(answer, f"{answer.adler32:08x}", "get", path)
         if local_path:
             with open(local_path, "wb") as stream:
@@ -519,9 +574,22 @@ class HTTPDriver(Driver):
             operation=operation), operation, path)
 
     def _read(self, path: str, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset``: fewer across the end of the file, none after it."""
         if size <= 0:
             return b""
-        answer = self._range(path, [(offset, size)], "read")
+        try:
+            answer = self._range(path, [(offset, size)], "read")
+        except StorageError as exc:
+            if exc.error_class == "http_416":  # Range Not Satisfiable: at or after the end
+                return b""
+            if exc.native_status != f"curl error {pycurl.E_PARTIAL_FILE}":
+                raise
+            # XrdHttp (5.5) announces the whole range across the end, sends nothing and
+            # closes: ask again for the bytes there are
+            end = self._stat(path).size
+            if offset >= end:
+                return b""
+            answer = self._range(path, [(offset, min(size, end - offset))], "read")
         data = answer.data
         return data if answer.status == 206 else data[offset:offset + size]
 
