@@ -18,8 +18,8 @@ from pytest_storagescale.load.operations import (
 )
 from pytest_storagescale.thresholds import load_thresholds
 
-BUILT_IN = ("stat", "ls", "mkdir", "put", "get", "read", "readv", "delete", "write", "mixed",
-            "ls_under_io")
+BUILT_IN = ("stat", "ls", "mkdir", "put", "get", "read", "readv", "delete", "write", "auth",
+            "mixed", "ls_under_io")
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
+from collections.abc import Mapping
 from typing import ClassVar
 
 from ..endpoints.url import HTTP_SCHEMES, XROOTD_SCHEMES  # noqa: F401 - the drivers' import
@@ -43,8 +45,51 @@ XROOTD_USER_SETTINGS = frozenset(
 for _name, _value in XROOTD_CLIENT_DEFAULTS.items():
     os.environ.setdefault(f"XRD_{_name.upper()}", str(_value))
 LOGIN_NAME_LENGTH = 8
+#: a credential check is repeated when the same options come back later than this
+CREDENTIAL_CHECK_INTERVAL = 60.0
+_checked: dict[tuple[tuple[str, str], ...], float] = {}
 _ROLE_NAMES = {"admin": "ssadmin", "version": "ssversn", "cleanup": "ssclean",
                "coordinator": "sscoord", "probe": "ssprobe"}
+
+
+#: ``--storage-embedded-login`` name -> the XRootD security protocol it forces
+LOGIN_PROTOCOLS = {"unix": "unix", "krb5": "krb5", "gsi": "gsi", "token": "ztn"}
+
+
+def session_login(options: Mapping[str, str], *, embedded: bool) -> str | None:
+    """The login (``unix``, ``krb5``, ``gsi``, ``token``) the clients of a session use:
+    the one protocol forced by the driver option ``security_protocol`` (or
+    ``XrdSecPROTOCOL``); the embedded server's unix login forces none. None when a
+    remote endpoint's protocol is not forced (the server picks it)."""
+    forced = (options.get("security_protocol") or os.environ.get("XrdSecPROTOCOL", "")).strip()
+    if not forced:
+        return "unix" if embedded else None
+    return next((login for login, protocol in LOGIN_PROTOCOLS.items() if protocol == forced),
+                None)
+
+
+def login_refusal(message: str, options: Mapping[str, str]) -> str:
+    """The server refused the login (XRootD ``Auth failed``): which protocol and which
+    credential were tried, and how to renew it (never the token itself)."""
+    from ..endpoints.credentials import RENEW
+
+    protocol = options.get("security_protocol") or os.environ.get("XrdSecPROTOCOL")
+    given = []
+    for option, variable in (("x509_proxy", "X509_USER_PROXY"), ("token", "BEARER_TOKEN"),
+                             ("krb5ccname", "KRB5CCNAME")):
+        value = options.get(option) or os.environ.get(variable)
+        if value:
+            given.append((option, "" if option == "token" else f" {value}"))
+    used = ", ".join(f"{option}{where}" for option, where in given)
+    renew = "; ".join(f"{option}: {RENEW[option]}" for option, _ in given)
+    return (
+        f"login refused by the server ({message}): authentication "
+        f"{f'with {protocol}' if protocol else 'with the protocols it offers'} failed "
+        + (f"using {used}. Check that the server accepts it (its CA, token issuer and "
+           f"audience, Kerberos realm) and that it is valid; {renew}."
+           if given else "and no credential was given (driver options x509_proxy, token, "
+           "krb5ccname; security_protocol forces one protocol).")
+    )
 
 
 def base36(number: int) -> str:
@@ -66,6 +111,18 @@ class XRootDLogins:
 
     #: bumped by forget_connections(); part of every load client's login name
     _generation: ClassVar[int] = 0
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, str]) -> None:
+        """A proxy, token or ticket cache that is missing or expired is one error naming
+        it and how to renew it, before any load (checked again after a minute)."""
+        from ..endpoints.credentials import check_credentials
+
+        key = tuple(sorted(options.items()))
+        now = time.monotonic()
+        if now - _checked.get(key, -CREDENTIAL_CHECK_INTERVAL) >= CREDENTIAL_CHECK_INTERVAL:
+            check_credentials(options)
+            _checked[key] = now
 
     @classmethod
     def client_name(cls, index: int) -> str:

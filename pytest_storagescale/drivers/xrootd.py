@@ -20,6 +20,8 @@ default 30 minutes), so the clients come back after a storage restart.
 
 from __future__ import annotations
 
+import threading
+
 from XRootD import client
 from XRootD.client.flags import (
     MkDirFlags,
@@ -43,6 +45,7 @@ from .grid import (
     XROOTD_SCHEMES,
     XROOTD_USER_SETTINGS,
     XRootDLogins,
+    login_refusal,
 )
 
 # the client's settings (see .grid), unless the user set XRD_<NAME>; put after the
@@ -52,6 +55,12 @@ for _name, _value in XROOTD_CLIENT_DEFAULTS.items():
         client.EnvPutInt(_name, _value)
 
 _CHUNK = 8 * 1024 * 1024
+#: while clients log in again and again (new_login), idle connections of the process
+#: close after this many seconds (the client's DataServerTTL, default 300 s): every
+#: login leaves a connection behind, and thousands of them would pile up
+_RELOGIN_TTL = 1
+_relogin_lock = threading.Lock()
+_relogin_clients: list[int] = [0, 0]  # clients logging in again, the TTL to restore
 # XrdClStatus.hh codes
 _TIMEOUT_CODES = {103, 206}  # errSocketTimeout, errOperationExpired
 _UNREACHABLE_CODES = {101, 102, 104, 107, 108, 110}  # address, socket, disconnect, conn., TLS
@@ -68,6 +77,8 @@ class XRootDDriver(XRootDLogins, Driver):
     option_names = tuple(CREDENTIAL_ENVIRONMENT)
     secret_options = SECRET_OPTIONS
     option_environment = CREDENTIAL_ENVIRONMENT
+    #: whether this client logs in again (new_login) and so holds the short TTL
+    _relogging = False
 
     def __init__(self, endpoint, **kwargs) -> None:
         super().__init__(endpoint, **kwargs)
@@ -93,7 +104,10 @@ class XRootDDriver(XRootDLogins, Driver):
             raise StorageTimeout(message, error_class="timeout", **kwargs)
         if status.code in _UNREACHABLE_CODES:
             raise StorageUnreachable(message, error_class="unreachable", **kwargs)
-        if status.code in _AUTH_CODES or status.errno == _KXR_NOT_AUTHORIZED:
+        if status.code in _AUTH_CODES:
+            raise StoragePermissionDenied(login_refusal(message, self.options),
+                                          error_class="auth", **kwargs)
+        if status.errno == _KXR_NOT_AUTHORIZED:
             raise StoragePermissionDenied(message, error_class="permission", **kwargs)
         if status.errno == _KXR_NOT_FOUND or status.code == 304:
             raise StorageNotFound(message, error_class="not_found", **kwargs)
@@ -211,5 +225,27 @@ class XRootDDriver(XRootDLogins, Driver):
             self._close(handle, "readv", path)
         return info.size
 
+    def new_login(self, name: str) -> None:
+        """Log in again as ``name``: the next request opens a new connection and
+        authenticates (the ``auth`` operation). While such clients exist, idle
+        connections close after :data:`_RELOGIN_TTL` s, so logins do not pile up."""
+        if not self._relogging:
+            with _relogin_lock:
+                if _relogin_clients[0] == 0:
+                    _relogin_clients[1] = client.EnvGetInt("DataServerTTL")
+                    client.EnvPutInt("DataServerTTL", _RELOGIN_TTL)
+                _relogin_clients[0] += 1
+            self._relogging = True
+        endpoint = self.endpoint
+        port = f":{endpoint.port}" if endpoint.port else ""
+        self._server = f"{endpoint.scheme}://{name}@{endpoint.host}{port}"
+        self._fs = client.FileSystem(self._server)
+
     def close(self) -> None:
+        if self._relogging:
+            self._relogging = False
+            with _relogin_lock:
+                _relogin_clients[0] -= 1
+                if _relogin_clients[0] == 0:
+                    client.EnvPutInt("DataServerTTL", _relogin_clients[1])
         self._fs = None

@@ -29,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..drivers.grid import LOGIN_PROTOCOLS
 from ..errors import EndpointError
 from .credentials import (
     CertificateFiles,
@@ -171,12 +172,14 @@ class EmbeddedXRootD(EmbeddedServer):
         """CA folder and, per login, the forced protocol and the client's credential."""
         options = super().driver_options()
         if self.login == "krb5" and self.realm is not None:
-            options.update(security_protocol="krb5", krb5_config=str(self.realm.krb5_config),
+            options.update(krb5_config=str(self.realm.krb5_config),
                            krb5ccname=f"FILE:{self.realm.ccache}")
         elif self.login == "gsi" and self.proxy is not None:
-            options.update(security_protocol="gsi", x509_proxy=str(self.proxy))
+            options.update(x509_proxy=str(self.proxy))
         elif self.login == "token" and self.token:
-            options.update(security_protocol="ztn", token=self.token)
+            options.update(token=self.token)
+        if self.login != "unix":
+            options["security_protocol"] = LOGIN_PROTOCOLS[self.login]
         return options
 
     def describe(self) -> str:

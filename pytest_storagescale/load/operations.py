@@ -1,5 +1,6 @@
 """The operations a load step repeats: stat, ls, mkdir, put, get, read, readv, delete,
-write, and the composites ``mixed`` and ``ls_under_io`` (two kinds of clients at once).
+write, auth (a new login per operation), and the composites ``mixed`` and
+``ls_under_io`` (two kinds of clients at once).
 
 Operations live in a registry: :func:`get_operation` finds one by the name a
 thresholds section gives (``op = "get"``), :func:`register_operation` adds a site's
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..drivers.base import Driver
+from ..drivers.grid import base36
 from ..errors import StorageScaleUsageError
 from ..units import parse_byte_size
 from .watch import parallel_map
@@ -236,6 +238,37 @@ class List(Operation):
         names = driver.ls(context["target"])
         if len(names) != context["entries"]:
             raise ValueError(f"ls returned {len(names)} entries, expected {context['entries']}")
+        return 0
+
+
+class Auth(Operation):
+    """A new connection with a new login name that authenticates, then a ``stat`` of the
+    step's directory: seed 003's "authentications/s" (one ``xrdcp`` per file, each a
+    login). The security protocol is the session's (driver option
+    ``security_protocol``). Needs a driver that can log in again (``new_login``: the
+    ``xrootd`` driver); the login names are unique within the step."""
+
+    name = "auth"
+
+    def prepare(self, driver, workdir, params, clients):
+        if not callable(getattr(driver, "new_login", None)):
+            raise StorageScaleUsageError(
+                f"the auth operation logs in again for every operation, which the "
+                f"{driver.name} driver cannot do: run it over root:// with the xrootd "
+                f"driver (--storage-driver xrootd).")
+        context = super().prepare(driver, workdir, params, clients)
+        # 2 letters of this step in every login name: no name of an earlier step whose
+        # connection is still open is used again
+        context["login_prefix"] = "".join(random.choices("abcdefghijklmnopqrstuvwxyz", k=2))
+        return context
+
+    def before(self, driver, client, iteration, context):
+        # untimed: a new client object; the connection is made by the timed request
+        driver.new_login(f"{context['login_prefix']}{base36(client % 36**2):0>2}"
+                         f"{base36(iteration % 36**4):0>4}")
+
+    def run(self, driver, client, iteration, context):
+        driver.stat(context["workdir"])
         return 0
 
 
@@ -547,5 +580,5 @@ def _register_entry_point(entry_point: Any) -> None:
 
 
 for _operation in (Stat(), List(), MakeDir(), Put(), Get(), Read(), ReadV(), Delete(), Write(),
-                   Mixed(), ListUnderWrites()):
+                   Auth(), Mixed(), ListUnderWrites()):
     register_operation(_operation)

@@ -6,7 +6,11 @@ What the seed measured by hand, as steps whose concurrencies and rules come from
 - namespace: ``stat`` and ``ls`` rates at each concurrency;
 - small files: N clients writing 1 MB files (``put``), then reading them (``get``),
   as files/s with the transfer-time distribution (mean, p50, p99 in the results);
-- mixed: readers and writers at once, each side's throughput reported.
+- mixed: readers and writers at once, each side's throughput reported;
+- authentications/s: a new connection and login per operation (``auth``) with the
+  session's security protocol: ``pytest suites/xrootd --storage-embedded-login krb5``
+  (or ``gsi``, ``token``; ``unix`` by default) runs that protocol's scan, the other
+  three are skipped with the option that runs them.
 
 Run it against your server::
 
@@ -18,6 +22,8 @@ from __future__ import annotations
 import zlib
 
 import pytest
+
+from pytest_storagescale.drivers.grid import LOGIN_PROTOCOLS, session_login
 
 pytestmark = pytest.mark.storagescale_system("xrootd")
 
@@ -60,3 +66,45 @@ def test_small_file_reads(storage_load, storage_clients):
 def test_mixed_readers_and_writers(storage_load, storage_clients):
     """Readers and writers at once; each side's throughput (seed: read-write-rw-xrootd.jpg)."""
     storage_load.run()
+
+
+# -- authentication rates (seed 003, Test Series 3 and 4, "Follow-up on Kerberos V") --------
+def _auth_scan(login: str, storage_endpoint, storage_load) -> None:
+    """Run the ``auth_<login>`` scan when the session's clients log in with ``login``."""
+    session = session_login(storage_endpoint.driver_spec.options,
+                            embedded=storage_endpoint.embedded is not None)
+    if session != login:
+        how = (f"the session logs in with {session}" if session else
+               "the session does not force a security protocol (the server picks it)")
+        pytest.skip(
+            f"the {login} authentication-rate scan needs {login} logins and {how}: run "
+            f"'pytest suites/xrootd --storage-embedded-login {login}' (the embedded server), "
+            f"or against your storage force it with --storage-driver-option "
+            f"security_protocol={LOGIN_PROTOCOLS[login]} and that login's credential")
+    storage_load.run()
+
+
+@pytest.mark.storagescale_op("auth_unix")
+def test_auth_rate_unix(storage_load, storage_clients, storage_endpoint):
+    """New connection + login + stat per operation, no strong authentication (seed:
+    "0-copy-operation no auth", 8 x 40 files/s)."""
+    _auth_scan("unix", storage_endpoint, storage_load)
+
+
+@pytest.mark.storagescale_op("auth_krb5")
+def test_auth_rate_krb5(storage_load, storage_clients, storage_endpoint):
+    """Kerberos 5 authentications/s (seed: 25/s behind the replay-cache mutex, 280/s
+    with a cache per process)."""
+    _auth_scan("krb5", storage_endpoint, storage_load)
+
+
+@pytest.mark.storagescale_op("auth_gsi")
+def test_auth_rate_gsi(storage_load, storage_clients, storage_endpoint):
+    """GSI (X.509 proxy) authentications/s (seed: 7/s for one client, 8/s for 8)."""
+    _auth_scan("gsi", storage_endpoint, storage_load)
+
+
+@pytest.mark.storagescale_op("auth_token")
+def test_auth_rate_token(storage_load, storage_clients, storage_endpoint):
+    """Bearer-token (ztn over TLS) authentications/s (not in the seed)."""
+    _auth_scan("token", storage_endpoint, storage_load)
