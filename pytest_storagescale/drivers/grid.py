@@ -10,10 +10,11 @@ of user name.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
 from ..endpoints.url import HTTP_SCHEMES, XROOTD_SCHEMES  # noqa: F401 - the drivers' import
@@ -50,6 +51,22 @@ CREDENTIAL_CHECK_INTERVAL = 60.0
 _checked: dict[tuple[tuple[str, str], ...], float] = {}
 _ROLE_NAMES = {"admin": "ssadmin", "version": "ssversn", "cleanup": "ssclean",
                "coordinator": "sscoord", "probe": "ssprobe"}
+
+
+@contextlib.contextmanager
+def credential_environment_kept() -> Iterator[None]:
+    """Put the credential variables (:data:`CREDENTIAL_ENVIRONMENT`) back as they were
+    when the block ends (a driver made inside it sets them for the whole process)."""
+    names = set(CREDENTIAL_ENVIRONMENT.values())
+    saved = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            elif os.environ.get(name) != value:
+                os.environ[name] = value
 
 
 #: ``--storage-embedded-login`` name -> the XRootD security protocol it forces

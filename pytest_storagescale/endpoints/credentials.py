@@ -425,12 +425,14 @@ class KerberosRealm:
         raise EndpointError(f"the throwaway Kerberos KDC did not start: {error}. "
                             f"Log tail:\n{tail}")
 
-    def renew(self, ccache: Path | None = None) -> Path:
-        """``kinit -k -t <user keytab>`` into ``ccache`` (default: the realm's)."""
+    def renew(self, ccache: Path | None = None, *, lifetime: str = "") -> Path:
+        """``kinit -k -t <user keytab>`` into ``ccache`` (default: the realm's);
+        ``lifetime`` as kinit takes it (``10h``, ``2s``: a ticket that soon expires)."""
         target = ccache or self.ccache
         done = subprocess.run(
             [_tool("kinit"), "-k", "-t", str(self.user_keytab), "-c", f"FILE:{target}",
-             self.user], capture_output=True, text=True, timeout=30,
+             *(["-l", lifetime] if lifetime else []), self.user],
+            capture_output=True, text=True, timeout=30,
             env={**os.environ, **self.environment})
         if done.returncode != 0:
             raise EndpointError(f"kinit {self.user} failed: {done.stderr.strip()[-300:]}")
@@ -650,9 +652,12 @@ def _kerberos_cache(options: Mapping[str, str]) -> CredentialState:
         done = subprocess.run([klist, "-s", *(["-c", cache] if cache else [])], env=env,
                               capture_output=True, timeout=30)
         if done.returncode != 0:
+            path = cache.removeprefix("FILE:")
+            state = ("no ticket cache there" if path.startswith("/") and not os.path.exists(path)
+                     else "no valid Kerberos ticket in it (expired? 'klist' shows it)")
             raise CredentialError(
-                f"krb5ccname {cache or '(the default cache)'}: no valid Kerberos ticket "
-                f"(missing or expired; 'klist' shows it): {RENEW['krb5ccname']}.")
+                f"krb5ccname {cache or '(the default cache)'}: {state}: "
+                f"{RENEW['krb5ccname']}.")
     return CredentialState("krb5ccname", cache or "the default cache")
 
 

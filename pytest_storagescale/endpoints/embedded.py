@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..drivers.grid import LOGIN_PROTOCOLS
+from ..drivers.grid import LOGIN_PROTOCOLS, credential_environment_kept
 from ..errors import EndpointError
 from .credentials import (
     CertificateFiles,
@@ -329,7 +329,13 @@ class EmbeddedXRootD(EmbeddedServer):
         )
 
     def _wait_ready(self) -> str:
-        """Probe until the server answers; return '' when ready, else why not."""
+        """Probe until the server answers; return '' when ready, else why not. The
+        probe's credentials are in the environment only while it runs: the process
+        that started the server keeps its own client identity."""
+        with credential_environment_kept():
+            return self._probe_until_ready()
+
+    def _probe_until_ready(self) -> str:
         from ..drivers.registry import driver_spec
 
         spec = driver_spec(self.url, driver="xrootd", options=self.driver_options())
