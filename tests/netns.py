@@ -178,6 +178,25 @@ class NamespaceCluster:
             stdout=host.log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
             cwd=self.directory, env=environment)
 
+    def restart_workers(self) -> None:
+        """Fresh worker processes (no connections kept from earlier steps)."""
+        for host in self.hosts:
+            self.kill(host.index)
+        self._wait_for_count(0)
+        for host in self.hosts:
+            self._start_worker(host)
+        self.wait_for_workers(self.count)
+
+    def _wait_for_count(self, count: int, timeout: float = 60) -> None:
+        from distributed import Client
+
+        with Client(self.address, timeout=30) as client:
+            deadline = time.monotonic() + timeout
+            while len(client.scheduler_info(n_workers=-1)["workers"]) != count:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the scheduler still lists workers after {timeout} s")
+                time.sleep(0.2)
+
     def wait_for_workers(self, count: int, timeout: float = 120) -> None:
         from distributed import Client
 

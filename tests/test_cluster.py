@@ -100,7 +100,8 @@ def test_merged_p99_is_the_p99_of_the_union_of_the_hosts_samples():
         for value in values:
             acc.record(1, value, 0, None, counted=True)
             union.record_value(int(value * 1e6))
-        reports[hosts[index].worker] = HostReport({"stat": acc.to_wire()}, 0, 1, 1.0)
+        reports[hosts[index].worker] = HostReport({"stat": acc.to_wire()}, 0, 1, 1.0,
+                                                  latency_s=latency_summary(acc.histogram))
     shares = split_clients(plan.assignments(), hosts)
     merged = {"stat": SideAccumulator(clock.seconds)}
     executor = ClusterExecutor(None, hosts)
@@ -365,3 +366,44 @@ def test_suite_on_the_cluster_under_xdist(pytester, server, four_hosts):
     assert len({s["worker"] for s in steps}) == 2
     intervals = sorted((s["lock_acquired"], s["ended"]) for s in steps)
     assert intervals[0][1] <= intervals[1][0], f"steps overlap: {intervals}"
+
+
+def test_per_host_rate_plot_marks_the_lost_host(tmp_path):
+    from pytest_storagescale.reporting.plots import hosts_png
+
+    fast = HostResult("ns0", "10.1.1.2", "tcp://10.1.1.2:1", 25, 0.0, duration_s=2.0,
+                      succeeded=5000)
+    lost = HostResult("ns1", "10.1.1.3", "tcp://10.1.1.3:1", 25, 0.0, lost=25,
+                      lost_reason="its worker left the cluster")
+    record = StepRecord("main-001", "t", "stat", "stat", 50, hosts=[fast, lost], lost=25)
+    png = hosts_png(record)
+    assert png.startswith(b"\x89PNG") and len(png) > 2000
+    (tmp_path / "hosts.png").write_bytes(png)
+
+
+def test_ctrl_c_stops_the_clients_on_every_host(server, four_hosts, run_root):
+    """Ctrl-C on the coordinator: every host stops its clients (a Dask event) and
+    reports what they measured; the step ends long before its planned end."""
+    import _thread
+
+    from pytest_storagescale.load.engine import StepInterrupted
+
+    url, root = run_root(four_hosts)
+    plan = _plan(url, root, clients=8, duration=30.0, warmup=0.5)
+    record = Record()
+    began = time.monotonic()
+    timer = threading.Timer(4.0, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(StepInterrupted) as info:
+            run_cluster_step(four_hosts.address, plan, record)
+    finally:
+        timer.cancel()
+    took = time.monotonic() - began
+    assert took < 20, f"the step took {took:.1f} s of its 30 s after Ctrl-C at 4 s"
+    result = info.value.result
+    assert result.interrupted and 0 < result.duration_s < 20
+    assert record.lost == 0 and len(record.hosts) == 4
+    print(*format_hosts(record.hosts), *[h.lost_reason for h in record.hosts], took, sep="\n")
+    assert all(h.succeeded > 0 and h.lost_reason is None for h in record.hosts)
+    assert sum(h.succeeded for h in record.hosts) == result.total.succeeded

@@ -20,6 +20,7 @@ cleans up from this process as for any step; only where the clients run differs:
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 import time
@@ -42,6 +43,8 @@ STARTUP_PER_CLIENT = 1 / 1000
 REPORT_GRACE = 5.0
 #: how often the coordinator looks for finished hosts and workers that left
 POLL_INTERVAL = 0.25
+#: after Ctrl-C, how long the hosts may take to stop their clients and report
+INTERRUPT_WAIT = 3.0
 
 Accumulators = dict[str, SideAccumulator]
 
@@ -65,6 +68,8 @@ class HostReport:
     ended: float
     peak_rss_mb: float
     interrupted: bool = False
+    #: the host's latency summary over its sides (seconds), computed where it ran
+    latency_s: dict[str, float] | None = None
 
 
 def split_clients(assignments: list[ClientAssignment], hosts: list[ClusterHost],
@@ -92,28 +97,75 @@ def shifted(clock: StepClock, offset: float) -> StepClock:
 
 
 def run_share(plan: StepPlan, context: dict[str, Any], assignments: list[ClientAssignment],
-              clock: StepClock, offset: float, max_operations: int) -> HostReport:
+              clock: StepClock, offset: float, max_operations: int,
+              stop_event: str = "") -> HostReport:
     """On a client host (a Dask task): run this host's clients from the common start.
 
     ``clock`` is on the coordinator's time and ``offset`` the host's measured offset
     (its reported clock minus the coordinator's); the clients run on the host's own
-    clock. After hung clients the host's driver forgets its connections, as the engine
-    does after a step."""
+    clock. When the Dask event ``stop_event`` is set (Ctrl-C on the coordinator), the
+    clients stop as they do on Ctrl-C, and the host reports what they measured. After
+    hung clients the host's driver forgets its connections, as the engine does after a
+    step."""
     from .hosts import clock_skew, peak_rss_mb
 
     # the offset was measured from the reported clock; the engine reads time.time()
     shift = offset - clock_skew()
     local = shifted(clock, shift)
     interrupted = False
+    watcher = StopWatcher(stop_event, local.end_at + plan.hang_timeout) if stop_event else None
     try:
         accumulators = run_clients(plan, context, assignments, local, max_operations)
     except LoadInterrupted as stopped:
         accumulators, interrupted = stopped.accumulators, True
+    finally:
+        if watcher is not None:
+            watcher.finish()
     ended = min(time.time(), local.end_at) - shift  # back on the coordinator's clock
     if any(a.hung for a in accumulators.values()):
         plan.driver.driver_class.forget_connections()
+    histogram = new_histogram()
+    for accumulator in accumulators.values():
+        histogram.add(accumulator.histogram)
     return HostReport({side: a.to_wire() for side, a in accumulators.items()},
-                      clock.measure_from, ended, peak_rss_mb(), interrupted)
+                      clock.measure_from, ended, peak_rss_mb(), interrupted,
+                      latency_summary(histogram))
+
+
+class StopWatcher:
+    """On a host: waits for the coordinator's stop event and then raises
+    KeyboardInterrupt in the task's thread, which the engine's clients take as Ctrl-C
+    (they stop within about a second and keep what they measured)."""
+
+    def __init__(self, name: str, until: float) -> None:
+        from distributed import get_client
+
+        self.client = get_client()  # in the task's thread: the worker's client
+        self.target = threading.get_ident()
+        self.name = name
+        self.until = until
+        self.lock = threading.Lock()
+        self.running = True
+        threading.Thread(target=self._watch, name="storagescale-stop", daemon=True).start()
+
+    def _watch(self) -> None:
+        from distributed import Event
+
+        event = Event(self.name, client=self.client)
+        while self.running and time.time() < self.until:
+            try:
+                stopped = event.wait(timeout=0.5)
+            except Exception:  # noqa: BLE001 - the scheduler went away: nothing to stop
+                return
+            with self.lock:
+                if stopped and self.running:
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                        ctypes.c_ulong(self.target), ctypes.py_object(KeyboardInterrupt))
+                    return
+
+    def finish(self) -> None:
+        with self.lock:
+            self.running = False
 
 
 class ClusterExecutor:
@@ -144,22 +196,50 @@ class ClusterExecutor:
         clock = plan.clock(asked + STARTUP_LEAD + largest * STARTUP_PER_CLIENT)
         accumulators: Accumulators = {
             a.side: SideAccumulator(clock.seconds) for a in plan.assignments()}
-        futures = self._submit(plan, context, clock, shares)
+        stop = f"storagescale-stop-{time.time_ns()}"
+        futures = self._submit(plan, context, clock, shares, stop)
         self.dispatch_s = time.time() - asked
         try:
             reports, lost = self._wait(plan, clock, futures)
         except KeyboardInterrupt:
-            self.connection.client.cancel(list(futures.values()), force=True)
-            interrupted = LoadInterrupted(accumulators)
-            interrupted.clock = clock
-            raise interrupted from None
+            raise self._interrupt(plan, clock, shares, futures, stop, accumulators) from None
         merging = time.time()
         self._merge(plan, clock, shares, reports, lost, accumulators)
         self.merge_s = time.time() - merging
         return clock, accumulators
 
+    def _interrupt(self, plan: StepPlan, clock: StepClock, shares: list[HostShare],
+                   futures: dict[str, Any], stop: str, accumulators: Accumulators
+                   ) -> LoadInterrupted:
+        """Ctrl-C: tell the hosts to stop their clients, merge the reports that arrive
+        within :data:`INTERRUPT_WAIT`, give up the rest (abandoned, not lost: the user
+        ended the step)."""
+        from distributed import Event
+
+        try:
+            Event(stop, client=self.connection.client).set()
+            reports = self._reports_until(futures, time.time() + INTERRUPT_WAIT)
+        except KeyboardInterrupt:
+            reports = {}  # a second Ctrl-C: give up waiting
+        self.connection.client.cancel([f for w, f in futures.items() if w not in reports],
+                                      force=True)
+        self._merge(plan, clock, shares, reports, {}, accumulators)
+        interrupted = LoadInterrupted(accumulators)
+        interrupted.clock = clock
+        return interrupted
+
+    def _reports_until(self, futures: dict[str, Any], deadline: float
+                       ) -> dict[str, HostReport]:
+        reports: dict[str, HostReport] = {}
+        while time.time() < deadline and len(reports) < len(futures):
+            for worker, future in futures.items():
+                if worker not in reports and future.status == "finished":
+                    reports[worker] = future.result()
+            self._pause.wait(POLL_INTERVAL / 2)
+        return reports
+
     def _submit(self, plan: StepPlan, context: dict[str, Any], clock: StepClock,
-                shares: list[HostShare]) -> dict[str, Any]:
+                shares: list[HostShare], stop: str) -> dict[str, Any]:
         client = self.connection.client
         futures = {}
         total = len(plan.assignments())
@@ -167,7 +247,7 @@ class ClusterExecutor:
             bound = math.ceil(plan.max_operations * len(share.assignments) / total)
             futures[share.host.worker] = client.submit(
                 run_share, plan, context, share.assignments, clock,
-                share.host.clock_offset_s, bound, workers=[share.host.worker],
+                share.host.clock_offset_s, bound, stop, workers=[share.host.worker],
                 allow_other_workers=False, pure=False, retries=0,
                 key=f"storagescale-{plan.operation.name}-{share.host.name}-{time.time_ns()}")
         return futures
@@ -213,10 +293,14 @@ class ClusterExecutor:
                 clients=len(clients), clock_offset_s=host.clock_offset_s,
                 clock_uncertainty_s=host.clock_uncertainty_s,
                 first_client=clients[0].index, last_client=clients[-1].index)
-            if report is None:
+            if report is None and host.worker in lost:
                 self.lost += len(clients)
                 self.hosts.append(replace(base, lost=len(clients),
-                                          lost_reason=lost.get(host.worker, "no report")))
+                                          lost_reason=lost[host.worker]))
+                continue
+            if report is None:  # Ctrl-C before it reported: abandoned, not lost
+                self.hosts.append(replace(base, lost_reason="stopped (Ctrl-C) before it "
+                                                            "reported"))
                 continue
             for side, wire in report.sides.items():
                 accumulators[side].merge_wire(wire)
@@ -224,18 +308,15 @@ class ClusterExecutor:
 
 
 def _host_result(base: HostResult, report: HostReport, plan: StepPlan) -> HostResult:
-    """A reporting host's row: its counts and latency from its sides' wire forms."""
-    from hdrh.histogram import HdrHistogram
-
-    histogram = new_histogram()
+    """A reporting host's row: its counts from its sides' wire forms, its latency as
+    the host summarized it (decoding its histograms again would double the merge)."""
     counts = {"succeeded": 0, "failed": 0, "hung": 0, "bytes": 0}
     measured = 0.0
     for wire in report.sides.values():
-        histogram.add(HdrHistogram.decode(wire["histogram"].encode("ascii")))
         for key in counts:
             counts[key] += wire[key]
         measured = max(measured, wire["measured_s"])
-    latency = latency_summary(histogram)
+    latency = report.latency_s or {"p50": float("nan"), "p99": float("nan")}
     duration = measured if (plan.max_operations or report.interrupted) else plan.duration
     return replace(
         base, started=report.started, ended=report.ended,

@@ -129,6 +129,9 @@ def attach_step(record: StepRecord, run: RunInfo, scan: list[StepRecord]) -> Non
                       allure.attachment_type.PNG)
         allure.attach(plots.ecdf_png(record), f"latency ECDF: {title}",
                       allure.attachment_type.PNG)
+        if record.hosts:  # a cluster step: rate per client host
+            allure.attach(plots.hosts_png(record), f"per host: {title}",
+                          allure.attachment_type.PNG)
     allure.attach(json_text(record.to_json()), f"step JSON: {title}",
                   allure.attachment_type.JSON)
     if scan and not record.label:

@@ -85,6 +85,8 @@ def write_report(directory: Path, run: RunInfo, steps: list[StepRecord]) -> Path
         parts.append(f"<h3>{html.escape(title)}</h3><div class='steps'>")
         parts.append(_img(plots.timeline_png(step), f"timeline {title}"))
         parts.append(_img(plots.ecdf_png(step), f"latency ECDF {title}"))
+        if step.hosts:  # a cluster step: rate per client host
+            parts.append(_img(plots.hosts_png(step), f"per host {title}"))
         parts.append("</div>")
     parts.append("</body></html>")
     page = directory / "index.html"

@@ -255,3 +255,27 @@ def scans(steps: list[StepRecord]) -> dict[str, list[StepRecord]]:
             continue
         grouped.setdefault(step.section, []).append(step)
     return grouped
+
+
+# -- a cluster step's hosts ----------------------------------------------------------------
+
+def hosts_png(record: StepRecord) -> bytes:
+    """Rate (and MB/s) per client host of a cluster step, lost hosts marked: a slow
+    client host shows up as itself, not as a storage regression."""
+    plt = _pyplot()
+    hosts = record.hosts
+    figure, axes = plt.subplots(figsize=(7, 0.6 + 0.35 * max(len(hosts), 2)))
+    names = [f"{h.name} ({h.clients})" for h in hosts]
+    moved = any(h.bytes for h in hosts)
+    values = [h.mb_s if moved else h.rate_hz for h in hosts]
+    colours = ["tab:red" if h.lost else "tab:blue" for h in hosts]
+    axes.barh(names, values, color=colours)
+    for index, host in enumerate(hosts):
+        if host.lost:
+            axes.text(0, index, f"  lost: {host.lost} clients", va="center", fontsize="small")
+    axes.invert_yaxis()
+    axes.set_xlabel("MB/s" if moved else "operations per second")
+    axes.set_ylabel("client host (clients)")
+    axes.set_title(f"per host: {record.title}")
+    axes.grid(True, axis="x", alpha=0.3)
+    return _png(figure)
