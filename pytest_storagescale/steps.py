@@ -121,14 +121,16 @@ def _side_operation(operation, request: StepRequest, section: SectionPlan):
 
 
 def measure(run: StorageRun, plan: StepPlan, record: StepRecord,
-            progress: Callable[[StepProgress], None] | None) -> None:
+            progress: Callable[[StepProgress], None] | None, *,
+            clients_per_host: int = 0) -> None:
     """Run the step on the engine, holding the endpoint; fill ``record``."""
     try:
         with run.ledger.lock():
             record.lock_acquired = time.time()
             if getattr(run.settings, "cluster", None):  # the clients run on its hosts
                 record.executor = "cluster"
-                record.result = run_cluster_step(run.settings.cluster, plan, record, progress)
+                record.result = run_cluster_step(run.settings.cluster, plan, record, progress,
+                                                 clients_per_host=clients_per_host)
             else:
                 record.result = run_step(plan, executor=run.settings.executor,
                                          progress=progress)
@@ -228,7 +230,7 @@ def run_load_step(run: StorageRun, request: StepRequest, *, judge: Judge = True,
     thresholds = run.thresholds(request.system)
     section = section_plan(thresholds, request.section)
     plan, record = plan_step(run, request, section)
-    measure(run, plan, record, progress)
+    measure(run, plan, record, progress, clients_per_host=section.clients_per_host)
     if record.verdict is not Verdict.INTERRUPTED:
         judge_step(run, record, section, judge=judge, derive=derive)
     run_info = run.run_info(request.system, thresholds)

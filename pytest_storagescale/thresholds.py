@@ -58,6 +58,7 @@ COMPARISONS: dict[str, Callable[[float, float], bool]] = {
 DEFAULT_KEYS = ("duration", "warmup", "hang_timeout")
 #: keys an ``[ops.<section>]`` table may hold besides its operation's parameters
 SECTION_KEYS = ("op", "clients", "expect", "operations", "tries", "min_operations",
+                "clients_per_host",
                 *DEFAULT_KEYS)
 #: keys of a recovery probe section (see ``StorageLoad.recovery``)
 RECOVERY_KEYS = ("overload_clients", "overload_duration", "recover_fraction", "recover_within")
@@ -237,6 +238,8 @@ class SectionPlan:
     min_operations: int = 1
     #: a scaled plan's client count -> the file's count whose rules judge it
     judged_as: Mapping[int, int] = field(default_factory=dict)
+    #: on a cluster (--storage-cluster): this many clients per host (0: spread evenly)
+    clients_per_host: int = 0
 
     def rules_for(self, clients: int) -> list[Rule]:
         """The rules of every expectation that selects ``clients`` (for a scaled plan:
@@ -456,6 +459,10 @@ def _section(name: str, table: Any, path: Path, defaults: dict[str, float]) -> S
         table, "min_operations", 1, 1, path, key, "a whole number of operations a step must "
         "complete for a verdict, e.g. min_operations = 100 (p99 needs at least 100)",
     )
+    clients_per_host = _whole_number(
+        table, "clients_per_host", 0, 0, path, key, "a whole number of clients each host of "
+        "a --storage-cluster runs, e.g. clients_per_host = 100 (default: spread evenly)",
+    )
     clients = _clients(table.get("clients"), path, key)
     timings = {
         timing: _timing(timing, table[timing], path, f"{key}.{timing}") if timing in table
@@ -475,6 +482,7 @@ def _section(name: str, table: Any, path: Path, defaults: dict[str, float]) -> S
         tries=tries,
         recovery=recovery,
         min_operations=min_operations,
+        clients_per_host=clients_per_host,
     )
 
 

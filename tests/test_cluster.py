@@ -312,6 +312,7 @@ clients = [8]
 
 [ops.ls]
 clients = [4]
+clients_per_host = 2
 
 [[ops.stat.expect]]
 clients = "*"
@@ -361,7 +362,10 @@ def test_suite_on_the_cluster_under_xdist(pytester, server, four_hosts):
     for step in steps:
         assert step["executor"] == "cluster" and step["lost"] == 0
         hosts = step["hosts"]
-        assert sorted(h["name"] for h in hosts) == ["ns0", "ns1", "ns2", "ns3"]
+        # ls: clients_per_host = 2 fills two hosts; stat spreads over all four
+        names = ["ns0", "ns1"] if step["op"] == "ls" else ["ns0", "ns1", "ns2", "ns3"]
+        assert sorted(h["name"] for h in hosts) == names
+        assert all(h["clients"] == 2 for h in hosts)
         assert sum(h["succeeded"] for h in hosts) == step["succeeded"] > 0
     assert len({s["worker"] for s in steps}) == 2
     intervals = sorted((s["lock_acquired"], s["ended"]) for s in steps)

@@ -28,13 +28,13 @@ __all__ = ["HostResult", "breakdown_lines", "header_lines", "parse_cluster_addre
 
 
 def run_cluster_step(address: str, plan: StepPlan, record: Any = None,
-                     progress: Callable[[StepProgress], None] | None = None
-                     ) -> StepResult:
+                     progress: Callable[[StepProgress], None] | None = None, *,
+                     clients_per_host: int = 0) -> StepResult:
     """Measure ``plan`` on the cluster at ``address``; fill ``record``'s per-host
     breakdown (``hosts``, ``lost``) when given. See :func:`.coordinator.run_cluster_step`."""
     from .coordinator import run_cluster_step as run
 
-    return run(address, plan, record, progress)
+    return run(address, plan, record, progress, clients_per_host=clients_per_host)
 
 
 def header_lines(address: str | None) -> list[str]:
