@@ -42,9 +42,9 @@ def test_every_door_of_the_embedded_xrootd(pytester, tmp_path):
         str(SUITE), f"--storage-thresholds={thresholds}", "-n", "2", "-p", "no:cacheprovider",
         "-rxXs", "-v",
     )
-    # 5 shipped known issues; ls[root] passes although listed: XPASS(strict) -> failed;
+    # 4 shipped known issues; ls[root] passes although listed: XPASS(strict) -> failed;
     # persist_on_close is a skip on the davs door (kXR_posc is an XRootD open flag)
-    result.assert_outcomes(passed=2 * CHECKS_PER_DOOR - 5 - 1 - 1, xfailed=5, failed=1,
+    result.assert_outcomes(passed=2 * CHECKS_PER_DOOR - 4 - 1 - 1, xfailed=4, failed=1,
                            skipped=1)
     out = result.stdout.str()
     for door in ("root", "davs"):
@@ -53,7 +53,6 @@ def test_every_door_of_the_embedded_xrootd(pytester, tmp_path):
     for line in (  # each on its own: the summary's order is not the point
         "XFAIL*test_readv_repeated_chunk?root? - known issue of xrootd*5.x.toml [[]known_issues]"
         " 'readv_repeated_chunk[[]root]'*Invalid response*",
-        "XFAIL*test_partial_read?davs?*Content-Range*",
         "[[]XPASS(strict)] known issue*'ls[[]root]'*the storage now passes it; remove the entry",
         "SKIPPED*davs door: persist-on-close is asked for with the XRootD open flag kXR_posc*",
     ):

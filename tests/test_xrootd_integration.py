@@ -215,7 +215,9 @@ def test_xrootd_suite_against_embedded_server(pytester):
         "--storage-clients=3", "--storage-duration=3s", "-p", "no:cacheprovider",
         "--storage-results=results.json",
     )
-    result.assert_outcomes(passed=6)
+    # 7 suite tests (3 logins skipped without their credentials) + the conformance checks
+    # over both doors: 29 pass, 4 known issues, persist-on-close skipped on davs
+    result.assert_outcomes(passed=7 + 29, xfailed=4, skipped=3 + 1)
     result.stdout.fnmatch_lines([
         "storagescale: xrootd 5.* at root://127.0.0.1:*//storagescale"
         " (version detected from the embedded xrootd)",

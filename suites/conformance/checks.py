@@ -32,7 +32,9 @@ import pytest
 
 from pytest_storagescale.drivers.base import Driver
 from pytest_storagescale.errors import StorageError, StorageNotFound
+from pytest_storagescale.shipped import shipped_thresholds
 from pytest_storagescale.stash import storage_run_key
+from pytest_storagescale.thresholds import ThresholdSet, select_thresholds
 
 from .doors import Door, door_names, folder_name
 from .vector import vector_read
@@ -40,6 +42,8 @@ from .vector import vector_read
 MiB = 1024 * 1024
 #: how long a killed upload may take to disappear (a POSC file, a staged upload)
 POSC_WAIT_S = 10.0
+#: rewrites tried until one falls in the same second as the file's first write
+OVERWRITE_TRIES = 10
 
 
 def payload(size: int, seed: int = 0) -> bytes:
@@ -157,16 +161,20 @@ class KnownIssues:
             return
 
 
-def known_issue_files(config: pytest.Config, system: str) -> list:
+def known_issue_files(config: pytest.Config, system: str) -> list[ThresholdSet]:
     """The thresholds files whose ``[known_issues]`` apply: the suite's system's, and,
     when the session runs an embedded server of another kind (the dCache suite on the
-    embedded xrootd), that server's own (``thresholds/<kind>/``): the issues belong to
-    the software that answers."""
+    embedded xrootd), that server's own (``<thresholds>/<kind>/``, else the shipped
+    ones): the issues belong to the software that answers."""
     run = config.stash[storage_run_key]
     files = [run.thresholds(system)]
     kind = run.endpoint.embedded_kind if run.endpoint.is_embedded else None
-    if kind and kind != system and (run.settings.thresholds_path() / kind).is_dir():
-        files.append(run.thresholds(kind))
+    if not kind or kind == system:
+        return files
+    for root in (run.settings.thresholds_path(), shipped_thresholds()):
+        if root is not None and root.is_dir() and (root / kind).is_dir():
+            files.append(select_thresholds(root, kind, run.endpoint.version))
+            break
     return files
 
 
@@ -384,7 +392,7 @@ class DataChecks(ConformanceChecks):
         exactly the new bytes, and the server's adler32 is the new bytes' one, also
         when the rewrite falls in the same second as the first write (the resolution
         of the modification time many servers key cached checksums to)."""
-        for attempt in range(3):  # until a rewrite lands in the first write's second
+        for attempt in range(OVERWRITE_TRIES):  # until a rewrite lands in the same second
             old, new = payload(200_000, seed=4 + attempt), payload(1_000, seed=5 + attempt)
             path = place.put("file.dat", old)
             check_adler32(place.door, place.client, path, old)
@@ -398,8 +406,11 @@ class DataChecks(ConformanceChecks):
                          " starting with the new ones" if got.startswith(new) else ""),
                      f"exactly the {len(new)} new bytes")
             check_adler32(place.door, place.client, path, new)
-            if info.modified == first:
+            if info.modified == first or first is None:
                 return
+        pytest.skip(f"{place.door.name} door: no rewrite of {place.path('file.dat')} fell in "
+                    f"the second of its first write in {OVERWRITE_TRIES} tries (a slow "
+                    f"storage or client): the same-second case was not exercised")
 
     def test_partial_read(self, place: Place) -> None:
         """Reads at offsets give those bytes; a read across the end is short; at the
