@@ -59,8 +59,45 @@ _CHUNK = 8 * 1024 * 1024
 #: close after this many seconds (the client's DataServerTTL, default 300 s): every
 #: login leaves a connection behind, and thousands of them would pile up
 _RELOGIN_TTL = 1
-_relogin_lock = threading.Lock()
-_relogin_clients: list[int] = [0, 0]  # clients logging in again, the TTL to restore
+
+
+class _ShortTTL:
+    """The process's DataServerTTL while clients log in again and again, and for a few
+    seconds after the last one closed (so its last connections close too); then the
+    TTL it had."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holders = 0
+        self.saved = 0
+        self.timer: threading.Timer | None = None
+
+    def hold(self) -> None:
+        with self.lock:
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+            elif self.holders == 0:
+                self.saved = client.EnvGetInt("DataServerTTL")
+                client.EnvPutInt("DataServerTTL", _RELOGIN_TTL)
+            self.holders += 1
+
+    def release(self) -> None:
+        with self.lock:
+            self.holders -= 1
+            if self.holders == 0:
+                self.timer = threading.Timer(_RELOGIN_TTL + 2, self._restore)
+                self.timer.daemon = True
+                self.timer.start()
+
+    def _restore(self) -> None:
+        with self.lock:
+            if self.holders == 0 and self.timer is threading.current_thread():
+                client.EnvPutInt("DataServerTTL", self.saved)
+                self.timer = None
+
+
+_short_ttl = _ShortTTL()
 # XrdClStatus.hh codes
 _TIMEOUT_CODES = {103, 206}  # errSocketTimeout, errOperationExpired
 _UNREACHABLE_CODES = {101, 102, 104, 107, 108, 110}  # address, socket, disconnect, conn., TLS
@@ -227,14 +264,11 @@ class XRootDDriver(XRootDLogins, Driver):
 
     def new_login(self, name: str) -> None:
         """Log in again as ``name``: the next request opens a new connection and
-        authenticates (the ``auth`` operation). While such clients exist, idle
-        connections close after :data:`_RELOGIN_TTL` s, so logins do not pile up."""
+        authenticates (the ``auth`` operation). While such clients exist (and 3 s
+        after), idle connections close after :data:`_RELOGIN_TTL` s, so logins do not
+        pile up."""
         if not self._relogging:
-            with _relogin_lock:
-                if _relogin_clients[0] == 0:
-                    _relogin_clients[1] = client.EnvGetInt("DataServerTTL")
-                    client.EnvPutInt("DataServerTTL", _RELOGIN_TTL)
-                _relogin_clients[0] += 1
+            _short_ttl.hold()
             self._relogging = True
         endpoint = self.endpoint
         port = f":{endpoint.port}" if endpoint.port else ""
@@ -244,8 +278,5 @@ class XRootDDriver(XRootDLogins, Driver):
     def close(self) -> None:
         if self._relogging:
             self._relogging = False
-            with _relogin_lock:
-                _relogin_clients[0] -= 1
-                if _relogin_clients[0] == 0:
-                    client.EnvPutInt("DataServerTTL", _relogin_clients[1])
+            _short_ttl.release()
         self._fs = None
