@@ -179,9 +179,10 @@ class EmbeddedCephGateway(EmbeddedServer):
         began = time.monotonic()
         self.ceph_version = ceph_version()
         self.xrootd_version = xrootd_version()
-        # the gateway's xrootd chooses the thresholds (the door clients talk to);
-        # Ceph's version is in describe() and the results' header
-        self.version = self.xrootd_version
+        # the gateway's xrootd version (what a remote gateway answers) plus Ceph's:
+        # "5.5.3+ceph16.2.15" picks thresholds/ceph/embedded.toml ("*+ceph16.*"), a
+        # remote gateway's bare "5.5.3" the seed's default.toml
+        self.version = f"{self.xrootd_version}+ceph{self.ceph_version}"
         self.directory = Path(tempfile.mkdtemp(prefix="storagescale-ceph-"))
         try:
             self._start_cluster()
