@@ -73,6 +73,21 @@ def parse_executor(value: str) -> str:
     return parse_choice(value, tuple(EXECUTORS), what="--storage-executor")
 
 
+def parse_fraction(value: str | float, *, what: str) -> float:
+    """A fraction in (0, 1]: ``0.9`` or ``90%``."""
+    text = str(value).strip()
+    try:
+        fraction = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        fraction = float("nan")
+    if not 0 < fraction <= 1:
+        raise StorageScaleUsageError(
+            f"{what}: {value!r} is not a fraction of the client host's cores. Write a "
+            f"number above 0 and at most 1, e.g. 0.9 or 90%."
+        )
+    return fraction
+
+
 def parse_driver(value: str) -> str:
     """``auto`` or a driver name; checked against the driver registry when the
     endpoint is first used (a site's conftest or package may register drivers)."""
@@ -223,8 +238,17 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "each step with; relative rules such as 'rate_hz >= 0.9 * baseline' use it.",
     ),
     "storage_executor": (
-        "--storage-executor", parse_executor, "threads",
-        "how clients run: threads (default) or processes (spawned; hung ones killed).",
+        "--storage-executor", parse_executor, "auto",
+        "how clients run: auto (default: threads while the clients fit in one process, "
+        "else processes, each within the driver's clients per process), threads, or "
+        "processes (spawned; hung ones killed).",
+    ),
+    "storage_client_cpu_limit": (
+        "--storage-client-cpu-limit",
+        lambda v: parse_fraction(v, what="--storage-client-cpu-limit"), 0.9,
+        "a step whose client processes used more than this fraction of the client host's "
+        "cores (metric client_cpu) measured the client host, not the storage: the table "
+        "and the failure message say so. Default 0.9.",
     ),
     "storage_embedded": (
         "--storage-embedded", parse_embedded, None,

@@ -15,13 +15,18 @@ import re
 
 from .errors import StorageScaleUsageError
 
-__all__ = ["MEASURED", "known_metrics", "metric_description", "register_metric"]
+__all__ = ["MEASURED", "STEP_MEASURED", "known_metrics", "metric_description",
+           "register_metric"]
 
-#: metrics every step has, computed from its measurement
+#: metrics every step has, computed from its measurement (per side, too)
 MEASURED: tuple[str, ...] = (
     "rate_hz", "rate_per_min", "mb_s", "mbit_s", "succeeded", "failed", "hung",
     "error_ratio", "mean_s", "p50_s", "p90_s", "p99_s", "max_s",
 )
+#: metrics of the whole step only (no side): ``client_cpu``, the client processes'
+#: CPU (user + system) over the measured window as a fraction of the cores they may
+#: use (1: the client host was saturated, and measured itself)
+STEP_MEASURED: tuple[str, ...] = ("client_cpu",)
 
 # name -> description; a plain dict (not a pytest stash) because thresholds files are
 # parsed outside any pytest config, and every xdist worker registers its own
@@ -42,7 +47,7 @@ def register_metric(name: str, description: str, *, replace: bool = False) -> No
             f"register_metric: {name!r} is not a metric name. Use letters, digits and "
             f"underscores, starting with a letter, e.g. 'hot_ratio'."
         )
-    if name in MEASURED:
+    if name in MEASURED or name in STEP_MEASURED:
         raise StorageScaleUsageError(
             f"register_metric: {name!r} is a measured metric of every step; choose "
             f"another name for a derived metric."
@@ -58,7 +63,7 @@ def register_metric(name: str, description: str, *, replace: bool = False) -> No
 
 def known_metrics() -> tuple[str, ...]:
     """The measured metrics, then the derived ones in registration order."""
-    return (*MEASURED, *_DERIVED)
+    return (*MEASURED, *STEP_MEASURED, *_DERIVED)
 
 
 def metric_description(name: str) -> str:

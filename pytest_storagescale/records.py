@@ -18,8 +18,8 @@ from enum import StrEnum
 from typing import Any
 
 from .cluster.breakdown import HostResult
-from .load.stats import SideResult, StepResult, sides_from_json
-from .metrics import MEASURED
+from .load.stats import ClientUsage, SideResult, StepResult, sides_from_json
+from .metrics import MEASURED, STEP_MEASURED
 
 #: the results format this release writes; the previous release wrote no ``format``
 FORMAT = 2
@@ -146,6 +146,9 @@ class StepRecord:
     error: str | None = None
     cleanup_error: str | None = None
     baseline: BaselineComparison | None = None
+    #: above this ``client_cpu`` the step measured its client host, not the storage
+    #: (``--storage-client-cpu-limit``)
+    client_cpu_limit: float = 0.9
     #: a cluster step's per-host breakdown (empty: the clients ran in this process)
     hosts: list[HostResult] = field(default_factory=list)
     #: clients of hosts lost mid-step (a cluster step; a metric rules may name)
@@ -165,6 +168,33 @@ class StepRecord:
     def measured(self) -> bool:
         return self.result is not None
 
+    @property
+    def client(self) -> ClientUsage | None:
+        """What the clients cost their host (None: not measured)."""
+        return self.result.client if self.result is not None else None
+
+    @property
+    def client_cpu(self) -> float:
+        """CPU of the client processes over the window, per usable core (NaN: unknown)."""
+        return self.client.cpu if self.client is not None else float("nan")
+
+    @property
+    def client_saturated(self) -> bool:
+        """The client host's cores were (nearly) all busy: the step measured the client
+        host, not the storage."""
+        return self.client_cpu > self.client_cpu_limit  # False for NaN
+
+    def saturation_text(self) -> str:
+        """Why the step's numbers are the client host's, for the failure message."""
+        usage = self.client
+        assert usage is not None
+        spread = (f"{usage.processes} processes of at most {usage.clients_per_process} "
+                  f"clients" if usage.processes > 1 else "one process")
+        return (f"client host saturated: the clients used {usage.cpu:.0%} of its "
+                f"{usage.cores} cores ({spread}), above the limit of "
+                f"{self.client_cpu_limit:.0%}: this step measured the client host, not the "
+                f"storage; run fewer clients per host or more client hosts")
+
     def metric(self, name: str) -> float:
         """A rule metric: derived (``mix_ratio``), a side's (``readers.mb_s``) or the
         whole step's (``rate_hz``, ``p99_s``). NaN when the step has none: no rule
@@ -174,6 +204,8 @@ class StepRecord:
             return float("nan") if value is None else float(value)
         if name == "lost":
             return float(self.lost) if self.result is not None else float("nan")
+        if name in STEP_MEASURED:  # the whole step's, not a side's
+            return float(getattr(self, name))
         side_name, _, bare = name.rpartition(".")
         if self.result is None:
             return float("nan")
@@ -235,6 +267,9 @@ class StepRecord:
                 "duration_s": self.result.duration_s, "clients": self.result.clients,
                 "cleanup_error": self.result.cleanup_error,
             }
+            if self.result.client is not None:
+                document["client_cpu"] = self.client.to_json()["cpu"]
+                document["client_host"] = self.result.client.to_json()
             if len(self.result.sides) > 1:
                 document["sides"] = {name: side.to_json()
                                      for name, side in self.result.sides.items()}
@@ -243,6 +278,8 @@ class StepRecord:
             "violations": self.violations, "derived": dict(self.derived),
             "checks": [check.to_json() for check in self.checks],
             "error": self.error, "cleanup_error": self.cleanup_error,
+            "client_cpu_limit": self.client_cpu_limit,
+            "client_saturated": self.client_saturated,
         })
         if self.baseline is not None:
             document["baseline"] = self.baseline.to_json()
@@ -277,6 +314,7 @@ class StepRecord:
             error=data.get("error"), cleanup_error=data.get("cleanup_error"),
             baseline=BaselineComparison.from_json(baseline) if isinstance(baseline, dict)
             else None,
+            client_cpu_limit=float(data.get("client_cpu_limit") or 0.9),
             hosts=[HostResult.from_json(h) for h in data.get("hosts") or []],
             lost=int(data.get("lost") or 0),
         )
@@ -298,6 +336,9 @@ def _result_from_json(data: dict[str, Any]) -> StepResult | None:
         duration_s=float(measured.get("duration_s") or 0.0),
         warmup_s=float(data.get("warmup_s") or 0.0), sides=sides,
         cleanup_error=measured.get("cleanup_error"),
+        # this release's client CPU and memory; older records have none
+        client=ClientUsage.from_json(data["client_host"])
+        if isinstance(data.get("client_host"), dict) else None,
     )
 
 

@@ -11,8 +11,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from .cluster import run_cluster_step
+from .drivers.registry import driver_class, driver_spec
 from .errors import StepError, StorageError, StorageScaleUsageError, ThresholdsError
 from .limits import check_open_files
 from .load.engine import StepInterrupted, run_step
@@ -101,8 +103,39 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan
         max_operations=section.max_operations, duration_s=duration, warmup_s=warmup,
         hang_timeout_s=hang_timeout, params=dict(params), executor=settings.executor,
         thresholds_file=str(run.thresholds(request.system).path), started=time.time(),
+        client_cpu_limit=getattr(settings, "client_cpu_limit", None) or 0.9,
     )
     return plan, record
+
+
+def client_host_line(run: StorageRun) -> str:
+    """:func:`executor_line` for the session's endpoint (the embedded server is not
+    started for it: its driver is found by the URL scheme alone)."""
+    settings = run.settings
+    try:
+        if settings.driver != "auto":
+            driver = driver_class(settings.driver)
+        else:
+            endpoint = run.endpoint
+            scheme = (endpoint.protocol if endpoint.is_embedded
+                      else urlsplit(settings.endpoint).scheme)
+            driver = driver_spec(f"{scheme}://127.0.0.1//storagescale").driver_class
+    except Exception:  # noqa: BLE001 - the endpoint's own check reports a bad URL
+        driver = None
+    return executor_line(settings.executor, driver)
+
+
+def executor_line(executor: str, driver: type | None) -> str:
+    """The header's word on how a step's clients are spread over processes."""
+    limit = int(getattr(driver, "clients_per_process", 0) or 0)
+    name = getattr(driver, "name", "the driver")
+    if executor == "threads" or not limit:
+        return (f"clients: threads of one process ({executor} executor"
+                f"{'' if limit else f'; {name} needs no sharding'})")
+    return (f"clients: at most {limit} per process ({name}'s clients_per_process; its "
+            f"client library slows down with more connections in one process), "
+            f"{'threads up to that, then ' if executor == 'auto' else ''}"
+            f"ceil(clients / {limit}) processes, at least one per core")
 
 
 def _processes(executor: str) -> int:

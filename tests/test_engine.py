@@ -53,7 +53,7 @@ def timed(step: StepPlan, **kwargs) -> tuple[StepResult, float]:
 
 
 def test_executor_names():
-    assert tuple(EXECUTORS) == ("threads", "processes")
+    assert tuple(EXECUTORS) == ("threads", "processes", "auto")
     with pytest.raises(ValueError, match="unknown executor 'fibers'; executors: threads"):
         run_step(plan(driver_spec("memory://x/area", writable_root="/area")), executor="fibers")
 

@@ -7,7 +7,7 @@ import pytest
 
 from pytest_storagescale import metrics
 from pytest_storagescale.errors import StorageScaleUsageError, ThresholdsError
-from pytest_storagescale.metrics import MEASURED, known_metrics, register_metric
+from pytest_storagescale.metrics import MEASURED, STEP_MEASURED, known_metrics, register_metric
 from pytest_storagescale.thresholds import load_thresholds, parse_rule
 
 CORE_DERIVED = ("mix_ratio", "recovery_s", "mb_s_mean", "mb_s_stddev", "rate_hz_mean",
@@ -23,7 +23,8 @@ def registry(monkeypatch):
 def test_measured_then_core_derived_metrics():
     assert MEASURED == ("rate_hz", "rate_per_min", "mb_s", "mbit_s", "succeeded", "failed",
                         "hung", "error_ratio", "mean_s", "p50_s", "p90_s", "p99_s", "max_s")
-    assert known_metrics() == (*MEASURED, *CORE_DERIVED)
+    assert STEP_MEASURED == ("client_cpu",)
+    assert known_metrics() == (*MEASURED, *STEP_MEASURED, *CORE_DERIVED)
     assert "hot_ratio" not in known_metrics()  # the ceph suite's own
     assert "overload" in metrics.metric_description("recovery_s")
     assert metrics.metric_description("rate_hz") == ""
@@ -34,7 +35,8 @@ def test_unknown_metric_lists_the_known_and_the_hook():
         parse_rule("hot_ratio <= 2", where="f.toml: [ops.hotfile.expect][0].rules[2]")
     assert str(info.value) == (
         "f.toml: [ops.hotfile.expect][0].rules[2]: unknown metric 'hot_ratio' in "
-        "'hot_ratio <= 2'. Known metrics: " + ", ".join((*MEASURED, *CORE_DERIVED)) + ". A suite "
+        "'hot_ratio <= 2'. Known metrics: " + ", ".join((*MEASURED, *STEP_MEASURED, *CORE_DERIVED))
+        + ". A suite "
         "can register a derived metric with the pytest_storagescale_metrics hook."
     )
 

@@ -128,7 +128,7 @@ def test_header_names_each_setting_and_its_source(pytester, suite, monkeypatch):
     "option, message",
     [
         ("--storage-executor=fibers",
-         "ERROR: --storage-executor: unknown value 'fibers'. Valid values: threads, processes."),
+         "ERROR: --storage-executor: unknown value 'fibers'. Valid values: threads, processes, auto."),
         ("--storage-duration=soon", "ERROR: --storage-duration: 'soon' is not a duration.*"),
         ("--storage-clients=many", "ERROR: --storage-clients: 'many' is not a list*"),
         ("--storage-driver=curl",

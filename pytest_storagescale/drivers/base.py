@@ -59,6 +59,9 @@ class Driver(abc.ABC):
     secret_options: ClassVar[tuple[str, ...]] = ()
     #: open files (connections, sockets) one client holds: checked against ulimit -n
     files_per_client: ClassVar[int] = 2
+    #: the most load clients one process should run (0: no limit); above it the
+    #: ``auto`` and ``processes`` executors shard the clients over more processes
+    clients_per_process: ClassVar[int] = 0
     #: options the client library reads from the environment: option -> variable
     option_environment: ClassVar[Mapping[str, str]] = {"ca_dir": "X509_CERT_DIR"}
 

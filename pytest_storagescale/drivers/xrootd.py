@@ -111,6 +111,10 @@ class XRootDDriver(XRootDLogins, Driver):
     name = "xrootd"
     files_per_client = 1
     schemes = XROOTD_SCHEMES
+    #: the most clients (connections) one process runs before the client library's
+    #: per-process timeout bookkeeping, not the storage, sets the rate (measured:
+    #: docs/benchmarks.md, "Clients per process"); the executors shard above it
+    clients_per_process = 200
     option_names = tuple(CREDENTIAL_ENVIRONMENT)
     secret_options = SECRET_OPTIONS
     option_environment = CREDENTIAL_ENVIRONMENT
@@ -228,15 +232,19 @@ class XRootDDriver(XRootDLogins, Driver):
         total = 0
         sink = open(local_path, "wb") if local_path else None
         try:
-            while True:
-                status, data = handle.read(total, _CHUNK, timeout=self._timeout)
+            while (want := _CHUNK if size is None else min(_CHUNK, size - total)) > 0:
+                status, data = handle.read(total, want, timeout=self._timeout)
                 self._check(status, "get", path)
                 if not data:
                     break
                 if sink:
                     sink.write(data)
                 total += len(data)
-                if len(data) < _CHUNK:
+                if len(data) < want:
+        # the size the open answered (kept by the client: no request), so that a 1 MB
+        # file is read with a 1 MB buffer, not an 8 MiB one (measurably slower)
+        status, info = handle.stat()
+        size = info.size if status.ok and info is not None else None
                     break
         finally:
             if sink:

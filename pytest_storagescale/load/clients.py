@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .plan import ClientAssignment, StepClock, StepPlan, StepProgress
-from .stats import SideAccumulator
+from .stats import ClientUsage, CpuMeter, SideAccumulator
 
 if TYPE_CHECKING:
     from ..drivers.base import Driver
@@ -40,6 +40,8 @@ class LoadInterrupted(KeyboardInterrupt):
         self.accumulators = accumulators
         #: set by the executor that ran the clients
         self.clock: StepClock | None = None
+        #: what the clients cost their host until stopped (set by the executor)
+        self.usage: ClientUsage | None = None
 
 Progress = Callable[[StepProgress], None]
 
@@ -218,14 +220,18 @@ class Coordinator:
     """Ticks while the clients run: hang checks, draining, the per-second sample and
     progress report."""
 
-    def __init__(self, group: ClientGroup, progress: Progress | None) -> None:
+    def __init__(self, group: ClientGroup, progress: Progress | None,
+                 meter: CpuMeter | None = None) -> None:
         self.group = group
         self.progress = progress
+        self.meter = meter
         self.last_second = -1
         # never set: its wait() is an interruptible pause
         self._pause = threading.Event()
 
     def tick(self) -> None:
+        if self.meter is not None:
+            self.meter.mark()
         group = self.group
         group.check_hangs()
         group.collect()
@@ -247,17 +253,21 @@ class Coordinator:
 def run_clients(
     plan: StepPlan, context: dict[str, Any], assignments: list[ClientAssignment],
     clock: StepClock, max_operations: int = 0, progress: Progress | None = None,
+    meter: CpuMeter | None = None,
 ) -> dict[str, SideAccumulator]:
     """Run ``assignments`` as threads in this process until the step's end; return
     one accumulator per side. Used directly (threads executor) and inside each
-    spawned process (processes executor)."""
+    spawned process (processes executor). ``meter`` measures this process's CPU over
+    the measured window."""
     run = StepRun(plan, context, clock, max_operations)
     group = ClientGroup(assignments, run)
-    coordinator = Coordinator(group, progress)
+    meter = meter or CpuMeter(len(assignments))
+    coordinator = Coordinator(group, progress, meter)
     group.start()
     try:
-        _measure_and_drain(run, group, coordinator, bool(max_operations))
+        _measure_and_drain(run, group, coordinator, bool(max_operations), meter)
     except KeyboardInterrupt:
+        meter.stop()
         _stop_interrupted(run, group, coordinator)
     group.check_hangs()
     group.collect()
@@ -267,11 +277,17 @@ def run_clients(
 
 
 def _measure_and_drain(run: StepRun, group: ClientGroup, coordinator: Coordinator,
-                       bounded: bool) -> None:
+                       bounded: bool, meter: CpuMeter) -> None:
     clock = run.clock
-    # the measurement: until the end, or until a count-bounded step handed out its count
-    coordinator.run_until(clock.end_at, lambda: bounded and group.all_done(),
-                          HANG_CHECK_INTERVAL)
+
+    def finished() -> bool:  # a count-bounded step handed out its count
+        return bounded and group.all_done()
+
+    # the warm-up, then the measurement (this process's CPU metered) until the end
+    coordinator.run_until(clock.measure_from, finished, HANG_CHECK_INTERVAL)
+    meter.start()
+    coordinator.run_until(clock.end_at, finished, HANG_CHECK_INTERVAL)
+    meter.stop()
     run.stop.set()
     stopped_at = min(time.time(), clock.end_at)
     group.set_measured(stopped_at - clock.measure_from)

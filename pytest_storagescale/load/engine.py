@@ -36,7 +36,7 @@ from ..errors import StorageError, StorageNotFound
 from .clients import LoadInterrupted
 from .executors import EXECUTORS, Accumulators, Executor
 from .plan import StepClock, StepPlan, StepProgress
-from .stats import SideAccumulator, SideResult, StepResult
+from .stats import ClientUsage, SideAccumulator, SideResult, StepResult
 from .watch import DeadlineExceeded, RequestWatch, parallel_map, run_bounded
 
 #: the watchdog waits this much longer than the native timeout, so that a library
@@ -117,11 +117,13 @@ def _run(plan: StepPlan, execute, keep_workdir: bool,
             lambda: operation.prepare(coordinator, plan.workdir, params, plan.clients),
             watch, service_deadline(plan), "set-up")
         interrupted: LoadInterrupted | None = None
+        usage: ClientUsage | None = None
         try:
-            clock, accumulators = execute(plan, context, progress)
+            clock, accumulators, *measured = execute(plan, context, progress)
+            usage = measured[0] if measured else None
         except LoadInterrupted as exc:
             interrupted = exc
-            clock, accumulators = exc.clock, exc.accumulators
+            clock, accumulators, usage = exc.clock, exc.accumulators, exc.usage
         finally:
             operation.cleanup(context)
         hung = interrupted is None and any(a.hung for a in accumulators.values())
@@ -129,6 +131,7 @@ def _run(plan: StepPlan, execute, keep_workdir: bool,
     finally:
         coordinator.close()
     result = _result(plan, clock, accumulators, cleanup_error, interrupted is not None)
+    result.client = usage
     if interrupted is not None:
         raise StepInterrupted(result) from None
     return result

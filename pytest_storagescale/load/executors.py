@@ -1,10 +1,17 @@
-"""Where a step's clients run: ``threads`` (all in this process) or ``processes``
-(spread over spawned Python processes, for client libraries that hold the GIL).
+"""Where a step's clients run: ``threads`` (all in this process), ``processes``
+(spread over spawned Python processes), or ``auto`` (threads while the clients fit
+in one process, else processes).
+
+How many clients one process may hold is the driver's ``clients_per_process`` (or
+the plan's): the XRootD client's timeout bookkeeping grows with the connections of
+one process, so beyond a few hundred connections a process measures itself, not
+the storage. The processes executor shards C clients over ceil(C / per process)
+processes (at least one per core); every client keeps its own connection.
 
 An executor takes the plan, the prepared context and an optional progress
-callback, and returns the step's clock and one merged accumulator per side.
-``config.py`` reads the names of :data:`EXECUTORS`, so this module imports only
-what the executors need.
+callback, and returns the step's clock, one merged accumulator per side and what
+the clients cost their host (:class:`~.stats.ClientUsage`). ``config.py`` reads the
+names of :data:`EXECUTORS`, so this module imports only what the executors need.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from typing import Any
 from ..errors import StorageError
 from .clients import LoadInterrupted, Progress, run_clients
 from .plan import ClientAssignment, StepClock, StepPlan, StepProgress
-from .stats import SideAccumulator
+from .stats import ClientUsage, CpuMeter, SideAccumulator, usable_cores
 
 #: slack for a process to start, report and exit around its clients' deadline
 _PROCESS_GRACE = 10.0
@@ -36,22 +43,55 @@ _INTERRUPT_WAIT = 1.0
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 Accumulators = dict[str, SideAccumulator]
-Executor = Callable[[StepPlan, dict[str, Any], Progress | None],
-                    tuple[StepClock, Accumulators]]
+#: the step's clock, one accumulator per side, what the clients cost (an executor
+#: of an older shape may leave the last out)
+Measured = tuple[StepClock, Accumulators, ClientUsage | None]
+Executor = Callable[[StepPlan, dict[str, Any], Progress | None], Measured]
+
+
+def clients_per_process(plan: StepPlan) -> int:
+    """The most clients one process may run: the plan's, else the driver class's
+    ``clients_per_process`` (0: no limit)."""
+    return plan.clients_per_process or int(
+        getattr(plan.driver.driver_class, "clients_per_process", 0) or 0)
+
+
+def process_count(plan: StepPlan, clients: int) -> int:
+    """Processes for ``clients`` clients: the plan's count if it sets one, else one per
+    usable core (at least 2) and enough that none holds more than
+    :func:`clients_per_process`."""
+    if plan.processes:
+        return max(1, min(plan.processes, clients))
+    count = max(2, usable_cores())
+    if (limit := clients_per_process(plan)):
+        count = max(count, math.ceil(clients / limit))
+    return max(1, min(count, clients))
 
 
 def run_threads(plan: StepPlan, context: dict[str, Any], progress: Progress | None = None
-                ) -> tuple[StepClock, Accumulators]:
+                ) -> Measured:
     """Every client a thread of this process."""
     assignments = plan.assignments()
     # time to start the threads before the clock runs (about 0.1 ms each)
     clock = plan.clock(time.time() + 0.2 + len(assignments) / 2000)
+    meter = CpuMeter(len(assignments))
     try:
-        return clock, run_clients(plan, context, assignments, clock, plan.max_operations,
-                                  progress)
+        accumulators = run_clients(plan, context, assignments, clock, plan.max_operations,
+                                   progress, meter)
     except LoadInterrupted as interrupted:
-        interrupted.clock = clock
+        interrupted.clock, interrupted.usage = clock, meter.usage
         raise
+    return clock, accumulators, meter.usage
+
+
+def run_auto(plan: StepPlan, context: dict[str, Any], progress: Progress | None = None
+             ) -> Measured:
+    """Threads while the step's clients fit in one process (the driver's
+    :func:`clients_per_process`), else processes, each within that limit."""
+    limit = clients_per_process(plan)
+    if limit and len(plan.assignments()) > limit:
+        return run_processes(plan, context, progress)
+    return run_threads(plan, context, progress)
 
 
 # -- processes ------------------------------------------------------------------------
@@ -64,6 +104,8 @@ class _Child:
     share: list[ClientAssignment]
     latest: StepProgress | None = None
     finished: bool = False
+    #: what its clients cost (its own CPU over the measured window)
+    usage: ClientUsage | None = None
 
 
 def _stop_once(signum: int, frame: Any) -> None:
@@ -94,16 +136,18 @@ def _process_main(plan: StepPlan, context: dict[str, Any], share: list[ClientAss
     try:
         connection.send("ready")
         clock = connection.recv()
-        kind = "result"
+        kind, meter = "result", CpuMeter(len(share))
         try:
             accumulators = run_clients(plan, context, share, clock, max_operations,
-                                       lambda state: connection.send(("progress", state)))
+                                       lambda state: connection.send(("progress", state)),
+                                       meter)
         except LoadInterrupted as interrupted:
             kind, accumulators = "interrupted", interrupted.accumulators
         _ignore_stops()  # the answer is complete: a late stop must not cut it
-        connection.send((kind, {side: a.to_wire() for side, a in accumulators.items()}))
+        usage = meter.usage.to_json() if meter.usage is not None else None
+        connection.send((kind, {side: a.to_wire() for side, a in accumulators.items()}, usage))
     except KeyboardInterrupt:  # stopped before its clients ran: nothing measured
-        connection.send(("interrupted", {}))
+        connection.send(("interrupted", {}, None))
     except Exception:  # noqa: BLE001 - a bug: the parent raises it with this traceback
         connection.send(("error", traceback.format_exc()))
     finally:
@@ -112,10 +156,10 @@ def _process_main(plan: StepPlan, context: dict[str, Any], share: list[ClientAss
 
 
 def _spawn(plan: StepPlan, context: dict[str, Any], children: list[_Child]) -> None:
-    """One process per share of the clients, added to ``children`` as started; a
-    count bound is split by the shares."""
+    """One process per share of the clients (:func:`process_count`), added to
+    ``children`` as started; a count bound is split by the shares."""
     assignments = plan.assignments()
-    count = min(plan.processes or max(2, os.cpu_count() or 2), len(assignments))
+    count = process_count(plan, len(assignments))
     spawn = multiprocessing.get_context("spawn")  # the XRootD client breaks after fork
     for share in (assignments[i::count] for i in range(count)):
         parent_end, child_end = spawn.Pipe()
@@ -155,7 +199,7 @@ def _receive(child: _Child, accumulators: Accumulators) -> None:
     """Take one message of ``child``: progress, its result (whole, or ``interrupted``:
     what it measured until stopped), or the traceback of a bug."""
     try:
-        kind, payload = child.connection.recv()
+        kind, payload, *usage = child.connection.recv()
     except (EOFError, OSError):
         child.finished = True  # died: its clients are counted hung
         return
@@ -167,6 +211,8 @@ def _receive(child: _Child, accumulators: Accumulators) -> None:
         raise RuntimeError(f"client process {child.process.pid} failed:\n{payload}")
     for side, wire in payload.items():
         accumulators[side].merge_wire(wire)
+    if usage and usage[0] is not None:
+        child.usage = ClientUsage.from_json(usage[0])
     child.share = []  # its clients are accounted for
 
 
@@ -221,6 +267,7 @@ def _stop(plan: StepPlan, clock: StepClock | None, children: list[_Child],
             child.process.kill()
     interrupted = LoadInterrupted(accumulators)
     interrupted.clock = clock or plan.clock(time.time())
+    interrupted.usage = _usage(children)
     return interrupted
 
 
@@ -238,6 +285,11 @@ def _take_partial(children: list[_Child], accumulators: Accumulators,
                 by_connection[connection].finished = True
 
 
+def _usage(children: list[_Child]) -> ClientUsage | None:
+    """The client processes' CPU and memory together."""
+    return ClientUsage.merged([child.usage for child in children if child.usage is not None])
+
+
 def _reap(children: list[_Child]) -> None:
     for child in children:
         child.process.join(timeout=1)
@@ -248,10 +300,11 @@ def _reap(children: list[_Child]) -> None:
 
 
 def run_processes(plan: StepPlan, context: dict[str, Any], progress: Progress | None = None
-                  ) -> tuple[StepClock, Accumulators]:
-    """The clients spread over spawned processes, each running them as threads; their
-    accumulators are merged here, and a process that hangs is killed. Ctrl-C stops
-    them and raises :class:`LoadInterrupted` with what they measured."""
+                  ) -> Measured:
+    """The clients spread over spawned processes (:func:`process_count`), each running
+    its share as threads; their accumulators are merged here, and a process that
+    hangs is killed. Ctrl-C stops them and raises :class:`LoadInterrupted` with what
+    they measured."""
     children: list[_Child] = []
     clock: StepClock | None = None
     accumulators: Accumulators = {}
@@ -260,7 +313,8 @@ def run_processes(plan: StepPlan, context: dict[str, Any], progress: Progress | 
         clock = _handshake(plan, children)
         accumulators.update(
             (a.side, SideAccumulator(clock.seconds)) for a in plan.assignments())
-        return clock, _collect(plan, clock, children, progress, accumulators)
+        _collect(plan, clock, children, progress, accumulators)
+        return clock, accumulators, _usage(children)
     except KeyboardInterrupt:
         raise _stop(plan, clock, children, accumulators) from None
     finally:
@@ -268,4 +322,5 @@ def run_processes(plan: StepPlan, context: dict[str, Any], progress: Progress | 
 
 
 #: executor name -> function (``--storage-executor``)
-EXECUTORS: dict[str, Executor] = {"threads": run_threads, "processes": run_processes}
+EXECUTORS: dict[str, Executor] = {
+    "threads": run_threads, "processes": run_processes, "auto": run_auto}

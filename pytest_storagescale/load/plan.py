@@ -34,8 +34,11 @@ class StepPlan:
     params: dict[str, Any] = field(default_factory=dict)
     #: the step does this many operations, then ends (0: run for the duration)
     max_operations: int = 0
-    #: processes for the ``processes`` executor (0: one per core, at least 2)
+    #: processes for the ``processes`` executor (0: one per core, at least 2, and
+    #: enough for ``clients_per_process``)
     processes: int = 0
+    #: the most clients one process runs (0: the driver class's ``clients_per_process``)
+    clients_per_process: int = 0
 
     @property
     def client_timeout(self) -> float:

@@ -9,10 +9,14 @@ resolution, 3 significant digits, up to one hour) so they merge exactly.
 
 from __future__ import annotations
 
+import math
+import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import psutil
 from hdrh.histogram import HdrHistogram
 
 _LOWEST_US, _HIGHEST_US, _DIGITS = 1, 3_600_000_000, 3
@@ -205,6 +209,105 @@ def _nan_for_none(value: float | None) -> float:
     return float("nan") if value is None else float(value)
 
 
+def usable_cores() -> int:
+    """The cores this process (and the client processes it spawns) may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class ClientUsage:
+    """What the clients cost their host over the measured window: CPU (user + system)
+    of the processes that ran them, their resident memory at the window's end, and
+    how they were spread over processes."""
+
+    cpu_s: float
+    #: the measured window, wall seconds
+    window_s: float
+    #: the cores the client processes may use (``os.sched_getaffinity``)
+    cores: int
+    processes: int = 1
+    #: the most clients one process ran
+    clients_per_process: int = 0
+    rss_mb: float = 0.0
+
+    @property
+    def cpu(self) -> float:
+        """CPU use as a fraction of the usable cores (1: every core busy); NaN when no
+        window was measured."""
+        if self.window_s <= 0 or self.cores <= 0:
+            return float("nan")
+        return self.cpu_s / (self.window_s * self.cores)
+
+    @classmethod
+    def merged(cls, parts: list[ClientUsage]) -> ClientUsage | None:
+        """The processes of one host together (same window, same cores)."""
+        if not parts:
+            return None
+        return cls(cpu_s=sum(p.cpu_s for p in parts), window_s=max(p.window_s for p in parts),
+                   cores=max(p.cores for p in parts), processes=sum(p.processes for p in parts),
+                   clients_per_process=max(p.clients_per_process for p in parts),
+                   rss_mb=sum(p.rss_mb for p in parts))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cpu": _finite(self.cpu), "cpu_s": self.cpu_s, "window_s": self.window_s,
+                "cores": self.cores, "processes": self.processes,
+                "clients_per_process": self.clients_per_process, "rss_mb": self.rss_mb}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClientUsage:
+        return cls(cpu_s=float(data.get("cpu_s") or 0.0),
+                   window_s=float(data.get("window_s") or 0.0),
+                   cores=int(data.get("cores") or 0), processes=int(data.get("processes") or 1),
+                   clients_per_process=int(data.get("clients_per_process") or 0),
+                   rss_mb=float(data.get("rss_mb") or 0.0))
+
+
+class CpuMeter:
+    """This process's CPU time (every thread, user + system) between :meth:`start` and
+    :meth:`stop`: the measured window of the clients it runs.
+
+    The coordinator marks it (:meth:`mark`) on every tick; :meth:`start` begins the window
+    at the last mark, so a coordinator that busy clients kept from running at the
+    window's start still meters the whole window (a little more than it)."""
+
+    def __init__(self, clients: int) -> None:
+        self.clients = clients
+        self._latest: tuple[float, float] | None = None
+        self._began: tuple[float, float] | None = None
+        self.usage: ClientUsage | None = None
+
+    @staticmethod
+    def _now() -> tuple[float, float]:
+        times = os.times()
+        return time.time(), times.user + times.system
+
+    def mark(self) -> None:
+        self._latest = self._now()
+
+    def start(self) -> None:
+        if self._began is None:
+            self._began = self._latest or self._now()
+
+    def stop(self) -> None:
+        """End the window (once; a meter never started measured nothing)."""
+        if self._began is None or self.usage is not None:
+            return
+        (wall0, cpu0), (wall1, cpu1) = self._began, self._now()
+        self.usage = ClientUsage(cpu_s=max(0.0, cpu1 - cpu0), window_s=max(0.0, wall1 - wall0),
+                                 cores=usable_cores(), processes=1,
+                                 clients_per_process=self.clients, rss_mb=_rss_mb())
+
+
+def _rss_mb() -> float:
+    try:
+        return psutil.Process().memory_info().rss / 1e6
+    except psutil.Error:
+        return math.nan
+
+
 @dataclass
 class StepResult:
     """One load step: an operation at a concurrency, with one or more sides."""
@@ -220,6 +323,8 @@ class StepResult:
     cleanup_error: str | None = None
     #: stopped by Ctrl-C: measured until then (``duration_s`` is the measured window)
     interrupted: bool = False
+    #: what the clients cost their host (None: not measured, e.g. an older record)
+    client: ClientUsage | None = None
 
     @property
     def total(self) -> SideResult:

@@ -92,11 +92,35 @@ def columns_for(steps: list[StepRecord]) -> tuple[bool, tuple[str, ...]]:
     return with_baseline, columns
 
 
+#: the column that appears when a step saturated its client host
+CLIENT_COLUMN = "client CPU"
+#: the mark of such a step, explained under the table
+SATURATED = "saturated*"
+SATURATED_NOTE = ("* the client processes used more of the client host's cores than "
+                  "--storage-client-cpu-limit: such a step measured the client host, not "
+                  "the storage")
+
+
+def client_cell(step: StepRecord) -> str:
+    """``35%``, ``97% saturated*``, or ``-`` when not measured."""
+    cpu = step.client_cpu
+    if math.isnan(cpu):
+        return "-"
+    return f"{cpu:.0%} {SATURATED}" if step.client_saturated else f"{cpu:.0%}"
+
+
 def format_table(steps: list[StepRecord]) -> list[str]:
-    """The run's table as terminal lines (header first)."""
+    """The run's table as terminal lines (header first); a ``client CPU`` column and a
+    note under the table when a step saturated its client host."""
     with_baseline, columns = columns_for(steps)
     rows = [row for step in steps for row in step_rows(step, with_baseline=with_baseline)]
-    return render(rows, columns)
+    saturated = {id(step) for step in steps if step.client_saturated}
+    if not saturated:
+        return render(rows, columns)
+    cells = [client_cell(step) for step in steps
+             for _ in step_rows(step, with_baseline=with_baseline)]
+    rows = [[*row[:-1], cell, row[-1]] for row, cell in zip(rows, cells, strict=True)]
+    return [*render(rows, (*columns[:-1], CLIENT_COLUMN, columns[-1])), SATURATED_NOTE]
 
 
 def _limit(check: RuleCheck) -> str:
@@ -120,6 +144,8 @@ def format_why(step: StepRecord, *, top: int = 3) -> list[str]:
     (nothing measured, could not run), its most frequent failure classes with one
     example message each, and a clean-up the storage refused."""
     lines = [f"error: {step.error}"] if step.error else []
+    if step.client_saturated:
+        lines.append(step.saturation_text())
     total = step.total
     if total is not None and total.errors:
         ranked = sorted(total.errors.items(), key=lambda item: (-item[1], item[0]))

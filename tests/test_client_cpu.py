@@ -1,0 +1,127 @@
+"""A step knows when its client host is the bottleneck: ``client_cpu`` (the client
+processes' CPU over the measured window, per usable core) is measured by both
+executors, is a metric rules can name, survives the results file, and above the limit
+marks the step in the table and its failure message.
+
+A CPU-bound step is a local operation hashing a buffer (hashlib releases the GIL, so
+threads use every core); an idle-waiting one is the memory driver with latency. On a
+quiet host the first reports about 1; the machine running these tests is shared (other
+processes take their share of the cores: 8 hashing threads got 0.08 of 2 cores while
+other sessions ran), so the bounds are generous and the saturation limit of these
+records is low."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_storagescale.drivers import memory
+from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.load.engine import run_step
+from pytest_storagescale.load.operations import Operation, get_operation
+from pytest_storagescale.load.plan import StepPlan
+from pytest_storagescale.load.stats import usable_cores
+from pytest_storagescale.records import StepRecord, Verdict
+from pytest_storagescale.reporting.table import SATURATED_NOTE, format_table, format_why
+from pytest_storagescale.thresholds import evaluate, parse_rule
+
+DATA = Path(__file__).parent / "data"
+#: the saturation limit of these tests' records (the default is 0.9)
+LIMIT = 0.04
+_BUFFER = b"x" * (1 << 20)
+
+
+class Burn(Operation):
+    """Client-side work only: four SHA-256 passes over 1 MiB (no storage request)."""
+
+    name = "burn"
+
+    def prepare(self, driver, workdir, params, clients):
+        return {}
+
+    def run(self, driver, client, iteration, context):
+        for _ in range(4):
+            hashlib.sha256(_BUFFER).digest()
+        return 0
+
+
+@pytest.fixture
+def spec(request):
+    def make(**options: str):
+        return driver_spec(f"memory://cpu-{request.node.name[-40:]}/area",
+                           writable_root="/area", options=options)
+
+    yield make
+    memory.clear_stores()
+
+
+def step(driver, operation, clients: int, executor: str = "threads", **kw):
+    plan = StepPlan(operation=operation, clients=clients, duration=2.0, warmup=0.5,
+                    hang_timeout=5.0, driver=driver, workdir="/area/step", **kw)
+    result = run_step(plan, executor=executor)
+    record = StepRecord(step_id="main-1", test="t", section=operation.name,
+                        operation=operation.name, clients=clients, result=result,
+                        verdict=Verdict.PASS, client_cpu_limit=LIMIT)
+    return result, record
+
+
+def test_a_cpu_bound_step_saturates_its_client_host(spec):
+    clients = 16 * usable_cores()  # many threads: a fair share of a busy host
+    result, record = step(spec(), Burn(), clients)
+    usage = result.client
+    assert usage is not None and usage.cores == usable_cores() and usage.processes == 1
+    assert 1.9 <= usage.window_s <= 4.0  # the measured window, not the warm-up
+    assert 0.05 < record.client_cpu <= 1.1, usage  # about 1 on a quiet host
+    assert record.metric("client_cpu") == record.client_cpu
+    assert record.client_saturated
+    # the table grows a column with the mark, and the note under it says what it means
+    table = format_table([record])
+    assert "client CPU" in table[0] and "saturated*" in table[1] and table[-1] == SATURATED_NOTE
+    why = format_why(record)
+    assert any("measured the client host, not the storage" in line for line in why), why
+    # a rule can name it
+    judged = evaluate([parse_rule(f"client_cpu <= {LIMIT}")], record.metric)
+    assert not judged.passed and judged.checks[0].observed == record.client_cpu
+
+
+def test_an_idle_waiting_step_uses_little_client_cpu(spec):
+    result, record = step(spec(latency="0.05"), get_operation("stat"), 4)
+    assert result.total.succeeded > 0
+    assert 0 <= record.client_cpu < 0.03, result.client
+    assert not record.client_saturated
+    assert format_table([record])[0].split()[-1] == "verdict"  # no client column
+    assert not any("client host" in line for line in format_why(record))
+    assert evaluate([parse_rule("client_cpu <= 0.5")], record.metric).passed
+
+
+def test_processes_report_their_own_cpu(spec):
+    # each child meters its own window; the parent sums them: 2 processes of put
+    result, record = step(spec(), get_operation("put"), 4, executor="processes",
+                          processes=2, params={"file_size": 100_000})
+    usage = result.client
+    assert usage is not None and usage.processes == 2 and usage.clients_per_process == 2
+    assert usage.cpu_s > 0 and 1.9 <= usage.window_s <= 4.0
+    assert 0 < record.client_cpu <= 1.1
+    assert usage.rss_mb > 10  # two Python processes, summed
+
+
+def test_client_cpu_survives_the_results_file(spec):
+    _, record = step(spec(latency="0.01"), get_operation("stat"), 2)
+    document = json.loads(json.dumps(record.to_json()))
+    assert document["client_cpu"] == pytest.approx(record.client_cpu)
+    assert document["client_host"]["cores"] == usable_cores()
+    again = StepRecord.from_json(document)
+    assert again.client == record.client and again.client_cpu_limit == LIMIT
+    assert again.metric("client_cpu") == pytest.approx(record.client_cpu)
+
+
+def test_records_of_the_previous_release_have_no_client_cpu():
+    document = json.loads((DATA / "results-0.1.0.json").read_text())
+    steps = [StepRecord.from_json(step) for step in document["steps"]]
+    assert steps and all(step.client is None for step in steps)
+    assert all(step.metric_or_none("client_cpu") is None for step in steps)
+    assert not any(step.client_saturated for step in steps)
+    assert "client CPU" not in format_table(steps)[0]
