@@ -134,8 +134,11 @@ def test_installed_plugin_collects_the_shipped_suite(installed_run):
     # the editable install's entry point has the same name and is skipped, not added
     assert probe["registered_as"] == ["storagescale"], output[-3000:]
     assert probe["items"] == [
-        str(site / SUITES_PACKAGE / "xrootd" / "test_xrootd_scalability.py")]
+        str(site / SUITES_PACKAGE / "xrootd" / name)
+        for name in ("test_conformance.py", "test_xrootd_scalability.py")]
     assert "test_xrootd_scalability.py::test_round_trip_with_checksum" in output
+    # the shared conformance checks, imported from the installed package, by door
+    assert "test_conformance.py::TestXRootDConformance::test_cross_door_read[davs]" in output
     assert probe["shipped_suites"] == str(site / SUITES_PACKAGE)
     assert probe["shipped_thresholds"] == str(site / SUITES_PACKAGE / "thresholds")
 
