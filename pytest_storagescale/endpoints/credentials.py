@@ -393,10 +393,23 @@ class KerberosRealm:
             self._run(kadmin, "-r", self.realm, "-q", f"addprinc -randkey {principal}")
             self._run(kadmin, "-r", self.realm, "-q", f"ktadd -k {keytab} {principal}")
         hand_to(self.service_keytab, self.service_owner, 0o400)
+        # the KDC needs no privilege (a port above 1024): it runs as the service's user
+        # when the session is root, owning its database and log
+        run_as = self.service_owner if os.geteuid() == 0 else None
+        (self.directory / "kdc.log").touch()
+        for path in self.directory.iterdir():
+            if path.name.startswith(("principal", "stash", "kdc.log")):
+                hand_to(path, run_as)
+        output = (self.directory / "kdc.out").open("wb")
+        identity: dict = {}
+        if run_as:
+            entry = pwd.getpwnam(run_as)
+            identity = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
         self.process = subprocess.Popen(
             [_tool("krb5kdc"), "-n", "-r", self.realm], cwd=self.directory,
-            env={**os.environ, **self.environment}, stdout=subprocess.DEVNULL,
-            stderr=subprocess.STDOUT, start_new_session=True)
+            env={**os.environ, **self.environment}, stdout=output,
+            stderr=subprocess.STDOUT, start_new_session=True, **identity)
+        output.close()
         self._wait_ready()
         return self
 
@@ -420,8 +433,10 @@ class KerberosRealm:
             except EndpointError as exc:
                 error = str(exc)
         self.stop()
-        log = self.directory / "kdc.log"
-        tail = log.read_text(errors="replace")[-600:] if log.exists() else "(no log)"
+        tail = "".join(
+            (self.directory / name).read_text(errors="replace")[-600:]
+            for name in ("kdc.out", "kdc.log") if (self.directory / name).exists()
+        ) or "(no log)"
         raise EndpointError(f"the throwaway Kerberos KDC did not start: {error}. "
                             f"Log tail:\n{tail}")
 

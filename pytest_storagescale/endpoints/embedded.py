@@ -293,6 +293,9 @@ class EmbeddedXRootD(EmbeddedServer):
         if self.tls:
             self._make_certificates()
         user = unprivileged_user()
+        if user:  # the login's daemons (the KDC) run as the user too: let it in now
+            entry = pwd.getpwnam(user)
+            os.chown(self.directory, entry.pw_uid, entry.pw_gid)
         try:
             self._prepare_login(user)
         except Exception:
