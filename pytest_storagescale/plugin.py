@@ -12,6 +12,7 @@ import pytest
 
 from . import extensions
 from .cluster import breakdown_lines as cluster_breakdown_lines
+from .cluster import disconnect as cluster_disconnect
 from .cluster import header_lines as cluster_header_lines
 from .config import FLAGS, OPTIONS, REPEATABLE, Settings
 from .errors import StorageScaleUsageError
@@ -268,3 +269,4 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     run = config.stash.get(storage_run_key, None)
     if run is not None:
         run.finish()
+    cluster_disconnect()  # a recipe's batch jobs or local workers stop with the session

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PYTHON = sys.executable
+#: the workers and the scheduler import this module (the tasks at its end)
+TESTS = str(Path(__file__).resolve().parent)
 
 
 def _ip(*args: str, namespace: str | None = None, check: bool = True
@@ -36,6 +38,10 @@ def _ip(*args: str, namespace: str | None = None, check: bool = True
     if check and done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed: {done.stderr.strip()}")
     return done
+
+
+def _python_path() -> str:
+    return os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
 
 
 def netns_unavailable() -> str | None:
@@ -153,7 +159,7 @@ class NamespaceCluster:
             [PYTHON, "-m", "distributed.cli.dask_scheduler", "--host", self.head,
              "--port", str(self.port), "--no-dashboard"],
             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
-            cwd=self.directory)
+            cwd=self.directory, env=dict(os.environ, PYTHONPATH=_python_path()))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.scheduler.poll() is not None:
@@ -169,7 +175,8 @@ class NamespaceCluster:
         host.log = self.directory / f"worker-{host.name}.log"
         local = self.directory / f"worker-{host.name}"
         local.mkdir(exist_ok=True)
-        environment = dict(os.environ, STORAGESCALE_TEST_CLOCK_SKEW_S=str(skew))
+        environment = dict(os.environ, STORAGESCALE_TEST_CLOCK_SKEW_S=str(skew),
+                           PYTHONPATH=_python_path())
         host.worker = subprocess.Popen(
             ["ip", "netns", "exec", host.namespace, PYTHON, "-m",
              "distributed.cli.dask_worker", self.address, "--host", host.address,
@@ -261,3 +268,51 @@ class NamespaceCluster:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+
+
+# -- tasks the tests run on a namespace host (imported there from this module) -------------
+_HELD: list = []
+
+
+def write_and_hold(url: str, root: str, path: str) -> str:
+    """The driver spec refuses a write outside the run directory (its text is
+    returned); then ``path`` is opened, half written and held open, never closed."""
+    from XRootD import client as xrd
+    from XRootD.client.flags import OpenFlags
+
+    from pytest_storagescale.drivers.registry import driver_spec
+    from pytest_storagescale.errors import UnsafePathError
+
+    try:
+        driver_spec(url, writable_root=root).connect("writer", timeout=10).put(
+            "/storagescale/outside.dat", b"x")
+        refused = "not refused"
+    except UnsafePathError as exc:
+        refused = str(exc)
+    handle = xrd.File()
+    server = url.split("//storagescale")[0]  # root://host:port
+    status, _ = handle.open(f"{server}/{path}", OpenFlags.NEW | OpenFlags.MAKEPATH,
+                            timeout=10)
+    if not status.ok:
+        raise RuntimeError(f"open {path}: {status.message}")
+    status, _ = handle.write(b"half a file" * 1000, offset=0, timeout=10)
+    if not status.ok:
+        raise RuntimeError(f"write {path}: {status.message}")
+    _HELD.append(handle)  # open until the process dies
+    return refused
+
+
+def delete_left_behind(url: str, root: str, path: str) -> str:
+    """Delete what a killed writer left (the server may take a moment to notice)."""
+    from pytest_storagescale.drivers.registry import driver_spec
+
+    driver = driver_spec(url, writable_root=root).connect("deleter", timeout=10)
+    deadline = time.time() + 20
+    while True:
+        try:
+            driver.delete(path)
+            return "deleted"
+        except Exception as exc:  # noqa: BLE001 - retried until the deadline
+            if time.time() > deadline:
+                return f"not deleted: {exc}"
+            time.sleep(0.5)

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from ..load.plan import StepPlan, StepProgress
     from ..load.stats import StepResult
 
-__all__ = ["HostResult", "breakdown_lines", "header_lines", "parse_cluster_address",
-           "run_cluster_step"]
+__all__ = ["HostResult", "breakdown_lines", "disconnect", "header_lines",
+           "parse_cluster_address", "run_cluster_step"]
 
 
 def run_cluster_step(address: str, plan: StepPlan, record: Any = None,
@@ -35,6 +35,13 @@ def run_cluster_step(address: str, plan: StepPlan, record: Any = None,
     from .coordinator import run_cluster_step as run
 
     return run(address, plan, record, progress, clients_per_host=clients_per_host)
+
+
+def disconnect() -> None:
+    """Close this process's cluster connections (a recipe's cluster stops with them)."""
+    from .hosts import disconnect as close_all
+
+    close_all()
 
 
 def header_lines(address: str | None) -> list[str]:

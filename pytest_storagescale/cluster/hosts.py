@@ -152,7 +152,8 @@ class ClusterConnection:
             if worker not in best:
                 continue  # it left while measured
             trip, offset = best[worker]
-            name = str(info.get("name") or info.get("host") or worker)
+            name = info.get("name")
+            name = str(name) if name not in (None, "") else str(info.get("host") or worker)
             hosts.append(ClusterHost(worker, name, str(info.get("host") or ""),
                                      int(info.get("nthreads") or 1), offset, trip / 2))
         return sorted(hosts, key=lambda h: (h.name, h.worker))
@@ -187,7 +188,8 @@ def _start_recipe(address: ClusterAddress) -> Any:
         cluster = cluster_class()
     except ValueError as exc:  # a setting the Dask config lacks (cores, memory...)
         raise StorageScaleUsageError(
-            f"--storage-cluster {address}: dask-jobqueue could not set up {kind} jobs: {exc}. "
+            f"--storage-cluster {address}: dask-jobqueue could not set up {kind} jobs: "
+            f"{' '.join(str(exc).split())} "
             f"Configure the jobqueue.{kind} section of the Dask config "
             f"(~/.config/dask/jobqueue.yaml): cores, memory, and the queue/project your "
             f"site needs.") from None
