@@ -184,7 +184,8 @@ def test_checksums_by_default_everywhere_but_on_xrdhttp(embedded_xrootd, area):
     try:
         auto.get(f"{root}/f")  # the first answer names the door
         assert auto._verifying() is False
-        handle = auto._idle[0]
+        auto.stat(root)  # a request without a header callback: the handle keeps no callback
+        handle = auto._idle[0][0]
         handle.setopt(pycurl.VERBOSE, 1)
         handle.setopt(pycurl.DEBUGFUNCTION, lambda kind, text: sent.append(text) if kind == (
             pycurl.INFOTYPE_HEADER_OUT) else None)
@@ -195,6 +196,23 @@ def test_checksums_by_default_everywhere_but_on_xrdhttp(embedded_xrootd, area):
     requests = b"".join(sent).decode()
     assert requests.count("PUT ") == 1 and requests.count("GET ") == 1
     assert "HEAD " not in requests and "Want-Digest" not in requests
+
+
+def test_stat_reads_one_entry_answers_without_the_xml_parser(area, monkeypatch):
+    """The fast reading of a stat answer agrees with the XML parser, which it spares."""
+    from pytest_storagescale.drivers import http
+
+    root, driver, _ = area
+    driver.put(f"{root}/f", b"12345")
+    fast = (driver.stat(f"{root}/f"), driver.stat(root))
+    parsed = []
+    monkeypatch.setattr(http, "_multistatus", lambda data: parsed.append(data) or [])
+    assert driver.stat(f"{root}/f") == fast[0] and not parsed  # stat needs no parser
+    assert driver.ls(root) == [] and len(parsed) == 1  # a listing does
+    monkeypatch.undo()
+    answer = driver._request("PROPFIND", f"{root}/f", headers=driver._propfind_headers["0"])
+    assert http._multistatus(answer.data)[0][1] == fast[0] == http._one_entry(answer.data)
+    assert fast[0].size == 5 and not fast[0].is_dir and fast[1].is_dir
 
 
 def test_digest_and_multipart_readers():
@@ -272,7 +290,7 @@ def test_a_new_connection_resumes_the_tls_session(area):
     client = spec.client(1, timeout=20)
     try:
         client.stat(root)
-        handle = client._idle[0]
+        handle = client._idle[0][0]
         log: list[bytes] = []
         handle.setopt(pycurl.VERBOSE, 1)
         handle.setopt(pycurl.DEBUGFUNCTION, lambda kind, text: log.append(text))
@@ -409,7 +427,7 @@ def test_the_token_is_sent_as_bearer_and_never_shown(area, embedded_xrootd):
     log: list[bytes] = []
     try:
         client.stat(root)
-        handle = client._idle[0]
+        handle = client._idle[0][0]
         handle.setopt(pycurl.VERBOSE, 1)
         handle.setopt(pycurl.DEBUGFUNCTION,
                       lambda kind, text: log.append(text) if kind == pycurl.INFOTYPE_HEADER_OUT

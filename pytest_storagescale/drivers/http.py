@@ -73,11 +73,6 @@ from ..errors import (
 from .base import Driver, StatInfo
 
 _DAV = "{DAV:}"
-#: what ``stat`` and ``ls`` ask for (a server answers only these, not all it knows)
-_PROPFIND_BODY = (
-    b'<?xml version="1.0" encoding="utf-8"?><D:propfind xmlns:D="DAV:"><D:prop>'
-    b"<D:resourcetype/><D:getcontentlength/><D:getlastmodified/></D:prop></D:propfind>"
-)
 _TIMEOUT_CODES = {pycurl.E_OPERATION_TIMEDOUT}
 _UNREACHABLE_CODES = {
     pycurl.E_COULDNT_CONNECT, pycurl.E_COULDNT_RESOLVE_HOST, pycurl.E_GOT_NOTHING,
@@ -108,6 +103,20 @@ _MODIFIED = re.compile(_TAG + rb"getlastmodified[^>]*>([^<]*)<")
 _COLLECTION = re.compile(_TAG + rb"resourcetype[^>/]*>\s*" + _TAG + rb"collection\b")
 
 
+class _Settings:
+    """What a handle is set to now: a request like the last one sets nothing again."""
+
+    __slots__ = ("url", "method", "headers", "body", "headed")
+
+    def __init__(self) -> None:
+        self.url: str | None = None
+        self.method: str | None = None
+        self.headers: list[str] | None = None
+        self.body: bytes | None = None
+        #: a header callback is set (it cannot be unset: only a reset removes it)
+        self.headed = False
+
+
 class Body:
     """What a request answered: status, headers asked for, body or its size."""
 
@@ -135,6 +144,17 @@ class Body:
             self.headers[name.strip().lower()] = value.strip()
         elif line.startswith(b"HTTP/"):  # a new answer (after 100 Continue, a redirect)
             self.headers.clear()
+
+    @property
+    def writer(self):
+        """What libcurl hands the body to: the list's own append (no Python frame
+        per chunk) when the body is only kept."""
+        return self.chunks.append if self.keep and not self.digest else self.write
+
+    def received(self) -> None:
+        """The request is done: the size of a body kept by ``chunks.append``."""
+        if self.keep and not self.digest:
+            self.size = sum(map(len, self.chunks))
 
     @property
     def data(self) -> bytes:
@@ -193,10 +213,12 @@ class HTTPDriver(Driver):
         self._verify = self._checksum_mode != "none"
         auth = [f"Authorization: Bearer {token}"] if secure and (token := self._token()) else []
         self._propfind_headers = {
-            depth: [*auth, "Content-Type: application/xml", f"Depth: {depth}"]
+            # no body: all properties (RFC 4918), the request h2load and the bare loops send
+            depth: [*auth, f"Depth: {depth}"]
             for depth in ("0", "1")}
         self._auth = auth
-        self._idle: list[pycurl.Curl] = []
+        #: idle handles, each with what its settings are now
+        self._idle: list[tuple[pycurl.Curl, _Settings]] = []
         self._closed = False
         self._checksums: dict[int, tuple[bytes, str]] = {}
         self._checksums_lock = threading.Lock()
@@ -227,7 +249,10 @@ class HTTPDriver(Driver):
         return os.environ.get("X509_USER_CERT"), os.environ.get("X509_USER_KEY")
 
     def _new_handle(self) -> pycurl.Curl:
-        handle = pycurl.Curl()
+        return self._configure(pycurl.Curl())
+
+    def _configure(self, handle: pycurl.Curl) -> pycurl.Curl:
+        """The handle's settings for every request."""
         handle.setopt(pycurl.NOSIGNAL, 1)
         handle.setopt(pycurl.TIMEOUT_MS, self._timeout_ms)
         handle.setopt(pycurl.CONNECTTIMEOUT_MS, self._timeout_ms)
@@ -262,24 +287,33 @@ class HTTPDriver(Driver):
                  want_headers: bool = False, operation: str = "") -> Body:
         """One request on this client's connection, within the deadline."""
         answer = sink or Body()
-        handle = self._idle.pop() if self._idle else self._new_handle()
+        handle, settings = self._idle.pop() if self._idle else (self._new_handle(), _Settings())
+        if settings.headed and not want_headers:
+            # a header callback cannot be unset, and each header line would take the GIL
+            # in the middle of the request: reset the settings (the connection and the
+            # TLS session stay with the handle)
+            handle.reset()
+            self._configure(handle)
+            settings = _Settings()
         try:
-            handle.setopt(pycurl.URL, self._url(path))
-            handle.setopt(pycurl.HTTPGET, 1)  # resets the method, upload and no-body
-            if method == "HEAD":
-                handle.setopt(pycurl.NOBODY, 1)
-            elif body is not None:
-                handle.setopt(pycurl.POSTFIELDS, body)
-            if method in ("GET", "HEAD"):
-                handle.unsetopt(pycurl.CUSTOMREQUEST)
-            else:
-                handle.setopt(pycurl.CUSTOMREQUEST, method)
-            handle.setopt(pycurl.HTTPHEADER, headers if headers is not None else self._auth)
-            handle.setopt(pycurl.WRITEFUNCTION, answer.write)
-            # (a handle's header callback cannot be unset: len() takes a line in C)
-            handle.setopt(pycurl.HEADERFUNCTION, answer.header if want_headers else len)
+            url = self._url(path)
+            if url != settings.url:
+                handle.setopt(pycurl.URL, url)
+                settings.url = url
+            sent = headers if headers is not None else self._auth
+            # the request's settings, unless the last request on the handle had these
+            # very objects (held by the settings, so no other object can have their id)
+            if (method != settings.method or sent is not settings.headers
+                    or body is not settings.body):
+                self._set_method(handle, method, sent, body)
+                settings.method, settings.headers, settings.body = method, sent, body
+            handle.setopt(pycurl.WRITEFUNCTION, answer.writer)
+            if want_headers:
+                handle.setopt(pycurl.HEADERFUNCTION, answer.header)
+                settings.headed = True
             handle.perform()
             answer.status = handle.getinfo(pycurl.RESPONSE_CODE)
+            answer.received()
             if want_headers and self.endpoint.server not in _DOOR_SERVERS:
                 _DOOR_SERVERS[self.endpoint.server] = answer.headers.get("server", "")
         except pycurl.error as exc:
@@ -289,8 +323,25 @@ class HTTPDriver(Driver):
         if self._closed:
             handle.close()
         else:
-            self._idle.append(handle)
+            self._idle.append((handle, settings))
         return answer
+
+    @staticmethod
+    def _set_method(handle: pycurl.Curl, method: str, headers: list[str],
+                    body: bytes | None) -> None:
+        handle.setopt(pycurl.HTTPGET, 1)  # resets the method, upload and no-body
+        if method == "HEAD":
+            handle.setopt(pycurl.NOBODY, 1)
+        elif body is not None:
+            handle.setopt(pycurl.POSTFIELDS, body)
+        if method in ("GET", "HEAD"):
+            handle.unsetopt(pycurl.CUSTOMREQUEST)
+        else:
+            handle.setopt(pycurl.CUSTOMREQUEST, method)
+        if headers:
+            handle.setopt(pycurl.HTTPHEADER, headers)
+        else:  # pycurl ignores an empty list: the last request's headers would stay
+            handle.unsetopt(pycurl.HTTPHEADER)
 
     # -- errors -------------------------------------------------------------------
     def _kwargs(self, operation: str, path: str, native: str) -> dict:
@@ -303,8 +354,10 @@ class HTTPDriver(Driver):
         kwargs = self._kwargs(operation, path, f"curl error {code}")
         # a TLS 1.3 server refuses a client certificate after the client's side of the
         # handshake: its alert ends the first request on the new connection
+        # (GnuTLS may instead fail the send: "getpeername() failed with errno 107")
         refused = fresh and code in (pycurl.E_SEND_ERROR, pycurl.E_RECV_ERROR) and (
-            "alert" in message.lower() or self._certificate()[0] is not None)
+            "alert" in message.lower() or self._certificate()[0] is not None
+            or (self._secure and "getpeername" in message))
         if code in _SERVER_CERT_CODES | _HANDSHAKE_CODES | _CLIENT_CERT_CODES or refused:
             return self._tls_error(code, message, kwargs)
         if code in _TIMEOUT_CODES:
@@ -334,7 +387,11 @@ class HTTPDriver(Driver):
                                       error_class="tls", **kwargs)
         refused = (f"Either the server refused the client certificate {cert} (its CA is not "
                    f"in the server's CA folder, it expired, or the server takes no proxies), "
-                   f"or the server's certificate did not verify. " if cert else "")
+                   f"or the server's certificate did not verify. " if cert else
+                   "No client certificate was given, and the server may require one: the "
+                   "driver option x509_proxy (a PEM proxy or certificate and key in one file; "
+                   "else $X509_USER_PROXY), or x509_user_cert and x509_user_key (servers that "
+                   "take no proxies, such as Apache mod_ssl). ")
         return StorageUnreachable(f"TLS handshake failed: {message}. {refused}{server_side}",
                                   error_class="tls", **kwargs)
 
@@ -364,7 +421,7 @@ class HTTPDriver(Driver):
     # -- namespace ----------------------------------------------------------------
     def _propfind(self, path: str, depth: str, operation: str) -> list[tuple[str, StatInfo]]:
         answer = self._request("PROPFIND", path, headers=self._propfind_headers[depth],
-                               body=_PROPFIND_BODY, operation=operation)
+                               operation=operation)
         return self._read_multistatus(answer, path, operation)
 
     def _read_multistatus(self, answer: Body, path: str,
@@ -385,7 +442,7 @@ class HTTPDriver(Driver):
 
     def _stat(self, path: str) -> StatInfo:
         answer = self._request("PROPFIND", path, headers=self._propfind_headers["0"],
-                               body=_PROPFIND_BODY, operation="stat")
+                               operation="stat")
         if answer.status == 207:
             info = _one_entry(answer.data)
             if info is not None:
@@ -612,7 +669,7 @@ class HTTPDriver(Driver):
     def close(self) -> None:
         self._closed = True
         while self._idle:
-            self._idle.pop().close()
+            self._idle.pop()[0].close()
         with self._checksums_lock:
             self._checksums.clear()
 
@@ -645,7 +702,8 @@ def _one_entry(data: bytes) -> StatInfo | None:
     None for anything else, which the XML parser reads."""
     # one response element (its opening and closing tag), every status line a 200: a
     # path that happens to hold these words only sends the answer to the XML parser
-    if data.count(b"response") != 2 or data.count(b"status>") != 2 * data.count(b" 200 "):
+    statuses = data.count(b"status>") - data.count(b"multistatus>")
+    if data.count(b"response") != 2 or statuses != 2 * data.count(b" 200 "):
         return None
     is_dir = _COLLECTION.search(data) is not None
     length = _LENGTH.search(data)
