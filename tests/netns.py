@@ -234,6 +234,11 @@ class NamespaceCluster:
         subprocess.run(["ip", "netns", "exec", host.namespace, "tc", "qdisc", "del", "dev",
                         host.veth_inside, "root"], capture_output=True, timeout=30)
 
+    def cut(self, index: int) -> None:
+        """Take host ``index``'s link down: its worker and clients are cut off, nothing
+        is reset (a network cut, not a crash)."""
+        _ip("link", "set", self.hosts[index].veth_outside, "down")
+
     def kill(self, index: int) -> None:
         """SIGKILL host ``index``'s worker (a client host lost mid-step)."""
         worker = self.hosts[index].worker
