@@ -33,15 +33,26 @@ TOKEN = "eyJhbGciOiJub25lIn0.storagescale-secret-token-value"
 
 @pytest.fixture
 def area(embedded_xrootd, request):
-    """A per-test directory on the davs:// door and a driver that may write in it
-    (verifying checksums on this XrdHttp door too: ``checksum=adler32``)."""
+    """A per-test directory on the davs:// door and a driver that may write in it."""
     root = f"/storagescale/http-{request.node.name[:40]}"
     spec = driver_spec(embedded_xrootd.https_url, writable_root=root,
-                       options={"ca_dir": embedded_xrootd.ca_dir, "checksum": "adler32"})
+                       options={"ca_dir": embedded_xrootd.ca_dir})
     driver = spec.connect("functional-http", timeout=20)
     driver.mkdir(root)
     yield root, driver, spec
     driver.remove_tree(root)
+    driver.close()
+
+
+@pytest.fixture
+def checked(area, embedded_xrootd):
+    """A driver of the same area that verifies checksums on this XrdHttp door too
+    (``checksum=adler32``; few requests: xrootd 5.5's checksums under load crash it)."""
+    root = area[0]
+    driver = driver_spec(embedded_xrootd.https_url, writable_root=root, options={
+        "ca_dir": embedded_xrootd.ca_dir, "checksum": "adler32"}).connect("functional-sum",
+                                                                          timeout=20)
+    yield root, driver
     driver.close()
 
 
@@ -115,8 +126,8 @@ def test_exclusive_mkdir_refuses_an_existing_path_and_a_missing_parent(area):
     assert driver.ls(root) == ["file", "run"]
 
 
-def test_put_get_read_readv_with_verified_checksums(area, tmp_path):
-    root, driver, _ = area
+def test_put_get_read_readv_with_verified_checksums(checked, tmp_path):
+    root, driver = checked
     data = _payload(3_000_000)
     path = f"{root}/deep/er/data.bin"  # the parents are made
     assert driver.put(path, data) == len(data)
@@ -137,11 +148,11 @@ def test_put_get_read_readv_with_verified_checksums(area, tmp_path):
     assert info.value.error_class == "checksum_type"
 
 
-def test_a_changed_file_is_a_checksum_mismatch_naming_both_values(area, embedded_xrootd):
+def test_a_changed_file_is_a_checksum_mismatch_naming_both_values(checked, embedded_xrootd):
     """The server keeps a file's adler32 with the file (xattr) and trusts it while the
     modification time stays: bytes changed behind its back with the time put back
     make it announce the old adler32, and the download must notice."""
-    root, driver, _ = area
+    root, driver = checked
     data = _payload(100_000)
     path = f"{root}/changed.bin"
     driver.put(path, data)  # its verification made the server compute the adler32
@@ -172,12 +183,12 @@ def test_upload_comparison_refuses_another_files_answer(area):
     driver._compare(answer, f"{zlib.adler32(b'one'):08x}", "put", f"{root}/one")
 
 
-def test_checksums_by_default_everywhere_but_on_xrdhttp(embedded_xrootd, area):
+def test_checksums_by_default_everywhere_but_on_xrdhttp(embedded_xrootd, checked):
     """``auto`` learns the door from its first answer: XrdHttp, so no Want-Digest (its
     checksums crash xrootd 5.5 under load); ``adler32`` verifies there too."""
-    root, checked, _ = area
-    checked.put(f"{root}/f", b"abc")
-    assert checked._verifying() is True
+    root, verifying = checked
+    verifying.put(f"{root}/f", b"abc")
+    assert verifying._verifying() is True
     auto = driver_spec(embedded_xrootd.https_url, writable_root=root, options={
         "ca_dir": embedded_xrootd.ca_dir}).connect("functional-auto", timeout=20)
     sent: list[bytes] = []
@@ -282,6 +293,20 @@ def test_one_client_keeps_one_connection(area, embedded_xrootd):
     finally:
         client.close()
     assert not _local_ports(embedded_xrootd.http_port) - before
+
+
+def test_threads_sharing_the_session_driver_get_handles_of_their_own(area, embedded_xrootd):
+    """The set-up uploads in parallel through one driver: each thread at a time gets a
+    handle (and connection) of its own, given back for the next request."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    root, driver, _ = area
+    before = _local_ports(embedded_xrootd.http_port)
+    with ThreadPoolExecutor(8) as pool:
+        sizes = list(pool.map(lambda i: driver.put(f"{root}/p{i:03d}", b"x" * i), range(64)))
+    assert sizes == list(range(64))
+    assert driver.ls(root) == [f"p{i:03d}" for i in range(64)]
+    assert 1 <= len(_local_ports(embedded_xrootd.http_port) - before) <= 8
 
 
 def test_a_new_connection_resumes_the_tls_session(area):

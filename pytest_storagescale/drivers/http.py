@@ -287,7 +287,10 @@ class HTTPDriver(Driver):
                  want_headers: bool = False, operation: str = "") -> Body:
         """One request on this client's connection, within the deadline."""
         answer = sink or Body()
-        handle, settings = self._idle.pop() if self._idle else (self._new_handle(), _Settings())
+        try:  # list.pop is atomic: threads sharing this driver each get their own handle
+            handle, settings = self._idle.pop()
+        except IndexError:
+            handle, settings = self._new_handle(), _Settings()
         if settings.headed and not want_headers:
             # a header callback cannot be unset, and each header line would take the GIL
             # in the middle of the request: reset the settings (the connection and the
