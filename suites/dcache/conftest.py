@@ -1,0 +1,78 @@
+"""suites/dcache's embedded endpoint and what does not apply to a door.
+
+- Without ``--storage-endpoint`` the suite runs against the embedded WebDAV door that
+  is not XRootD (Apache ``mod_dav``, X.509 client certificates: ``webdav``), like a
+  dCache WebDAV door; ``--storage-embedded gridftp`` runs it over ``gsiftp://`` (seed
+  004's GridFTP doors, through gfal2), ``--storage-embedded xrootd`` against XrdHttp
+  and ``root://``.
+- The functional checks of ``test_dcache_functional.py`` honour the thresholds file's
+  ``[known_issues]`` as the conformance checks do (strict expected failures: Apache
+  ``mod_dav`` offers no checksum, see ``thresholds/dcache/embedded-apache.toml``).
+- Vector-read checks are skipped, with the reason, on doors whose protocol has no
+  vector read (GridFTP): gfal2 would send one partial read per chunk, which the
+  partial-read checks already test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_storagescale.stash import storage_run_key
+
+from ..conformance.checks import KnownIssues, VectorReadChecks, known_issue_files
+
+#: door scheme -> why a vector read does not apply to it
+NO_VECTOR_READ = {
+    "gsiftp": "GridFTP has no vector read request: gfal2 would send one partial read "
+              "(ERET) per chunk, which test_partial_read already checks",
+}
+
+
+def pytest_storagescale_embedded(config: pytest.Config) -> str:
+    """A WebDAV door with client certificates, as dCache's (``--storage-embedded``
+    chooses another)."""
+    return "webdav"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the vector-read checks on doors without a vector read, saying why."""
+    for item in items:
+        cls = getattr(item, "cls", None)
+        callspec = getattr(item, "callspec", None)
+        if cls is None or callspec is None or not issubclass(cls, VectorReadChecks):
+            continue
+        if not item.originalname.startswith("test_readv_"):
+            continue
+        door = callspec.params.get("door_name")
+        reason = NO_VECTOR_READ.get(_door_scheme(config, door))
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=f"{door} door: not applicable: {reason}"))
+
+
+def _door_scheme(config: pytest.Config, door: str | None) -> str:
+    """The scheme of a door: the embedded server's doors are named by their scheme, a
+    remote one's ``--storage-door NAME=URL`` by the URL's."""
+    run = config.stash.get(storage_run_key, None)
+    doors = (run.settings.doors or {}) if run is not None else {}
+    url = doors.get(door or "", "")
+    return url.partition("://")[0].lower() if url else (door or "")
+
+
+@pytest.fixture(autouse=True)
+def _functional_known_issue(request: pytest.FixtureRequest) -> None:
+    """A functional check named in ``[known_issues]`` runs as a strict expected failure
+    (the conformance classes do this themselves)."""
+    cls = getattr(request.node, "cls", None)
+    if request.node.get_closest_marker("storagescale_op") is not None or (
+            cls is not None and issubclass(cls, KnownIssues)):
+        return
+    system = request.node.get_closest_marker("storagescale_system")
+    check = request.node.originalname.removeprefix("test_")
+    for thresholds in known_issue_files(request.config, system.args[0] if system else "dcache"):
+        reason = thresholds.known_issue(check)
+        if reason is not None:
+            request.applymarker(pytest.mark.xfail(strict=True, reason=(
+                f"known issue of {thresholds.system} {', '.join(thresholds.versions)} "
+                f"({thresholds.path} [known_issues] {check!r}): {reason}. Reported "
+                f"XPASS(strict): the storage now passes it; remove the entry")))
+            return
