@@ -1,175 +1,413 @@
-"""The engine's overhead: its stat rate against a bare loop of the same client library.
+"""The engine beside the physical limit: root:// stat, 1 MB put and 1 MB get at
+C = 1, 10, 50, 200, 1000, 5000 clients against the embedded xrootd, three ways:
 
-For C = 1, 50, 200, 1000 clients against the embedded xrootd, run side by side in
-one process and alternated over ROUNDS rounds:
+- engine: ``run_step`` with the ``auto`` executor (threads up to the XRootD driver's
+  clients_per_process, above it that many clients per spawned process), hang
+  detection, HdrHistogram and per-second timeline included;
+- C++: ``benchmarks/xrdcl_loop.cc`` (compiled here into build/bench/ against Debian's
+  libxrootd-client-dev): one XrdCl::FileSystem and login per thread, sharded over the
+  same number of processes as the engine; at C >= 1000 also in one process (the
+  collapse the sharding avoids);
+- bare: the same loop in Python (XRootD bindings, one FileSystem and login per
+  thread), sharded the same way.
 
-- bare: C threads, each with its own XRootD FileSystem (own login, like the
-  engine's clients), calling ``stat`` back to back and counting successes;
-- engine: ``run_step`` of the ``stat`` operation with the same C, warm-up and
-  duration (hang detection, HdrHistogram, per-second timeline included).
+Each measurement runs in fresh processes (the XRootD client keeps idle connections
+for minutes), the order alternated per round. For every point: rate (MB/s for
+put/get), the ratios, client CPU per operation (user + system of the client
+processes over the measured window) and their resident memory. The load average
+is printed before each series; the table goes to stdout and, with --write-docs,
+into docs/benchmarks.md between the ``engine-bench`` markers. Usage::
 
-Each measurement runs in a fresh process (the XRootD client keeps idle connections
-for minutes, and a process holding thousands of them is slower), with the order
-alternated per round. Prints a Markdown table (docs/benchmarks.md quotes it) with
-the ratio engine/bare and the engine's resident memory growth at each C. Usage::
-
-    .venv/bin/python benchmarks/bench_engine.py [--duration 5] [--rounds 2]
+    .venv/bin/python benchmarks/bench_engine.py [--quick] [--rounds 2] [--write-docs]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import psutil
 from XRootD import client
 
+from pytest_storagescale.drivers import grid  # noqa: F401 - XRD_* settings into os.environ
 from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.drivers.xrootd import XRootDDriver
 from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
 from pytest_storagescale.load.engine import run_step
+from pytest_storagescale.load.executors import process_count
 from pytest_storagescale.load.operations import get_operation
 from pytest_storagescale.load.plan import StepPlan
 
+REPO = Path(__file__).resolve().parent.parent
+BUILD = REPO / "build" / "bench"
+DOCS = REPO / "docs" / "benchmarks.md"
+MARKERS = ("<!-- engine-bench:start (written by benchmarks/bench_engine.py --write-docs) -->",
+           "<!-- engine-bench:end -->")
+ROOT = "/storagescale/bench"
+SIZE = 1_000_000
+KINDS = ("engine", "cxx", "bare")
 
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+
+@dataclass
+class Point:
+    """One measurement: ``rate`` operations/s, ``mb_s``, client CPU seconds over the
+    window, client resident memory, processes."""
+
+    kind: str
+    op: str
+    clients: int
+    rate: float
+    mb_s: float
+    cpu_s: float
+    window_s: float
+    rss_mb: float
+    processes: int
+    failed: int = 0
+
+    @property
+    def cpu_per_op_us(self) -> float:
+        done = self.rate * self.window_s
+        return self.cpu_s / done * 1e6 if done else math.nan
 
 
-def bare_loop(server, target: str, clients: int, warmup: float,
-              duration: float, tag: str) -> float:
-    counts = [0] * clients
-    ready = threading.Barrier(clients + 1)
-    times: dict[str, float] = {}
+def warmup_for(clients: int) -> float:
+    """Logins of thousands of clients take seconds: a longer warm-up at large C."""
+    return max(2.0, clients / 500)
+
+
+def engine_processes(clients: int) -> int:
+    """How many processes the auto executor gives C xrootd clients."""
+    if clients <= XRootDDriver.clients_per_process:
+        return 1
+    spec = driver_spec("root://127.0.0.1:1//x", writable_root="/x")
+    return process_count(StepPlan(get_operation("stat"), clients, 1, 0, 1, spec, "/x"), clients)
+
+
+# -- the three kinds ------------------------------------------------------------------
+def engine_point(url: str, op: str, clients: int, warmup: float, duration: float,
+                 tag: str) -> Point:
+    params = {"file_size": SIZE, "files": 1} if op == "get" else (
+        {"file_size": SIZE} if op == "put" else {})
+    result = run_step(StepPlan(
+        operation=get_operation(op), clients=clients, duration=duration, warmup=warmup,
+        hang_timeout=60, driver=driver_spec(url, writable_root=ROOT),
+        workdir=f"{ROOT}/{tag}", params=params), executor="auto")
+    total, usage = result.total, result.client
+    rss = usage.rss_mb + (psutil.Process().memory_info().rss / 1e6 if usage.processes > 1 else 0)
+    return Point("engine", op, clients, total.rate_hz, total.mb_s, usage.cpu_s, usage.window_s,
+                 rss, usage.processes, total.failed + total.hung)
+
+
+def bare_request(fs, server: str, op: str, path: str, data: bytes) -> int:
+    """One request of a bare loop: bytes moved, -1 when it failed."""
+    if op == "stat":
+        return 0 if fs.stat(path, timeout=60)[0].ok else -1
+    handle = client.File()
+    if op == "get":
+        if not handle.open(f"{server}/{path}", timeout=60)[0].ok:
+            return -1
+        status, got = handle.read(0, SIZE, timeout=60)
+        handle.close(timeout=60)
+        return len(got) if status.ok else -1
+    if not handle.open(f"{server}/{path}", 2 | 8, 0o644, timeout=60)[0].ok:  # DELETE|MAKEPATH
+        return -1
+    status, _ = handle.write(data, 0, SIZE, timeout=60)
+    handle.close(timeout=60)
+    return SIZE if status.ok else -1
+
+
+def bare_share(port: int, op: str, first: int, step: int, clients: int, start_at: float,
+               warmup: float, duration: float, tag: str) -> dict:
+    """Clients first, first + step, ... of a bare loop, in this process."""
+    counts, moved = [0] * clients, [0] * clients
+    measure_from, end_at = start_at + warmup, start_at + warmup + duration
+    data = b"x" * SIZE
 
     def worker(index: int) -> None:
-        fs = client.FileSystem(f"root://{tag}{index:05d}@127.0.0.1:{server.port}")
-        fs.stat(target, timeout=30)  # log in before the clock runs, as the engine does
-        ready.wait()
-        measure_from, end_at = times["from"], times["end"]
+        server = f"root://{tag}{index:05d}@127.0.0.1:{port}"
+        fs = client.FileSystem(server)
+        fs.stat("/", timeout=60)  # log in before the clock, as the C++ loop does
+        while (delay := start_at - time.time()) > 0:
+            time.sleep(delay)
+        n = 0
         while True:
-            status, _ = fs.stat(target, timeout=30)
+            path = (f"{ROOT}/bare/put/{tag}{index:05d}-{n}" if op == "put"
+                    else f"{ROOT}/bare/{op}-target")
+            got = bare_request(fs, server, op, path, data)
+            n += 1
             now = time.time()
             if now > end_at:
                 return
-            if status.ok and now >= measure_from:
+            if got >= 0 and now >= measure_from:
                 counts[index] += 1
+                moved[index] += got
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(clients)]
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True)
+               for i in range(first, clients, step)]
     for thread in threads:
         thread.start()
-    start = time.time()
-    times["from"], times["end"] = start + warmup, start + warmup + duration
-    ready.wait()
+    while (delay := measure_from - time.time()) > 0:
+        time.sleep(delay)
+    cpu0 = sum(os.times()[:2])
+    while (delay := end_at - time.time()) > 0:
+        time.sleep(delay)
+    cpu = sum(os.times()[:2]) - cpu0
+    rss = psutil.Process().memory_info().rss / 1e6
     for thread in threads:
-        thread.join()
-    return sum(counts) / duration
+        thread.join(timeout=120)
+    return {"ok": sum(counts), "bytes": sum(moved), "cpu_s": cpu, "rss_mb": rss}
 
 
-def engine_step(server, root: str, clients: int, warmup: float,
-                duration: float, tag: str) -> tuple[float, float]:
-    peak = [rss_mb()]
-    before = peak[0]
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.wait(0.2):
-            peak[0] = max(peak[0], rss_mb())
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    result = run_step(StepPlan(
-        operation=get_operation("stat"), clients=clients, duration=duration, warmup=warmup,
-        hang_timeout=30, driver=driver_spec(server.url, writable_root=root),
-        workdir=f"{root}/{tag}",
-    ))
-    done.set()
-    watcher.join()
-    step = result.total
-    assert step.failed == 0 and step.hung == 0, step.errors
-    return step.rate_hz, peak[0] - before
+def bare_point(port: int, op: str, clients: int, warmup: float, duration: float,
+               tag: str) -> Point:
+    processes = engine_processes(clients)
+    start_at = time.time() + 3 + clients / 1000
+    command = [sys.executable, __file__, "--bare-share", "--port", str(port), "--op", op,
+               "--clients-one", str(clients), "--tag", tag, "--warmup", str(warmup),
+               "--duration", str(duration), "--start-at", str(start_at),
+               "--shares", str(processes)]
+    runs = [subprocess.Popen([*command, "--share", str(i)], stdout=subprocess.PIPE, text=True)
+            for i in range(processes)]
+    parts = [json.loads(run.communicate(timeout=900)[0].strip().splitlines()[-1])
+             for run in runs]
+    return Point("bare", op, clients, sum(p["ok"] for p in parts) / duration,
+                 sum(p["bytes"] for p in parts) / duration / 1e6,
+                 sum(p["cpu_s"] for p in parts), duration, sum(p["rss_mb"] for p in parts),
+                 processes)
 
 
-def measure(args: argparse.Namespace) -> None:
-    """One measurement in this (fresh) process; prints its result as JSON."""
-    server = argparse.Namespace(port=args.port, url=f"root://127.0.0.1:{args.port}//storagescale")
-    if args.measure == "bare":
-        result = {"rate_hz": bare_loop(server, args.target, args.clients_one, args.warmup,
-                                       args.duration, args.tag)}
+def cxx_point(binary: Path, port: int, op: str, clients: int, warmup: float,
+              duration: float, tag: str, processes: int) -> Point:
+    path = {"stat": f"{ROOT}/bare/stat-target", "get": f"{ROOT}/bare/get-target",
+            "put": f"{ROOT}/bare/put"}[op]
+    done = subprocess.run(
+        [str(binary), "--port", str(port), "--path", path, "--op", op, "--size", str(SIZE),
+         "--clients", str(clients), "--processes", str(processes), "--warmup", str(warmup),
+         "--duration", str(duration), "--tag", tag],
+        capture_output=True, text=True, timeout=900, check=True)
+    data = json.loads(done.stdout.strip().splitlines()[-1])
+    return Point("cxx" if processes > 1 or clients <= 200 else "cxx-1", op, clients,
+                 data["rate_hz"], data["mb_s"], data["cpu_s"], duration, data["rss_mb"],
+                 processes, int(data["failed"]))
+
+
+# -- orchestration ---------------------------------------------------------------------
+def build_loop() -> Path:
+    """Compile the C++ loop (Debian libxrootd-client-dev) into build/bench/."""
+    BUILD.mkdir(parents=True, exist_ok=True)
+    binary, source = BUILD / "xrdcl_loop", REPO / "benchmarks" / "xrdcl_loop.cc"
+    if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
+        if not Path("/usr/include/xrootd/XrdCl/XrdClFileSystem.hh").exists():
+            sys.exit("the C++ loop needs the XrdCl headers: apt-get install "
+                     "libxrootd-client-dev (scripts/bootstrap.sh installs it)")
+        subprocess.run(["g++", "-O2", "-std=c++17", "-I/usr/include/xrootd", str(source),
+                        "-o", str(binary), "-lXrdCl", "-lpthread"], check=True)
+    return binary
+
+
+def isolated(kind: str, port: int, op: str, clients: int, args, tag: str) -> Point:
+    """An engine measurement in a fresh process."""
+    command = [sys.executable, __file__, "--engine-one", "--port", str(port), "--op", op,
+               "--clients-one", str(clients), "--tag", tag, "--warmup",
+               str(warmup_for(clients)), "--duration", str(args.duration)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"{kind} {op} C={clients} failed:\n{done.stderr[-3000:]}")
+    return Point(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def prepare(server: EmbeddedXRootD) -> None:
+    admin = client.FileSystem(f"root://ssbench@127.0.0.1:{server.port}")
+    admin.mkdir(f"{ROOT}/bare/put", 1)  # MAKEPATH
+    for name, size in (("stat-target", 1024), ("get-target", SIZE)):
+        handle = client.File()
+        handle.open(f"root://ssbench@127.0.0.1:{server.port}/{ROOT}/bare/{name}", 2 | 8)
+        handle.write(b"x" * size)
+        handle.close()
+
+
+def forget_puts(server: EmbeddedXRootD) -> None:
+    """The files a put measurement wrote (gigabytes): removed on the server's disk."""
+    data = server.directory / "data" / ROOT.strip("/")
+    put_dir = data / "bare" / "put"
+    for entry in put_dir.iterdir():
+        entry.unlink()
+    for entry in data.iterdir():
+        if entry.name != "bare":
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def measure_point(kind: str, server, binary: Path, op: str, clients: int, args,
+                  tag: str) -> Point:
+    warmup = warmup_for(clients)
+    if kind == "engine":
+        point = isolated(kind, server.port, op, clients, args, tag)
+    elif kind == "bare":
+        point = bare_point(server.port, op, clients, warmup, args.duration, tag)
     else:
-        rate, grown = engine_step(server, "/storagescale/bench", args.clients_one,
-                                  args.warmup, args.duration, args.tag)
-        result = {"rate_hz": rate, "rss_growth_mb": grown}
-    print(json.dumps(result), flush=True)
+        processes = 1 if kind == "cxx-1" else engine_processes(clients)
+        point = cxx_point(binary, server.port, op, clients, warmup, args.duration, tag,
+                          processes)
+    if op == "put":
+        forget_puts(server)
+    return point
 
 
-def run_isolated(kind: str, port: int, target: str, clients: int, args, tag: str) -> dict:
-    """Each measurement in its own process: no connection of an earlier measurement
-    is left in the client library to weigh on the next one."""
-    command = [sys.executable, __file__, "--measure", kind, "--port", str(port),
-               "--target", target, "--clients-one", str(clients), "--tag", tag,
-               "--warmup", str(args.warmup), "--duration", str(args.duration)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def series(server, binary: Path, op: str, clients: int, args, counter: list[int]
+           ) -> dict[str, list[Point]]:
+    kinds = list(KINDS) + (["cxx-1"] if op == "stat" and clients >= 1000 else [])
+    points: dict[str, list[Point]] = {kind: [] for kind in kinds}
+    for round_number in range(args.rounds):
+        order = kinds if round_number % 2 == 0 else kinds[::-1]
+        for kind in order:
+            counter[0] += 1
+            tag = f"{kind[0]}{counter[0]:03d}"[:3]
+            points[kind].append(measure_point(kind, server, binary, op, clients, args, tag))
+    return points
+
+
+def mean(points: list[Point], attribute: str) -> float:
+    values = [getattr(p, attribute) for p in points]
+    return sum(values) / len(values) if values else math.nan
+
+
+def rows_for(op: str, clients: int, points: dict[str, list[Point]], load: float) -> dict:
+    value = "mb_s" if op != "stat" else "rate"
+    row = {"op": op, "clients": clients, "load": load}
+    for kind, measured in points.items():
+        row[kind] = mean(measured, value)
+        row[f"{kind}_all"] = [round(getattr(p, value)) for p in measured]
+        row[f"{kind}_cpu_us"] = mean(measured, "cpu_per_op_us")
+        row[f"{kind}_rss"] = max((p.rss_mb for p in measured), default=math.nan)
+        row[f"{kind}_procs"] = measured[0].processes if measured else 0
+        row[f"{kind}_failed"] = sum(p.failed for p in measured)
+    return row
+
+
+def fmt(value: float, digits: int = 0) -> str:
+    return "-" if value != value else f"{value:,.{digits}f}"
+
+
+def table(rows: list[dict]) -> list[str]:
+    lines = [
+        "| op | C | load avg | procs | engine | C++ loop | bare Python | engine / C++ | "
+        "engine / bare | CPU/op engine (us) | CPU/op C++ | CPU/op bare | engine RSS (MB) | "
+        "C++ one process |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        unit = " Hz" if r["op"] == "stat" else " MB/s"
+        lines.append(
+            f"| {r['op']} | {r['clients']} | {r['load']:.1f} | {r['engine_procs']} | "
+            f"{fmt(r['engine'])}{unit} | {fmt(r['cxx'])} | {fmt(r['bare'])} | "
+            f"{fmt(r['engine'] / r['cxx'], 2)} | {fmt(r['engine'] / r['bare'], 2)} | "
+            f"{fmt(r['engine_cpu_us'])} | {fmt(r['cxx_cpu_us'])} | {fmt(r['bare_cpu_us'])} | "
+            f"{fmt(r['engine_rss'])} | {fmt(r.get('cxx-1', math.nan))} |")
+    return lines
+
+
+def targets(rows: list[dict]) -> list[str]:
+    """The issue's targets, met or not, from this run's numbers."""
+    stat = {r["clients"]: r for r in rows if r["op"] == "stat"}
+    lines = []
+    for c in (50, 200, 1000):
+        if c in stat:
+            ratio = stat[c]["engine"] / stat[c]["cxx"]
+            lines.append(f"- stat at C={c}: engine / C++ = {ratio:.2f} (target >= 0.9: "
+                         f"{'met' if ratio >= 0.9 else 'NOT met'})")
+    if 5000 in stat and 200 in stat:
+        ratio = stat[5000]["engine"] / stat[200]["engine"]
+        lines.append(f"- stat at C=5000 over C=200: {ratio:.2f} (target >= 0.8: "
+                     f"{'met' if ratio >= 0.8 else 'NOT met'}), client RSS "
+                     f"{stat[5000]['engine_rss']:.0f} MB (target < 2000)")
+    for r in rows:
+        if r["op"] == "get":
+            ratio = r["engine"] / r["bare"]
+            lines.append(f"- 1 MB get at C={r['clients']}: engine / bare = {ratio:.2f} "
+                         f"(target >= 0.9: {'met' if ratio >= 0.9 else 'NOT met'})")
+    if 50 in stat:
+        ratio = stat[50]["engine_cpu_us"] / stat[50]["bare_cpu_us"]
+        lines.append(f"- CPU per stat at C=50: engine / bare = {ratio:.2f} (target <= 1.3: "
+                     f"{'met' if ratio <= 1.3 else 'NOT met'})")
+    return lines
+
+
+def write_docs(lines: list[str]) -> None:
+    text = DOCS.read_text()
+    start, end = MARKERS
+    if start not in text:
+        text = text.rstrip() + f"\n\n{start}\n{end}\n"
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    DOCS.write_text(head + start + "\n" + "\n".join(lines) + "\n" + end + tail)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer points: stat at C = 10, 200, 5000, put and get at 10")
     parser.add_argument("--duration", type=float, default=5.0)
-    parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--clients", default="1,50,200,1000")
-    parser.add_argument("--measure", choices=("bare", "engine"), help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--target", help=argparse.SUPPRESS)
-    parser.add_argument("--clients-one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--clients", default="1,10,50,200,1000,5000")
+    parser.add_argument("--ops", default="stat,put,get")
+    parser.add_argument("--write-docs", action="store_true")
+    for hidden in ("--engine-one", "--bare-share"):
+        parser.add_argument(hidden, action="store_true", help=argparse.SUPPRESS)
+    for hidden in ("--port", "--clients-one", "--share", "--shares"):
+        parser.add_argument(hidden, type=int, help=argparse.SUPPRESS)
+    for hidden in ("--warmup", "--start-at"):
+        parser.add_argument(hidden, type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--op", help=argparse.SUPPRESS)
     parser.add_argument("--tag", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.measure:
-        measure(args)
+    if args.engine_one:
+        url = f"root://127.0.0.1:{args.port}/{ROOT}"
+        point = engine_point(url, args.op, args.clients_one, args.warmup, args.duration,
+                             args.tag)
+        print(json.dumps(asdict(point)), flush=True)
         return
-    rows = []
+    if args.bare_share:
+        print(json.dumps(bare_share(args.port, args.op, args.share, args.shares,
+                                    args.clients_one, args.start_at, args.warmup,
+                                    args.duration, args.tag)), flush=True)
+        return
+    plan = [(op, int(c)) for op in args.ops.split(",") for c in args.clients.split(",")]
+    if args.quick:
+        args.rounds, args.duration = 1, 3.0
+        plan = [("stat", 10), ("stat", 200), ("stat", 5000), ("put", 10), ("get", 10)]
+    binary = build_loop()
+    rows, counter = [], [0]
     with EmbeddedXRootD(https=False) as server:
-        root = "/storagescale/bench"
-        target = f"{root}/bare/stat-target"
-        admin = client.FileSystem(f"root://ssbench@127.0.0.1:{server.port}")
-        admin.mkdir(f"{root}/bare", 1)  # MAKEPATH
-        handle = client.File()
-        handle.open(f"root://ssbench@127.0.0.1:{server.port}/{target}", 2 | 8)  # DELETE
-        handle.write(b"x" * 1024)
-        handle.close()
-        step = 0
-        for clients in (int(c) for c in args.clients.split(",")):
-            bare, engine, memory = [], [], []
-            for round_number in range(args.rounds):
-                order = ("bare", "engine") if round_number % 2 == 0 else ("engine", "bare")
-                for kind in order:
-                    step += 1
-                    result = run_isolated(kind, server.port, target, clients, args,
-                                          f"{kind[0]}{step:02d}")
-                    (bare if kind == "bare" else engine).append(result["rate_hz"])
-                    if kind == "engine":
-                        memory.append(result["rss_growth_mb"])
-            b, e = sum(bare) / len(bare), sum(engine) / len(engine)
-            rows.append((clients, b, e, e / b, max(memory), bare, engine))
-            print(f"C={clients}: bare {[round(x) for x in bare]} Hz, engine "
-                  f"{[round(x) for x in engine]} Hz, ratio of means {e / b:.2f}, engine RSS "
-                  f"growth {max(memory):.0f} MB", flush=True)
-    print()
-    print(f"stat against the embedded xrootd {server.version}, {args.rounds} rounds of "
-          f"{args.warmup:g} s warm-up + {args.duration:g} s, each measurement in a fresh "
-          f"process, order alternated per round")
-    print()
-    print("| clients | bare loop (Hz) | engine (Hz) | engine / bare | engine RSS growth (MB) |")
-    print("|---:|---:|---:|---:|---:|")
-    for clients, b, e, ratio, grown, _, _ in rows:
-        print(f"| {clients} | {b:.0f} | {e:.0f} | {ratio:.2f} | {grown:.0f} |")
+        prepare(server)
+        for op, clients in plan:
+            load = os.getloadavg()[0]
+            points = series(server, binary, op, clients, args, counter)
+            row = rows_for(op, clients, points, load)
+            rows.append(row)
+            print(f"{op} C={clients} (load {load:.1f}): " + ", ".join(
+                f"{kind} {row[f'{kind}_all']}" for kind in points), flush=True)
+    mode = "--quick" if args.quick else f"{args.rounds} rounds"
+    lines = [
+        f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {os.cpu_count()} cores, xrootd "
+        f"{server.version} on loopback, {mode}, {args.duration:g} s per measurement after a "
+        f"warm-up of max(2 s, C / 500 s); load avg = the 1-minute load average before each "
+        f"series; stat in operations/s, put and get (1 MB files) in MB/s; CPU/op = user + "
+        f"system CPU of the client processes over the measured window per operation; RSS "
+        f"= resident memory of all client processes (the engine's parent included).",
+        "", *table(rows), "", *targets(rows),
+    ]
+    print("\n".join(lines))
+    if args.write_docs:
+        write_docs(lines)
 
 
 if __name__ == "__main__":

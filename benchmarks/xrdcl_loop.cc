@@ -93,7 +93,9 @@ bool one(const Options& o, XrdCl::FileSystem& fs, const std::string& server,
     moved = got;
     return file.Close(30).IsOK() && ok;
   }
-  // put: one file per client, replaced each time
+  // put: a new file each time (as the plugin's put), <path>/<login>-<n>
+  static thread_local long count = 0;
+  url += "-" + std::to_string(count++);
   if (!file.Open(url, XrdCl::OpenFlags::Delete | XrdCl::OpenFlags::MakePath,
                  XrdCl::Access::UR | XrdCl::Access::UW, 30).IsOK())
     return false;
