@@ -37,6 +37,7 @@ from ..errors import (
     StorageTimeout,
     StorageUnreachable,
 )
+from . import flat
 from .base import Driver, StatInfo
 from .grid import (
     CREDENTIAL_ENVIRONMENT,
@@ -115,7 +116,7 @@ class XRootDDriver(XRootDLogins, Driver):
     #: per-process timeout bookkeeping, not the storage, sets the rate (measured:
     #: docs/benchmarks.md, "Clients per process"); the executors shard above it
     clients_per_process = 200
-    option_names = tuple(CREDENTIAL_ENVIRONMENT)
+    option_names = (*CREDENTIAL_ENVIRONMENT, flat.OPTION)  # flat: a Ceph gateway (flat.py)
     secret_options = SECRET_OPTIONS
     option_environment = CREDENTIAL_ENVIRONMENT
     #: whether this client logs in again (new_login) and so holds the short TTL
@@ -126,6 +127,7 @@ class XRootDDriver(XRootDLogins, Driver):
         port = f":{endpoint.port}" if endpoint.port else ""
         self._server = f"{endpoint.scheme}://{self.client_id}@{endpoint.host}{port}"
         self._fs = client.FileSystem(self._server)
+        self.flat_namespace = flat.enabled(self.options)
         #: per-request timeout in whole seconds, as the client library takes it
         self._timeout = max(1, min(65535, int(round(self.timeout))))
 
@@ -157,12 +159,18 @@ class XRootDDriver(XRootDLogins, Driver):
 
     # -- namespace -----------------------------------------------------------
     def _stat(self, path: str) -> StatInfo:
+        return flat.stat(self, path) if self.flat_namespace else self._server_stat(path)
+
+    def _server_stat(self, path: str) -> StatInfo:
         status, info = self._fs.stat(path, timeout=self._timeout)
         self._check(status, "stat", path)
         return StatInfo(size=info.size, is_dir=bool(info.flags & StatInfoFlags.IS_DIR),
                         modified=float(info.modtime))
 
     def _ls(self, path: str) -> list[str]:
+        return flat.listing(self, path) if self.flat_namespace else self._server_ls(path)
+
+    def _server_ls(self, path: str) -> list[str]:
         status, listing = self._fs.dirlist(path, timeout=self._timeout)
         self._check(status, "ls", path)
         return [entry.name for entry in listing]
@@ -173,6 +181,8 @@ class XRootDDriver(XRootDLogins, Driver):
 
     def _mkdir_exclusive(self, path: str) -> None:
         # without MAKEPATH the server refuses an existing path and a missing parent
+        if self.flat_namespace:  # ... but a Ceph gateway makes nothing and refuses nothing
+            flat.refuse_if_taken(self, path, name=self.name, server=self.endpoint.server)
         status, _ = self._fs.mkdir(path, MkDirFlags.NONE, timeout=self._timeout)
         self._check(status, "mkdir", path)
 
@@ -181,6 +191,8 @@ class XRootDDriver(XRootDLogins, Driver):
         self._check(status, "delete", path)
 
     def _rmdir(self, path: str) -> None:
+        if self.flat_namespace:  # a Ceph gateway answers success and removes nothing
+            flat.refuse_if_not_empty(self, path, name=self.name, server=self.endpoint.server)
         status, _ = self._fs.rmdir(path, timeout=self._timeout)
         self._check(status, "rmdir", path)
 
