@@ -24,6 +24,7 @@ from XRootD import client as xrootd_client
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.endpoints.credentials import KerberosRealm, ThrowawayCA, TokenIssuer
 from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+from pytest_storagescale.errors import StoragePermissionDenied
 from pytest_storagescale.load.engine import run_step
 from pytest_storagescale.load.operations import get_operation
 from pytest_storagescale.load.plan import StepPlan
@@ -296,3 +297,17 @@ def test_auth_connections_are_closed_as_the_step_goes(embedded_xrootd):
         time.sleep(0.2)
     assert _open_files() <= baseline + 4, (baseline, _open_files())
     assert xrootd_client.EnvGetInt("DataServerTTL") == ttl
+
+
+def test_the_token_servers_davs_door_takes_the_token(server):
+    """With the token login, the davs door authorises by the token too (the
+    Authorization header reaches libXrdAccSciTokens); without it, 403."""
+    if server.login != "token":
+        pytest.skip("the davs door authorises only with the token login; krb5 and gsi "
+                    "logins are XRootD-protocol logins")
+    url = server.url_for("davs")
+    with_token = driver_spec(url, options={"ca_dir": server.ca_dir, "token": server.token})
+    assert with_token.connect("functional-davs", timeout=20).stat("/storagescale").is_dir
+    without = driver_spec(url, options={"ca_dir": server.ca_dir})
+    with pytest.raises(StoragePermissionDenied, match="403"):
+        without.connect("functional-davs", timeout=20).stat("/storagescale")

@@ -274,6 +274,8 @@ class EmbeddedXRootD(EmbeddedServer):
             "ofs.authorize 1",
             f"acc.authdb {d / 'authdb'}",
             f"ofs.authlib ++ libXrdAccSciTokens.so config={d / 'scitokens.cfg'}",
+            # the davs door: the bearer token of the Authorization header authorises too
+            *(["http.header2cgi Authorization authz"] if self.https else []),
         ]
 
     def _make_certificates(self) -> None:

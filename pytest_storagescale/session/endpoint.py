@@ -105,9 +105,14 @@ class EndpointUnderTest:
 
     # -- how -------------------------------------------------------------------------
     def _options(self) -> dict[str, str]:
-        """The user's driver options over those the embedded server hands out."""
+        """The user's driver options over those the embedded server hands out that the
+        driver takes (the http driver of a davs door has no ``security_protocol``)."""
         server = (self._shared or {}).get("driver_options") or (
             self._server.driver_options() if self._server is not None else {})
+        if server:
+            url = (self._shared or {}).get("endpoint_url") or self._server.url_for(self.protocol)
+            accepted = driver_spec(url, driver=self.settings.driver).driver_class.option_names
+            server = {key: value for key, value in server.items() if key in accepted}
         return {**server, **(self.settings.driver_options or {})}
 
     def driver_spec(self, writable_root: str | None) -> DriverSpec:
