@@ -262,9 +262,9 @@ def _open_files() -> int:
 
 
 def test_auth_connections_are_closed_as_the_step_goes(embedded_xrootd):
-    """Thousands of logins do not keep thousands of connections: idle ones close after
-    a second while the step runs, and all of them soon after it (unix login: the
-    fastest, so the most connections)."""
+    """Thousands of logins do not keep thousands of connections: idle ones close at the
+    client's next timeout check while the step runs, and all of them soon after it
+    (unix login: the fastest, so the most connections)."""
     root = "/storagescale/test-auth-connections"
     spec = driver_spec(embedded_xrootd.url, writable_root=root)
     admin = spec.connect("functional-auth", timeout=20)
