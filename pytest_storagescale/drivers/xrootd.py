@@ -1,0 +1,303 @@
+"""XRootD driver (pyxrootd, the ``XRootD.client`` bindings).
+
+Each driver instance logs in as its own user name (``<client_id>@host:port``): the
+XRootD client multiplexes every request for the same user@host:port over one
+connection, so distinct user names are what make C clients look like C clients to
+the server. The names follow :meth:`XRootDDriver.client_name`: at most 8
+characters, reused from step to step until a step leaves hung clients.
+
+Credentials and client settings are driver options, passed to the client library
+through its environment: ``x509_proxy`` (X509_USER_PROXY, GSI), ``token``
+(BEARER_TOKEN, read by the ``ztn`` security plugin), ``krb5ccname`` (KRB5CCNAME),
+``ca_dir`` (X509_CERT_DIR, for ``roots://`` and ``ztn``'s TLS) and
+``security_protocol`` (XrdSecPROTOCOL, e.g. ``krb5,unix``).
+
+Timeouts: every request passes ``timeout=`` (whole seconds), and the client's
+``TimeoutResolution`` is set to 1 s (default 15 s) so that a timeout fires when
+it should; a broken connection is tried again after 1 s (``StreamErrorWindow``,
+default 30 minutes), so the clients come back after a storage restart.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from XRootD import client
+from XRootD.client.flags import (
+    MkDirFlags,
+    OpenFlags,
+    QueryCode,
+    StatInfoFlags,
+)
+
+from ..errors import (
+    StorageError,
+    StorageNotFound,
+    StoragePermissionDenied,
+    StorageTimeout,
+    StorageUnreachable,
+)
+from . import flat
+from .base import Driver, StatInfo
+from .grid import (
+    CREDENTIAL_ENVIRONMENT,
+    SECRET_OPTIONS,
+    XROOTD_CLIENT_DEFAULTS,
+    XROOTD_SCHEMES,
+    XROOTD_USER_SETTINGS,
+    XRootDLogins,
+    login_refusal,
+)
+
+# the client's settings (see .grid), unless the user set XRD_<NAME>; put after the
+# library started, so they hold whoever started it first (gfal2's xroot plugin too)
+for _name, _value in XROOTD_CLIENT_DEFAULTS.items():
+    if _name not in XROOTD_USER_SETTINGS:  # the library may have started earlier (gfal2)
+        client.EnvPutInt(_name, _value)
+
+_CHUNK = 8 * 1024 * 1024
+#: while clients log in again and again (new_login), idle connections of the process
+#: close after this many seconds (the client's DataServerTTL, default 300 s, checked
+#: every TimeoutResolution, 1 s): every login leaves a connection behind, and
+#: thousands would pile up. Open connections stay at about 1-1.5 s worth of logins
+_RELOGIN_TTL = 0
+
+
+class _ShortTTL:
+    """The process's DataServerTTL while clients log in again and again, and for a few
+    seconds after the last one closed (so its last connections close too); then the
+    TTL it had."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holders = 0
+        self.saved = 0
+        self.timer: threading.Timer | None = None
+
+    def hold(self) -> None:
+        with self.lock:
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+            elif self.holders == 0:
+                self.saved = client.EnvGetInt("DataServerTTL")
+                client.EnvPutInt("DataServerTTL", _RELOGIN_TTL)
+            self.holders += 1
+
+    def release(self) -> None:
+        with self.lock:
+            self.holders -= 1
+            if self.holders == 0:
+                self.timer = threading.Timer(_RELOGIN_TTL + 2, self._restore)
+                self.timer.daemon = True
+                self.timer.start()
+
+    def _restore(self) -> None:
+        with self.lock:
+            if self.holders == 0 and self.timer is threading.current_thread():
+                client.EnvPutInt("DataServerTTL", self.saved)
+                self.timer = None
+
+
+_short_ttl = _ShortTTL()
+# XrdClStatus.hh codes
+_TIMEOUT_CODES = {103, 206}  # errSocketTimeout, errOperationExpired
+_UNREACHABLE_CODES = {101, 102, 104, 107, 108, 110}  # address, socket, disconnect, conn., TLS
+_AUTH_CODES = {202, 203, 204}  # handshake, login, auth failed
+_KXR_NOT_AUTHORIZED, _KXR_NOT_FOUND = 3010, 3011
+
+
+class XRootDDriver(XRootDLogins, Driver):
+    """One XRootD client (``root://``) with its own connection."""
+
+    name = "xrootd"
+    files_per_client = 1
+    #: the most clients (connections) one process runs before the client library's
+    #: per-process timeout bookkeeping, not the storage, sets the rate (measured:
+    #: docs/benchmarks.md, "Clients per process"); the executors shard above it
+    clients_per_process = 200
+    schemes = XROOTD_SCHEMES
+    option_names = (*CREDENTIAL_ENVIRONMENT, flat.OPTION)  # flat: a Ceph gateway (flat.py)
+    secret_options = SECRET_OPTIONS
+    option_environment = CREDENTIAL_ENVIRONMENT
+    #: whether this client logs in again (new_login) and so holds the short TTL
+    _relogging = False
+
+    def __init__(self, endpoint, **kwargs) -> None:
+        super().__init__(endpoint, **kwargs)
+        port = f":{endpoint.port}" if endpoint.port else ""
+        self._server = f"{endpoint.scheme}://{self.client_id}@{endpoint.host}{port}"
+        self._fs = client.FileSystem(self._server)
+        self.flat_namespace = flat.enabled(self.options)
+        #: per-request timeout in whole seconds, as the client library takes it
+        self._timeout = max(1, min(65535, int(round(self.timeout))))
+
+    def _url(self, path: str) -> str:
+        return f"{self._server}/{path}"
+
+    def _check(self, status, operation: str, path: str) -> None:
+        if status.ok:
+            return
+        native = f"status={status.status} code={status.code} errno={status.errno}"
+        message = status.message.strip()
+        kwargs = dict(
+            driver=self.name, endpoint=self.endpoint.server, operation=operation,
+            path=path, native_status=native,
+        )
+        if status.code in _TIMEOUT_CODES:
+            raise StorageTimeout(message, error_class="timeout", **kwargs)
+        if status.code in _UNREACHABLE_CODES:
+            raise StorageUnreachable(message, error_class="unreachable", **kwargs)
+        if status.code in _AUTH_CODES:
+            raise StoragePermissionDenied(login_refusal(message, self.options),
+                                          error_class="auth", **kwargs)
+        if status.errno == _KXR_NOT_AUTHORIZED:
+            raise StoragePermissionDenied(message, error_class="permission", **kwargs)
+        if status.errno == _KXR_NOT_FOUND or status.code == 304:
+            raise StorageNotFound(message, error_class="not_found", **kwargs)
+        error_class = f"xrootd_errno_{status.errno}" if status.errno else f"xrootd_{status.code}"
+        raise StorageError(message, error_class=error_class, **kwargs)
+
+    # -- namespace -----------------------------------------------------------
+    def _stat(self, path: str) -> StatInfo:
+        return flat.stat(self, path) if self.flat_namespace else self._server_stat(path)
+
+    def _server_stat(self, path: str) -> StatInfo:
+        status, info = self._fs.stat(path, timeout=self._timeout)
+        self._check(status, "stat", path)
+        return StatInfo(size=info.size, is_dir=bool(info.flags & StatInfoFlags.IS_DIR),
+                        modified=float(info.modtime))
+
+    def _ls(self, path: str) -> list[str]:
+        return flat.listing(self, path) if self.flat_namespace else self._server_ls(path)
+
+    def _server_ls(self, path: str) -> list[str]:
+        status, listing = self._fs.dirlist(path, timeout=self._timeout)
+        self._check(status, "ls", path)
+        return [entry.name for entry in listing]
+
+    def _mkdir(self, path: str) -> None:
+        status, _ = self._fs.mkdir(path, MkDirFlags.MAKEPATH, timeout=self._timeout)
+        self._check(status, "mkdir", path)
+
+    def _mkdir_exclusive(self, path: str) -> None:
+        # without MAKEPATH the server refuses an existing path and a missing parent
+        if self.flat_namespace:  # ... but a Ceph gateway makes nothing and refuses nothing
+            flat.refuse_if_taken(self, path, name=self.name, server=self.endpoint.server)
+        status, _ = self._fs.mkdir(path, MkDirFlags.NONE, timeout=self._timeout)
+        self._check(status, "mkdir", path)
+
+    def _delete(self, path: str) -> None:
+        status, _ = self._fs.rm(path, timeout=self._timeout)
+        self._check(status, "delete", path)
+
+    def _rmdir(self, path: str) -> None:
+        if self.flat_namespace:  # a Ceph gateway answers success and removes nothing
+            flat.refuse_if_not_empty(self, path, name=self.name, server=self.endpoint.server)
+        status, _ = self._fs.rmdir(path, timeout=self._timeout)
+        self._check(status, "rmdir", path)
+
+    def _rename(self, source: str, target: str) -> None:
+        status, _ = self._fs.mv(source, target, timeout=self._timeout)
+        self._check(status, "rename", source)
+
+    def _checksum(self, path: str, algorithm: str) -> str:
+        status, answer = self._fs.query(QueryCode.CHECKSUM, path, timeout=self._timeout)
+        self._check(status, "checksum", path)
+        name, _, value = answer.decode().strip("\x00\n ").partition(" ")
+        if name.lower() != algorithm.lower():
+            raise StorageError(
+                f"server answered a {name} checksum, {algorithm} was asked for",
+                driver=self.name, endpoint=self.endpoint.server, operation="checksum",
+                path=path, error_class="checksum_type",
+            )
+        return value.strip()
+
+    def _version(self) -> str:
+        status, answer = self._fs.query(QueryCode.CONFIG, "version", timeout=self._timeout)
+        self._check(status, "version", "/")
+        return answer.decode().strip("\x00\n ").lstrip("v")
+
+    # -- data ----------------------------------------------------------------
+    def _open(self, path: str, flags: int, operation: str, mode: int = 0) -> client.File:
+        handle = client.File()
+        status, _ = handle.open(self._url(path), flags, mode, timeout=self._timeout)
+        self._check(status, operation, path)
+        return handle
+
+    def _close(self, handle: client.File, operation: str, path: str) -> None:
+        status, _ = handle.close(timeout=self._timeout)
+        self._check(status, operation, path)
+
+    def _put(self, path: str, data: bytes) -> int:
+        handle = self._open(path, OpenFlags.DELETE | OpenFlags.MAKEPATH, "put", 0o644)
+        try:
+            for offset in range(0, len(data), _CHUNK):
+                chunk = data[offset:offset + _CHUNK]
+                status, _ = handle.write(chunk, offset, len(chunk), timeout=self._timeout)
+                self._check(status, "put", path)
+        finally:
+            self._close(handle, "put", path)
+        return len(data)
+
+    def _get(self, path: str, local_path: str | None) -> int:
+        handle = self._open(path, OpenFlags.READ, "get")
+        # the size the open answered (kept by the client: no request), so that a 1 MB
+        # file is read with a 1 MB buffer, not an 8 MiB one (measurably slower)
+        status, info = handle.stat()
+        size = info.size if status.ok and info is not None else None
+        total = 0
+        sink = open(local_path, "wb") if local_path else None
+        try:
+            while (want := _CHUNK if size is None else min(_CHUNK, size - total)) > 0:
+                status, data = handle.read(total, want, timeout=self._timeout)
+                self._check(status, "get", path)
+                if not data:
+                    break
+                if sink:
+                    sink.write(data)
+                total += len(data)
+                if len(data) < want:
+                    break
+        finally:
+            if sink:
+                sink.close()
+            self._close(handle, "get", path)
+        return total
+
+    def _read(self, path: str, offset: int, size: int) -> bytes:
+        handle = self._open(path, OpenFlags.READ, "read")
+        try:
+            status, data = handle.read(offset, size, timeout=self._timeout)
+            self._check(status, "read", path)
+        finally:
+            self._close(handle, "read", path)
+        return data
+
+    def _readv(self, path: str, chunks: list[tuple[int, int]]) -> int:
+        handle = self._open(path, OpenFlags.READ, "readv")
+        try:
+            status, info = handle.vector_read(chunks, timeout=self._timeout)
+            self._check(status, "readv", path)
+        finally:
+            self._close(handle, "readv", path)
+        return info.size
+
+    def new_login(self, name: str) -> None:
+        """Log in again as ``name``: the next request opens a new connection and
+        authenticates (the ``auth`` operation). While such clients exist (and 2 s
+        after), idle connections close at the client's next timeout check
+        (:data:`_RELOGIN_TTL`), so logins do not pile up."""
+        if not self._relogging:
+            _short_ttl.hold()
+            self._relogging = True
+        endpoint = self.endpoint
+        port = f":{endpoint.port}" if endpoint.port else ""
+        self._server = f"{endpoint.scheme}://{name}@{endpoint.host}{port}"
+        self._fs = client.FileSystem(self._server)
+
+    def close(self) -> None:
+        if self._relogging:
+            self._relogging = False
+            _short_ttl.release()
+        self._fs = None
