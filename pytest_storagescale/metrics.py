@@ -25,8 +25,9 @@ MEASURED: tuple[str, ...] = (
 )
 #: metrics of the whole step only (no side): ``client_cpu``, the client processes'
 #: CPU (user + system) over the measured window as a fraction of the cores they may
-#: use (1: the client host was saturated, and measured itself)
-STEP_MEASURED: tuple[str, ...] = ("client_cpu",)
+#: use (1: the client host was saturated, and measured itself); ``lost``, the clients
+#: of client hosts lost mid-step (a --storage-cluster step; 0 on one host)
+STEP_MEASURED: tuple[str, ...] = ("client_cpu", "lost")
 
 # name -> description; a plain dict (not a pytest stash) because thresholds files are
 # parsed outside any pytest config, and every xdist worker registers its own

@@ -8,11 +8,6 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from ..metrics import register_metric
-
-#: the metric rules name (``lost == 0``); read by StepRecord.metric, 0 on one host
-register_metric("lost", "clients of client hosts lost mid-step (cluster steps; 0 on one host)")
-
 
 @dataclass(frozen=True)
 class HostResult:
