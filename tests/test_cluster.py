@@ -239,6 +239,10 @@ def test_four_namespace_hosts_each_client_its_own_login(server, four_hosts, run_
     assert sum(h.succeeded for h in record.hosts) == total.succeeded
     assert record.lost == 0 and all(h.peak_rss_mb and h.peak_rss_mb > 10 for h in record.hosts)
     assert all(abs(h.clock_offset_s) < 0.5 for h in record.hosts)
+    # each host's client CPU; the step's client_cpu is the busiest host's
+    cpus = [h.client_cpu for h in record.hosts]
+    assert all(c is not None and c > 0 for c in cpus), cpus
+    assert result.client is not None and result.client.cpu == max(cpus)
 
 
 def test_a_slow_host_shows_up_as_itself(server, four_hosts, run_root):

@@ -43,6 +43,8 @@ class HostResult:
     #: the worker process's peak resident memory (MB, 10^6 bytes)
     peak_rss_mb: float | None = None
     lost_reason: str | None = None
+    #: the worker's CPU over the measured window, as a fraction of the host's cores
+    client_cpu: float | None = None
 
     @property
     def rate_hz(self) -> float:
@@ -84,8 +86,13 @@ def format_hosts(hosts: list[HostResult]) -> list[str]:
             f"  host {h.name:<12} {h.address:<15} clients {h.clients:>5}  "
             f"succeeded {h.succeeded:>8}  {format_rate(h.rate_hz):>10}  MB/s {mb:>7}  "
             f"failed {h.failed}  hung {h.hung}  lost {h.lost}  "
-            f"p99 {format_seconds(h.p99_s)}  offset {h.clock_offset_s * 1e3:+.1f} ms")
+            f"p99 {format_seconds(h.p99_s)}  cpu {_percent(h.client_cpu)}  "
+            f"offset {h.clock_offset_s * 1e3:+.1f} ms")
     return rows
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.0%}"
 
 
 def breakdown_lines(steps: list[Any], verbose: int = 0) -> list[str]:

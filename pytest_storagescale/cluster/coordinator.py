@@ -31,7 +31,14 @@ from typing import Any
 from ..load.clients import LoadInterrupted, run_clients
 from ..load.engine import run_step
 from ..load.plan import ClientAssignment, StepClock, StepPlan, StepProgress
-from ..load.stats import SideAccumulator, StepResult, latency_summary, new_histogram
+from ..load.stats import (
+    ClientUsage,
+    CpuMeter,
+    SideAccumulator,
+    StepResult,
+    latency_summary,
+    new_histogram,
+)
 from .breakdown import HostResult
 from .hosts import ClusterConnection, ClusterError, ClusterHost, check_offsets, connect
 
@@ -70,6 +77,8 @@ class HostReport:
     interrupted: bool = False
     #: the host's latency summary over its sides (seconds), computed where it ran
     latency_s: dict[str, float] | None = None
+    #: what the clients cost the host (CPU over the measured window, memory)
+    usage: ClientUsage | None = None
 
 
 def split_clients(assignments: list[ClientAssignment], hosts: list[ClusterHost],
@@ -114,8 +123,10 @@ def run_share(plan: StepPlan, context: dict[str, Any], assignments: list[ClientA
     local = shifted(clock, shift)
     interrupted = False
     watcher = StopWatcher(stop_event, local.end_at + plan.hang_timeout) if stop_event else None
+    meter = CpuMeter(len(assignments))
     try:
-        accumulators = run_clients(plan, context, assignments, local, max_operations)
+        accumulators = run_clients(plan, context, assignments, local, max_operations,
+                                   meter=meter)
     except LoadInterrupted as stopped:
         accumulators, interrupted = stopped.accumulators, True
     finally:
@@ -129,7 +140,7 @@ def run_share(plan: StepPlan, context: dict[str, Any], assignments: list[ClientA
         histogram.add(accumulator.histogram)
     return HostReport({side: a.to_wire() for side, a in accumulators.items()},
                       clock.measure_from, ended, peak_rss_mb(), interrupted,
-                      latency_summary(histogram))
+                      latency_summary(histogram), meter.usage)
 
 
 class StopWatcher:
@@ -180,6 +191,9 @@ class ClusterExecutor:
         self.clients_per_host = clients_per_host
         self.hosts: list[HostResult] = []
         self.lost = 0
+        #: the busiest host's client usage: the step's ``client_cpu`` (a saturated
+        #: client host measured itself, not the storage)
+        self.usage: ClientUsage | None = None
         self._pause = threading.Event()  # never set: an interruptible sleep
         #: seconds from the start request to the hosts' tasks all being sent, and to
         #: merging their reports (the coordinator's overhead)
@@ -188,7 +202,7 @@ class ClusterExecutor:
 
     def __call__(self, plan: StepPlan, context: dict[str, Any],
                  progress: Callable[[StepProgress], None] | None = None
-                 ) -> tuple[StepClock, Accumulators]:
+                 ) -> tuple[StepClock, Accumulators, ClientUsage | None]:
         asked = time.time()
         shares = split_clients(plan.assignments(), self.cluster_hosts, self.clients_per_host,
                                address=str(self.connection.address))
@@ -206,7 +220,7 @@ class ClusterExecutor:
         merging = time.time()
         self._merge(plan, clock, shares, reports, lost, accumulators)
         self.merge_s = time.time() - merging
-        return clock, accumulators
+        return clock, accumulators, self.usage
 
     def _interrupt(self, plan: StepPlan, clock: StepClock, shares: list[HostShare],
                    futures: dict[str, Any], stop: str, accumulators: Accumulators
@@ -226,6 +240,7 @@ class ClusterExecutor:
         self._merge(plan, clock, shares, reports, {}, accumulators)
         interrupted = LoadInterrupted(accumulators)
         interrupted.clock = clock
+        interrupted.usage = self.usage
         return interrupted
 
     def _reports_until(self, futures: dict[str, Any], deadline: float
@@ -285,6 +300,8 @@ class ClusterExecutor:
                reports: dict[str, HostReport], lost: dict[str, str],
                accumulators: Accumulators) -> None:
         self.hosts, self.lost = [], 0
+        usages = [r.usage for r in reports.values() if r.usage is not None]
+        self.usage = max(usages, key=lambda u: u.cpu if u.cpu == u.cpu else -1.0, default=None)
         for share in shares:
             host, clients = share.host, share.assignments
             report = reports.get(host.worker)
@@ -321,7 +338,8 @@ def _host_result(base: HostResult, report: HostReport, plan: StepPlan) -> HostRe
     return replace(
         base, started=report.started, ended=report.ended,
         duration_s=max(float(duration), 1e-6), p50_s=latency["p50"], p99_s=latency["p99"],
-        peak_rss_mb=report.peak_rss_mb, **counts)
+        peak_rss_mb=report.peak_rss_mb,
+        client_cpu=report.usage.cpu if report.usage is not None else None, **counts)
 
 
 def run_cluster_step(address: str, plan: StepPlan, record: Any = None,
