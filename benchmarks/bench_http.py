@@ -86,8 +86,13 @@ class Clock:
     def __init__(self, clients: int, warmup: float, duration: float) -> None:
         self.counts = [0] * clients
         self.errors: list[str] = []
-        self.begin = time.monotonic() + warmup
-        self.end = self.begin + duration
+        self.warmup, self.duration = warmup, duration
+        self.start()
+
+    def start(self) -> None:
+        """The window starts a warm-up from now (again after a contender's set-up)."""
+        self.begin = time.monotonic() + self.warmup
+        self.end = self.begin + self.duration
 
     def tick(self, index: int) -> bool:
         """Count one success (inside the window); False when the window is over."""
@@ -108,6 +113,7 @@ def threads(clients: int, clock: Clock, make: Callable[[int], Callable[[], None]
     ops = [make(i) for i in range(clients)]
     for op in ops:
         op()  # connect and TLS before the window
+    clock.start()
 
     def loop(index: int) -> None:
         op = ops[index]
@@ -392,9 +398,11 @@ def table(results: dict[tuple[str, int], list[Measure]], clients: list[int]) -> 
             cpu = [m.cpu_per_op_us for m in runs if m.cpu_per_op_us == m.cpu_per_op_us]
             if cpu:
                 text += f" ({sum(cpu) / len(cpu):,.0f} µs CPU/op)"
-            h2, own = mean(("h2load", c)), mean((contender, c))
+            h2, own, bare = mean(("h2load", c)), mean((contender, c)), mean(("pycurl", c))
             if h2 and contender != "h2load":
                 text += f", {own / h2:.2f}×h2load"
+            if bare and contender in ("driver-http", "engine-http"):
+                text += f", {own / bare:.2f}×pycurl"
             cells.append(text)
         if any(cells):
             lines.append(f"| {contender} | " + " | ".join(cells) + " |")
