@@ -209,6 +209,28 @@ class Record:
     lost: int
 
 
+def _during_step(monkeypatch, seconds: float, action) -> list[bool]:
+    """Run ``action`` ``seconds`` into the next cluster step's measurement (timed by the
+    step's own clock, once every host is running); returns [True] once it ran."""
+    fired: list[bool] = []
+    original = ClusterExecutor._wait
+
+    def wait(self, plan, clock, futures):
+        def fire() -> None:
+            fired.append(True)
+            action()
+
+        timer = threading.Timer(max(0.0, clock.measure_from + seconds - time.time()), fire)
+        timer.start()
+        try:
+            return original(self, plan, clock, futures)
+        finally:
+            timer.cancel()
+
+    monkeypatch.setattr(ClusterExecutor, "_wait", wait)
+    return fired
+
+
 def _logins(server, since: int) -> dict[str, set[str]]:
     """The server's own log: distinct load-client logins (user.pid:fd) by address."""
     text = server.log_path.read_text(errors="replace")[since:]
@@ -266,24 +288,18 @@ def test_a_slow_host_shows_up_as_itself(server, four_hosts, run_root):
 
 
 def test_hosts_lost_mid_step_are_counted_and_the_step_ends_on_time(
-        server, netns, tmp_path_factory, run_root):
+        server, netns, tmp_path_factory, run_root, monkeypatch):
     """Mid-step, one host's worker is SIGKILLed and another host's link is cut: their
     clients are lost (each host named with why), the third host's are measured, and
     the step ends by its end + hang_timeout + the report grace."""
     with _cluster(tmp_path_factory, 3) as cluster:
         url, root = run_root(cluster)
         plan = _plan(url, root, clients=9, duration=5.0, warmup=0.5, hang_timeout=3.0)
-        faults = [threading.Timer(2.5, cluster.kill, args=(1,)),
-                  threading.Timer(2.5, cluster.cut, args=(2,))]
         record = Record()
+        fired = _during_step(monkeypatch, 1.5, lambda: (cluster.kill(1), cluster.cut(2)))
         began = time.monotonic()
-        for fault in faults:
-            fault.start()
-        try:
-            result = run_cluster_step(cluster.address, plan, record)
-        finally:
-            for fault in faults:
-                fault.cancel()
+        result = run_cluster_step(cluster.address, plan, record)
+        assert fired == [True], "the faults were never injected"
         took = time.monotonic() - began
         # offsets, lead, warm-up + duration, hang_timeout, the report grace, and slack
         assert took < 1 + 1 + 0.5 + 5 + 3 + REPORT_GRACE + 15, took
@@ -401,7 +417,7 @@ def test_per_host_rate_plot_marks_the_lost_host(tmp_path):
     (tmp_path / "hosts.png").write_bytes(png)
 
 
-def test_ctrl_c_stops_the_clients_on_every_host(server, four_hosts, run_root):
+def test_ctrl_c_stops_the_clients_on_every_host(server, four_hosts, run_root, monkeypatch):
     """Ctrl-C on the coordinator: every host stops its clients (a Dask event) and
     reports what they measured; the step ends long before its planned end."""
     import _thread
@@ -412,15 +428,12 @@ def test_ctrl_c_stops_the_clients_on_every_host(server, four_hosts, run_root):
     plan = _plan(url, root, clients=8, duration=30.0, warmup=0.5)
     record = Record()
     began = time.monotonic()
-    timer = threading.Timer(4.0, _thread.interrupt_main)
-    timer.start()
-    try:
-        with pytest.raises(StepInterrupted) as info:
-            run_cluster_step(four_hosts.address, plan, record)
-    finally:
-        timer.cancel()
+    fired = _during_step(monkeypatch, 2.0, _thread.interrupt_main)
+    with pytest.raises(StepInterrupted) as info:
+        run_cluster_step(four_hosts.address, plan, record)
+    assert fired == [True]
     took = time.monotonic() - began
-    assert took < 20, f"the step took {took:.1f} s of its 30 s after Ctrl-C at 4 s"
+    assert took < 25, f"the step took {took:.1f} s of its 30 s, Ctrl-C 2 s after it began"
     result = info.value.result
     assert result.interrupted and 0 < result.duration_s < 20
     assert record.lost == 0 and len(record.hosts) == 4

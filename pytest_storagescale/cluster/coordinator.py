@@ -42,10 +42,14 @@ from ..load.stats import (
 from .breakdown import HostResult
 from .hosts import ClusterConnection, ClusterError, ClusterHost, check_offsets, connect
 
-#: time for the hosts to receive their share and start their client threads before
-#: the clock runs (plus STARTUP_PER_CLIENT per client of the largest share)
-STARTUP_LEAD = 0.5
-STARTUP_PER_CLIENT = 1 / 1000
+#: how long the hosts may take to unpack their shares and say they are ready (at
+#: least; a step waits its hang_timeout if longer): a host that is not ready by then
+#: is not waited for (it starts late, or is lost)
+READY_TIMEOUT = 10.0
+#: time for the ready hosts to learn the start time and start their client threads
+#: before the clock runs (plus STARTUP_PER_CLIENT per client of the largest share)
+STARTUP_LEAD = 0.3
+STARTUP_PER_CLIENT = 1 / 2000
 #: how long after ``end + hang_timeout`` a host may take to send its report
 REPORT_GRACE = 5.0
 #: how often the coordinator looks for finished hosts and workers that left
@@ -106,23 +110,32 @@ def shifted(clock: StepClock, offset: float) -> StepClock:
 
 
 def run_share(plan: StepPlan, context: dict[str, Any], assignments: list[ClientAssignment],
-              clock: StepClock, offset: float, max_operations: int,
-              stop_event: str = "") -> HostReport:
+              offset: float, max_operations: int, step: str) -> HostReport:
     """On a client host (a Dask task): run this host's clients from the common start.
 
-    ``clock`` is on the coordinator's time and ``offset`` the host's measured offset
-    (its reported clock minus the coordinator's); the clients run on the host's own
-    clock. When the Dask event ``stop_event`` is set (Ctrl-C on the coordinator), the
-    clients stop as they do on Ctrl-C, and the host reports what they measured. After
-    hung clients the host's driver forgets its connections, as the engine does after a
-    step."""
+    The host says it is ready (Dask queue ``<step>-ready``) and waits for the start
+    time (Dask variable ``<step>-start``, on the coordinator's clock; None: the step
+    was called off). ``offset`` is the host's measured offset (its reported clock minus
+    the coordinator's); the clients run on the host's own clock. When the Dask event
+    ``<step>-stop`` is set (Ctrl-C on the coordinator), the clients stop as they do on
+    Ctrl-C, and the host reports what they measured. After hung clients the host's
+    driver forgets its connections, as the engine does after a step."""
+    from distributed import Queue, Variable, get_client
+
     from .hosts import clock_skew, peak_rss_mb
 
+    client = get_client()
+    Queue(f"{step}-ready", client=client).put(get_worker_address())
+    start_at = Variable(f"{step}-start", client=client).get(
+        timeout=max(READY_TIMEOUT, plan.hang_timeout) + 60)
+    if start_at is None:
+        return HostReport({}, 0.0, 0.0, peak_rss_mb(), interrupted=True)
+    clock = plan.clock(start_at)
     # the offset was measured from the reported clock; the engine reads time.time()
     shift = offset - clock_skew()
     local = shifted(clock, shift)
     interrupted = False
-    watcher = StopWatcher(stop_event, local.end_at + plan.hang_timeout) if stop_event else None
+    watcher = StopWatcher(f"{step}-stop", local.end_at + plan.hang_timeout)
     meter = CpuMeter(len(assignments))
     try:
         accumulators = run_clients(plan, context, assignments, local, max_operations,
@@ -130,8 +143,7 @@ def run_share(plan: StepPlan, context: dict[str, Any], assignments: list[ClientA
     except LoadInterrupted as stopped:
         accumulators, interrupted = stopped.accumulators, True
     finally:
-        if watcher is not None:
-            watcher.finish()
+        watcher.finish()
     ended = min(time.time(), local.end_at) - shift  # back on the coordinator's clock
     if any(a.hung for a in accumulators.values()):
         plan.driver.driver_class.forget_connections()
@@ -141,6 +153,12 @@ def run_share(plan: StepPlan, context: dict[str, Any], assignments: list[ClientA
     return HostReport({side: a.to_wire() for side, a in accumulators.items()},
                       clock.measure_from, ended, peak_rss_mb(), interrupted,
                       latency_summary(histogram), meter.usage)
+
+
+def get_worker_address() -> str:
+    from distributed import get_worker
+
+    return get_worker().address
 
 
 class StopWatcher:
@@ -207,31 +225,73 @@ class ClusterExecutor:
         shares = split_clients(plan.assignments(), self.cluster_hosts, self.clients_per_host,
                                address=str(self.connection.address))
         largest = max(len(share.assignments) for share in shares)
-        clock = plan.clock(asked + STARTUP_LEAD + largest * STARTUP_PER_CLIENT)
-        accumulators: Accumulators = {
-            a.side: SideAccumulator(clock.seconds) for a in plan.assignments()}
-        stop = f"storagescale-stop-{time.time_ns()}"
-        futures = self._submit(plan, context, clock, shares, stop)
-        self.dispatch_s = time.time() - asked
+        step = f"storagescale-{time.time_ns()}"
+        futures = self._submit(plan, context, shares, step)
+        clock: StepClock | None = None
+        accumulators: Accumulators = {}
         try:
+            self._until_ready(futures, step, max(READY_TIMEOUT, plan.hang_timeout))
+            clock = plan.clock(time.time() + STARTUP_LEAD + largest * STARTUP_PER_CLIENT)
+            self._variable(f"{step}-start").set(clock.start_at)
+            self.dispatch_s = time.time() - asked
+            accumulators.update(
+                (a.side, SideAccumulator(clock.seconds)) for a in plan.assignments())
             reports, lost = self._wait(plan, clock, futures)
         except KeyboardInterrupt:
-            raise self._interrupt(plan, clock, shares, futures, stop, accumulators) from None
+            raise self._interrupt(plan, clock, shares, futures, step, accumulators) from None
+        finally:
+            self._forget(step)
         merging = time.time()
         self._merge(plan, clock, shares, reports, lost, accumulators)
         self.merge_s = time.time() - merging
         return clock, accumulators, self.usage
 
-    def _interrupt(self, plan: StepPlan, clock: StepClock, shares: list[HostShare],
-                   futures: dict[str, Any], stop: str, accumulators: Accumulators
+    def _forget(self, step: str) -> None:
+        """Drop the step's start variable from the scheduler (its hosts have read it, or
+        are lost)."""
+        try:
+            self._variable(f"{step}-start").delete()
+        except Exception:  # noqa: BLE001 - the scheduler is gone: nothing to drop
+            pass
+
+    def _variable(self, name: str) -> Any:
+        from distributed import Variable
+
+        return Variable(name, client=self.connection.client)
+
+    def _until_ready(self, futures: dict[str, Any], step: str, timeout: float) -> None:
+        """Wait until every host says it is ready (its share unpacked, the client
+        library imported), or failed, or left, or ``timeout`` passed: a host
+        busy with something else must not start late and measure a shorter window."""
+        from distributed import Queue
+
+        queue = Queue(f"{step}-ready", client=self.connection.client)
+        waiting = set(futures)
+        deadline = time.time() + timeout
+        while waiting and time.time() < deadline:
+            try:
+                waiting.discard(queue.get(timeout=POLL_INTERVAL))
+                continue
+            except TimeoutError:
+                pass
+            waiting -= {w for w in waiting if futures[w].status in ("error", "cancelled")}
+            waiting &= self.connection.worker_addresses()
+
+    def _interrupt(self, plan: StepPlan, clock: StepClock | None, shares: list[HostShare],
+                   futures: dict[str, Any], step: str, accumulators: Accumulators
                    ) -> LoadInterrupted:
-        """Ctrl-C: tell the hosts to stop their clients, merge the reports that arrive
-        within :data:`INTERRUPT_WAIT`, give up the rest (abandoned, not lost: the user
-        ended the step)."""
+        """Ctrl-C: tell the hosts to stop their clients (or not to start), merge the
+        reports that arrive within :data:`INTERRUPT_WAIT`, give up the rest (abandoned,
+        not lost: the user ended the step)."""
         from distributed import Event
 
+        if clock is None:  # before the start: call the step off
+            clock = plan.clock(time.time())
+            accumulators.update(
+                (a.side, SideAccumulator(clock.seconds)) for a in plan.assignments())
         try:
-            Event(stop, client=self.connection.client).set()
+            self._variable(f"{step}-start").set(None)  # a host still waiting: not to start
+            Event(f"{step}-stop", client=self.connection.client).set()
             reports = self._reports_until(futures, time.time() + INTERRUPT_WAIT)
         except KeyboardInterrupt:
             reports = {}  # a second Ctrl-C: give up waiting
@@ -253,16 +313,16 @@ class ClusterExecutor:
             self._pause.wait(POLL_INTERVAL / 2)
         return reports
 
-    def _submit(self, plan: StepPlan, context: dict[str, Any], clock: StepClock,
-                shares: list[HostShare], stop: str) -> dict[str, Any]:
+    def _submit(self, plan: StepPlan, context: dict[str, Any], shares: list[HostShare],
+                step: str) -> dict[str, Any]:
         client = self.connection.client
         futures = {}
         total = len(plan.assignments())
         for share in shares:
             bound = math.ceil(plan.max_operations * len(share.assignments) / total)
             futures[share.host.worker] = client.submit(
-                run_share, plan, context, share.assignments, clock,
-                share.host.clock_offset_s, bound, stop, workers=[share.host.worker],
+                run_share, plan, context, share.assignments, share.host.clock_offset_s, bound,
+                step, workers=[share.host.worker],
                 allow_other_workers=False, pure=False, retries=0,
                 key=f"storagescale-{plan.operation.name}-{share.host.name}-{time.time_ns()}")
         return futures
