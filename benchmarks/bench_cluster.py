@@ -137,7 +137,7 @@ def report(runs: dict[str, list[dict]], args) -> None:
     print(f"\n{args.clients} clients of stat, warm-up {args.warmup:g} s, duration "
           f"{args.duration:g} s, median of {args.rounds} rounds\n")
     print("| clients on | rate | vs engine | step wall time | over the engine's | "
-          "offsets | dispatch | merge | peak memory per host | failed/hung/lost |")
+          "clock offsets | ready + start | merge | peak memory per host | failed/hung/lost |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, outcomes in runs.items():
         rate = statistics.median(r["rate"] for r in outcomes)

@@ -213,8 +213,8 @@ class ClusterExecutor:
         #: client host measured itself, not the storage)
         self.usage: ClientUsage | None = None
         self._pause = threading.Event()  # never set: an interruptible sleep
-        #: seconds from the start request to the hosts' tasks all being sent, and to
-        #: merging their reports (the coordinator's overhead)
+        #: seconds from the start request until every host was ready and had the start
+        #: time, and merging the hosts' reports (the coordinator's overhead)
         self.dispatch_s = 0.0
         self.merge_s = 0.0
 
