@@ -41,6 +41,7 @@ def test_dcache_suite(pytester, small_plan, protocol, workers, monkeypatch):
     results = pytester.path / "results.json"
     outcome = pytester.runpytest_subprocess(
         str(REPO / "suites" / "dcache"), f"--storage-thresholds={small_plan}",
+        "--storage-embedded=xrootd",  # the suite's own default is the Apache door
         f"--storage-embedded-protocol={protocol}", "--storage-clients=2",
         f"--storage-scale={SCALE}",
         f"--storage-results={results}", "-n", workers, "-p", "no:cacheprovider",

@@ -40,6 +40,7 @@ from .grid import (
     SECRET_OPTIONS,
     XROOTD_SCHEMES,
     XRootDLogins,
+    login_refusal,
 )
 
 # gfal2's gridftp plugin (Globus) aborts the whole process ("bit out of range 0 -
@@ -95,6 +96,11 @@ class Gfal2Driver(XRootDLogins, Driver):
             native_status=f"GError code={code} ({errno.errorcode.get(code, '?')})",
         )
         lowered = message.lower()
+        if self.endpoint.scheme == "gsiftp" and ("530" in message or "gss" in lowered):
+            # GridFTP's 530 / a GSS failure: the login was refused (no proxy, a CA the
+            # server does not trust, no grid-mapfile entry), not the server's certificate
+            return StoragePermissionDenied(login_refusal(message, self.options),
+                                           error_class="auth", **kwargs)
         if "certificate" in lowered or "ssl" in lowered or "tls" in lowered:
             ca_dir = os.environ.get("X509_CERT_DIR", "/etc/grid-security/certificates")
             return StorageUnreachable(

@@ -172,6 +172,10 @@ class EndpointUnderTest:
             from ..endpoints.embedded import xrootd_version
 
             return xrootd_version()  # without starting it
+        if self.is_embedded and self._shared is None:
+            _ = self.url  # starts it: a server knows its version once it runs
+            if self._server is not None:
+                return self._server.version
         from ..load.watch import call_with_deadline
 
         # one query: a deadline of its own, kept even by a library that ignores its timeout

@@ -80,6 +80,11 @@ def _http_readv(door: Door, path: str, chunks: Chunks) -> list[bytes]:
         ca_dir = door.spec.options.get("ca_dir") or os.environ.get("X509_CERT_DIR")
         if ca_dir:
             curl.setopt(pycurl.CAPATH, ca_dir)
+        # the door's client certificate (a proxy, or a certificate and key: mod_ssl)
+        cert = door.spec.options.get("x509_proxy") or door.spec.options.get("x509_user_cert")
+        if cert:
+            curl.setopt(pycurl.SSLCERT, cert)
+            curl.setopt(pycurl.SSLKEY, door.spec.options.get("x509_user_key") or cert)
         curl.perform()
         code = curl.getinfo(pycurl.RESPONSE_CODE)
     except pycurl.error as exc:
