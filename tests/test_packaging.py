@@ -3,7 +3,7 @@ shipped suite through ``--pyargs`` with no checkout at hand."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import re
@@ -153,10 +153,13 @@ def test_installed_plugin_defaults_to_the_shipped_thresholds(installed_run):
 
 
 def test_ceph_suite_registers_the_metric_its_thresholds_name():
-    spec = importlib.util.spec_from_file_location(
-        "ceph_suite_conftest", REPO / "suites" / "ceph" / "conftest.py")
-    conftest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(conftest)
+    """The suite's conftest, imported as a module of its package (as pytest and the
+    installed wheel import it: its ``from . import xcache`` needs the package)."""
+    sys.path.insert(0, str(REPO))
+    try:
+        conftest = importlib.import_module("suites.ceph.conftest")
+    finally:
+        sys.path.remove(str(REPO))
     metrics = conftest.pytest_storagescale_metrics()
     assert set(metrics) == {"hot_ratio"} and metrics["hot_ratio"]
     plan = tomllib.loads((REPO / "thresholds" / "ceph" / "default.toml").read_text())
@@ -164,6 +167,25 @@ def test_ceph_suite_registers_the_metric_its_thresholds_name():
              for section in plan["ops"].values()
              for expect in section.get("expect", ()) for rule in expect["rules"]}
     assert named - set(known_metrics()) == {"hot_ratio"}
+
+
+def test_installed_suites_conftests_import(installed_run):
+    """Each shipped suite's conftest (and through it its own modules, by relative
+    imports) imports from the installed package, with no checkout on the path."""
+    site, _, _, _ = installed_run
+    conftests = sorted((site / SUITES_PACKAGE).glob("*/conftest.py"))
+    names = [f"{SUITES_PACKAGE}.{path.parent.name}.conftest" for path in conftests]
+    assert f"{SUITES_PACKAGE}.ceph.conftest" in names
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+    env["PYTHONPATH"] = str(site)
+    script = ("import importlib, sys\n"
+              "for name in sys.argv[1:]:\n"
+              "    print(name, importlib.import_module(name).__file__)\n")
+    result = subprocess.run([sys.executable, "-c", script, *names], cwd=site.parent,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert all(str(site) in line for line in result.stdout.splitlines()), result.stdout
+    assert len(result.stdout.splitlines()) == len(names)
 
 
 def test_installed_suite_runs_against_the_embedded_server(installed_run):
