@@ -169,20 +169,64 @@ def test_evaluate_pass_and_fail():
     assert [check.passed for check in judgement.checks] == [False, False, True]
 
 
-def test_shipped_thresholds_files_are_valid(monkeypatch):
-    """Every file under thresholds/ loads (a broken shipped file is a release blocker)."""
+def _suite_conftest(system: str):
+    """``suites/<system>/conftest.py`` imported as the plugin's run imports it (a module
+    of the ``suites`` package, so its relative imports work), or None."""
+    import importlib
     from pathlib import Path
 
-    # the ceph suite registers its derived metric from its conftest; do it here, undone after
-    monkeypatch.setattr(metrics, "_DERIVED", dict(metrics._DERIVED))
-    metrics.register_metric("hot_ratio", "same-file over distinct-file mean transfer time")
+    if not (Path(__file__).parent.parent / "suites" / system / "conftest.py").exists():
+        return None
+    return importlib.import_module(f"suites.{system}.conftest")
 
+
+def test_shipped_thresholds_files_are_valid(monkeypatch):
+    """Every file under thresholds/ loads (a broken shipped file is a release blocker),
+    each with the core registries plus what its own suite's conftest registers (its
+    operations and metrics, as at run time), and no other suite's."""
+    from pathlib import Path
+
+    from pytest_storagescale import extensions
+    from pytest_storagescale.load import operations
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent.parent))
+    core_operations, core_metrics = dict(operations._REGISTRY), dict(metrics._DERIVED)
     files = sorted((Path(__file__).parent.parent / "thresholds").glob("*/*.toml"))
     assert files, "no thresholds files shipped"
     for path in files:
+        # the registries as a run of this system's suite has them, undone after
+        monkeypatch.setattr(operations, "_REGISTRY", dict(core_operations))
+        monkeypatch.setattr(metrics, "_DERIVED", dict(core_metrics))
+        conftest = _suite_conftest(path.parent.name)
+        if conftest is not None:
+            extensions.register(conftest)
         ts = load_thresholds(path)
         assert ts.system == path.parent.name, f"{path}: system should be {path.parent.name}"
         assert ts.sections, f"{path}: no [ops.*] sections"
+    assert "get_xcache" not in core_operations  # the ceph files needed their suite's
+
+
+def test_suite_operations_stay_with_their_suite(thresholds_dir, monkeypatch):
+    """A file naming an operation no registry has is still refused, and so is the ceph
+    suite's get_xcache in a file the ceph suite's conftest has not extended."""
+    from pytest_storagescale.load import operations
+
+    monkeypatch.setattr(operations, "_REGISTRY", dict(operations._REGISTRY))
+    for op in ("get_xcache", "copy_fast"):
+        path = thresholds_dir(f"""
+[storage]
+system = "dcache"
+versions = ["*"]
+
+[defaults]
+duration = "1m"
+
+[ops.x]
+op = "{op}"
+clients = [1]
+""", system="dcache", name=f"{op}.toml")
+        with pytest.raises(ThresholdsError, match=f"unknown op = '{op}'"):
+            load_thresholds(path)
 
 
 def test_a_file_given_is_used_as_is(thresholds_dir):
