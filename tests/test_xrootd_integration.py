@@ -161,11 +161,20 @@ def test_thousand_clients_with_threads(area, embedded_xrootd):
     root, _ = area
     plan = _plan(embedded_xrootd, root, clients=1000, duration=3.0, warmup=2.0,
                  hang_timeout=20.0)
-    seen = []
-    timer = threading.Timer(4.0, lambda: seen.append(_connections_to(embedded_xrootd.port)))
-    timer.start()
-    result = run_step(plan)
-    timer.join()
+    seen = [0]
+    done = threading.Event()
+
+    def count() -> None:  # the most connections the server held at once during the step
+        while not done.wait(0.5):
+            seen[0] = max(seen[0], _connections_to(embedded_xrootd.port))
+
+    counter = threading.Thread(target=count, daemon=True)
+    counter.start()
+    try:
+        result = run_step(plan)
+    finally:
+        done.set()
+        counter.join()
     step = result.total
     assert step.failed == 0 and step.hung == 0, step.errors
     assert step.succeeded > 1000
