@@ -1,0 +1,382 @@
+#!/usr/bin/env python3
+"""Measure the compatibility matrix: each suite x each embedded server x each protocol.
+
+Every combination is one real ``pytest suites/<suite> --storage-embedded KIND
+--storage-embedded-protocol SCHEME [--storage-embedded-login LOGIN] --storage-scale
+0.05`` run in a subprocess, bounded by ``--timeout``; its outcome comes from the run's
+JUnit XML (passed, failed, errors, skipped, xfailed) and its exit code: 4 (a usage
+error the plugin refuses, e.g. a protocol the server does not serve) is "n/a" with the
+plugin's one-line reason. suites/gpfs needs a POSIX mount: it runs once against
+``file://<tmpdir>`` and every embedded server is listed as not applicable to it.
+
+    .venv/bin/python scripts/compat_matrix.py            # writes docs/compatibility.md
+    .venv/bin/python scripts/compat_matrix.py --only xrootd --output -
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pytest_storagescale.endpoints.family import (  # noqa: E402 - after the path fix
+    EMBEDDED_SERVERS,
+    embedded_class,
+)
+from pytest_storagescale.redact import redact_url  # noqa: E402
+
+#: suites run against every embedded server
+EMBEDDED_SUITES = ("xrootd", "dcache", "ceph", "conformance")
+#: suites that need a POSIX mount: run once against file://<tmpdir>
+POSIX_SUITES = ("gpfs",)
+#: the logins tried on the embedded xrootd's root:// door besides the default
+XROOTD_ROOT_LOGINS = ("krb5", "gsi", "token")
+#: why an embedded server does not apply to a POSIX suite
+POSIX_REASON = ("the suite measures a POSIX mount (dd oflag=direct/dsync): an embedded "
+                "server has no file:// door (its drivers refuse direct writes as "
+                "'unsupported')")
+#: the exit code of a usage error (pytest.ExitCode.USAGE_ERROR)
+USAGE_ERROR = 4
+#: how long a run may take to stop after SIGINT before its process group is killed
+STOP_GRACE_S = 60.0
+
+
+@dataclass(frozen=True)
+class Combination:
+    """One cell of the matrix: a suite against a server over a protocol with a login."""
+
+    suite: str
+    server: str
+    protocol: str
+    login: str = ""
+    endpoint: str = ""
+
+    @property
+    def login_shown(self) -> str:
+        """The login the run used: the plugin's default (unix) unless named."""
+        if self.suite in POSIX_SUITES:
+            return "-"
+        return self.login or "unix"
+
+    @property
+    def slug(self) -> str:
+        parts = [self.suite, self.server, self.protocol, self.login or "default"]
+        return "-".join(p.replace("/", "_").replace(":", "") for p in parts)
+
+    def pytest_args(self) -> list[str]:
+        if self.endpoint:
+            return ["--storage-endpoint", self.endpoint]
+        args = ["--storage-embedded", self.server, "--storage-embedded-protocol", self.protocol]
+        return args + (["--storage-embedded-login", self.login] if self.login else [])
+
+
+@dataclass
+class Counts:
+    """Test outcomes read from one run's JUnit XML."""
+
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    xfailed: int = 0
+    #: "test id: message" of the first failure or error ("" when none)
+    first_failure: str = ""
+
+
+@dataclass
+class Result:
+    """What one combination gave: outcome, counts, wall time and why (when not pass)."""
+
+    combination: Combination
+    outcome: str
+    counts: Counts = field(default_factory=Counts)
+    wall_s: float = 0.0
+    load_1m: float = 0.0
+    version: str = ""
+    reason: str = ""
+
+
+def combinations(only: str | None) -> list[Combination]:
+    """Every combination to run (or list as n/a), suites in order."""
+    chosen = [s for s in EMBEDDED_SUITES + POSIX_SUITES if only in (None, s)]
+    found: list[Combination] = []
+    for suite in chosen:
+        if suite in POSIX_SUITES:
+            found.append(Combination(suite, "file://", "file"))
+            continue
+        for kind in EMBEDDED_SERVERS:
+            for scheme in embedded_class(kind).schemes:
+                found.append(Combination(suite, kind, scheme))
+                if kind == "xrootd" and scheme == "root":
+                    found += [Combination(suite, kind, scheme, login)
+                              for login in XROOTD_ROOT_LOGINS]
+    return found
+
+
+def read_junit(path: Path) -> Counts:
+    """Count the test cases of a JUnit XML file by outcome (xfail is a skip of type
+    ``pytest.xfail``)."""
+    counts = Counts()
+    for case in ET.parse(path).iter("testcase"):
+        test_id = f"{case.get('classname', '')}::{case.get('name', '')}".lstrip(":")
+        tags = {child.tag: child for child in case}
+        bad = tags.get("failure") if "failure" in tags else tags.get("error")
+        if bad is not None:
+            counts.failed += bad.tag == "failure"
+            counts.errors += bad.tag == "error"
+            if not counts.first_failure:
+                counts.first_failure = f"{test_id}: {failure_reason(bad)}"
+        elif "skipped" in tags:
+            kind = tags["skipped"].get("type", "")
+            counts.xfailed += kind == "pytest.xfail"
+            counts.skipped += kind != "pytest.xfail"
+        else:
+            counts.passed += 1
+    return counts
+
+
+def failure_reason(element: ET.Element) -> str:
+    """A failure's first line without the exception's module, plus the thresholds
+    table's violated rows (the part that says why)."""
+    head = one_line(element.get("message", ""), limit=1000)
+    exc, sep, rest = head.partition(": ")
+    if sep and " " not in exc:
+        head = f"{exc.rsplit('.', 1)[-1]}: {rest}"
+    violated = [_violated_row(ln) for ln in (element.text or "").splitlines()
+                if ln.rstrip().endswith("VIOLATED")]
+    return one_line(" ".join([head, *violated[:2]]), limit=400)
+
+
+def _violated_row(line: str) -> str:
+    """``metric observed limit rule file VIOLATED`` as ``metric = observed (limit)``."""
+    words = line.split()
+    if len(words) < 4:
+        return " ".join(words)
+    return f"{words[0]} = {words[1]} (limit {words[2]} {words[3]})"
+
+
+def one_line(text: str, limit: int = 240) -> str:
+    """The first non-empty line of ``text``, credentials redacted, at most ``limit``."""
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    line = redact_url(line)
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def usage_reason(output: str) -> str:
+    """The plugin's ``ERROR: ...`` paragraph of a refused run, as one line."""
+    for line in output.splitlines():
+        if line.startswith("ERROR:"):
+            return one_line(line.removeprefix("ERROR:"))
+    return one_line(output.strip().splitlines()[-1] if output.strip() else "")
+
+
+def run_bounded(argv: list[str], log: Path, timeout: float) -> int | None:
+    """Run ``argv`` with its output in ``log``; the exit code, None on timeout (then
+    SIGINT lets pytest stop its servers; the process group is killed after a grace)."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            return None
+
+
+def run_version(results_json: Path) -> str:
+    """The storage version the run recorded in its JSON results ("" when absent)."""
+    try:
+        return str(json.loads(results_json.read_text())["run"].get("version") or "")
+    except (OSError, ValueError, KeyError):
+        return ""
+
+
+def run_combination(combo: Combination, workdir: Path, scale: float,
+                    timeout: float) -> Result:
+    """Run one combination's suite and classify it."""
+    stem = workdir / combo.slug
+    junit, results, log = (stem.with_suffix(s) for s in (".xml", ".json", ".log"))
+    argv = [sys.executable, "-m", "pytest", f"suites/{combo.suite}", *combo.pytest_args(),
+            "--storage-scale", str(scale), "-p", "no:cacheprovider", "-q",
+            "--storage-results", str(results), "--junitxml", str(junit)]
+    load_1m = os.getloadavg()[0]
+    started = time.monotonic()
+    code = run_bounded(argv, log, timeout)
+    result = Result(combo, "fail", wall_s=time.monotonic() - started, load_1m=load_1m,
+                    version=run_version(results))
+    output = log.read_text(errors="replace")
+    if code is None:
+        result.outcome, result.reason = "timeout", f"no result within {timeout:.0f} s"
+    elif code == USAGE_ERROR:
+        result.outcome, result.reason = "n/a", usage_reason(output)
+    elif junit.exists():
+        result.counts = read_junit(junit)
+        ok = code == 0 and not (result.counts.failed or result.counts.errors)
+        result.outcome = "pass" if ok else "fail"
+        result.reason = "" if ok else (result.counts.first_failure
+                                       or f"exit {code}: {usage_reason(output)}")
+    else:
+        result.reason = f"exit {code}: {usage_reason(output)}"
+    return result
+
+
+def not_applicable(suite: str) -> list[Result]:
+    """Rows for the embedded servers a POSIX suite does not run against."""
+    return [Result(Combination(suite, kind, ", ".join(embedded_class(kind).schemes)),
+                   "n/a", reason=POSIX_REASON)
+            for kind in EMBEDDED_SERVERS]
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render(results: list[Result], header: RunHeader) -> str:
+    """The matrix as Markdown: a table, then each failure's reason."""
+    lines = [
+        "# Compatibility matrix",
+        "",
+        f"Measured {header.date} on `{header.host}` (commit `{header.commit}`), "
+        f"`--storage-scale {header.scale}`, each run bounded to {header.timeout:.0f} s; "
+        f"load average at start {header.load}, {header.cpus} CPUs (a shared machine: "
+        f"other jobs ran alongside). Total wall time {header.total_s / 60:.1f} min. "
+        "Regenerate with `.venv/bin/python scripts/compat_matrix.py`.",
+        "",
+        "Outcome: **pass** = no failures and no errors; **fail**; **n/a** = not applicable "
+        "(refused as a usage error, or the suite needs a POSIX mount); **timeout**. "
+        "xfailed = known issues of the thresholds file (strict expected failures). "
+        "Load = 1-minute load average when the run started.",
+        "",
+        "| suite | server | protocol | login | outcome | passed | failed | errors | skipped "
+        "| xfailed | wall | load | version |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        c, n = r.combination, r.counts
+        ran = r.outcome in ("pass", "fail")
+        counts = ([str(v) for v in (n.passed, n.failed, n.errors, n.skipped, n.xfailed)]
+                  if ran else ["-"] * 5)
+        wall = f"{r.wall_s:.0f} s" if r.wall_s else "-"
+        load = f"{r.load_1m:.1f}" if r.wall_s else "-"
+        lines.append("| " + " | ".join(cell(x) for x in (
+            c.suite, c.server, c.protocol, c.login_shown, f"**{r.outcome}**",
+            *counts, wall, load, r.version or "-")) + " |")
+    lines += reasons_section(results)
+    return "\n".join(lines) + "\n"
+
+
+def reasons_section(results: list[Result]) -> list[str]:
+    """One line per combination that did not pass: its first failure or refusal."""
+    out: list[str] = []
+    for title, wanted in (("Failures", ("fail", "timeout")), ("Not applicable", ("n/a",))):
+        rows = [r for r in results if r.outcome in wanted]
+        if not rows:
+            continue
+        out += ["", f"## {title}", ""]
+        grouped: dict[tuple[str, str], list[str]] = {}
+        for r in rows:
+            c = r.combination
+            who = f"{c.server} {c.protocol}" + (f" ({c.login})" if c.login else "")
+            grouped.setdefault((c.suite, r.reason), []).append(who)
+        out += [f"- {suite} x {'; '.join(whos)}: {reason}"
+                for (suite, reason), whos in grouped.items()]
+    return out
+
+
+@dataclass(frozen=True)
+class RunHeader:
+    """When, where and how the matrix was measured."""
+
+    date: str
+    host: str
+    commit: str
+    load: str
+    cpus: int
+    scale: float
+    timeout: float
+    total_s: float = 0.0
+
+
+def git_commit() -> str:
+    """The checkout's short commit, with ``+dirty`` when tracked files changed."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=EMBEDDED_SUITES + POSIX_SUITES,
+                        help="run one suite's rows only")
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds one run may take (default 600)")
+    parser.add_argument("--scale", type=float, default=0.05,
+                        help="--storage-scale of every run (default 0.05)")
+    parser.add_argument("--output", default=str(ROOT / "docs" / "compatibility.md"),
+                        help="Markdown file to write ('-': print only)")
+    parser.add_argument("--keep-logs", metavar="DIR",
+                        help="keep every run's log, JUnit XML and JSON results in DIR")
+    return parser.parse_args(argv)
+
+
+def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Result], RunHeader]:
+    """Run every combination in order, printing one progress line per run."""
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    header = RunHeader(
+        date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        host=os.uname().nodename, commit=git_commit(), load=load,
+        cpus=os.cpu_count() or 0, scale=args.scale, timeout=args.timeout)
+    started = time.monotonic()
+    results: list[Result] = []
+    for combo in combinations(args.only):
+        if combo.suite in POSIX_SUITES:
+            area = workdir / f"{combo.suite}-area"
+            area.mkdir(exist_ok=True)
+            combo = Combination(combo.suite, combo.server, combo.protocol,
+                                endpoint=area.as_uri())
+        result = run_combination(combo, workdir, args.scale, args.timeout)
+        results.append(result)
+        print(f"{combo.slug}: {result.outcome} in {result.wall_s:.0f} s "
+              f"(load {result.load_1m:.1f}) {result.reason}", file=sys.stderr, flush=True)
+        if combo.suite in POSIX_SUITES:
+            results += not_applicable(combo.suite)
+    total = time.monotonic() - started
+    return results, RunHeader(**{**header.__dict__, "total_s": total})
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.keep_logs:
+        Path(args.keep_logs).mkdir(parents=True, exist_ok=True)
+        results, header = measure(args, Path(args.keep_logs))
+    else:
+        with tempfile.TemporaryDirectory(prefix="compat-matrix-") as tmp:
+            results, header = measure(args, Path(tmp))
+    text = render(results, header)
+    print(text)
+    if args.output != "-":
+        Path(args.output).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
