@@ -1,9 +1,12 @@
-"""suites/dcache against the embedded endpoint, over davs:// and root://, with and
-without xdist; under xdist no two load steps may overlap in time."""
+"""suites/dcache against the embedded xrootd, over davs:// and root://, with and
+without xdist: its functional and scalability tests, and the shared conformance checks
+over both of the server's doors with XRootD 5.5's known issues as strict expected
+failures; under xdist no two load steps may overlap in time."""
 
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,53 @@ def small_plan(tmp_path):
     return folder.parent
 
 
+#: the suite's own tests (functional, scalability), all of which pass on either door
+OWN_TESTS = 9 + 5
+#: the conformance checks (17 by 2 doors) whose outcome is not a pass on the embedded
+#: xrootd 5.5, and the words their reasons must carry: the known issues of
+#: thresholds/xrootd/5.x.toml, and persist-on-close, which only root:// can ask for
+NOT_PASSED = {
+    "test_persist_on_close[root]": ("xfail", "[known_issues] 'persist_on_close[root]'"),
+    "test_readv_repeated_chunk[root]": ("xfail", "[known_issues] 'readv_repeated_chunk[root]'"),
+    "test_overwrite[root]": ("xfail", "[known_issues] 'overwrite'"),
+    "test_overwrite[davs]": ("xfail", "[known_issues] 'overwrite'"),
+    "test_persist_on_close[davs]": ("skip", "kXR_posc; this door speaks davs://"),
+}
+CONFORMANCE_CHECKS = 17
+
+
+def _junit_outcomes(path: Path) -> dict[tuple[str, str], tuple[str, str]]:
+    """(module, test id) -> ("pass"|"xfail"|"skip"|"fail", message) from the JUnit XML."""
+    outcomes = {}
+    for case in ElementTree.parse(path).getroot().iter("testcase"):
+        module = case.get("classname", "").split(".")[2]
+        outcome, message = "pass", ""
+        for child in case:
+            if child.tag == "skipped":
+                outcome = "xfail" if child.get("type") == "pytest.xfail" else "skip"
+            elif child.tag in ("failure", "error"):
+                outcome = "fail"
+            message = child.get("message") or ""
+        outcomes[(module, case.get("name"))] = (outcome, message)
+    return outcomes
+
+
+def _assert_conformance(outcomes: dict) -> None:
+    """The conformance checks ran over both doors: all pass but the known issues."""
+    checks = {name: value for (module, name), value in outcomes.items()
+              if module == "test_conformance"}
+    assert len(checks) == 2 * CONFORMANCE_CHECKS, sorted(checks)
+    assert {name.rpartition("[")[2] for name in checks} == {"root]", "davs]"}
+    failing = {name: value for name, value in checks.items() if value[0] != "pass"}
+    assert set(failing) == set(NOT_PASSED), failing
+    for name, (outcome, words) in NOT_PASSED.items():
+        assert failing[name][0] == outcome, (name, failing[name])
+        assert words in failing[name][1], (name, failing[name])
+    xfails = [message for outcome, message in failing.values() if outcome == "xfail"]
+    assert all("known issue of xrootd 5.*" in message and "5.x.toml" in message
+               for message in xfails), xfails
+
+
 @pytest.mark.parametrize("workers", ["0", "4"])
 @pytest.mark.parametrize("protocol", ["root", "davs"])
 def test_dcache_suite(pytester, small_plan, protocol, workers, monkeypatch):
@@ -47,7 +97,13 @@ def test_dcache_suite(pytester, small_plan, protocol, workers, monkeypatch):
         f"--storage-results={results}", "-n", workers, "-p", "no:cacheprovider",
         "--junitxml=junit.xml",
     )
-    outcome.assert_outcomes(passed=14)
+    xfailed = sum(outcome == "xfail" for outcome, _ in NOT_PASSED.values())
+    outcome.assert_outcomes(passed=OWN_TESTS + 2 * CONFORMANCE_CHECKS - len(NOT_PASSED),
+                            skipped=len(NOT_PASSED) - xfailed, xfailed=xfailed)
+    outcomes = _junit_outcomes(pytester.path / "junit.xml")
+    own = {key: value for key, value in outcomes.items() if key[0] != "test_conformance"}
+    assert len(own) == OWN_TESTS and all(value == ("pass", "") for value in own.values()), own
+    _assert_conformance(outcomes)
     outcome.stdout.fnmatch_lines([
         f"storagescale: dcache 5.* at {protocol}://127.0.0.1:*",
         "*thresholds: *dcache/default.toml (matched version * with pattern '[*]'); plan scale 0.02",
