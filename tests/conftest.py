@@ -10,6 +10,27 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+#: what client libraries read credentials from: a driver sets some of them for the
+#: whole process (one identity per process), so each test gets them back as they were
+CREDENTIAL_VARIABLES = ("X509_CERT_DIR", "X509_USER_PROXY", "X509_USER_CERT", "X509_USER_KEY",
+                        "BEARER_TOKEN", "BEARER_TOKEN_FILE", "KRB5CCNAME", "KRB5_CONFIG",
+                        "XrdSecPROTOCOL", "XrdSecGSISRVNAMES")
+
+
+@pytest.fixture(autouse=True)
+def _credential_environment_restored(monkeypatch):
+    """A test's drivers cannot hand their credentials to the next test's."""
+    import os
+
+    for name in CREDENTIAL_VARIABLES:
+        # setenv records the value to go back to (absent included), delenv keeps it absent
+        was = os.environ.get(name)
+        monkeypatch.setenv(name, was or "")
+        if was is None:
+            monkeypatch.delenv(name)
+    yield
+
+
 @pytest.fixture
 def thresholds_dir(tmp_path: Path):
     """Write ``<system>/<name>.toml`` files under a fresh thresholds folder."""
