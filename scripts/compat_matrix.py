@@ -16,6 +16,7 @@ plugin's one-line reason. suites/gpfs needs a POSIX mount: it runs once against
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -27,6 +28,8 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -50,7 +53,7 @@ POSIX_REASON = ("the suite measures a POSIX mount (dd oflag=direct/dsync): an em
 #: the exit code of a usage error (pytest.ExitCode.USAGE_ERROR)
 USAGE_ERROR = 4
 #: how long a run may take to stop after SIGINT before its process group is killed
-STOP_GRACE_S = 60.0
+STOP_GRACE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -183,21 +186,62 @@ def usage_reason(output: str) -> str:
 
 
 def run_bounded(argv: list[str], log: Path, timeout: float) -> int | None:
-    """Run ``argv`` with its output in ``log``; the exit code, None on timeout (then
-    SIGINT lets pytest stop its servers; the process group is killed after a grace)."""
+    """Run ``argv`` with its output in ``log``; the exit code, None on timeout. Then
+    SIGINT lets pytest stop its servers; after a grace, every process the run started
+    (servers run in sessions of their own, so a process group would miss them) is
+    terminated, then killed."""
     with log.open("w") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_run(proc)
             return None
+
+
+def stop_run(proc: subprocess.Popen) -> None:
+    """Interrupt a run, then end what is left of it and of its descendants."""
+    try:
+        started = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        started = []
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    left = [p for p in started if p.is_running()]
+    for process in left:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.terminate()
+    _, alive = psutil.wait_procs(left, timeout=10)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    proc.wait()
+
+
+def timeout_reason(results_json: Path, timeout: float) -> str:
+    """How far a run that timed out got, from the steps its JSON results recorded."""
+    try:
+        steps = json.loads(results_json.read_text())["steps"]
+    except (OSError, ValueError, KeyError):
+        steps = []
+    if not steps:
+        return f"no result within {timeout:.0f} s (no step recorded)"
+    last = steps[-1]
+    return (f"no result within {timeout:.0f} s: {len(steps)} steps recorded, the last "
+            f"{last.get('test', '?')} ({last.get('duration_s') or 0:.0f}-s steps, "
+            f"thresholds {shown_path(str(last.get('thresholds_file', '?')))})")
+
+
+def shown_path(path: str) -> str:
+    """``path`` relative to the checkout when it is inside it."""
+    try:
+        return str(Path(path).relative_to(ROOT))
+    except ValueError:
+        return path
 
 
 def run_version(results_json: Path) -> str:
@@ -216,24 +260,28 @@ def run_combination(combo: Combination, workdir: Path, scale: float,
     argv = [sys.executable, "-m", "pytest", f"suites/{combo.suite}", *combo.pytest_args(),
             "--storage-scale", str(scale), "-p", "no:cacheprovider", "-q",
             "--storage-results", str(results), "--junitxml", str(junit)]
+    for stale in (junit, results):
+        stale.unlink(missing_ok=True)
     load_1m = os.getloadavg()[0]
     started = time.monotonic()
     code = run_bounded(argv, log, timeout)
     result = Result(combo, "fail", wall_s=time.monotonic() - started, load_1m=load_1m,
                     version=run_version(results))
     output = log.read_text(errors="replace")
-    if code is None:
-        result.outcome, result.reason = "timeout", f"no result within {timeout:.0f} s"
-    elif code == USAGE_ERROR:
+    if code == USAGE_ERROR:
         result.outcome, result.reason = "n/a", usage_reason(output)
-    elif junit.exists():
+        return result
+    if junit.exists():  # also written when a timed-out run was interrupted
         result.counts = read_junit(junit)
-        ok = code == 0 and not (result.counts.failed or result.counts.errors)
-        result.outcome = "pass" if ok else "fail"
-        result.reason = "" if ok else (result.counts.first_failure
-                                       or f"exit {code}: {usage_reason(output)}")
+    first = result.counts.first_failure
+    if code is None:
+        result.outcome = "timeout"
+        result.reason = timeout_reason(results, timeout) + (f"; first failure {first}"
+                                                            if first else "")
+    elif code == 0 and junit.exists() and not (result.counts.failed or result.counts.errors):
+        result.outcome = "pass"
     else:
-        result.reason = f"exit {code}: {usage_reason(output)}"
+        result.reason = first or f"exit {code}: {usage_reason(output)}"
     return result
 
 
@@ -260,7 +308,8 @@ def render(results: list[Result], header: RunHeader) -> str:
         "Regenerate with `.venv/bin/python scripts/compat_matrix.py`.",
         "",
         "Outcome: **pass** = no failures and no errors; **fail**; **n/a** = not applicable "
-        "(refused as a usage error, or the suite needs a POSIX mount); **timeout**. "
+        "(refused as a usage error, or the suite needs a POSIX mount); **timeout** = "
+        "interrupted at the time bound (its counts are the tests finished by then). "
         "xfailed = known issues of the thresholds file (strict expected failures). "
         "Load = 1-minute load average when the run started.",
         "",
@@ -270,7 +319,7 @@ def render(results: list[Result], header: RunHeader) -> str:
     ]
     for r in results:
         c, n = r.combination, r.counts
-        ran = r.outcome in ("pass", "fail")
+        ran = r.outcome in ("pass", "fail", "timeout")
         counts = ([str(v) for v in (n.passed, n.failed, n.errors, n.skipped, n.xfailed)]
                   if ran else ["-"] * 5)
         wall = f"{r.wall_s:.0f} s" if r.wall_s else "-"
@@ -327,8 +376,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=EMBEDDED_SUITES + POSIX_SUITES,
                         help="run one suite's rows only")
-    parser.add_argument("--timeout", type=float, default=600.0,
-                        help="seconds one run may take (default 600)")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds one run may take (default 300)")
     parser.add_argument("--scale", type=float, default=0.05,
                         help="--storage-scale of every run (default 0.05)")
     parser.add_argument("--output", default=str(ROOT / "docs" / "compatibility.md"),
