@@ -20,6 +20,7 @@ import contextlib
 import datetime
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -50,6 +51,8 @@ XROOTD_ROOT_LOGINS = ("krb5", "gsi", "token")
 POSIX_REASON = ("the suite measures a POSIX mount (dd oflag=direct/dsync): an embedded "
                 "server has no file:// door (its drivers refuse direct writes as "
                 "'unsupported')")
+#: a line of pytest -q progress: one character per test, maybe a percentage
+PROGRESS_LINE = re.compile(r"^[.FEsxX]+(\s+\[\s*\d+%\])?\s*$")
 #: the exit code of a usage error (pytest.ExitCode.USAGE_ERROR)
 USAGE_ERROR = 4
 #: how long a run may take to stop after SIGINT before its process group is killed
@@ -170,6 +173,21 @@ def _violated_row(line: str) -> str:
     return f"{words[0]} = {words[1]} (limit {words[2]} {words[3]})"
 
 
+def progress_counts(output: str) -> Counts:
+    """Outcomes so far from pytest's ``-q`` progress characters (for a run killed
+    before it wrote its JUnit XML)."""
+    counts = Counts()
+    for line in output.splitlines():
+        if PROGRESS_LINE.match(line):
+            marks = line.split()[0]
+            counts.passed += marks.count(".") + marks.count("X")
+            counts.failed += marks.count("F")
+            counts.errors += marks.count("E")
+            counts.skipped += marks.count("s")
+            counts.xfailed += marks.count("x")
+    return counts
+
+
 def one_line(text: str, limit: int = 240) -> str:
     """The first non-empty line of ``text``, credentials redacted, at most ``limit``."""
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
@@ -271,8 +289,10 @@ def run_combination(combo: Combination, workdir: Path, scale: float,
     if code == USAGE_ERROR:
         result.outcome, result.reason = "n/a", usage_reason(output)
         return result
-    if junit.exists():  # also written when a timed-out run was interrupted
+    if junit.exists():  # also written when a timed-out run stopped in its grace
         result.counts = read_junit(junit)
+    elif code is None:
+        result.counts = progress_counts(output)
     first = result.counts.first_failure
     if code is None:
         result.outcome = "timeout"
