@@ -17,17 +17,30 @@ CREDENTIAL_VARIABLES = ("X509_CERT_DIR", "X509_USER_PROXY", "X509_USER_CERT", "X
                         "XrdSecPROTOCOL", "XrdSecGSISRVNAMES")
 
 
-@pytest.fixture(autouse=True)
-def _credential_environment_restored(monkeypatch):
-    """A test's drivers cannot hand their credentials to the next test's."""
+def _restored_credentials(patch: pytest.MonkeyPatch) -> None:
+    """Have ``patch`` put the credential variables back as they are now."""
     import os
 
     for name in CREDENTIAL_VARIABLES:
         # setenv records the value to go back to (absent included), delenv keeps it absent
         was = os.environ.get(name)
-        monkeypatch.setenv(name, was or "")
+        patch.setenv(name, was or "")
         if was is None:
-            monkeypatch.delenv(name)
+            patch.delenv(name)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _credential_environment_restored_per_module():
+    """A module's servers and drivers cannot hand their credentials to the next module."""
+    with pytest.MonkeyPatch.context() as patch:
+        _restored_credentials(patch)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _credential_environment_restored(monkeypatch):
+    """A test's drivers cannot hand their credentials to the next test's."""
+    _restored_credentials(monkeypatch)
     yield
 
 

@@ -102,7 +102,7 @@ class EmbeddedServer(abc.ABC):
         return f"embedded {self.kind} ({self.login} login)"
 
     def __enter__(self) -> EmbeddedServer:
-        return self.start()
+        return started(self)
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
@@ -155,4 +155,14 @@ def start_embedded(kind: str, login: str) -> EmbeddedServer:
     """Check the installation, then start a ``kind`` server requiring ``login``."""
     cls = embedded_class(kind)
     cls.check_installed()
-    return cls(login=login).start()
+    return started(cls(login=login))
+
+
+def started(server: EmbeddedServer) -> EmbeddedServer:
+    """``server.start()``, leaving the process's credential variables as they were: the
+    readiness probe's driver sets them for the whole process, and the session's own
+    drivers set what they need when they are made."""
+    from ..drivers.grid import credential_environment_kept
+
+    with credential_environment_kept():
+        return server.start()
