@@ -18,7 +18,10 @@ def test_gpfs_suite_on_a_posix_mount(pytester, tmp_path):
     for old, new in {# this machine's disk is no GPFS: gate on the mechanism only
                      "mb_s_mean >= 7.3": "mb_s_mean > 0", "mb_s_mean >= 5.7": "mb_s_mean > 0",
                      "mb_s_mean >= 100": "mb_s_mean > 0", "mb_s_stddev <= 1.0": "failed == 0",
-                     "mb_s_stddev <= 1.2": "failed == 0", "mb_s_stddev <= 5": "failed == 0"
+                     "mb_s_stddev <= 1.2": "failed == 0", "mb_s_stddev <= 5": "failed == 0",
+                     # the count-bounded tries' ceiling (7.2 s at this scale): a 4 MB
+                     # O_DSYNC write took 2-5 s on this disk beside other I/O
+                     'duration = "30m"': 'duration = "3h"',
                      }.items():
         assert old in text, old
         text = text.replace(old, new)
