@@ -74,7 +74,7 @@ def test_header_says_how_clients_are_spread():
 
 class ConnectionWatch:
     """The server's established connections on its port, sampled while a step runs:
-    the most seen at once, and which client processes held them."""
+    the most seen at once, and the most each client process held at once."""
 
     def __init__(self, port: int) -> None:
         self.port = port
@@ -88,13 +88,15 @@ class ConnectionWatch:
             connections = [c for c in psutil.net_connections(kind="tcp")
                            if c.status == psutil.CONN_ESTABLISHED]
             served = [c for c in connections if c.laddr and c.laddr.port == self.port]
-            if len(served) > self.most:
-                self.most = len(served)
-                pids: dict[int, int] = {}
-                for c in connections:  # the client ends: remote port is the server's
-                    if c.raddr and c.raddr.port == self.port and c.pid:
-                        pids[c.pid] = pids.get(c.pid, 0) + 1
-                self.client_pids = pids
+            self.most = max(self.most, len(served))
+            pids: dict[int, int] = {}
+            for c in connections:  # the client ends: remote port is the server's
+                if c.raddr and c.raddr.port == self.port and c.pid:
+                    pids[c.pid] = pids.get(c.pid, 0) + 1
+            # the most each process held in one sample (a scan of /proc can miss a
+            # socket that changes under it: one sample may undercount a process)
+            for pid, count in pids.items():
+                self.client_pids[pid] = max(self.client_pids.get(pid, 0), count)
 
     def __enter__(self) -> ConnectionWatch:
         self._thread.start()
