@@ -404,7 +404,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="Markdown file to write ('-': print only)")
     parser.add_argument("--keep-logs", metavar="DIR",
                         help="keep every run's log, JUnit XML and JSON results in DIR")
+    parser.add_argument("--from-logs", metavar="DIR",
+                        help="run nothing: render the runs a --keep-logs DIR holds (an "
+                        "interrupted matrix); combinations without a log are 'not run'")
     return parser.parse_args(argv)
+
+
+def from_logs(args: argparse.Namespace, workdir: Path) -> tuple[list[Result], RunHeader]:
+    """The results an earlier ``--keep-logs`` run left in ``workdir``."""
+    results: list[Result] = []
+    logs = sorted(workdir.glob("*.log"), key=lambda p: p.stat().st_mtime)
+    for combo in combinations(args.only):
+        stem = workdir / combo.slug
+        junit, log = stem.with_suffix(".xml"), stem.with_suffix(".log")
+        if not log.exists():
+            results.append(Result(combo, "not run", reason="the matrix run was stopped first"))
+            continue
+        output = log.read_text(errors="replace")
+        result = Result(combo, "fail", version=run_version(stem.with_suffix(".json")))
+        if junit.exists():
+            result.counts = read_junit(junit)
+            failed = result.counts.failed or result.counts.errors
+            result.outcome = "fail" if failed else "pass"
+            result.reason = result.counts.first_failure
+        elif "ERROR:" in output and not PROGRESS_LINE.search(output):
+            result.outcome, result.reason = "n/a", usage_reason(output)
+        else:
+            result.counts = progress_counts(output)
+            result.outcome = "timeout"
+            result.reason = "no JUnit XML: stopped at the time bound or with the matrix run"
+        results.append(result)
+    first, last = (logs[0].stat().st_mtime, logs[-1].stat().st_mtime) if logs else (0, 0)
+    header = RunHeader(
+        date=datetime.datetime.fromtimestamp(first, datetime.UTC).strftime(
+            "%Y-%m-%d %H:%M UTC") + " (rendered from kept logs)",
+        host=os.uname().nodename, commit=git_commit(), load="not recorded",
+        cpus=os.cpu_count() or 0, scale=args.scale, timeout=args.timeout,
+        total_s=last - first)
+    return results, header
 
 
 def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Result], RunHeader]:
@@ -434,7 +471,9 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Result], RunH
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.keep_logs:
+    if args.from_logs:
+        results, header = from_logs(args, Path(args.from_logs))
+    elif args.keep_logs:
         Path(args.keep_logs).mkdir(parents=True, exist_ok=True)
         results, header = measure(args, Path(args.keep_logs))
     else:

@@ -81,6 +81,12 @@ def _auth_scan(login: str, storage_endpoint, storage_load) -> None:
             f"'pytest suites/xrootd --storage-embedded-login {login}' (the embedded server), "
             f"or against your storage force it with --storage-driver-option "
             f"security_protocol={LOGIN_PROTOCOLS[login]} and that login's credential")
+    driver = storage_endpoint.driver_spec.driver_class
+    if not hasattr(driver, "new_login"):
+        pytest.skip(
+            f"authentication rates are XRootD logins: the {driver.name} driver of this "
+            f"session's door cannot log in anew per operation; run the scan over root:// "
+            f"(--storage-embedded-protocol root, or a root:// --storage-endpoint)")
     storage_load.run()
 
 
