@@ -84,3 +84,33 @@ def test_suites_that_disagree_must_be_told_which(pytester):
     assert result.ret != 0
     assert "want different embedded servers (ceph, xrootd)" in (
         result.stdout.str() + result.stderr.str())
+
+
+def test_starting_a_server_leaves_the_credential_environment_as_it_was(monkeypatch):
+    """A readiness probe's driver sets credential variables for the whole process;
+    starting a server (``with``, or the session's start) puts them back."""
+    import os
+
+    monkeypatch.delenv("X509_USER_PROXY", raising=False)
+
+    class Probing(EmbeddedServer):
+        kind = "probing"
+        schemes = ("root",)
+
+        def start(self):
+            os.environ["X509_USER_PROXY"] = "/tmp/probe-proxy"  # what a probe's driver does
+            return self
+
+        def stop(self):
+            pass
+
+        def url_for(self, scheme):
+            return "root://127.0.0.1:1//area"
+
+    with Probing() as server:
+        assert isinstance(server, Probing)
+        assert "X509_USER_PROXY" not in os.environ
+    # every member goes through that start: none replaces the base's __enter__
+    for kind in EMBEDDED_SERVERS:
+        cls = embedded_class(kind)
+        assert cls.__enter__ is EmbeddedServer.__enter__, kind

@@ -36,7 +36,7 @@ from pathlib import Path
 from ..errors import EndpointError
 from .credentials import CertificateFiles, ThrowawayCA
 from .embedded import free_port
-from .family import EmbeddedServer
+from .family import EmbeddedServer, log_tail
 
 #: the test area inside the door
 AREA = "/storagescale"
@@ -111,14 +111,6 @@ class ProcessGroup:
         if self.process.poll() is None:
             self.process.kill()
         self.exited(grace)
-
-
-def log_tail(path: Path, lines: int = 15) -> str:
-    """The last ``lines`` lines of a log file ("(no log)" when there is none)."""
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) or "(empty)"
-    except OSError:
-        return "(no log)"
 
 
 #: where daemons live when PATH lacks them (a user's PATH often has no /usr/sbin)
@@ -381,5 +373,3 @@ class EmbeddedApacheWebDAV(EmbeddedServer):
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
 
-    def __enter__(self) -> EmbeddedApacheWebDAV:
-        return self.start()

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from ..errors import EndpointError
 from .embedded import free_port, unprivileged_user, xrootd_binary, xrootd_version
-from .family import EmbeddedServer
+from .family import EmbeddedServer, log_tail
 from .xcache import XCacheProxy, plugin_library, plugin_path
 
 #: the pool the gateway stores into (``xrootd@<pool>``)
@@ -199,7 +199,7 @@ class EmbeddedCephGateway(EmbeddedServer):
         return self
 
     def _fail(self, what: str, daemon: Daemon | None = None) -> EndpointError:
-        tail = _tail(daemon.log) if daemon is not None else ""
+        tail = log_tail(daemon.log) if daemon is not None and daemon.log.exists() else ""
         return EndpointError(f"the embedded Ceph gateway did not start: {what}."
                              + (f" Log tail ({daemon.log.name}):\n{tail}" if tail else ""))
 
@@ -481,10 +481,3 @@ class EmbeddedCephGateway(EmbeddedServer):
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""

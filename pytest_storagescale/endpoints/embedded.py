@@ -38,7 +38,7 @@ from .credentials import (
     TokenIssuer,
     write_grid_mapfile,
 )
-from .family import EmbeddedServer
+from .family import EmbeddedServer, log_tail
 from .url import HTTPS_SCHEMES
 
 INSTALL_HINT = (
@@ -374,10 +374,7 @@ class EmbeddedXRootD(EmbeddedServer):
         )
 
     def _log_tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except (OSError, AssertionError):
-            return "(no log)"
+        return log_tail(self.log_path, lines) if self.directory is not None else "(no log)"
 
     def restart(self, down_for: float = 0.0) -> None:
         """Stop the server, keep it down for ``down_for`` seconds, and start it again on
@@ -421,8 +418,3 @@ class EmbeddedXRootD(EmbeddedServer):
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
 
-    def __enter__(self) -> EmbeddedXRootD:
-        return self.start()
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop()

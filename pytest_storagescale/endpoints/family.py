@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 import importlib
 import shutil
-from typing import ClassVar
+from typing import ClassVar, Self, TypeVar
 
 from ..errors import EndpointError, StorageScaleUsageError
 
@@ -101,11 +101,21 @@ class EmbeddedServer(abc.ABC):
         """One line for the pytest header."""
         return f"embedded {self.kind} ({self.login} login)"
 
-    def __enter__(self) -> EmbeddedServer:
+    def __enter__(self) -> Self:
         return started(self)
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+
+
+def log_tail(path, lines: int = 15) -> str:
+    """The last ``lines`` lines of a server's log ("(no log)" when there is none), for
+    the error that says it did not start."""
+    try:
+        text = "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+    return text or "(empty)"
 
 
 def embedded_kinds() -> tuple[str, ...]:
@@ -158,7 +168,10 @@ def start_embedded(kind: str, login: str) -> EmbeddedServer:
     return started(cls(login=login))
 
 
-def started(server: EmbeddedServer) -> EmbeddedServer:
+_Server = TypeVar("_Server", bound=EmbeddedServer)
+
+
+def started(server: _Server) -> _Server:
     """``server.start()``, leaving the process's credential variables as they were: the
     readiness probe's driver sets them for the whole process, and the session's own
     drivers set what they need when they are made."""

@@ -39,10 +39,10 @@ import time
 from pathlib import Path
 
 from ..errors import EndpointError
-from .apache import ProcessGroup, find_daemon, log_tail
+from .apache import ProcessGroup, find_daemon
 from .credentials import CertificateFiles, ThrowawayCA, write_grid_mapfile
 from .embedded import free_port, unprivileged_user
-from .family import EmbeddedServer
+from .family import EmbeddedServer, log_tail
 
 #: the test area's folder inside the private directory's data folder
 AREA_NAME = "storagescale"
@@ -270,8 +270,6 @@ class EmbeddedGridFTP(EmbeddedServer):
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
 
-    def __enter__(self) -> EmbeddedGridFTP:
-        return self.start()
 
 
 def socket_to(port: int):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..errors import EndpointError
 from .embedded import AREA, EmbeddedXRootD, free_port, unprivileged_user, xrootd_binary
-from .family import EmbeddedServer
+from .family import EmbeddedServer, log_tail
 
 #: memory the cache keeps blocks in while they are written to its disk
 CACHE_RAM = "1g"  # the least pfc accepts; a limit, not an allocation
@@ -210,7 +210,7 @@ class XCacheProxy:
                 return self
             self._terminate()
         raise EndpointError(f"the embedded XCache did not start: {last}. Log tail:\n"
-                            f"{_tail(self.log_path)}")
+                            f"{log_tail(self.log_path)}")
 
     def _wait_ready(self) -> str:
         """'' once the door answers a stat of the test area (asked of the origin)."""
@@ -322,10 +322,3 @@ class EmbeddedXCache(EmbeddedServer):
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
