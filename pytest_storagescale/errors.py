@@ -83,6 +83,11 @@ class StorageUnreachable(StorageError):
     """The endpoint could not be contacted (connection refused, DNS, TLS)."""
 
 
+class StorageScaleWarning(UserWarning):
+    """Something the run did not need for its verdict went wrong (a check's own clean-up
+    failed; the run directory's removal at the end still covers it)."""
+
+
 class StepOutcomeError(pytest.fail.Exception):
     """Base of the failures a load step raises in its test. They are pytest outcome
     exceptions (no traceback, one message); Allure's categories match them by class

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from typing import Any
 import pytest
 
 from pytest_storagescale.drivers.base import Driver
-from pytest_storagescale.errors import StorageError, StorageNotFound
+from pytest_storagescale.errors import StorageError, StorageNotFound, StorageScaleWarning
 from pytest_storagescale.shipped import shipped_thresholds
 from pytest_storagescale.stash import storage_run_key
 from pytest_storagescale.thresholds import ThresholdSet, select_thresholds
@@ -202,6 +203,12 @@ class ConformanceChecks(KnownIssues):
         yield Place(door, client, relative)
         try:
             client.remove_tree(door.path(relative))
+        except StorageError as exc:
+            # not the check's subject: its verdict stands, the failure is shown as a
+            # warning, and the run directory's removal at the end of the run covers it
+            warnings.warn(StorageScaleWarning(
+                f"{door.name}: clean-up of {door.path(relative)} failed ({exc}); the run "
+                f"directory's removal at the end of the run removes it"), stacklevel=1)
         finally:
             client.close()
 
