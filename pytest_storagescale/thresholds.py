@@ -363,13 +363,17 @@ def _whole_number(table: dict, name: str, default: int, minimum: int, path: Path
     return value
 
 
-def load_thresholds(path: Path, *, reason: str = "") -> ThresholdSet:
-    """Read and validate one thresholds file."""
+def load_thresholds(path: Path, *, reason: str = "", steps: bool = True) -> ThresholdSet:
+    """Read and validate one thresholds file; ``steps=False`` reads only its storage and
+    ``[known_issues]`` (another system's file, whose rules may name metrics that only
+    its own suite registers)."""
     data = _read_toml(path)
     _check_keys(data, ("storage", "defaults", "ops", "known_issues"), path, "top level")
     system, versions = _storage(data.get("storage"), path)
-    defaults = _defaults(data.get("defaults", {}), path)
-    sections = _sections(data.get("ops", {}), path, defaults)
+    sections = {}
+    if steps:
+        defaults = _defaults(data.get("defaults", {}), path)
+        sections = _sections(data.get("ops", {}), path, defaults)
     return ThresholdSet(path, system, versions, sections, reason,
                         known_issues=_known_issues(data.get("known_issues", {}), path))
 
@@ -598,14 +602,16 @@ def _specificity(pattern: str) -> int:
     return sum(1 for ch in pattern if ch not in "*?[]")
 
 
-def select_thresholds(root: Path, system: str, version: str) -> ThresholdSet:
+def select_thresholds(root: Path, system: str, version: str, *,
+                      steps: bool = True) -> ThresholdSet:
     """Pick the thresholds file for ``system`` at ``version``.
 
     ``root`` is a file (used as given) or a folder laid out as ``<system>/*.toml``.
     Among the files whose ``versions`` patterns match, the most specific pattern wins.
+    ``steps=False``: only the storage and ``[known_issues]`` of each file are read.
     """
     if root.is_file():
-        ts = load_thresholds(root)
+        ts = load_thresholds(root, steps=steps)
         reason = "given by --storage-thresholds"
         if not any(fnmatch.fnmatchcase(version, p) for p in ts.versions):
             reason += f"; its versions {list(ts.versions)} do not include {version}"
@@ -619,7 +625,7 @@ def select_thresholds(root: Path, system: str, version: str) -> ThresholdSet:
                else f"{root} has no <system>/*.toml folders. ")
             + "Pass --storage-system or --storage-thresholds PATH."
         )
-    candidates = _candidates(folder, system, version)
+    candidates = _candidates(folder, system, version, steps)
     candidates.sort(key=lambda c: -c[0])
     top_score, pattern, chosen = candidates[0]
     ties = [c for c in candidates[1:] if c[0] == top_score]
@@ -632,19 +638,20 @@ def select_thresholds(root: Path, system: str, version: str) -> ThresholdSet:
     return dataclasses.replace(chosen, reason=f"matched version {version} with pattern {pattern!r}")
 
 
-def _candidates(folder: Path, system: str, version: str) -> list[tuple[int, str, ThresholdSet]]:
+def _candidates(folder: Path, system: str, version: str,
+                steps: bool = True) -> list[tuple[int, str, ThresholdSet]]:
     """The files of ``folder`` whose versions match, with their best pattern's score."""
     files = sorted(folder.glob("*.toml"))
     candidates = []
     for path in files:
-        ts = load_thresholds(path)
+        ts = load_thresholds(path, steps=steps)
         matching = [p for p in ts.versions if fnmatch.fnmatchcase(version, p)]
         if matching:
             best = max(matching, key=_specificity)
             candidates.append((_specificity(best), best, ts))
     if not candidates:
         listed = "; ".join(
-            f"{p.name}: {', '.join(load_thresholds(p).versions)}" for p in files
+            f"{p.name}: {', '.join(load_thresholds(p, steps=False).versions)}" for p in files
         ) or "none"
         raise ThresholdsError(
             f"{folder}: no thresholds file matches {system} version {version!r} "

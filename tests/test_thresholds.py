@@ -440,3 +440,30 @@ def test_plans_one_host_cannot_run_are_refused(thresholds_dir, change, message):
     with pytest.raises(ThresholdsError) as error:
         load_thresholds(path)
     assert fnmatch.fnmatch(str(error.value), f"*{message}*"), str(error.value)
+
+
+def test_known_issues_of_another_system_are_read_without_its_rules(thresholds_dir):
+    """The xrootd suite on the embedded Ceph gateway reads thresholds/ceph's
+    [known_issues], whose rules name hot_ratio, a metric only the ceph suite registers:
+    steps=False reads the issues and leaves the rules alone; a full load still refuses."""
+    path = thresholds_dir("""
+[storage]
+system = "ceph"
+versions = ["*"]
+
+[ops.hotfile]
+op = "read"
+clients = [1]
+
+[[ops.hotfile.expect]]
+rules = ["hot_ratio <= 2"]
+
+[known_issues]
+"readv_overlapping[root]" = "the gateway merges the ranges"
+""", system="ceph", name="default.toml")
+    with pytest.raises(ThresholdsError, match="unknown metric 'hot_ratio'"):
+        select_thresholds(path.parent.parent, "ceph", "16.2.11")
+    issues = select_thresholds(path.parent.parent, "ceph", "16.2.11", steps=False)
+    assert issues.known_issue("readv_overlapping", "root") == "the gateway merges the ranges"
+    assert issues.known_issue("readv_overlapping", "davs") is None
+    assert not issues.sections

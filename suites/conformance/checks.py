@@ -174,7 +174,7 @@ def known_issue_files(config: pytest.Config, system: str) -> list[ThresholdSet]:
         return files
     for root in (run.settings.thresholds_path(), shipped_thresholds()):
         if root is not None and root.is_dir() and (root / kind).is_dir():
-            files.append(select_thresholds(root, kind, run.endpoint.version))
+            files.append(select_thresholds(root, kind, run.endpoint.version, steps=False))
             break
     return files
 
