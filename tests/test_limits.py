@@ -21,7 +21,7 @@ duration = "1s"
 hang_timeout = "10s"
 
 [ops.stat]
-clients = [500]
+clients = [{clients}]
 
 [[ops.stat.expect]]
 rules = ["failed == 0"]
@@ -41,24 +41,46 @@ def _limit_open_files():
 
 
 @pytest.mark.integration
-def test_more_clients_than_open_files_is_one_paragraph(tmp_path, embedded_xrootd):
+@pytest.mark.parametrize("executor, clients, needed", [
+    ("threads", 500, 564),
+    # auto: at most 200 xrootd clients per process, so 10 processes of 200
+    ("auto", 2000, 264),
+], ids=["threads", "auto-sharded"])
+def test_more_clients_than_open_files_is_one_paragraph(tmp_path, embedded_xrootd, executor,
+                                                       clients, needed):
     (tmp_path / "thr" / "xrootd").mkdir(parents=True)
-    (tmp_path / "thr" / "xrootd" / "t.toml").write_text(PLAN)
+    (tmp_path / "thr" / "xrootd" / "t.toml").write_text(PLAN.format(clients=clients))
     (tmp_path / "test_suite.py").write_text(SUITE)
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_suite.py",
          f"--storage-endpoint={embedded_xrootd.url}", "--storage-thresholds=thr",
-         "--storage-results=r.json"],
+         "--storage-results=r.json", f"--storage-executor={executor}"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
         preexec_fn=_limit_open_files,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-2000:]
-    assert ("stat step at 500 clients: a step of 500 clients needs about 564 open files per "
-            "process (1 per client), and this process may open 256 (ulimit -n: soft 256, "
-            "hard 256). Raise the limit, e.g. 'ulimit -n 564'") in output, output[-2000:]
+    assert (f"stat step at {clients} clients: a step of {clients} clients needs about "
+            f"{needed} open files per process (1 per client), and this process may open 256 "
+            f"(ulimit -n: soft 256, hard 256). Raise the limit, e.g. 'ulimit -n {needed}'"
+            ) in output, output[-2000:]
     assert "Too many open files" not in output and "Traceback" not in output
+
+
+def test_the_open_files_check_counts_the_processes_the_executor_will_use():
+    """500 xrootd clients fit in ulimit -n 256 when auto spreads them over 3 processes
+    (at most 200 each), not in one process of threads."""
+    from pytest_storagescale.drivers.xrootd import XRootDDriver
+    from pytest_storagescale.load.executors import planned_processes, usable_cores
+
+    assert XRootDDriver.clients_per_process == 200
+    assert planned_processes("threads", 500, XRootDDriver) == 1
+    assert planned_processes("auto", 200, XRootDDriver) == 1
+    assert planned_processes("auto", 500, XRootDDriver) == max(3, usable_cores())
+    assert planned_processes("auto", 5000, XRootDDriver) == 25
+    assert planned_processes("processes", 10, XRootDDriver) == max(2, usable_cores())
+    assert planned_processes("auto", 5000, object) == 1  # a driver without a limit
 
 
 def test_the_soft_limit_is_raised_to_the_hard_one():

@@ -62,10 +62,23 @@ def process_count(plan: StepPlan, clients: int) -> int:
     :func:`clients_per_process`."""
     if plan.processes:
         return max(1, min(plan.processes, clients))
+    return _spread(clients, clients_per_process(plan))
+
+
+def _spread(clients: int, limit: int) -> int:
     count = max(2, usable_cores())
-    if (limit := clients_per_process(plan)):
+    if limit:
         count = max(count, math.ceil(clients / limit))
     return max(1, min(count, clients))
+
+
+def planned_processes(executor: str, clients: int, driver_class: type) -> int:
+    """How many processes ``executor`` will spread ``clients`` of ``driver_class`` over
+    (known before the step: the open-files check counts per process)."""
+    limit = int(getattr(driver_class, "clients_per_process", 0) or 0)
+    if executor == "threads" or (executor == "auto" and not (limit and clients > limit)):
+        return 1
+    return _spread(clients, limit)
 
 
 def run_threads(plan: StepPlan, context: dict[str, Any], progress: Progress | None = None
