@@ -250,6 +250,8 @@ class Driver(abc.ABC):
         except StorageNotFound:
             return 0
         except StorageError as exc:
+            if exc.error_class in ("permission", "auth"):  # refused: not a link's answer
+                raise
             if not self._not_empty(exc):
                 raise StorageError(
                     f"not removed: it looks like a directory but is not removable as one "

@@ -85,6 +85,19 @@ def session_login(options: Mapping[str, str], *, embedded: bool) -> str | None:
                 None)
 
 
+def token_expired_at(token: str | None) -> str:
+    """``"<when> UTC"`` when ``token`` is a JWT past its ``exp`` claim, else ``""``: a
+    refusal of it then says why (the servers answer only "Auth failed" or 403)."""
+    import datetime as dt
+
+    from ..endpoints.credentials import token_expiry
+
+    when = token_expiry(token) if token else None
+    if when is None or when > dt.datetime.now(dt.UTC):
+        return ""
+    return f"{when:%Y-%m-%d %H:%M:%S} UTC"
+
+
 def login_refusal(message: str, options: Mapping[str, str]) -> str:
     """The server refused the login (XRootD ``Auth failed``): which protocol and which
     credential were tried, and how to renew it (never the token itself)."""
@@ -96,7 +109,9 @@ def login_refusal(message: str, options: Mapping[str, str]) -> str:
                              ("krb5ccname", "KRB5CCNAME")):
         value = options.get(option) or os.environ.get(variable)
         if value:
-            given.append((option, "" if option == "token" else f" {value}"))
+            expired = token_expired_at(value) if option == "token" else ""
+            given.append((option, f" (it expired at {expired})" if expired else
+                          "" if option == "token" else f" {value}"))
     used = ", ".join(f"{option}{where}" for option, where in given)
     renew = "; ".join(f"{option}: {RENEW[option]}" for option, _ in given)
     return (
