@@ -41,6 +41,15 @@ empty one is deleted. The window between the listing and the ``DELETE`` is a rac
 an entry another client creates in it meanwhile is deleted with it (only inside the
 run's own directory: every mutating call is guarded). A file is deleted with
 ``Depth: 0``, which a server such as Apache refuses for a collection.
+
+**Third-party copy** (HTTP TPC, WebDAV ``COPY``; XrdHttpTPC, dCache, EOS):
+:meth:`HTTPDriver.pull` sends ``COPY`` to the destination with a ``Source:`` header,
+:meth:`HTTPDriver.push` sends it to the source with a ``Destination:`` header; the
+other server's credential (a bearer token) is forwarded in
+``TransferHeaderAuthorization`` and ``Credential: none`` asks for no delegation. The
+server answers at once and streams performance markers while it copies; the copy's
+outcome is the body's last line (``success: ...``, ``failure: ...``), not the status
+code. The whole ``COPY`` has the driver's deadline.
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ import threading
 import zlib
 from collections.abc import Mapping
 from http import HTTPStatus
+from typing import NamedTuple
 from urllib.parse import quote, unquote, urlsplit
 from xml.etree import ElementTree
 
@@ -101,6 +111,28 @@ _TAG = rb"<(?:[\w.-]+:)?"
 _LENGTH = re.compile(_TAG + rb"getcontentlength[^>]*>\s*(\d+)\s*<")
 _MODIFIED = re.compile(_TAG + rb"getlastmodified[^>]*>([^<]*)<")
 _COLLECTION = re.compile(_TAG + rb"resourcetype[^>/]*>\s*" + _TAG + rb"collection\b")
+
+
+#: a COPY answered with one of these: the server has no third-party copy; or with 400
+#: and one of the words (XrdHttp without XrdHttpTPC: 400 "Request unknown")
+_NO_TPC_STATUSES = {405, 501}
+_NO_TPC_WORDS = ("request unknown", "not supported", "not allowed", "unknown method")
+#: what the last line of a COPY answer starts with when the copy did not succeed
+_TPC_FAILURES = ("failure", "failed", "aborted")
+_STRIPE_BYTES = re.compile(r"Stripe Bytes Transferred:\s*(\d+)", re.IGNORECASE)
+
+
+class CopyOutcome(NamedTuple):
+    """What a ``COPY`` (HTTP third-party copy) answered."""
+
+    #: HTTP status of the answer
+    status: int
+    #: the body's last line: ``success: Created``
+    outcome: str
+    #: performance markers the server sent while copying
+    markers: int
+    #: bytes the last marker reported (None: no marker)
+    bytes_reported: int | None
 
 
 class _Settings:
@@ -409,7 +441,12 @@ class HTTPDriver(Driver):
         if status in _NOT_FOUND_STATUSES:
             return StorageNotFound(text, error_class="not_found", **kwargs)
         if status in _PERMISSION_STATUSES:
-            return StoragePermissionDenied(text, error_class="permission", **kwargs)
+            from .grid import token_expired_at  # a 403 does not say the token expired
+
+            expired = token_expired_at(self._token()) if self._auth else ""
+            return StoragePermissionDenied(
+                text + (f"; the token sent expired at {expired}" if expired else ""),
+                error_class="permission", **kwargs)
         if status in _TIMEOUT_STATUSES:
             return StorageTimeout(text, error_class="timeout", **kwargs)
         if status == 507:
@@ -668,6 +705,59 @@ class HTTPDriver(Driver):
             return answer.size
         boundary = kind.partition("boundary=")[2].strip().strip('"')
         return sum(len(part) for part in _byteranges(answer.data, boundary.encode()))
+
+    # -- third-party copy ---------------------------------------------------------------
+    def transfer_url(self, path: str) -> str:
+        """``path`` as the URL another server uses to reach it (``https://``)."""
+        return self._url(path)
+
+    def transfer_headers(self) -> list[str]:
+        """What a server copying from or to this client's server must send: its bearer
+        token (``TransferHeaderAuthorization``), when this client has one."""
+        token = self._token() if self._secure else None
+        return [f"TransferHeaderAuthorization: Bearer {token}"] if token else []
+
+    def pull(self, path: str, source: HTTPDriver, source_path: str) -> CopyOutcome:
+        """Third-party copy to ``path`` on this client's server, which fetches
+        ``source_path`` from ``source``'s server (``COPY`` with ``Source:``). Guarded:
+        ``path`` must be in this client's ``writable_root``."""
+        self._guard("third-party copy", path)
+        return self._copy(path, path, [f"Source: {source.transfer_url(source_path)}",
+                                       *source.transfer_headers()])
+
+    def push(self, path: str, target: HTTPDriver, target_path: str) -> CopyOutcome:
+        """Third-party copy of ``path`` on this client's server to ``target_path`` on
+        ``target``'s server, which this server sends it to (``COPY`` with
+        ``Destination:``). Guarded on the side written: ``target_path`` must be in
+        ``target``'s ``writable_root`` (this server's file is only read)."""
+        target._guard("third-party copy", target_path)
+        return self._copy(path, target_path, [
+            f"Destination: {target.transfer_url(target_path)}", *target.transfer_headers()])
+
+    def _copy(self, path: str, written: str, headers: list[str]) -> CopyOutcome:
+        """``COPY path`` with ``headers``; an error unless its last line says success."""
+        answer = self._request("COPY", path, operation="third-party copy", headers=[
+            *self._auth, *headers, "Overwrite: T", "Credential: none"])
+        reason = " ".join(_text_of(answer.data).split())[:200]
+        if answer.status in _NO_TPC_STATUSES or answer.status == 400 and any(
+                words in reason.lower() for words in _NO_TPC_WORDS):
+            raise StorageError(
+                f"COPY refused: {reason or 'no third-party copy'}",
+                error_class="tpc_not_supported",
+                **self._kwargs("third-party copy", written, f"HTTP {answer.status}"))
+        self._check(answer, "third-party copy", written)
+        text = answer.data.decode("utf-8", "replace")
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        last = lines[-1] if lines else ""
+        sizes = _STRIPE_BYTES.findall(text)
+        outcome = CopyOutcome(answer.status, last, text.count("Perf Marker"),
+                              int(sizes[-1]) if sizes else None)
+        if last.lower().startswith("success"):
+            return outcome
+        why = (f"the copy ended with {last!r}" if last.lower().startswith(_TPC_FAILURES)
+               else f"the answer ended without a 'success' line (last line {last!r:.200})")
+        raise StorageError(why, error_class="tpc_failed", **self._kwargs(
+            "third-party copy", written, f"HTTP {answer.status}"))
 
     def close(self) -> None:
         self._closed = True

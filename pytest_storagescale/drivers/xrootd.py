@@ -16,6 +16,12 @@ Timeouts: every request passes ``timeout=`` (whole seconds), and the client's
 ``TimeoutResolution`` is set to 1 s (default 15 s) so that a timeout fires when
 it should; a broken connection is tried again after 1 s (``StreamErrorWindow``,
 default 30 minutes), so the clients come back after a storage restart.
+
+Third-party copy (:meth:`XRootDDriver.pull`): XRootD's TPC is destination-driven --
+the client opens the destination with the source's URL and a rendezvous key, and the
+destination server fetches the file from the source (``ofs.tpc``, which both servers
+need). So there is one call, made of the destination's client; the copy's deadline
+is the driver's timeout for setting it up and again for the copy itself.
 """
 
 from __future__ import annotations
@@ -107,6 +113,8 @@ _TIMEOUT_CODES = {103, 206}  # errSocketTimeout, errOperationExpired
 _UNREACHABLE_CODES = {101, 102, 104, 107, 108, 110}  # address, socket, disconnect, conn., TLS
 _AUTH_CODES = {202, 203, 204}  # handshake, login, auth failed
 _KXR_NOT_AUTHORIZED, _KXR_NOT_FOUND = 3010, 3011
+_NOT_SUPPORTED = 13  # errNotSupported: a server without TPC, in XrdCl's TPC job
+_KXR_UNSUPPORTED = 3013  # a destination without ofs.tpc: "Unable to open ...; tpc not supported"
 
 
 class XRootDDriver(XRootDLogins, Driver):
@@ -157,6 +165,9 @@ class XRootDDriver(XRootDLogins, Driver):
             raise StoragePermissionDenied(message, error_class="permission", **kwargs)
         if status.errno == _KXR_NOT_FOUND or status.code == 304:
             raise StorageNotFound(message, error_class="not_found", **kwargs)
+        if status.errno in (3009, 3021):  # kXR_NoSpace, kXR_overQuota: a full disk or quota
+            raise StorageError(message if "no space left" in message.lower() else
+                               f"no space left: {message}", error_class="no_space", **kwargs)
         error_class = f"xrootd_errno_{status.errno}" if status.errno else f"xrootd_{status.code}"
         raise StorageError(message, error_class=error_class, **kwargs)
 
@@ -284,6 +295,40 @@ class XRootDDriver(XRootDLogins, Driver):
         finally:
             self._close(handle, "readv", path)
         return info.size
+
+    # -- third-party copy -----------------------------------------------------------
+    def pull(self, path: str, source: XRootDDriver, source_path: str) -> None:
+        """Third-party copy of ``source_path`` on ``source``'s server to ``path`` on this
+        client's server, which fetches it (``xrdcp --tpc only``: never through this
+        process). Guarded like every write: ``path`` must be in this client's
+        ``writable_root``; the source is only read. A server that offers no TPC (either
+        side) is an error of class ``tpc_not_supported``."""
+        self._guard("third-party copy", path)
+        # the source with this client's login name: the source lets the destination's
+        # copy program in only when the rendezvous key came from the same client identity
+        # (user.pid@host) as the copy asked of the destination; with another login name
+        # the destination waits for a source that refuses it until the deadline
+        login = self._server.partition("://")[2].partition("@")[0]
+        port = f":{source.endpoint.port}" if source.endpoint.port else ""
+        origin = (f"{source.endpoint.scheme}://{login}@{source.endpoint.host}{port}/"
+                  f"{source_path}")
+        process = client.CopyProcess()
+        process.add_job(origin, self._url(path), force=True, mkdir=True,
+                        thirdparty="only", inittimeout=self._timeout,
+                        tpctimeout=self._timeout)
+        status = process.prepare()
+        if status.ok:
+            status, results = process.run()
+            if status.ok and results and results[0].get("status") is not None:
+                status = results[0]["status"]
+        if not status.ok and (status.code == _NOT_SUPPORTED or (
+                status.errno == _KXR_UNSUPPORTED and "tpc not supported" in status.message)):
+            raise StorageError(
+                status.message.strip(), driver=self.name, endpoint=self.endpoint.server,
+                operation="third-party copy", path=path, error_class="tpc_not_supported",
+                native_status=f"status={status.status} code={status.code} "
+                              f"errno={status.errno}")
+        self._check(status, "third-party copy", path)
 
     def new_login(self, name: str) -> None:
         """Log in again as ``name``: the next request opens a new connection and

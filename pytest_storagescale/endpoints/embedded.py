@@ -14,6 +14,13 @@ certificate and a grid-mapfile; the client holds an RFC 3820 proxy and connects 
 TLS, authorised by ``libXrdAccSciTokens`` with a token signed by a throwaway issuer).
 Every credential a client needs is in :meth:`EmbeddedXRootD.driver_options`; the
 login's protocol is forced there too (``security_protocol``).
+
+Third-party copy is on unless ``tpc=False`` (a server without TPC, a fault the
+conformance suite catches): ``ofs.tpc`` for root:// (the destination server runs
+``xrdcp --server`` to pull from the source) and XrdHttpTPC (``http.exthandler
+xrdtpc``) for WebDAV ``COPY``, pull and push. XrdHttpTPC verifies the other server
+against this server's CA folder, read at each copy (``XRDTPC_CADIR``): a peer issued
+by another throwaway CA is trusted once :func:`trust_ca` put that CA in the folder.
 """
 
 from __future__ import annotations
@@ -49,6 +56,10 @@ INSTALL_HINT = (
 )
 #: the exported test area inside the embedded server
 AREA = "/storagescale"
+#: how long a root:// TPC rendezvous key is valid (default, most), and how many copies
+#: run at once
+TPC_TTL = (60, 300)
+TPC_TRANSFERS = 16
 
 
 def free_port() -> int:
@@ -77,6 +88,22 @@ def xrootd_version(binary: str | None = None) -> str:
     return text[-1].strip().lstrip("v") if text else "unknown"
 
 
+def trust_ca(ca_dir: str | Path, other_ca_dir: str | Path) -> int:
+    """Put the CA of ``other_ca_dir`` (a hashed folder: ``<hash>.0`` certificates, their
+    signing policies and CRLs) into ``ca_dir``, so that the server and the clients that
+    verify against ``ca_dir`` trust certificates it issued (a TPC peer's host
+    certificate). Returns the files copied; existing files are kept."""
+    target, copied = Path(ca_dir), 0
+    for source in sorted(Path(other_ca_dir).iterdir()):
+        destination = target / source.name
+        if not source.is_file() or destination.exists():
+            continue
+        shutil.copyfile(source, destination)
+        destination.chmod(0o644)
+        copied += 1
+    return copied
+
+
 def unprivileged_user() -> str | None:
     """The user to run xrootd as when we are root: ``xrootd`` if it exists, else ``nobody``."""
     if os.geteuid() != 0:
@@ -97,7 +124,8 @@ class EmbeddedXRootD(EmbeddedServer):
     """A throwaway xrootd serving ``root://127.0.0.1:<port>//storagescale``.
 
     ``extra_config`` lines are appended to the configuration (e.g. the throttle
-    plugin). Use as a context manager or call :meth:`start` / :meth:`stop`.
+    plugin); ``tpc=False`` leaves third-party copy out (root:// and HTTP). Use as a
+    context manager or call :meth:`start` / :meth:`stop`.
     """
 
     kind = "xrootd"
@@ -107,10 +135,12 @@ class EmbeddedXRootD(EmbeddedServer):
     binaries = ("xrootd",)
 
     def __init__(self, *, extra_config: str = "", startup_timeout: float = 30.0,
-                 https: bool = True, login: str = "unix") -> None:
+                 https: bool = True, login: str = "unix", tpc: bool = True) -> None:
         super().__init__(login=login)
         self.extra_config = extra_config
         self.https = https
+        #: third-party copy offered (ofs.tpc, and XrdHttpTPC on the davs door)
+        self.tpc = tpc
         self.http_port = 0
         self.startup_timeout = startup_timeout
         self.binary = xrootd_binary()
@@ -210,6 +240,7 @@ class EmbeddedXRootD(EmbeddedServer):
                 # enough threads for 1000+ clients blocked in requests
                 "xrd.sched mint 16 maxt 4096 avlt 256 idle 60",
                 *(self._https_config() if self.tls else []),
+                *self._tpc_config(),
                 # the security framework only when a login needs it: unix is no protocol
                 *(["xrootd.seclib libXrdSec.so", *self._security_config]
                   if self._security_config else []),
@@ -227,6 +258,34 @@ class EmbeddedXRootD(EmbeddedServer):
             f"xrd.tlsca certdir {d / 'ca'}",
             *([f"xrd.protocol XrdHttp:{self.http_port} libXrdHttp.so"] if self.https else []),
         ]
+
+    def _tpc_config(self) -> list[str]:
+        """Third-party copy: ``ofs.tpc`` (root://: this server pulls with ``xrdcp`` when
+        it is the destination, and checks the rendezvous key when it is the source) and
+        XrdHttpTPC for ``COPY`` on the davs door."""
+        if not self.tpc:
+            return []
+        xrdcp = shutil.which("xrdcp") or "xrdcp"
+        return [
+            # autorm: a failed copy leaves no partial file; pgm must come last
+            f"ofs.tpc autorm ttl {TPC_TTL[0]} {TPC_TTL[1]} xfr {TPC_TRANSFERS} "
+            f"pgm {xrdcp} --server",
+            *(["http.exthandler xrdtpc libXrdHttpTPC.so"] if self.https else []),
+        ]
+
+    def _environment(self) -> dict[str, str]:
+        """The xrootd process's environment: the login's variables and, with HTTP TPC,
+        the CA folder its copies verify the other server against (read at each copy, so
+        a CA added by :func:`trust_ca` counts at once; without it XrdHttpTPC reads a
+        copy made at start)."""
+        tpc = {"XRDTPC_CADIR": str(self.directory / "ca")} if (
+            self.tpc and self.https and self.directory is not None) else {}
+        return {**os.environ, **self._server_environment, **tpc}
+
+    def trust(self, other_ca_dir: str | Path) -> None:
+        """Trust the CA of ``other_ca_dir`` (a TPC peer's): :func:`trust_ca`."""
+        if self.ca_dir:
+            trust_ca(self.ca_dir, other_ca_dir)
 
     def _prepare_login(self, user: str | None) -> None:
         """Make the login's credentials; set the security lines of the configuration
@@ -330,7 +389,7 @@ class EmbeddedXRootD(EmbeddedServer):
         self.process = subprocess.Popen(
             command, cwd=self.directory, stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, **self._server_environment},
+            env=self._environment(),
         )
 
     def _wait_ready(self) -> str:

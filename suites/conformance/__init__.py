@@ -19,8 +19,9 @@ from .checks import (
     VectorReadChecks,
 )
 from .doors import Door
+from .tpc import ThirdPartyCopyChecks
 
 __all__ = [
     "AllChecks", "ConformanceChecks", "CrossDoorChecks", "DataChecks", "Door", "KnownIssues",
-    "NamespaceChecks", "PersistOnCloseChecks", "VectorReadChecks",
+    "NamespaceChecks", "PersistOnCloseChecks", "ThirdPartyCopyChecks", "VectorReadChecks",
 ]
