@@ -1,7 +1,10 @@
 """Baselines: an earlier run's JSON results, to compare each step with the same step.
 
 A step matches the baseline step with the same thresholds section, concurrency,
-label (``before``, ``probe 1``...) and side (:attr:`StepRecord.key`). Relative rules
+label (``before``, ``probe 1``...), side and door (:attr:`StepRecord.key`): a davs
+step is compared with the baseline's davs step, never with its root step. A baseline
+written before doors were recorded holds steps of its main door: they match the steps
+of this run's main door (``main_door``). Relative rules
 (``rate_hz >= 0.9 * baseline``) read the matched step's metric through the same
 lookup as the step's own (:meth:`StepRecord.metric`); a step the baseline does not
 have is reported (``new``), never failed. Results of the previous release (no
@@ -22,14 +25,18 @@ class Baseline:
     """The steps of an earlier run, indexed for matching. Read and checked when
     made, so a file of the wrong shape stops the session before any load runs."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, main_door: str | None = None) -> None:
         self.path = path
+        #: this run's main door (None: a step of any door matches a door-less step)
+        self.main_door = main_door
         document = self._read(path)
         try:
             self.run = RunInfo.from_json(document.get("run") or {})
             steps = [StepRecord.from_json(step) for step in document["steps"]]
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             raise self._wrong_shape(f"a step it holds cannot be read ({exc})") from None
+        for step in steps:  # a step without door ran over its run's main door
+            step.door = step.door or self.run.door
         self.steps = {step.key: step for step in steps}
 
     def _read(self, path: Path) -> dict:
@@ -81,7 +88,12 @@ class Baseline:
                 f"compared all the same; give a baseline of the same system and plan.")
 
     def find(self, step: StepRecord) -> StepRecord | None:
-        return self.steps.get(step.key)
+        """The baseline's step with ``step``'s key; a step of this run's main door also
+        matches a step of a baseline that recorded no doors."""
+        found = self.steps.get(step.key)
+        if found is None and (self.main_door is None or step.door in ("", self.main_door)):
+            found = self.steps.get(step.key[:4])  # the key without door
+        return found
 
     def compare(self, step: StepRecord) -> BaselineComparison:
         """How ``step`` compares with its baseline step (the table's ``vs base``)."""

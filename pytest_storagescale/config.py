@@ -167,6 +167,13 @@ def parse_doors(values: str | list[str] | tuple[str, ...]) -> dict[str, str]:
     return doors
 
 
+def _parse_load_doors(value: str) -> tuple[str, ...]:
+    """``all`` or door names (checked against the storage's doors at configure)."""
+    from .session.doors import parse_load_doors
+
+    return parse_load_doors(value)
+
+
 def _parse_cluster(value: str) -> str:
     """A Dask scheduler address or cluster recipe (checked, kept as written)."""
     from .cluster.address import parse_cluster_address  # light: Dask is not imported
@@ -297,12 +304,12 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "next to a root:// endpoint), repeatable; the conformance suite runs its checks "
         "through every door and across them.",
     ),
-    "storage_tpc_peer": (
-        "--storage-tpc-peer", None, None,
-        "URL of a second storage's writable area for the third-party-copy checks (root:// "
-        "and/or davs://, repeatable; ini: one per line). Default: a second embedded xrootd "
-        "when the storage under test is the embedded one; a remote storage without it "
-        "skips them, saying so.",
+    "storage_load_doors": (
+        "--storage-load-doors", _parse_load_doors, None,
+        "the doors the load steps run over: all, or door names separated by commas (e.g. "
+        "root,davs: the embedded server's doors, or the endpoint's scheme and the "
+        "--storage-door names); each load test runs once per door (test id [c10-davs]). "
+        "Default: the endpoint's own door only.",
     ),
     "storage_cluster": (
         "--storage-cluster", _parse_cluster, None,
@@ -312,7 +319,7 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
     ),
 }
 #: options given several times on the command line (their values are lists)
-REPEATABLE = ("storage_driver_options", "storage_doors", "storage_tpc_peer")
+REPEATABLE = ("storage_driver_options", "storage_doors")
 #: options that are flags on the command line (no value)
 FLAGS = ("storage_clean_stale",)
 #: settings whose values are credentials or may hold them: the header shows no value

@@ -4,7 +4,8 @@ can replace any of them:
 - ``storage_endpoint``: the storage under test (URL, version, run directory, clients);
 - ``storage_system`` / ``storage_thresholds``: which thresholds file applies;
 - ``storage_clients``: the step's concurrency, parametrized from the file's scan;
-- ``storage_load``: runs load steps and judges them;
+- ``storage_load``: runs load steps and judges them, over the door
+  ``storage_load_door`` names (parametrized by ``--storage-load-doors``);
 - ``storage_client`` / ``storage_test_dir``: a client of the endpoint and a fresh
   directory for one functional test (removed after it).
 """
@@ -26,10 +27,10 @@ from .errors import (
 )
 from .records import StepRecord, Verdict
 from .reporting.allure_report import allure_dir, attach_step
-from .reporting.plots import scans
+from .reporting.plots import scan_of
 from .reporting.progress import LiveProgress
 from .reporting.table import format_violations, format_why
-from .session import StorageRun
+from .session import Door, StorageRun
 from .stash import storage_run_key
 from .steps import Derive, Judge, StepOutcome, StepRequest, run_load_step
 from .thresholds import SectionPlan
@@ -164,14 +165,47 @@ def storage_clients(request: pytest.FixtureRequest) -> int:
     return param
 
 
-class StorageLoad:
-    """Runs load steps for one test; a step that breaks a rule fails the test."""
+#: the fixture a load test's door comes from (parametrized only with several doors)
+DOOR_FIXTURE = "storage_load_door"
 
-    def __init__(self, request: pytest.FixtureRequest, system: str) -> None:
+
+def parametrize_load_doors(metafunc: pytest.Metafunc) -> None:
+    """Run every test that uses ``storage_load`` once per ``--storage-load-doors``
+    door (ids ``[c10-davs]``); nothing changes while the load runs over the main door
+    only. The door names are known without starting a server."""
+    if DOOR_FIXTURE not in metafunc.fixturenames:
+        return
+    run: StorageRun = metafunc.config.stash[storage_run_key]
+    doors = run.load_doors
+    if doors == (run.main_door,):
+        return
+    metafunc.parametrize(DOOR_FIXTURE, list(doors), indirect=True, ids=list(doors))
+
+
+@pytest.fixture
+def storage_load_door(request: pytest.FixtureRequest) -> str | None:
+    """The door this test's load steps use: a name of ``--storage-load-doors``, or
+    None for the endpoint's own door (the default)."""
+    return getattr(request, "param", None)
+
+
+class StorageLoad:
+    """Runs load steps for one test over one door (``door_name``; None: the
+    endpoint's own); a step that breaks a rule fails the test."""
+
+    def __init__(self, request: pytest.FixtureRequest, system: str,
+                 door_name: str | None = None) -> None:
         self._request = request
         self._run = _run(request)
         self._system = system
+        self.door_name = door_name
         self.outcomes: list[StepOutcome] = []
+
+    @property
+    def door(self) -> Door:
+        """The door the steps' clients use (its driver spec, this run's directory on
+        it); the run directory exists when it returns."""
+        return self._run.door(self.door_name)
 
     @property
     def nodeid(self) -> str:
@@ -224,7 +258,8 @@ class StorageLoad:
         self.section_plan(section)
         _usable(self._run)
         request = StepRequest(test=self.nodeid, system=self._system, section=section,
-                              clients=clients, overrides=overrides, label=label, side=side)
+                              clients=clients, overrides=overrides, label=label, side=side,
+                              door=self.door_name)
         progress = LiveProgress(self._request.config)
         try:
             outcome = run_load_step(self._run, request, judge=judge, derive=derive,
@@ -243,8 +278,8 @@ class StorageLoad:
     def _report(self, outcome: StepOutcome) -> None:
         if allure_dir(self._request.config) is not None:
             logged = [step for _, step in self._run.ledger.logged()]
-            attach_step(outcome.record, outcome.run_info,
-                        scans(logged).get(outcome.record.section, []))
+            attach_step(outcome.record, outcome.run_info, scan_of(logged, outcome.record),
+                        door_parameter=self.door_name is not None)
         # the report says a step finished; whoever owns the results (this process or
         # the xdist controller, see plugin.StepCollector) reads it from the step log
         self._request.node.user_properties.append((STEP_PROPERTY, outcome.record.step_id))
@@ -252,6 +287,8 @@ class StorageLoad:
     def _raise_for(self, outcome: StepOutcome, check: bool) -> None:
         record = outcome.record
         what = f"{record.name} step at {record.clients} clients"
+        if self.door_name is not None:
+            what += f" over the {record.door} door"
         why = [f"  {line}" for line in format_why(record)]
         if record.verdict is Verdict.ERROR:
             raise StepError("\n".join([f"{what} gave no verdict: {record.error}",
@@ -283,6 +320,8 @@ class StorageLoad:
 
 
 @pytest.fixture
-def storage_load(request: pytest.FixtureRequest, storage_system: str) -> StorageLoad:
-    """Runs load steps (``storage_load.run()``) and judges them against the thresholds."""
-    return StorageLoad(request, storage_system)
+def storage_load(request: pytest.FixtureRequest, storage_system: str,
+                 storage_load_door: str | None) -> StorageLoad:
+    """Runs load steps (``storage_load.run()``) over this test's door and judges them
+    against the thresholds."""
+    return StorageLoad(request, storage_system, storage_load_door)

@@ -19,10 +19,12 @@ from .errors import StorageScaleUsageError
 from .fixtures import (  # noqa: F401 - fixtures are registered by import
     STEP_PROPERTY,
     marker_arg,
+    parametrize_load_doors,
     storage_client,
     storage_clients,
     storage_endpoint,
     storage_load,
+    storage_load_door,
     storage_system,
     storage_test_dir,
     storage_thresholds,
@@ -128,6 +130,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``storage_clients`` from the matched thresholds file, then the load
+    tests' door (``--storage-load-doors``: ids ``[c10-davs]``)."""
+    parametrize_clients(metafunc)
+    parametrize_load_doors(metafunc)
+
+
+def parametrize_clients(metafunc: pytest.Metafunc) -> None:
     """Parametrize ``storage_clients`` from the matched thresholds file."""
     if "storage_clients" not in metafunc.fixturenames:
         return
@@ -246,7 +255,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     terminalreporter.write_line(
         f"              thresholds: {info.thresholds_file} ({info.thresholds_reason}){scale}"
     )
-    for line in format_table(run.ledger.steps):
+    for line in format_table(run.ledger.steps, info.door):
         terminalreporter.write_line(line)
     for line in cluster_breakdown_lines(run.ledger.steps, config.option.verbose):
         terminalreporter.write_line(line)  # a cluster step's hosts (-v), lost hosts
@@ -254,7 +263,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         warning = run.baseline.warning(info.system, info.thresholds_file, info.scale)
         if warning:
             terminalreporter.write_line(f"storagescale: {warning}", yellow=True)
-    failures = format_failures(run.ledger.steps)
+    failures = format_failures(run.ledger.steps, info.door)
     if failures:
         terminalreporter.write_line("why:")
         for line in failures:

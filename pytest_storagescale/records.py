@@ -6,8 +6,8 @@ concurrency, timings), what the engine measured (:class:`StepResult`, None when 
 step could not run), what was derived from it and earlier steps (``mix_ratio``), and
 the verdict with the rule checks behind it. :meth:`StepRecord.metric` is the one
 metric lookup. ``to_json``/``from_json`` give the results file's format; records
-written by the previous release (no ``format`` key) still load, so old results serve
-as baselines.
+written by the previous release (no ``format`` key) or before doors were recorded
+(no ``door`` key: the run's main door) still load, so old results serve as baselines.
 """
 
 from __future__ import annotations
@@ -153,6 +153,9 @@ class StepRecord:
     hosts: list[HostResult] = field(default_factory=list)
     #: clients of hosts lost mid-step (a cluster step; a metric rules may name)
     lost: int = 0
+    #: the door the step's clients used (``root``, ``davs``: ``--storage-load-doors``);
+    #: "" in results written before doors were recorded (the run's main door)
+    door: str = ""
 
     # -- reading ---------------------------------------------------------------
     @property
@@ -228,8 +231,11 @@ class StepRecord:
 
     @property
     def key(self) -> tuple:
-        """What identifies the step across runs (baseline matching)."""
-        return (self.section, self.clients, self.label, self.side)
+        """What identifies the step across runs (baseline matching): section,
+        concurrency, label, side and door (a step of results written before doors were
+        recorded has no door in its key)."""
+        key = (self.section, self.clients, self.label, self.side)
+        return (*key, self.door) if self.door else key
 
     @property
     def title(self) -> str:
@@ -248,8 +254,9 @@ class StepRecord:
         document: dict[str, Any] = {
             "format": FORMAT, "step_id": self.step_id, "worker": self.worker,
             "test": self.test, "op": self.section, "operation": self.operation,
-            "label": self.label, "side": self.side, "system": self.system,
-            "operations_bound": self.max_operations, "warmup_s": self.warmup_s,
+            "label": self.label, "side": self.side, "door": self.door,
+            "system": self.system, "operations_bound": self.max_operations,
+            "warmup_s": self.warmup_s,
             "hang_timeout_s": self.hang_timeout_s, "params": self.params,
             "executor": self.executor, "thresholds_file": self.thresholds_file,
             "started": self.started, "lock_acquired": self.lock_acquired,
@@ -316,7 +323,7 @@ class StepRecord:
             else None,
             client_cpu_limit=float(data.get("client_cpu_limit") or 0.9),
             hosts=[HostResult.from_json(h) for h in data.get("hosts") or []],
-            lost=int(data.get("lost") or 0),
+            lost=int(data.get("lost") or 0), door=str(data.get("door") or ""),
         )
 
 
@@ -382,6 +389,8 @@ class RunInfo:
     scale: float = 1.0
     #: driver option names in use (never their values)
     driver_options: tuple[str, ...] = ()
+    #: the endpoint's own door (the load steps' default); "" in older results
+    door: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -391,7 +400,7 @@ class RunInfo:
             "thresholds_reason": self.thresholds_reason, "run_id": self.run_id,
             "started": self.started, "executor": self.executor, "driver": self.driver,
             "client": self.client.to_json(), "scale": self.scale,
-            "driver_options": list(self.driver_options),
+            "driver_options": list(self.driver_options), "door": self.door,
         }
 
     @classmethod
@@ -405,4 +414,5 @@ class RunInfo:
             client=ClientInfo.from_json(data.get("client") or {}),
             scale=float(data.get("scale") or 1.0),
             driver_options=tuple(data.get("driver_options") or ()),
+            door=str(data.get("door") or ""),
         )

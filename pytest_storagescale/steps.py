@@ -35,7 +35,8 @@ class StepRequest:
     """What a test asks for: section ``section`` at ``clients``; ``overrides`` replace
     the section's values (``duration``, ``hang_timeout``, ``warmup``, parameters);
     ``label`` names the step's role in a multi-step test; ``side`` runs one side of a
-    composite section alone."""
+    composite section alone; ``door`` names the door its clients use (None: the
+    endpoint's own)."""
 
     test: str
     system: str
@@ -44,6 +45,7 @@ class StepRequest:
     overrides: dict[str, Any] = field(default_factory=dict)
     label: str | None = None
     side: str | None = None
+    door: str | None = None
 
 
 @dataclass
@@ -89,11 +91,11 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan
     except StorageScaleUsageError as exc:
         raise StepError(f"{request.section} step at {request.clients} clients: {exc}") \
             from None
-    run_dir = run.area.ensure()
+    door = run.door(request.door)  # the run directory as that door names it
     plan = StepPlan(
         operation=operation, clients=request.clients, duration=duration, warmup=warmup,
-        hang_timeout=hang_timeout, driver=run.endpoint.driver_spec(run_dir),
-        workdir=f"{run_dir}/{request.section}-c{request.clients}-{step_id}", params=params,
+        hang_timeout=hang_timeout, driver=door.spec,
+        workdir=door.path(f"{request.section}-c{request.clients}-{step_id}"), params=params,
         max_operations=section.max_operations,
     )
     record = StepRecord(
@@ -103,7 +105,7 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan
         max_operations=section.max_operations, duration_s=duration, warmup_s=warmup,
         hang_timeout_s=hang_timeout, params=dict(params), executor=settings.executor,
         thresholds_file=str(run.thresholds(request.system).path), started=time.time(),
-        client_cpu_limit=getattr(settings, "client_cpu_limit", None) or 0.9,
+        client_cpu_limit=getattr(settings, "client_cpu_limit", None) or 0.9, door=door.name,
     )
     return plan, record
 

@@ -99,11 +99,15 @@ _SHOWN = (("rate_hz", False), ("mb_s", False), ("succeeded", True), ("failed", T
           ("hung", True))
 
 
-def _parameters(record: StepRecord, run: RunInfo) -> None:
+def _parameters(record: StepRecord, run: RunInfo, *, door_parameter: bool) -> None:
     import allure
 
     allure.dynamic.parameter("op", record.section)
     allure.dynamic.parameter("clients", record.clients)
+    if door_parameter:  # the test runs once per door: the door tells the runs apart
+        allure.dynamic.parameter("door", record.door)
+    if record.door:  # a label, not a parameter: one-door runs keep their history ids
+        allure.dynamic.label("door", record.door)
     allure.dynamic.parameter("endpoint", run.endpoint_id or run.endpoint)
     allure.dynamic.parameter("storage version", run.version)
     if record.label:
@@ -115,15 +119,20 @@ def _parameters(record: StepRecord, run: RunInfo) -> None:
                                      int(value) if whole else round(value, 3), excluded=True)
 
 
-def attach_step(record: StepRecord, run: RunInfo, scan: list[StepRecord]) -> None:
+def attach_step(record: StepRecord, run: RunInfo, scan: list[StepRecord], *,
+                door_parameter: bool = False) -> None:
     """Describe the running test's step to Allure (called inside the test). ``scan``:
-    the measured steps of the record's section so far (:func:`plots.scans`)."""
+    the measured steps of the record's section (and door) so far (:func:`plots.scan_of`);
+    ``door_parameter``: the test runs once per door (``--storage-load-doors``), so the
+    door is a parameter (else a label only)."""
     import allure
 
-    _parameters(record, run)
+    _parameters(record, run, door_parameter=door_parameter)
     title = record.title
-    allure.attach(table_html([record]), f"table: {title}", allure.attachment_type.HTML)
-    allure.attach(table_csv([record]), f"table: {title} (CSV)", allure.attachment_type.CSV)
+    allure.attach(table_html([record], run.door), f"table: {title}",
+                  allure.attachment_type.HTML)
+    allure.attach(table_csv([record], run.door), f"table: {title} (CSV)",
+                  allure.attachment_type.CSV)
     if record.measured:
         allure.attach(plots.timeline_png(record), f"timeline: {title}",
                       allure.attachment_type.PNG)
@@ -135,8 +144,9 @@ def attach_step(record: StepRecord, run: RunInfo, scan: list[StepRecord]) -> Non
     allure.attach(json_text(record.to_json()), f"step JSON: {title}",
                   allure.attachment_type.JSON)
     if scan and not record.label:
-        allure.attach(plots.scan_png(scan), f"scan: {record.section} (rate, failed, hung "
-                      f"vs clients)", allure.attachment_type.PNG)
+        door = f"@{record.door}" if door_parameter else ""
+        allure.attach(plots.scan_png(scan), f"scan: {record.section}{door} (rate, failed, "
+                      f"hung vs clients)", allure.attachment_type.PNG)
 
 
 def write_session_files(directory: Path, run: RunInfo) -> None:

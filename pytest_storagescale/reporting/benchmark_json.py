@@ -19,6 +19,7 @@ from typing import Any
 
 from ..records import RunInfo, StepRecord
 from .results import write_json_atomic
+from .table import several_doors
 
 #: the pytest-benchmark file format version this writer follows
 FORMAT_VERSION = "5.1.0"
@@ -51,18 +52,22 @@ def _stats(step: StepRecord) -> dict[str, Any] | None:
     }
 
 
-def _benchmark(run: RunInfo, step: StepRecord, stats: dict[str, Any]) -> dict[str, Any]:
+def _benchmark(run: RunInfo, step: StepRecord, stats: dict[str, Any], *,
+               with_door: bool = False) -> dict[str, Any]:
+    """One benchmark; ``with_door``: the steps ran over several doors, so the door is
+    part of its name (``stat[c10-davs]``) and parameters."""
     label = f" ({step.label})" if step.label else ""
     side = f"/{step.side}" if step.side else ""
-    name = f"{step.section}{side}[c{step.clients}]{label}"
+    door = f"-{step.door}" if with_door else ""
+    name = f"{step.section}{side}[c{step.clients}{door}]{label}"
     return {
         "group": f"{run.system} {step.section}{side}",
         "name": name,
         "fullname": f"{step.test}::{name}",
-        "params": {"clients": step.clients},
-        "param": str(step.clients),
+        "params": {"clients": step.clients, **({"door": step.door} if with_door else {})},
+        "param": f"{step.clients}{door}",
         "extra_info": {
-            "storage_version": run.version, "endpoint": run.endpoint,
+            "storage_version": run.version, "endpoint": run.endpoint, "door": step.door,
             "rate_hz": step.metric("rate_hz"), "mb_s": step.metric("mb_s"),
             "failed": int(step.metric("failed")), "hung": int(step.metric("hung")),
             "verdict": str(step.verdict),
@@ -75,10 +80,11 @@ def _benchmark(run: RunInfo, step: StepRecord, stats: dict[str, Any]) -> dict[st
 def benchmark_document(run: RunInfo, steps: list[StepRecord]) -> dict[str, Any]:
     """The pytest-benchmark document of ``steps`` (steps without latencies left out)."""
     benchmarks = []
+    with_door = several_doors(steps, run.door)
     for step in steps:
         stats = _stats(step)
         if stats is not None:
-            benchmarks.append(_benchmark(run, step, stats))
+            benchmarks.append(_benchmark(run, step, stats, with_door=with_door))
     return {
         "machine_info": {
             "node": socket.gethostname(), "processor": platform.processor(),

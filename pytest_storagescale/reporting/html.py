@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..records import RunInfo, StepRecord
 from . import plots
-from .table import columns_for, format_failures, step_rows
+from .table import format_failures, table_rows
 
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
@@ -28,26 +28,27 @@ img { max-width: 100%; }
 """
 
 
-def table_html(steps: list[StepRecord]) -> str:
-    """The table as an HTML ``<table>``; each row's class is its step's verdict."""
-    with_baseline, columns = columns_for(steps)
+def table_html(steps: list[StepRecord], main_door: str = "") -> str:
+    """The table as an HTML ``<table>``; each row's class is its step's verdict (a door
+    column as in :func:`~.table.format_table`)."""
+    columns, per_step = table_rows(steps, main_door)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = []
-    for step in steps:
-        for row in step_rows(step, with_baseline=with_baseline):
+    for step, rows in zip(steps, per_step, strict=True):
+        for row in rows:
             cells = "".join(f"<td>{html.escape(cell)}</td>" for cell in row)
             body.append(f'<tr class="{html.escape(str(step.verdict))}">{cells}</tr>')
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def table_csv(steps: list[StepRecord]) -> str:
+def table_csv(steps: list[StepRecord], main_door: str = "") -> str:
     """The table as CSV, header first."""
-    with_baseline, columns = columns_for(steps)
+    columns, per_step = table_rows(steps, main_door)
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(columns)
-    for step in steps:
-        writer.writerows(step_rows(step, with_baseline=with_baseline))
+    for rows in per_step:
+        writer.writerows(rows)
     return buffer.getvalue()
 
 
@@ -69,8 +70,8 @@ def _head(run: RunInfo) -> list[str]:
 def write_report(directory: Path, run: RunInfo, steps: list[StepRecord]) -> Path:
     """Write ``index.html`` and ``table.csv`` into ``directory``; return the page."""
     directory.mkdir(parents=True, exist_ok=True)
-    parts = [*_head(run), "<h2>Steps</h2>", table_html(steps)]
-    failures = format_failures(steps)
+    parts = [*_head(run), "<h2>Steps</h2>", table_html(steps, run.door)]
+    failures = format_failures(steps, run.door)
     if failures:  # what went wrong, without opening the JSON
         parts += ["<h2>Why</h2>", f"<pre>{html.escape(chr(10).join(failures))}</pre>"]
     parts.append("<h2>Scans</h2>")
@@ -91,5 +92,5 @@ def write_report(directory: Path, run: RunInfo, steps: list[StepRecord]) -> Path
     parts.append("</body></html>")
     page = directory / "index.html"
     page.write_text("\n".join(parts), encoding="utf-8")
-    (directory / "table.csv").write_text(table_csv(steps), encoding="utf-8")
+    (directory / "table.csv").write_text(table_csv(steps, run.door), encoding="utf-8")
     return page

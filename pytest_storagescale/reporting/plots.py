@@ -248,13 +248,24 @@ def scan_png(steps: list[StepRecord]) -> bytes:
 
 
 def scans(steps: list[StepRecord]) -> dict[str, list[StepRecord]]:
-    """Steps grouped by scan: plain (no label, no side), measured steps of one section."""
+    """Steps grouped by scan: plain (no label, no side), measured steps of one section
+    over one door. Named by the section, ``stat@davs`` when the steps used several
+    doors."""
+    several = len({step.door for step in steps}) > 1
     grouped: dict[str, list[StepRecord]] = {}
     for step in steps:
         if step.label or step.side or not step.measured:
             continue
-        grouped.setdefault(step.section, []).append(step)
+        name = f"{step.section}@{step.door}" if several else step.section
+        grouped.setdefault(name, []).append(step)
     return grouped
+
+
+def scan_of(steps: list[StepRecord], record: StepRecord) -> list[StepRecord]:
+    """The scan ``record`` belongs to among ``steps`` (its section and door; empty
+    for a step of a multi-step test)."""
+    return next((scan for scan in scans(steps).values()
+                 if any(step.step_id == record.step_id for step in scan)), [])
 
 
 # -- a cluster step's hosts ----------------------------------------------------------------

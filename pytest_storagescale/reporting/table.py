@@ -4,7 +4,8 @@
     stat       50     55100   11020 Hz       0     0   4 ms   12 ms   pass
 
 A step that measured nothing (it could not run) gets one row of ``-`` with its
-verdict, so a table always shows every step that was planned.
+verdict, so a table always shows every step that was planned. When the steps ran
+over more than one door (``--storage-load-doors``), a ``door`` column follows ``op``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from ..records import RuleCheck, StepRecord
 
 COLUMNS = ("op", "clients", "succeeded", "rate", "MB/s", "failed", "hung", "p50", "p99",
            "verdict")
+#: the column naming a step's door, when the steps used several
+DOOR_COLUMN = "door"
 
 
 def format_rate(hz: float) -> str:
@@ -59,14 +62,16 @@ def _side_cells(side: SideResult) -> list[str]:
     ]
 
 
-def step_rows(step: StepRecord, *, with_baseline: bool = False) -> list[list[str]]:
+def step_rows(step: StepRecord, *, with_baseline: bool = False,
+              with_door: bool = False) -> list[list[str]]:
     """Table rows for one step: one per side, or one row of ``-`` when it measured
-    nothing."""
+    nothing; ``with_door``: the step's door after its name."""
     tail = [*([_change(step)] if with_baseline else []), str(step.verdict)]
+    door = [step.door or "-"] if with_door else []
     sides = step.sides
     if not sides:
-        return [[step.name, str(step.clients), *["-"] * 7, *tail]]
-    return [[_side_name(step, name, len(sides) > 1), *_side_cells(side), *tail]
+        return [[step.name, *door, str(step.clients), *["-"] * 7, *tail]]
+    return [[_side_name(step, name, len(sides) > 1), *door, *_side_cells(side), *tail]
             for name, side in sides.items()]
 
 
@@ -74,7 +79,7 @@ def render(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS) -> list[st
     """Align ``rows`` under ``columns``: text left, numbers right."""
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
               for i, c in enumerate(columns)]
-    left = {0, len(columns) - 1}
+    left = {0, len(columns) - 1, *(i for i, c in enumerate(columns) if c == DOOR_COLUMN)}
 
     def line(cells: list[str] | tuple[str, ...]) -> str:
         return "  ".join(
@@ -85,11 +90,30 @@ def render(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS) -> list[st
     return [line(columns), *(line(r) for r in rows)]
 
 
-def columns_for(steps: list[StepRecord]) -> tuple[bool, tuple[str, ...]]:
-    """The columns of a table of ``steps``: a ``vs base`` column when compared."""
+def several_doors(steps: list[StepRecord], main_door: str = "") -> bool:
+    """Whether the table of ``steps`` names their doors: they ran over more than one,
+    or over another than the run's ``main_door`` (the endpoint's own)."""
+    doors = {step.door for step in steps}
+    return len(doors) > 1 or bool(main_door and doors and doors != {main_door})
+
+
+def columns_for(steps: list[StepRecord], main_door: str = "") -> tuple[bool, tuple[str, ...]]:
+    """The columns of a table of ``steps``: a ``vs base`` column when compared, a
+    ``door`` column when they ran over several doors (:func:`several_doors`)."""
     with_baseline = any(step.baseline is not None for step in steps)
     columns = COLUMNS if not with_baseline else (*COLUMNS[:-1], "vs base", COLUMNS[-1])
+    if several_doors(steps, main_door):
+        columns = (columns[0], DOOR_COLUMN, *columns[1:])
     return with_baseline, columns
+
+
+def table_rows(steps: list[StepRecord], main_door: str = ""
+               ) -> tuple[tuple[str, ...], list[list[list[str]]]]:
+    """The columns, and each step's rows under them (see :func:`step_rows`)."""
+    with_baseline, columns = columns_for(steps, main_door)
+    with_door = several_doors(steps, main_door)
+    return columns, [step_rows(s, with_baseline=with_baseline, with_door=with_door)
+                     for s in steps]
 
 
 #: the column that appears when a step saturated its client host
@@ -109,16 +133,16 @@ def client_cell(step: StepRecord) -> str:
     return f"{cpu:.0%} {SATURATED}" if step.client_saturated else f"{cpu:.0%}"
 
 
-def format_table(steps: list[StepRecord]) -> list[str]:
+def format_table(steps: list[StepRecord], main_door: str = "") -> list[str]:
     """The run's table as terminal lines (header first); a ``client CPU`` column and a
-    note under the table when a step saturated its client host."""
-    with_baseline, columns = columns_for(steps)
-    rows = [row for step in steps for row in step_rows(step, with_baseline=with_baseline)]
-    saturated = {id(step) for step in steps if step.client_saturated}
-    if not saturated:
+    note under the table when a step saturated its client host; a ``door`` column when
+    the steps ran over several doors, or another than ``main_door``."""
+    columns, per_step = table_rows(steps, main_door)
+    rows = [row for step_rows_ in per_step for row in step_rows_]
+    if not any(step.client_saturated for step in steps):
         return render(rows, columns)
-    cells = [client_cell(step) for step in steps
-             for _ in step_rows(step, with_baseline=with_baseline)]
+    cells = [client_cell(step) for step, step_rows_ in zip(steps, per_step, strict=True)
+             for _ in step_rows_]
     rows = [[*row[:-1], cell, row[-1]] for row, cell in zip(rows, cells, strict=True)]
     return [*render(rows, (*columns[:-1], CLIENT_COLUMN, columns[-1])), SATURATED_NOTE]
 
@@ -161,13 +185,16 @@ def format_why(step: StepRecord, *, top: int = 3) -> list[str]:
     return lines
 
 
-def format_failures(steps: list[StepRecord]) -> list[str]:
-    """One block per step that did not pass, with :func:`format_why`'s lines."""
+def format_failures(steps: list[StepRecord], main_door: str = "") -> list[str]:
+    """One block per step that did not pass, with :func:`format_why`'s lines (the
+    step's door named when the steps ran over several)."""
     lines = []
+    several = several_doors(steps, main_door)
     for step in steps:
         why = format_why(step)
         if step.verdict.value in ("fail", "error", "interrupted") or step.cleanup_error:
             if why:
-                lines.append(f"{step.title} ({step.verdict}):")
+                door = f" over {step.door}" if several else ""
+                lines.append(f"{step.title}{door} ({step.verdict}):")
                 lines.extend(f"  {line}" for line in why)
     return lines

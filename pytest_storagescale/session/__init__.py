@@ -37,10 +37,12 @@ from ..reporting.results import ResultsFile
 from ..roles import Role, role_of
 from ..thresholds import ThresholdSet, select_thresholds
 from .area import RunArea
+from .doors import Door, load_door, load_door_names, main_door_name
 from .endpoint import EndpointUnderTest
 from .ledger import StepLedger
 
-__all__ = ["Role", "StorageRun", "EndpointUnderTest", "RunArea", "StepLedger", "role_of"]
+__all__ = ["Door", "Role", "StorageRun", "EndpointUnderTest", "RunArea", "StepLedger",
+           "role_of"]
 
 DEFAULT_SYSTEM = "xrootd"
 #: the ``workerinput`` key that carries the controller's run to an xdist worker
@@ -102,7 +104,23 @@ class StorageRun:
     def baseline(self) -> Baseline | None:
         """The earlier run to compare with (``--storage-baseline``), or None."""
         path = self.settings.baseline_path()
-        return Baseline(path) if path is not None else None
+        return Baseline(path, main_door=self.main_door) if path is not None else None
+
+    # -- doors -----------------------------------------------------------------------
+    @property
+    def main_door(self) -> str:
+        """The endpoint's own door (``root``, ``davs``...): the load steps' default."""
+        return main_door_name(self.endpoint)
+
+    @functools.cached_property
+    def load_doors(self) -> tuple[str, ...]:
+        """The doors the load steps run over (``--storage-load-doors``), checked."""
+        return load_door_names(self.endpoint)
+
+    def door(self, name: str | None = None) -> Door:
+        """The door ``name`` (default: the main one) guarded to this run's directory
+        on it; the run directory exists when it returns."""
+        return load_door(self, name)
 
     # -- thresholds ----------------------------------------------------------------
     def system_for(self, marker_system: str | None) -> str:
@@ -132,6 +150,7 @@ class StorageRun:
                               versions=client_versions(),
                               argv=redact_argv(sys.argv[1:])),
             scale=self.settings.scale, driver_options=endpoint.option_names,
+            door=self.main_door,
         )
 
     # -- the end -------------------------------------------------------------------

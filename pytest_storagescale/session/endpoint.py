@@ -33,14 +33,18 @@ class EndpointUnderTest:
 
     def check(self) -> None:
         """Refuse a malformed URL, an unknown driver or driver option now, before any
-        test runs (no request is sent)."""
+        test runs (no request is sent), and a ``--storage-load-doors`` name the storage
+        has no door for."""
+        from .doors import load_door_names
+
         if not self.is_embedded:
             driver_spec(self.settings.endpoint, driver=self.settings.driver,
                         options=self._options())
-            return
-        _ = self.protocol  # refuses a protocol or login the embedded server lacks
-        if self.settings.driver != "auto":
-            driver_class(self.settings.driver)
+        else:
+            _ = self.protocol  # refuses a protocol or login the embedded server lacks
+            if self.settings.driver != "auto":
+                driver_class(self.settings.driver)
+        load_door_names(self)
 
     # -- where ---------------------------------------------------------------------
     @property

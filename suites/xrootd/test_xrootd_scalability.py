@@ -81,7 +81,7 @@ def _auth_scan(login: str, storage_endpoint, storage_load) -> None:
             f"'pytest suites/xrootd --storage-embedded-login {login}' (the embedded server), "
             f"or against your storage force it with --storage-driver-option "
             f"security_protocol={LOGIN_PROTOCOLS[login]} and that login's credential")
-    driver = storage_endpoint.driver_spec.driver_class
+    driver = storage_load.door.spec.driver_class  # the door the steps use
     if not hasattr(driver, "new_login"):
         pytest.skip(
             f"authentication rates are XRootD logins: the {driver.name} driver of this "

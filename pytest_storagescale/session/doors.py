@@ -1,0 +1,199 @@
+"""The doors of the storage under test: one client per protocol on one namespace.
+
+The embedded server offers every door it serves (the embedded xrootd: ``root`` and
+``davs``); a remote storage offers its ``--storage-endpoint`` (named by its scheme)
+and the named ``--storage-door NAME=URL`` extra doors (ini ``storage_doors``). Each
+door's clients may write only inside this run's directory as that door sees it
+(``<door's test area>/<run id>``): the same guard as the session's own clients.
+
+The *main* door is the endpoint's own (the embedded server's
+``--storage-embedded-protocol``, or the scheme of ``--storage-endpoint``): the one
+the load steps use unless ``--storage-load-doors`` names others, and the one a
+baseline written without doors is matched against.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import pytest
+
+from ..drivers.base import Driver
+from ..drivers.registry import DriverSpec, driver_spec
+from ..endpoints.family import embedded_class
+from ..endpoints.url import HTTP_SCHEMES, XROOTD_SCHEMES
+from ..errors import StorageScaleUsageError
+
+if TYPE_CHECKING:
+    from . import StorageRun
+    from .endpoint import EndpointUnderTest
+
+#: deadline of one request when no hang timeout is set
+DOOR_TIMEOUT = 60.0
+#: ``--storage-load-doors all``: every door the storage offers
+ALL_DOORS = "all"
+
+
+@dataclass(frozen=True)
+class Door:
+    """One door: its name (test ids), its client spec and this run's directory on it."""
+
+    name: str
+    spec: DriverSpec
+    #: this run's directory as the door names it
+    run_dir: str
+    timeout: float = DOOR_TIMEOUT
+
+    @property
+    def scheme(self) -> str:
+        return self.spec.endpoint.scheme
+
+    @property
+    def display(self) -> str:
+        return self.spec.endpoint.display
+
+    @property
+    def is_xrootd(self) -> bool:
+        return self.scheme in XROOTD_SCHEMES
+
+    @property
+    def is_http(self) -> bool:
+        return self.scheme in HTTP_SCHEMES
+
+    def client(self, label: str) -> Driver:
+        """A new client of this door (its own connection and login)."""
+        return self.spec.connect(label, timeout=self.timeout)
+
+    def path(self, *parts: str) -> str:
+        """A path inside this run's directory on this door."""
+        return "/".join([self.run_dir, *parts])
+
+
+def _run(where: pytest.Config | StorageRun) -> StorageRun:
+    from ..stash import storage_run_key  # it imports the session package
+
+    return where.stash[storage_run_key] if isinstance(where, pytest.Config) else where
+
+
+def main_door_name(endpoint: EndpointUnderTest) -> str:
+    """The endpoint's own door: the embedded protocol, or the endpoint URL's scheme."""
+    if endpoint.is_embedded:
+        return endpoint.protocol
+    return urlsplit(endpoint.settings.endpoint).scheme.lower() or "endpoint"
+
+
+def endpoint_door_names(endpoint: EndpointUnderTest) -> tuple[str, ...]:
+    """The doors' names (the embedded server's in its order, else the main door
+    first); no server is started."""
+    if endpoint.is_embedded:
+        return tuple(dict.fromkeys(embedded_class(endpoint.embedded_kind).schemes))
+    return tuple(dict.fromkeys([main_door_name(endpoint), *(endpoint.settings.doors or {})]))
+
+
+def door_names(where: pytest.Config | StorageRun) -> tuple[str, ...]:
+    """The doors' names, known at collection (before any server starts)."""
+    return endpoint_door_names(_run(where).endpoint)
+
+
+def door_urls(where: pytest.Config | StorageRun) -> dict[str, str]:
+    """Door name -> URL of its test area (starts the embedded server when needed)."""
+    run = _run(where)
+    if run.endpoint.is_embedded:
+        return run.endpoint.door_urls()
+    main = main_door_name(run.endpoint)
+    return {main: run.settings.endpoint, **{
+        name: url for name, url in (run.settings.doors or {}).items() if name != main}}
+
+
+def parse_load_doors(value: str | tuple[str, ...]) -> tuple[str, ...]:
+    """``all`` or door names separated by commas (checked against the storage's doors
+    once the endpoint is known: :func:`load_door_names`)."""
+    text = ",".join(value) if isinstance(value, (tuple, list)) else str(value)
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if names and all(re.fullmatch(r"[A-Za-z][\w.-]*", n) for n in names) and (
+            ALL_DOORS not in names or len(names) == 1):
+        return names
+    raise StorageScaleUsageError(
+        f"--storage-load-doors: {value!r} is not a list of door names. Write all, or the "
+        f"doors' names separated by commas, e.g. --storage-load-doors root,davs (the "
+        f"embedded server's doors, or the endpoint's scheme and the --storage-door names)."
+    )
+
+
+def load_door_names(endpoint: EndpointUnderTest) -> tuple[str, ...]:
+    """The doors the load steps run over (``--storage-load-doors``; default: the main
+    door); an unknown name is one usage error naming the doors the storage has."""
+    wanted = getattr(endpoint.settings, "load_doors", None)
+    known = endpoint_door_names(endpoint)
+    if not wanted:
+        return (main_door_name(endpoint),)
+    if wanted == (ALL_DOORS,):
+        return known
+    unknown = [name for name in wanted if name not in known]
+    if unknown:
+        where = (f"the embedded {endpoint.embedded_kind}" if endpoint.is_embedded
+                 else "this storage (the --storage-endpoint's scheme and the --storage-door "
+                      "names)")
+        raise StorageScaleUsageError(
+            f"--storage-load-doors: unknown door {', '.join(map(repr, unknown))}. The doors "
+            f"of {where}: {', '.join(known)}. Name some of those, or all; another door of a "
+            f"remote storage is added with --storage-door NAME=URL."
+        )
+    return tuple(wanted)
+
+
+def door_spec(url: str, main: DriverSpec, run_id: str) -> tuple[DriverSpec, str]:
+    """A door's client spec guarded to this run's directory on it, and that directory.
+
+    The door's driver is chosen by its scheme (the main door's own driver when ``url``
+    is the main endpoint's); it gets those of ``main``'s options it takes."""
+    cls = driver_spec(url).driver_class
+    options = {k: v for k, v in main.options.items() if k in cls.option_names}
+    area = driver_spec(url).endpoint.path.rstrip("/")
+    run_dir = f"{area}/{run_id}"
+    same = url == main.endpoint_url
+    spec = driver_spec(url, driver=main.name if same else "auto", options=options,
+                       writable_root=run_dir)
+    return spec, run_dir
+
+
+def build_doors(where: pytest.Config | StorageRun, main: DriverSpec) -> dict[str, Door]:
+    """Every door with a client spec guarded to this run's directory on it.
+
+    ``main`` is the session's own spec (the endpoint's driver, options merged from the
+    embedded server and ``--storage-driver-option``); the other doors get the options
+    their driver takes."""
+    run = _run(where)
+    timeout = run.settings.hang_timeout or DOOR_TIMEOUT
+    doors = {}
+    for name, url in door_urls(run).items():
+        spec, run_dir = door_spec(url, main, run.run_id)
+        doors[name] = Door(name, spec, run_dir, timeout)
+    return doors
+
+
+def load_door(run: StorageRun, name: str | None) -> Door:
+    """The door a load step runs over: ``name``, or the main door when None. The main
+    door's spec is the session's own (:meth:`EndpointUnderTest.driver_spec`)."""
+    run_dir = run.area.ensure()
+    main_name = main_door_name(run.endpoint)
+    main = run.endpoint.driver_spec(run_dir)
+    timeout = run.settings.hang_timeout or DOOR_TIMEOUT
+    if name is None or name == main_name:
+        return Door(main_name, main, run_dir, timeout)
+    urls = door_urls(run)
+    if name not in urls:
+        raise StorageScaleUsageError(
+            f"--storage-load-doors: unknown door {name!r}. The doors of this storage: "
+            f"{', '.join(urls)}."
+        )
+    spec, door_dir = door_spec(urls[name], main, run.run_id)
+    return Door(name, spec, door_dir, timeout)
+
+
+def folder_name(nodename: str) -> str:
+    """A directory name for one test (its id without characters paths dislike)."""
+    return re.sub(r"[^\w.-]+", "-", nodename).strip("-")
