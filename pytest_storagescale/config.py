@@ -311,6 +311,13 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "--storage-door names); each load test runs once per door (test id [c10-davs]). "
         "Default: the endpoint's own door only.",
     ),
+    "storage_tpc_peer": (
+        "--storage-tpc-peer", None, None,
+        "URL of a second storage's writable area for the third-party-copy checks (root:// "
+        "and/or davs://, repeatable; ini: one per line). Default: a second embedded xrootd "
+        "when the storage under test is the embedded one; a remote storage without it "
+        "skips them, saying so.",
+    ),
     "storage_cluster": (
         "--storage-cluster", _parse_cluster, None,
         "run each step's clients on the hosts of a Dask cluster: a scheduler address "
@@ -319,7 +326,7 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
     ),
 }
 #: options given several times on the command line (their values are lists)
-REPEATABLE = ("storage_driver_options", "storage_doors")
+REPEATABLE = ("storage_driver_options", "storage_doors", "storage_tpc_peer")
 #: options that are flags on the command line (no value)
 FLAGS = ("storage_clean_stale",)
 #: settings whose values are credentials or may hold them: the header shows no value
