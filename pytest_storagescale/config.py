@@ -174,6 +174,21 @@ def _parse_load_doors(value: str) -> tuple[str, ...]:
     return parse_load_doors(value)
 
 
+def parse_token_file(value: str, *, what: str) -> str:
+    """A readable file holding a token (the path is kept: the token is read when used)."""
+    path = Path(str(value)).expanduser()
+    try:
+        empty = not path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StorageScaleUsageError(
+            f"{what} {value}: cannot read it ({getattr(exc, 'strerror', None) or exc}). Give "
+            f"a file holding one token (e.g. 'oidc-token <account> > FILE').") from None
+    if empty:
+        raise StorageScaleUsageError(f"{what} {value}: the file is empty. Give a file "
+                                     f"holding one token.")
+    return str(path)
+
+
 def _parse_cluster(value: str) -> str:
     """A Dask scheduler address or cluster recipe (checked, kept as written)."""
     from .cluster.address import parse_cluster_address  # light: Dask is not imported
@@ -317,6 +332,19 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "and/or davs://, repeatable; ini: one per line). Default: a second embedded xrootd "
         "when the storage under test is the embedded one; a remote storage without it "
         "skips them, saying so.",
+    ),
+    "storage_token_readonly": (
+        "--storage-token-readonly",
+        lambda v: parse_token_file(v, what="--storage-token-readonly"), None,
+        "FILE holding a token with only storage.read:/ for the authorization checks of a "
+        "remote storage (its write token is --storage-driver-option token); without it "
+        "they skip. The embedded xrootd's token login mints its own.",
+    ),
+    "storage_token_expired": (
+        "--storage-token-expired",
+        lambda v: parse_token_file(v, what="--storage-token-expired"), None,
+        "FILE holding an expired token of the storage's issuer, for the authorization "
+        "check that it is refused (a remote storage; without it the check skips).",
     ),
     "storage_cluster": (
         "--storage-cluster", _parse_cluster, None,

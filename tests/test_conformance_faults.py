@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.endpoints.embedded import AREA, EmbeddedXRootD, unprivileged_user
-from pytest_storagescale.errors import EndpointError
+from pytest_storagescale.errors import EndpointError, StorageError
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
@@ -142,6 +143,15 @@ def test_a_full_disk_says_no_space_left(pytester, tmp_path, full_disk_xrootd):
     assert "no space left" in said["root"].lower() and "errno=3009" in said["root"], said
     assert "http put" in said["davs"] and "Empty reply from server" in said["davs"], said
     _assert_clean_end(result)
+    # the xrootd driver's class of the error: grouped as no_space in results
+    client = driver_spec(server.url, writable_root=AREA).connect("full", timeout=30)
+    try:
+        with pytest.raises(StorageError) as refused:
+            client.put(f"{AREA}/direct.dat", bytes(8 * 1024 * 1024))
+        assert refused.value.error_class == "no_space", refused.value
+        client.delete(f"{AREA}/direct.dat")  # the part written: the area is full
+    finally:
+        client.close()
 
 
 def test_the_full_disk_is_unmounted_when_the_server_stops(tmp_path):
@@ -242,6 +252,7 @@ def test_a_test_area_made_read_only_mid_run(pytester, tmp_path, xrootd, monkeypa
 
 
 # -- the authorization checks -------------------------------------------------------------
+@pytest.mark.slow_server
 def test_authorization_checks_pass_on_the_token_login(pytester, tmp_path):
     """The embedded xrootd with the token login: every authorization check passes over
     root:// (ztn) and davs:// (Bearer); the minted tokens are in no output."""
@@ -290,6 +301,7 @@ def _token_file(folder: Path, name: str, token: str) -> Path:
     return path
 
 
+@pytest.mark.slow_server
 def test_a_server_that_lets_a_read_only_token_write_is_caught(pytester, tmp_path,
                                                               everyone_writes):
     """The remote-storage path (token files): every write the authdb lets through is a
@@ -327,3 +339,17 @@ def test_a_server_that_lets_a_read_only_token_write_is_caught(pytester, tmp_path
     for token in (server.token, readonly.read_text().strip(), expired.read_text().strip()):
         assert token not in text
     _assert_clean_end(result)
+
+
+def test_a_token_file_that_cannot_be_read_is_one_usage_error(pytester, tmp_path):
+    """Checked when the run starts, before any server or storage is asked."""
+    empty = tmp_path / "empty-token"
+    empty.write_text("\n")
+    for path, said in ((tmp_path / "missing", "cannot read it (No such file or directory)"),
+                       (empty, "the file is empty")):
+        result = pytester.runpytest_subprocess(
+            str(XROOTD_SUITE), "-k", "Authorization", f"--storage-token-readonly={path}",
+            "-p", "no:cacheprovider", timeout=RUN_TIMEOUT)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"ERROR: --storage-token-readonly {path}: {said}*"])
+        assert "Traceback" not in result.stderr.str()

@@ -8,6 +8,7 @@ runs them all; a system suite reuses them by subclassing (``suites/xrootd``,
 thresholds file's ``[known_issues]`` and run as strict expected failures.
 """
 
+from .authz import AuthorizationChecks  # noqa: F401 - token and credential checks
 from .checks import (
     AllChecks,
     ConformanceChecks,
