@@ -135,7 +135,8 @@ def test_installed_plugin_collects_the_shipped_suite(installed_run):
     assert probe["registered_as"] == ["storagescale"], output[-3000:]
     assert probe["items"] == [
         str(site / SUITES_PACKAGE / "xrootd" / name)
-        for name in ("test_conformance.py", "test_xrootd_scalability.py")]
+        for name in ("test_authorization.py", "test_conformance.py",
+                     "test_xrootd_scalability.py")]
     assert "test_xrootd_scalability.py::test_round_trip_with_checksum" in output
     # the shared conformance checks, imported from the installed package, by door
     assert "test_conformance.py::TestXRootDConformance::test_cross_door_read[davs]" in output
