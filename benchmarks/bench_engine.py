@@ -128,7 +128,7 @@ def bare_request(fs, server: str, op: str, path: str, data: bytes) -> int:
 def bare_share(port: int, op: str, first: int, step: int, clients: int, start_at: float,
                warmup: float, duration: float, tag: str) -> dict:
     """Clients first, first + step, ... of a bare loop, in this process."""
-    counts, moved = [0] * clients, [0] * clients
+    counts, moved, failures = [0] * clients, [0] * clients, [0] * clients
     measure_from, end_at = start_at + warmup, start_at + warmup + duration
     data = b"x" * SIZE
 
@@ -147,9 +147,13 @@ def bare_share(port: int, op: str, first: int, step: int, clients: int, start_at
             now = time.time()
             if now > end_at:
                 return
-            if got >= 0 and now >= measure_from:
+            if now < measure_from:
+                continue
+            if got >= 0:
                 counts[index] += 1
                 moved[index] += got
+            else:
+                failures[index] += 1
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True)
                for i in range(first, clients, step)]
@@ -164,7 +168,8 @@ def bare_share(port: int, op: str, first: int, step: int, clients: int, start_at
     rss = psutil.Process().memory_info().rss / 1e6
     for thread in threads:
         thread.join(timeout=120)
-    return {"ok": sum(counts), "bytes": sum(moved), "cpu_s": cpu, "rss_mb": rss}
+    return {"ok": sum(counts), "bytes": sum(moved), "cpu_s": cpu, "rss_mb": rss,
+            "failed": sum(failures)}
 
 
 def bare_point(port: int, op: str, clients: int, warmup: float, duration: float,
@@ -182,7 +187,7 @@ def bare_point(port: int, op: str, clients: int, warmup: float, duration: float,
     return Point("bare", op, clients, sum(p["ok"] for p in parts) / duration,
                  sum(p["bytes"] for p in parts) / duration / 1e6,
                  sum(p["cpu_s"] for p in parts), duration, sum(p["rss_mb"] for p in parts),
-                 processes)
+                 processes, sum(p["failed"] for p in parts))
 
 
 def cxx_point(binary: Path, port: int, op: str, clients: int, warmup: float,
@@ -297,6 +302,13 @@ def fmt(value: float, digits: int = 0) -> str:
     return "-" if value != value else f"{value:,.{digits}f}"
 
 
+def _with_failures(r: dict, kind: str) -> str:
+    """The kind's mean, and its failed requests over all rounds when there were any."""
+    unit = (" Hz" if r["op"] == "stat" else " MB/s") if kind == "engine" else ""
+    failed = r.get(f"{kind}_failed", 0)
+    return fmt(r.get(kind, math.nan)) + unit + (f" ({failed:,} failed)" if failed else "")
+
+
 def table(rows: list[dict]) -> list[str]:
     lines = [
         "| op | C | load avg | procs | engine | C++ loop | bare Python | engine / C++ | "
@@ -305,13 +317,13 @@ def table(rows: list[dict]) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        unit = " Hz" if r["op"] == "stat" else " MB/s"
         lines.append(
             f"| {r['op']} | {r['clients']} | {r['load']:.1f} | {r['engine_procs']} | "
-            f"{fmt(r['engine'])}{unit} | {fmt(r['cxx'])} | {fmt(r['bare'])} | "
+            f"{_with_failures(r, 'engine')} | {_with_failures(r, 'cxx')} | "
+            f"{_with_failures(r, 'bare')} | "
             f"{fmt(r['engine'] / r['cxx'], 2)} | {fmt(r['engine'] / r['bare'], 2)} | "
             f"{fmt(r['engine_cpu_us'])} | {fmt(r['cxx_cpu_us'])} | {fmt(r['bare_cpu_us'])} | "
-            f"{fmt(r['engine_rss'])} | {fmt(r.get('cxx-1', math.nan))} |")
+            f"{fmt(r['engine_rss'])} | {_with_failures(r, 'cxx-1')} |")
     return lines
 
 
