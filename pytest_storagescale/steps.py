@@ -18,6 +18,7 @@ from .drivers.registry import driver_class, driver_spec
 from .errors import StepError, StorageError, StorageScaleUsageError, ThresholdsError
 from .limits import check_open_files
 from .load.engine import StepInterrupted, run_step
+from .load.executors import planned_processes
 from .load.operations import get_operation
 from .load.plan import StepPlan, StepProgress
 from .records import RuleCheck, RunInfo, StepRecord, Verdict
@@ -84,10 +85,12 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     step_id = run.ledger.next_step_id(worker)
     try:  # before the step's load: one paragraph naming ulimit -n
-        check_open_files(request.clients * max(1, len(operation.sides)),
-                         getattr(run.endpoint.driver_spec(None).driver_class,
-                                 "files_per_client", 2),
-                         processes=_processes(settings.executor))
+        driver_class = run.endpoint.driver_spec(None).driver_class
+        clients = request.clients * max(1, len(operation.sides))
+        if not getattr(settings, "cluster", None):  # a cluster's clients are on its hosts
+            check_open_files(clients, getattr(driver_class, "files_per_client", 2),
+                             processes=planned_processes(settings.executor, clients,
+                                                         driver_class))
     except StorageScaleUsageError as exc:
         raise StepError(f"{request.section} step at {request.clients} clients: {exc}") \
             from None
@@ -138,11 +141,6 @@ def executor_line(executor: str, driver: type | None) -> str:
             f"client library slows down with more connections in one process), "
             f"{'threads up to that, then ' if executor == 'auto' else ''}"
             f"ceil(clients / {limit}) processes, at least one per core")
-
-
-def _processes(executor: str) -> int:
-    """How many processes share a step's clients (each has its own open files)."""
-    return max(2, os.cpu_count() or 2) if executor == "processes" else 1
 
 
 def _side_operation(operation, request: StepRequest, section: SectionPlan):
