@@ -72,7 +72,7 @@ def test_stat_step_runs_over_root_and_davs_of_the_embedded_xrootd(pytester):
     _require_xrootd()
     _suite(pytester)
     result = pytester.runpytest_subprocess(*ARGS, "--storage-load-doors=all",
-                                           "--storage-results=r.json")
+                                           "--storage-results=r.json", "--alluredir=allure")
     result.assert_outcomes(passed=2)
     # the door follows the scan's concurrency in the id: [c2] stays a prefix
     result.stdout.fnmatch_lines(["*test_stat[[]c2-root[]] PASSED*",
@@ -88,6 +88,15 @@ def test_stat_step_runs_over_root_and_davs_of_the_embedded_xrootd(pytester):
     assert [row.split()[:3] for row in table[1:]] == [["stat", "root", "2"],
                                                      ["stat", "davs", "2"]]
     assert all(row.split()[-1] == "pass" for row in table[1:])
+    # Allure: the door is a parameter of the step (and a label)
+    doors = {}
+    for path in (pytester.path / "allure").glob("*-result.json"):
+        test = json.loads(path.read_text())
+        parameters = {p["name"]: p["value"] for p in test["parameters"]}
+        labels = {la["name"]: la["value"] for la in test["labels"]}
+        doors[test["name"]] = (parameters["door"], labels["door"])
+    assert doors == {"test_stat[c2-root]": ("'root'", "root"),
+                     "test_stat[c2-davs]": ("'davs'", "davs")}
 
 
 def test_an_unknown_door_is_one_usage_error_before_any_load(pytester):
