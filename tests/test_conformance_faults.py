@@ -254,17 +254,17 @@ def test_a_test_area_made_read_only_mid_run(pytester, tmp_path, xrootd, monkeypa
 # -- the authorization checks -------------------------------------------------------------
 @pytest.mark.slow_server
 def test_authorization_checks_pass_on_the_token_login(pytester, tmp_path):
-    """The embedded xrootd with the token login: every authorization check passes over
-    root:// (ztn) and davs:// (Bearer); the minted tokens are in no output."""
+    """The embedded xrootd with the token login, under xdist: every authorization check
+    passes over root:// (ztn) and davs:// (Bearer)."""
     result = pytester.runpytest_subprocess(
         str(XROOTD_SUITE), "-k", "Authorization", "--storage-embedded-login", "token",
         f"--storage-thresholds={_thresholds(tmp_path)}", "-p", "no:cacheprovider", "-v",
-        "-p", "no:xdist", timeout=RUN_TIMEOUT)
+        "-n", "2", timeout=RUN_TIMEOUT)  # the workers get the controller's tokens
     result.assert_outcomes(passed=2 * AUTHZ_CHECKS)
     for check in ("read_only_token_reads", "read_only_token_cannot_write", "write_token_writes",
                   "missing_credential_is_refused", "expired_token_is_refused"):
         for door in ("root", "davs"):
-            result.stdout.fnmatch_lines([f"*test_{check}?{door}? PASSED*"])
+            result.stdout.fnmatch_lines([f"*PASSED *::test_{check}?{door}?*"])
     _assert_clean_end(result)
 
 

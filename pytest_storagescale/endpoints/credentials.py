@@ -580,6 +580,26 @@ class TokenIssuer:
             lib.scitoken_key_destroy(key)
 
 
+#: the WLCG scopes of the authorization checks' tokens (suites/conformance/authz.py)
+READ_SCOPE = "storage.read:/"
+WRITE_SCOPE = "storage.read:/ storage.create:/ storage.modify:/"
+#: how long the checks' valid tokens last (a long run must not see them expire)
+CHECK_TOKEN_LIFETIME = 12 * 3600
+
+
+def authorization_tokens(issuer: TokenIssuer | None) -> dict[str, str]:
+    """The tokens the authorization checks present, minted by ``issuer`` (none without
+    one): ``readonly`` (:data:`READ_SCOPE`), ``write`` (:data:`WRITE_SCOPE`) and
+    ``expired`` (write scopes, expired a minute ago). Secrets: never printed."""
+    if issuer is None:
+        return {}
+    return {"readonly": issuer.mint(subject="ssreader", scope=READ_SCOPE,
+                                    lifetime=CHECK_TOKEN_LIFETIME),
+            "write": issuer.mint(subject="sswriter", scope=WRITE_SCOPE,
+                                 lifetime=CHECK_TOKEN_LIFETIME),
+            "expired": issuer.mint(subject="sswriter", scope=WRITE_SCOPE, lifetime=-60)}
+
+
 # -- checks of what a client is given ---------------------------------------------------
 #: how each credential is renewed (named in every error about it)
 RENEW = {

@@ -30,6 +30,7 @@ class EndpointUnderTest:
         self._server = None
         self._url: EndpointURL | None = None
         self._version: str | None = None
+        self._tokens: dict[str, str] | None = None
 
     def check(self) -> None:
         """Refuse a malformed URL, an unknown driver or driver option now, before any
@@ -139,7 +140,23 @@ class EndpointUnderTest:
         url = self.url.url  # starts the server, once
         return {"endpoint_url": url, "embedded_version": self.version,
                 "driver_options": self._server.driver_options() if self._server else {},
-                "door_urls": self.door_urls()}
+                "door_urls": self.door_urls(),
+                "authorization_tokens": self.authorization_tokens()}
+
+    def authorization_tokens(self) -> dict[str, str]:
+        """The authorization checks' tokens (``readonly``, ``write``, ``expired``), minted
+        once by the embedded server's token issuer (its token login), also for xdist
+        workers; empty otherwise."""
+        if not self.is_embedded:
+            return {}
+        if self._shared is not None:
+            return dict(self._shared.get("authorization_tokens") or {})
+        if self._tokens is None:
+            from ..endpoints.credentials import authorization_tokens
+
+            _ = self.url  # starts the server, once
+            self._tokens = authorization_tokens(getattr(self._server, "token_issuer", None))
+        return dict(self._tokens)
 
     def door_urls(self) -> dict[str, str]:
         """Every door of the embedded server, scheme -> its test area URL (the

@@ -2,13 +2,15 @@
 
 With token logins (WLCG tokens, ``storage.read``/``storage.create``/``storage.modify``
 scopes): a read-only token reads but cannot write, a write token writes, a client with
-no credential cannot write, and an expired token is refused by the storage and, before
-anything is sent, by our drivers (naming when it expired).
+no credential cannot write, and an expired token is refused by the storage, the error
+saying it expired (our XRootD driver refuses it before sending it; the HTTP driver adds
+it to the server's 403).
 
 Where the tokens come from:
 
 - the embedded xrootd with ``--storage-embedded-login token``: the session's throwaway
-  issuer (``EmbeddedXRootD.token_issuer``) mints them;
+  issuer (``EmbeddedXRootD.token_issuer``) mints them once
+  (``EndpointUnderTest.authorization_tokens``; xdist workers get the controller's);
 - a remote storage: ``--storage-token-readonly FILE`` and ``--storage-token-expired FILE``
   (ini ``storage_token_readonly``, ``storage_token_expired``; files, so no token is on a
   command line), the write token being the session's own ``--storage-driver-option
@@ -36,17 +38,13 @@ import pytest
 from pytest_storagescale.drivers.grid import CREDENTIAL_ENVIRONMENT
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.drivers.spec import DriverSpec
+from pytest_storagescale.endpoints.credentials import READ_SCOPE, WRITE_SCOPE
 from pytest_storagescale.errors import StorageScaleUsageError
 from pytest_storagescale.stash import storage_run_key
 
 from .checks import ConformanceChecks, Place, adler32_hex, expect_missing, fail, payload
 from .doors import Door
 
-#: WLCG scopes of the tokens the embedded issuer mints (relative to its base path)
-READ_SCOPE = "storage.read:/"
-WRITE_SCOPE = "storage.read:/ storage.create:/ storage.modify:/"
-#: how long ago the expired token expired
-EXPIRED_AGO_S = 60
 #: driver options that carry an identity (dropped before one is given to a probe)
 IDENTITY_OPTIONS = ("token", "x509_proxy", "x509_user_cert", "x509_user_key", "krb5ccname",
                     "security_protocol")
@@ -162,16 +160,11 @@ def session_tokens(config: pytest.Config) -> AuthzTokens:
         if login != "token":
             pytest.skip(f"the authorization checks need token logins and the embedded "
                         f"server runs with the {login} login: {RUN_HINT}")
-        issuer = getattr(run.endpoint.embedded_server, "token_issuer", None)
-        if issuer is None:
-            pytest.skip("the embedded server's token issuer lives in the process that "
-                        "started the server (the xdist controller): run the authorization "
-                        "checks without -n (-p no:xdist)")
-        return AuthzTokens(
-            "minted by the embedded server's issuer",
-            readonly=issuer.mint(subject="ssreader", scope=READ_SCOPE),
-            write=issuer.mint(subject="sswriter", scope=WRITE_SCOPE),
-            expired=issuer.mint(subject="sswriter", scope=WRITE_SCOPE, lifetime=-EXPIRED_AGO_S))
+        tokens = run.endpoint.authorization_tokens()  # the controller's, under xdist
+        if not tokens:
+            pytest.skip(f"the embedded {run.endpoint.embedded_kind} has no token issuer to "
+                        f"mint the checks' tokens: {RUN_HINT}")
+        return AuthzTokens("minted by the embedded server's issuer", **tokens)
     settings = run.settings
     found, missing = {}, {}
     for kind, option in (("readonly", "token_readonly"), ("expired", "token_expired")):
