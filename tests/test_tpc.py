@@ -12,7 +12,7 @@ import pytest
 
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
-from pytest_storagescale.errors import UnsafePathError
+from pytest_storagescale.errors import StorageError, UnsafePathError
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
@@ -42,6 +42,7 @@ def storage_without_tpc_and_peer():
     storage's CA folder holds: the clients verify both against one folder)."""
     with EmbeddedXRootD(tpc=False) as storage, EmbeddedXRootD() as peer:
         storage.trust(peer.ca_dir)
+        peer.trust(storage.ca_dir)  # the peer's copies verify the storage (a pull from it)
         yield storage, peer
 
 
@@ -102,6 +103,30 @@ def test_a_peer_url_of_another_protocol_is_one_paragraph(pytester,
     result.stdout.fnmatch_lines(["*--storage-tpc-peer 'gsiftp://peer/area': not the URL of a "
                                  "writable area over root:// or HTTP(S)*"])
     assert "Traceback" not in result.stdout.str()
+
+
+def test_an_http_copy_that_fails_after_201_is_an_error(storage_without_tpc_and_peer):
+    """XrdHttpTPC answers 201 at once and reports the copy's failure in the body's last
+    line: that line is the error, the status code is not the outcome."""
+    storage, peer = storage_without_tpc_and_peer
+    options = {"ca_dir": storage.ca_dir}
+    source = driver_spec(storage.https_url, options=options,
+                         writable_root="/storagescale/run").connect("tpcsrc", timeout=30)
+    target = driver_spec(peer.https_url, options=options,
+                         writable_root="/storagescale/run").connect("tpcdst", timeout=30)
+    target.mkdir("/storagescale/run")
+    with pytest.raises(StorageError) as refused:
+        target.pull("/storagescale/run/copy.dat", source, "/storagescale/missing.dat")
+    assert refused.value.error_class == "tpc_failed"
+    assert refused.value.native_status == "HTTP 201"
+    assert re.match(r"the copy ended with 'failure: Remote side failed with status code 404",
+                    refused.value.message), refused.value.message
+    source.put("/storagescale/run/source.dat", b"tpc" * 1000)
+    done = target.pull("/storagescale/run/copy.dat", source, "/storagescale/run/source.dat")
+    assert done.outcome.startswith("success") and done.status == 201
+    assert target.stat("/storagescale/run/copy.dat").size == 3000
+    target.remove_tree("/storagescale/run")
+    source.remove_tree("/storagescale/run")
 
 
 @pytest.mark.parametrize("scheme", ["root", "davs"])

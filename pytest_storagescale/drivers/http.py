@@ -720,7 +720,8 @@ class HTTPDriver(Driver):
     def pull(self, path: str, source: HTTPDriver, source_path: str) -> CopyOutcome:
         """Third-party copy to ``path`` on this client's server, which fetches
         ``source_path`` from ``source``'s server (``COPY`` with ``Source:``). Guarded:
-        ``path`` must be in this client's ``writable_root``."""
+        ``path`` must be in this client's ``writable_root``. Its directory must exist
+        (XrdHttpTPC makes no parents)."""
         self._guard("third-party copy", path)
         return self._copy(path, path, [f"Source: {source.transfer_url(source_path)}",
                                        *source.transfer_headers()])
