@@ -21,7 +21,8 @@ Third-party copy (:meth:`XRootDDriver.pull`): XRootD's TPC is destination-driven
 the client opens the destination with the source's URL and a rendezvous key, and the
 destination server fetches the file from the source (``ofs.tpc``, which both servers
 need). So there is one call, made of the destination's client; the copy's deadline
-is the driver's timeout for setting it up and again for the copy itself.
+is the driver's timeout for setting it up and again (at least 10 s: XrdCl looks for
+the end of a copy every 2.5 s) for the copy itself.
 """
 
 from __future__ import annotations
@@ -114,6 +115,9 @@ _UNREACHABLE_CODES = {101, 102, 104, 107, 108, 110}  # address, socket, disconne
 _AUTH_CODES = {202, 203, 204}  # handshake, login, auth failed
 _KXR_NOT_AUTHORIZED, _KXR_NOT_FOUND = 3010, 3011
 _NOT_SUPPORTED = 13  # errNotSupported: a server without TPC, in XrdCl's TPC job
+#: the least deadline of a TPC's copy: XrdCl looks whether the destination finished
+#: every 2.5 s (XrdClThirdPartyCopyJob), so even a small copy takes that long
+_TPC_MIN_TIMEOUT = 10
 _KXR_UNSUPPORTED = 3013  # a destination without ofs.tpc: "Unable to open ...; tpc not supported"
 
 
@@ -315,7 +319,7 @@ class XRootDDriver(XRootDLogins, Driver):
         process = client.CopyProcess()
         process.add_job(origin, self._url(path), force=True, mkdir=True,
                         thirdparty="only", inittimeout=self._timeout,
-                        tpctimeout=self._timeout)
+                        tpctimeout=max(self._timeout, _TPC_MIN_TIMEOUT))
         status = process.prepare()
         if status.ok:
             status, results = process.run()
