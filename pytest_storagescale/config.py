@@ -454,6 +454,9 @@ def _shown(name: str, value: Any) -> str:
         return redact_url(str(value))
     if name == "storage_doors" and isinstance(value, dict):
         return ", ".join(f"{door}={redact_url(url)}" for door, url in value.items())
+    if name == "storage_tpc_peer":
+        urls = value.splitlines() if isinstance(value, str) else value
+        return ", ".join(redact_url(str(url).strip()) for url in urls if str(url).strip())
     if isinstance(value, tuple):
         return ",".join(map(str, value))
     return str(value)
