@@ -123,10 +123,16 @@ class Place:
         return other.path(self.relative, name)
 
     def put(self, name: str, data: bytes) -> str:
+        """Upload ``data``; the size the storage then reports must be its length (XrdHttp
+        5.5.3 on a nearly full disk answered 200 to a PUT and kept part of it)."""
         path = self.path(name)
         written = call(self.door, "put", path, self.client.put, path, data)
         if written != len(data):
             fail(self.door, "put", path, f"took {written} bytes", f"{len(data)}")
+        kept = call(self.door, "stat", path, self.client.stat, path).size
+        if kept != len(data):
+            fail(self.door, "put", path, f"accepted the upload but keeps {kept} bytes "
+                 f"(stat after the put)", f"{len(data)}")
         return path
 
     def read_all(self, client: Driver, door: Door, path: str) -> bytes:
