@@ -62,6 +62,20 @@ def test_driver_round_trip(area):
     assert driver.version().startswith("5.")
 
 
+def test_stat_says_what_the_login_may_do(area, embedded_xrootd):
+    """root:// stat's readable/writable flags follow the file's mode on the server: what
+    the conformance check test_stat_fields compares (a WebDAV stat does not say)."""
+    root, driver = area
+    path = f"{root}/mode.dat"
+    driver.put(path, b"x" * 10)
+    info = driver.stat(path)
+    assert (info.readable, info.writable) == (True, True)
+    on_disk = embedded_xrootd.directory / "data" / path.lstrip("/")
+    on_disk.chmod(0o444)
+    assert (driver.stat(path).readable, driver.stat(path).writable) == (True, False)
+    on_disk.chmod(0o644)
+
+
 def test_errors_carry_driver_endpoint_operation_path_and_status(area, embedded_xrootd):
     root, driver = area
     with pytest.raises(StorageNotFound) as info:

@@ -44,6 +44,10 @@ class StatInfo(NamedTuple):
     #: last modification, seconds since the epoch on the storage's clock (None: the
     #: driver cannot tell)
     modified: float | None = None
+    #: whether the storage says this login may read / write it (None: the protocol does
+    #: not say, e.g. a WebDAV PROPFIND)
+    readable: bool | None = None
+    writable: bool | None = None
 
 
 class Driver(abc.ABC):

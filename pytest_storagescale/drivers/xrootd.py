@@ -182,8 +182,11 @@ class XRootDDriver(XRootDLogins, Driver):
     def _server_stat(self, path: str) -> StatInfo:
         status, info = self._fs.stat(path, timeout=self._timeout)
         self._check(status, "stat", path)
-        return StatInfo(size=info.size, is_dir=bool(info.flags & StatInfoFlags.IS_DIR),
-                        modified=float(info.modtime))
+        flags = info.flags
+        return StatInfo(size=info.size, is_dir=bool(flags & StatInfoFlags.IS_DIR),
+                        modified=float(info.modtime),
+                        readable=bool(flags & StatInfoFlags.IS_READABLE),
+                        writable=bool(flags & StatInfoFlags.IS_WRITABLE))
 
     def _ls(self, path: str) -> list[str]:
         return flat.listing(self, path) if self.flat_namespace else self._server_ls(path)

@@ -85,6 +85,16 @@ def adler32_hex(data: bytes) -> str:
     return f"{zlib.adler32(data):08x}"
 
 
+def _check_access(door: Door, path: str, info) -> None:
+    """The permissions a door's stat reports for a file this run wrote (None: not
+    reported by the protocol)."""
+    refused = [what for what, allowed in (("read", info.readable), ("write", info.writable))
+               if allowed is False]
+    if refused:
+        fail(door, "stat", path, f"says this login may not {' or '.join(refused)} the file "
+             f"it has just written", "readable and writable")
+
+
 def check_adler32(door: Door, client: Driver, path: str, data: bytes) -> None:
     """The server's adler32 is the bytes' adler32, as 8 hex digits in network order."""
     expected = adler32_hex(data)
@@ -225,7 +235,9 @@ class NamespaceChecks(ConformanceChecks):
 
     def test_stat_fields(self, place: Place, storage_doors: dict[str, Door]) -> None:
         """Size, type and modification time of a file and a directory, through every
-        door, agree with what was written and with each other."""
+        door, agree with what was written and with each other; a door whose stat says
+        what the login may do (root://: readable, writable) says the writer may read
+        and write the file it just wrote."""
         data = payload(12_345)
         started = time.time()
         place.put("file", data)
@@ -241,6 +253,7 @@ class NamespaceChecks(ConformanceChecks):
                          f"a file of {len(data)} bytes")
                 if not call(other, "stat", folder, client.stat, folder).is_dir:
                     fail(other, "stat", folder, "called it a file", "a directory")
+                _check_access(other, path, info)
                 seen[other.name] = info.modified
             finally:
                 client.close()
