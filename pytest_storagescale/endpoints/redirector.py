@@ -1,0 +1,420 @@
+"""The embedded redirector: a real XRootD cluster on loopback (``--storage-embedded
+redirector``).
+
+A manager (an ``xrootd`` and a ``cmsd`` with ``all.role manager``) and two data
+servers (each an ``xrootd`` and a ``cmsd`` with ``all.role server`` subscribing to
+the manager's ``cmsd``), Debian's ``xrootd-server``. Clients talk to the manager
+only: it answers ``locate`` with the data servers that hold a path and redirects
+every open, stat and namespace request to one of them. Each node has its own
+private directory (``<dir>/<node>/``: configuration, ``admin/`` socket path,
+``run/``, ``data/`` as its ``oss.localroot``, logs), listens on free loopback ports
+and runs as the unprivileged user when the session is root.
+
+It is ready when a refreshed ``locate`` of the test area through the manager names
+every data server (probed, never slept for); :meth:`EmbeddedXRootDCluster.stop_data_server`
+and :meth:`~EmbeddedXRootDCluster.start_data_server` take one data server away and
+bring it back on the same ports with the same files (the tests' fault).
+
+The manager's ``cms.delay`` defaults would keep a fresh cluster closed for 90 s
+(``startup``), ask clients to come back in 5 s (``lookup``) while it looks for a
+file and in 15 s (``service``) while a holder is offline, and forget an offline
+server only after 10 minutes (``drop``); :data:`CMS_DELAYS` are the smallest that
+make it come up and answer in seconds. ``cms.space min`` defaults to 10 GB of free
+space before a data server is chosen for a new file: :data:`CMS_SPACE` lowers it.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import EndpointError, StorageError, StorageNotFound, StorageTimeout
+from .apache import ProcessGroup, find_daemon
+from .embedded import (
+    AREA,
+    INSTALL_HINT,
+    free_port,
+    unprivileged_user,
+    xrootd_binary,
+    xrootd_version,
+)
+from .family import EmbeddedServer, log_tail
+
+#: the manager's delays (``cms.delay``, seconds): ``startup`` 1 is the least the
+#: directive takes (default 90: no client is served before); ``lookup``/``qdl`` how
+#: long a client waits while the manager asks its servers about a path (default 5);
+#: ``service`` how long a client waits when the servers of a path are offline
+#: (default 15); ``suspend`` when they are suspended (default 30); ``drop`` when an
+#: offline server is forgotten, its files with it (default 600)
+CMS_DELAYS = {"startup": 1, "lookup": 1, "qdl": 1, "service": 1, "suspend": 1, "drop": 3}
+#: the manager's xrootd's waits for its cmsd (``cms.conwait``, ``cms.request``)
+CMS_CLIENT_WAITS = ("cms.conwait 1", "cms.request repwait 1 delay 1")
+#: the free space a data server must have to be chosen for a new file (default
+#: ``min 10g 11g``: a CI disk may have less)
+CMS_SPACE = "linger 0 recalc 15 min 10m 20m"
+#: XRootD's answers: kXR_NotFound; errSocketTimeout, errOperationExpired (XrdClStatus.hh)
+KXR_NOT_FOUND = 3011
+TIMEOUT_CODES = (103, 206)
+#: how long the manager may take to see a data server (re)subscribe
+READY_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Location:
+    """One entry of a ``locate`` answer: ``host:port`` and what it is."""
+
+    address: str
+    #: a data server (``kXR_lsrv``), else a manager (``kXR_lman``: ask it again)
+    is_server: bool
+    #: the manager has not yet confirmed it (``kXR_...pending``)
+    pending: bool
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rsplit(":", 1)[1])
+
+
+def located(manager: str, path: str, *, timeout: float = 10.0, refresh: bool = True
+            ) -> tuple[Location, ...]:
+    """The locations ``locate`` through ``manager`` (``root://host:port``) answers for
+    ``path`` (``refresh``: the manager asks its servers now, not its cache); a
+    :class:`~pytest_storagescale.errors.StorageError` when it answers an error."""
+    from XRootD import client
+    from XRootD.client.flags import LocationType, OpenFlags
+
+    status, info = client.FileSystem(manager).locate(
+        path, OpenFlags.REFRESH if refresh else OpenFlags.NONE, timeout=max(1, int(timeout)))
+    if not status.ok:
+        raise locate_error(status, manager, path)
+    pending = (LocationType.MANAGER_PENDING, LocationType.SERVER_PENDING)
+    servers = (LocationType.SERVER_ONLINE, LocationType.SERVER_PENDING)
+    return tuple(Location(entry.address, entry.type in servers, entry.type in pending)
+                 for entry in info)
+
+
+def locate_error(status, manager: str, path: str) -> StorageError:
+    """The error of a ``locate`` answer: not found (kXR_NotFound), a timeout, or other."""
+    kind = StorageError
+    error_class = f"xrootd_errno_{status.errno}" if status.errno else f"xrootd_{status.code}"
+    if status.errno == KXR_NOT_FOUND:
+        kind, error_class = StorageNotFound, "not_found"
+    elif status.code in TIMEOUT_CODES:
+        kind, error_class = StorageTimeout, "timeout"
+    return kind(status.message.strip(), driver="xrootd", endpoint=manager, operation="locate",
+                path=path, native_status=f"status={status.status} code={status.code} "
+                f"errno={status.errno}", error_class=error_class)
+
+
+class ClusterNode:
+    """One node of the cluster: an ``xrootd`` and a ``cmsd`` sharing a directory."""
+
+    def __init__(self, name: str, role: str, directory: Path, manager_cms_port: int = 0,
+                 delays: dict[str, int] | None = None) -> None:
+        self.name = name
+        #: the manager's cms.delay settings
+        self.delays = CMS_DELAYS if delays is None else delays
+        #: how long this node's xrootd asks clients to wait for its cmsd
+        self.client_waits = CMS_CLIENT_WAITS
+        self.role = role
+        self.directory = directory
+        self.port = 0
+        #: the manager's cmsd port (its own for the manager)
+        self.manager_cms_port = manager_cms_port
+        self.xrootd: ProcessGroup | None = None
+        self.cmsd: ProcessGroup | None = None
+        for sub in ("admin", "run", "data", "data" + AREA):
+            (directory / sub).mkdir(parents=True, exist_ok=True)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def data(self) -> Path:
+        """The node's ``oss.localroot``: a path ``/a/b`` is the file ``data/a/b``."""
+        return self.directory / "data"
+
+    def log(self, daemon: str) -> Path:
+        return self.directory / f"{daemon}.log"
+
+    def config(self) -> Path:
+        d = self.directory
+        lines = [
+            f"all.role {self.role}",
+            f"all.manager 127.0.0.1:{self.manager_cms_port}",
+            f"all.export {AREA}",
+            f"xrd.port {self.port} if exec xrootd",
+            f"oss.localroot {self.data}",
+            f"all.adminpath {d / 'admin'}",
+            f"all.pidpath {d / 'run'}",
+            "xrootd.chksum adler32",
+            f"cms.space {CMS_SPACE}",
+            "xrd.sched mint 8 maxt 1024 avlt 64 idle 60",
+            # an xrootd asks clients to come back in 10 s (conwait) while its cmsd is not
+            # serving yet, in 5 s (request delay) when its cmsd is slow to answer
+            *self.client_waits,
+        ]
+        if self.role == "manager":
+            lines += [
+                f"xrd.port {self.manager_cms_port} if exec cmsd",
+                *(["cms.delay " + " ".join(f"{key} {value}" for key, value in
+                                           self.delays.items())] if self.delays else []),
+                # a plain dirlist is sent to a data server holding the directory (the
+                # default, local, would list the manager's own empty disk)
+                "ofs.dirlist remote",
+            ]
+        path = d / "node.cfg"
+        path.write_text("\n".join([*lines, ""]))
+        return path
+
+    def launch(self, daemon: str, user: str | None, binary: str) -> None:
+        """Start the node's ``daemon`` (``cmsd`` or ``xrootd``; as ``user`` when root)."""
+        command = [binary, "-c", str(self.config()), "-l", str(self.log(daemon)),
+                   *(["-R", user] if user else [])]
+        group = ProcessGroup(command, cwd=self.directory, env=dict(os.environ),
+                             output=self.directory / f"{daemon}.out")
+        setattr(self, daemon, group)
+
+    def exited(self) -> str:
+        """'' while its started daemons run, else which one exited with which code."""
+        for daemon in ("cmsd", "xrootd"):
+            group: ProcessGroup | None = getattr(self, daemon)
+            code = group.exited() if group is not None else None
+            if group is not None and code is not None:
+                return f"the {self.name}'s {daemon} exited with code {code}"
+        return ""
+
+    def answers(self, daemon: str) -> bool:
+        """Whether ``daemon`` accepts connections: the xrootd on its port; the cmsd on the
+        manager's port (the manager) or on its admin socket, where the node's xrootd
+        logs in (a data server). An xrootd that finds no cmsd tries again 10 s later."""
+        if daemon == "xrootd" or self.role == "manager":
+            family, target = socket.AF_INET, (
+                "127.0.0.1", self.port if daemon == "xrootd" else self.manager_cms_port)
+        else:
+            family, target = socket.AF_UNIX, str(self.directory / "admin" / ".olb" /
+                                                  "olbd.admin")
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.settimeout(1)
+                probe.connect(target)
+        except OSError:
+            return False
+        return True
+
+    def stop(self) -> None:
+        """Stop both daemons (their files stay)."""
+        for daemon in ("xrootd", "cmsd"):
+            group: ProcessGroup | None = getattr(self, daemon)
+            if group is not None:
+                group.stop()
+            setattr(self, daemon, None)
+
+    @property
+    def running(self) -> bool:
+        return self.xrootd is not None and not self.exited()
+
+    def log_tails(self, lines: int = 8) -> str:
+        return "\n".join(f"--- {self.name} {daemon}:\n{log_tail(self.log(daemon), lines)}"
+                         for daemon in ("xrootd", "cmsd"))
+
+
+class EmbeddedXRootDCluster(EmbeddedServer):
+    """A manager and two data servers on loopback; the test area is served through the
+    manager, ``root://127.0.0.1:<manager port>//storagescale``."""
+
+    kind = "redirector"
+    schemes = ("root",)
+    packages = ("xrootd-server",)
+    binaries = ("xrootd", "cmsd")
+
+    def __init__(self, *, login: str = "unix", data_servers: int = 2,
+                 startup_timeout: float = READY_TIMEOUT, delays: dict[str, int] | None = None
+                 ) -> None:
+        super().__init__(login=login)
+        #: the manager's ``cms.delay`` (default :data:`CMS_DELAYS`)
+        self.delays = CMS_DELAYS if delays is None else delays
+        self.data_server_count = data_servers
+        self.startup_timeout = startup_timeout
+        self.directory: Path | None = None
+        self.manager: ClusterNode | None = None
+        self.data_servers: list[ClusterNode] = []
+        self._user: str | None = None
+        self._binaries: dict[str, str] = {}
+        #: seconds from start() to the manager seeing every data server
+        self.start_seconds = 0.0
+
+    @classmethod
+    def check_installed(cls) -> None:
+        if find_daemon("cmsd") is None or shutil.which("xrootd") is None:
+            raise EndpointError(
+                f"the embedded redirector needs the xrootd and cmsd daemons, not found on "
+                f"PATH: {INSTALL_HINT}")
+
+    # -- where -----------------------------------------------------------------------
+    @property
+    def server(self) -> str:
+        """The manager, ``root://127.0.0.1:<port>``."""
+        assert self.manager is not None, "a cluster that is not running has no manager"
+        return f"root://{self.manager.address}"
+
+    @property
+    def url(self) -> str:
+        """The test area through the manager."""
+        return f"{self.server}/{AREA}"
+
+    def url_for(self, scheme: str) -> str:
+        return self.url
+
+    def describe(self) -> str:
+        return (f"embedded xrootd {self.version} cluster: a cmsd manager and "
+                f"{self.data_server_count} data servers ({self.login} login)")
+
+    def data_server_url(self, index: int) -> str:
+        """The test area on one data server, directly (not through the manager)."""
+        return f"root://{self.data_servers[index].address}/{AREA}"
+
+    def holders(self, path: str) -> list[int]:
+        """The data servers whose disk holds ``path`` (what the manager should find)."""
+        relative = path.lstrip("/")
+        return [index for index, node in enumerate(self.data_servers)
+                if (node.data / relative).exists()]
+
+    def server_index(self, address: str) -> int | None:
+        """Which data server ``host:port`` (a locate answer's) is, by its port."""
+        port = address.rsplit(":", 1)[-1]
+        for index, node in enumerate(self.data_servers):
+            if str(node.port) == port:
+                return index
+        return None
+
+    # -- life ------------------------------------------------------------------------
+    def start(self) -> EmbeddedXRootDCluster:
+        started = time.monotonic()
+        self._binaries = {"xrootd": xrootd_binary(), "cmsd": find_daemon("cmsd") or "cmsd"}
+        self.version = xrootd_version(self._binaries["xrootd"])
+        self.directory = Path(tempfile.mkdtemp(prefix="storagescale-redirector-"))
+        self._user = unprivileged_user()
+        try:
+            self.manager = ClusterNode("manager", "manager", self.directory / "manager",
+                                       delays=self.delays)
+            self.data_servers = [
+                ClusterNode(f"data server {index + 1}", "server",
+                            self.directory / f"server{index + 1}")
+                for index in range(self.data_server_count)]
+            self._hand_to_user()
+            self._start_node(self.manager)
+            for node in self.data_servers:
+                node.manager_cms_port = self.manager.manager_cms_port
+                self._start_node(node)
+            self.wait_for_data_servers(range(self.data_server_count))
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - started
+        return self
+
+    def _hand_to_user(self) -> None:
+        if not self._user:
+            return
+        assert self.directory is not None
+        entry = pwd.getpwnam(self._user)
+        for path in [self.directory, *self.directory.rglob("*")]:
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    def _start_node(self, node: ClusterNode, *, same_ports: bool = False) -> None:
+        """Start ``node``'s cmsd, then (once it answers) its xrootd, on free ports (or its
+        own again) until both answer."""
+        why = ""
+        for _ in range(1 if same_ports else 3):  # a port picked free can be taken
+            if not same_ports:
+                node.port = free_port()
+                if node.role == "manager":
+                    node.manager_cms_port = free_port()
+            for daemon in ("cmsd", "xrootd"):
+                node.launch(daemon, self._user, self._binaries[daemon])
+                why = self._wait_answering(node, daemon)
+                if why:
+                    break
+            if not why:
+                return
+            node.stop()
+        raise EndpointError(f"the embedded redirector's {node.name} did not start: {why}. "
+                            f"Log tails:\n{node.log_tails()}")
+
+    def _wait_answering(self, node: ClusterNode, daemon: str) -> str:
+        """'' once ``daemon`` of ``node`` answers, else why not (probed, never slept for)."""
+        deadline = time.monotonic() + self.startup_timeout
+        group: ProcessGroup | None = getattr(node, daemon)
+        assert group is not None
+        while time.monotonic() < deadline:
+            if group.exited(wait=0.05) is not None:  # the pause between probes
+                return node.exited()
+            if node.answers(daemon):
+                return ""
+        return f"its {daemon} did not answer within {self.startup_timeout:.0f} s"
+
+    def wait_for_data_servers(self, indexes: Iterable[int], *,
+                              timeout: float | None = None) -> float:
+        """Probe until a refreshed locate of the test area through the manager names the
+        data servers ``indexes`` (and only running ones); the seconds it took."""
+        wanted = {self.data_servers[index].port for index in indexes}
+        started = time.monotonic()
+        deadline = started + (timeout or self.startup_timeout)
+        seen, last = set(), "no answer"
+        while time.monotonic() < deadline:
+            broken = [node.exited() for node in self._nodes() if node.xrootd and node.exited()]
+            if broken:
+                raise EndpointError(f"the embedded redirector broke: {broken[0]}. Log "
+                                    f"tails:\n{self._log_tails()}")
+            try:
+                # the manager may ask a client to come back later (kXR_wait): the probe
+                # waits as long as the deadline allows
+                remaining = max(1.0, deadline - time.monotonic())
+                seen = {entry.port for entry in located(self.server, AREA, timeout=remaining)}
+            except Exception as exc:  # noqa: BLE001 - probe until the deadline
+                last = str(exc)
+            if wanted <= seen:
+                return time.monotonic() - started
+            assert self.manager is not None and self.manager.xrootd is not None
+            self.manager.xrootd.exited(wait=0.1)  # the pause between probes
+        raise EndpointError(
+            f"the embedded redirector's manager {self.manager.address} did not see the data "
+            f"servers on ports {sorted(wanted)} within {timeout or self.startup_timeout:.0f} s "
+            f"(its locate of {AREA} named ports {sorted(seen)}; last error: {last}). Log "
+            f"tails:\n{self._log_tails()}")
+
+    def stop_data_server(self, index: int) -> None:
+        """Take data server ``index`` away (its xrootd and cmsd); its files stay."""
+        self.data_servers[index].stop()
+
+    def start_data_server(self, index: int) -> float:
+        """Bring data server ``index`` back on its ports with its files; the seconds until
+        the manager names it again."""
+        node = self.data_servers[index]
+        if node.running:
+            return 0.0
+        self._start_node(node, same_ports=True)
+        running = [i for i, other in enumerate(self.data_servers) if other.running]
+        return self.wait_for_data_servers(running)
+
+    def _nodes(self) -> list[ClusterNode]:
+        return [node for node in (self.manager, *self.data_servers) if node is not None]
+
+    def _log_tails(self) -> str:
+        return "\n".join(node.log_tails() for node in self._nodes())
+
+    def stop(self) -> None:
+        """Stop every daemon and remove the directory (idempotent)."""
+        for node in reversed(self._nodes()):
+            node.stop()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
