@@ -29,6 +29,7 @@ EMBEDDED_SERVERS: dict[str, str] = {
     "xcache": "pytest_storagescale.endpoints.xcache:EmbeddedXCache",
     "webdav": "pytest_storagescale.endpoints.apache:EmbeddedApacheWebDAV",
     "gridftp": "pytest_storagescale.endpoints.gridftp:EmbeddedGridFTP",
+    "redirector": "pytest_storagescale.endpoints.redirector:EmbeddedXRootDCluster",
 }
 #: the kind started when neither the command line nor the suite names one
 DEFAULT_KIND = "xrootd"

@@ -20,6 +20,7 @@ from .checks import (
     VectorReadChecks,
 )
 from .doors import Door
+from .redirection import RedirectionChecks  # noqa: F401 - a redirector's checks
 from .tpc import ThirdPartyCopyChecks
 
 __all__ = [
