@@ -16,7 +16,9 @@ side in one run and alternated over rounds:
   ``stat`` (parsing the answer into a StatInfo), the plugin's way;
 - ``engine-http``: the plugin's engine (``run_step`` of the ``stat`` operation with
   the http driver: hang detection, histograms, timeline), what a suite measures;
-- ``driver-gfal2``: the gfal2 driver the same way (what ``gfal-*`` users feel).
+- ``driver-gfal2``: the gfal2 driver the same way (what ``gfal-*`` users feel);
+- ``driver-http@REV`` (with ``--baseline REV``): the http driver as it was in git
+  revision ``REV``, the same way: a change's before and after, side by side.
 
 Each rate is successes / measured seconds after a warm-up (connections made and
 TLS done before the clock runs); the child process's CPU (user + system) per
@@ -25,12 +27,15 @@ Usage::
 
     .venv/bin/python benchmarks/bench_http.py --quick        # ~1 minute
     .venv/bin/python benchmarks/bench_http.py --rounds 2 --duration 5
+    .venv/bin/python benchmarks/bench_http.py --only pycurl,driver-http --baseline HEAD~1
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import importlib.util
 import io
 import json
 import os
@@ -263,13 +268,31 @@ def run_httpx(target: Target, clients: int, clock: Clock) -> None:
     asyncio.run(main())
 
 
+def baseline_driver(revision: str) -> type:
+    """The http driver class of git revision ``revision`` (its module loaded under
+    another name, next to this checkout's)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    source = subprocess.run(
+        ["git", "-C", root, "show", f"{revision}:pytest_storagescale/drivers/http.py"],
+        capture_output=True, text=True, check=True).stdout
+    name = "pytest_storagescale.drivers._http_baseline"
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, None))
+    sys.modules[name] = module
+    exec(compile(source, f"{revision}:pytest_storagescale/drivers/http.py", "exec"),
+         module.__dict__)
+    return module.HTTPDriver
+
+
 def run_driver(name: str, target: Target, clients: int, clock: Clock) -> None:
     from pytest_storagescale.drivers.registry import driver_spec
 
+    name, _, revision = name.removeprefix("driver-").partition("@")
     spec = driver_spec(target.davs, driver=name, options={"ca_dir": target.ca_dir})
+    cls = baseline_driver(revision) if revision else spec.driver_class
 
     def make(index: int):
-        driver = spec.client(index, timeout=30)
+        driver = cls(spec.endpoint, client_id=f"client{index}", timeout=30,
+                     options=spec.options)
 
         def op() -> None:
             assert not driver.stat(target.path).is_dir
@@ -309,7 +332,9 @@ def child(contender: str, target: Target, clients: int, warmup: float,
     """Run one contender in this process and measure it."""
     clock = Clock(clients, warmup, duration)
     before = resource.getrusage(resource.RUSAGE_SELF)
-    RUNNERS[contender](target, clients, clock)
+    runner = (functools.partial(run_driver, contender) if contender.startswith("driver-http@")
+              else RUNNERS[contender])
+    runner(target, clients, clock)
     after = resource.getrusage(resource.RUSAGE_SELF)
     operations = sum(clock.counts)
     # CPU over the whole run (set-up and warm-up too): an upper bound per operation
@@ -377,7 +402,8 @@ def load_average() -> str:
     return f"{one:.2f}/{five:.2f}"
 
 
-def table(results: dict[tuple[str, int], list[Measure]], clients: list[int]) -> str:
+def table(results: dict[tuple[str, int], list[Measure]], clients: list[int],
+          contenders: list[str]) -> str:
     """The Markdown table: the range over rounds, the ratio to h2load and to pycurl."""
     def mean(key):
         values = [m.rate for m in results.get(key, [])]
@@ -385,7 +411,7 @@ def table(results: dict[tuple[str, int], list[Measure]], clients: list[int]) -> 
 
     lines = ["| stat/s (PROPFIND) | " + " | ".join(f"C={c}" for c in clients) + " |",
              "|---|" + "---|" * len(clients)]
-    for contender in CONTENDERS:
+    for contender in contenders:
         cells = []
         for c in clients:
             runs = results.get((contender, c))
@@ -401,7 +427,7 @@ def table(results: dict[tuple[str, int], list[Measure]], clients: list[int]) -> 
             h2, own, bare = mean(("h2load", c)), mean((contender, c)), mean(("pycurl", c))
             if h2 and contender != "h2load":
                 text += f", {own / h2:.2f}×h2load"
-            if bare and contender in ("driver-http", "engine-http"):
+            if bare and contender.startswith(("driver-http", "engine-http")):
                 text += f", {own / bare:.2f}×pycurl"
             cells.append(text)
         if any(cells):
@@ -417,6 +443,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--clients", default="1,10,50")
     parser.add_argument("--only", default="", help="comma-separated contenders")
+    parser.add_argument("--baseline", metavar="REV", help="also the http driver of git "
+                        "revision REV (driver-http@REV), right after driver-http")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -432,6 +460,12 @@ def main() -> None:
         args.rounds, args.duration, args.warmup = 1, 2.0, 0.5
     clients = [int(c) for c in args.clients.split(",")]
     contenders = [c for c in CONTENDERS if not args.only or c in args.only.split(",")]
+    if args.baseline:
+        subprocess.run(["git", "rev-parse", "--verify", f"{args.baseline}^{{commit}}"],
+                       check=True, capture_output=True,
+                       cwd=os.path.dirname(os.path.abspath(__file__)))
+        at = contenders.index("driver-http") + 1 if "driver-http" in contenders else 0
+        contenders.insert(at, f"driver-http@{args.baseline}")
     from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
 
     results: dict[tuple[str, int], list[Measure]] = {}
@@ -453,7 +487,7 @@ def main() -> None:
                           f"({result.cpu_per_op_us:,.0f} µs CPU/op, "
                           f"{result.operations} ops) load {load_average()} {result.note}",
                           file=sys.stderr, flush=True)
-    print(table(results, clients))
+    print(table(results, clients, contenders))
     print(f"\n{args.rounds} round(s) of {args.duration:g} s after "
           f"{args.warmup:g} s warm-up; 1-minute load average before each series "
           f"{min(loads):.2f}-{max(loads):.2f} on {os.cpu_count()} cores.")
