@@ -229,3 +229,37 @@ def test_side_results_read_back_from_json(spec):
     side = sides_from_json(plain)["ls"]
     assert side.rate_hz == 5.0 and side.errors == {"timeout": 1}
     assert side.latency_s["mean"] == 0.1 and side.latency_s["p50"] != side.latency_s["p50"]
+
+
+def test_first_requests_are_paced_over_the_warmup_not_into_the_measurement(spec):
+    # 5,000 logins in the same millisecond overflow a server's listen queue; the
+    # clients' first requests are spread over (at most half) the warm-up instead
+    from pytest_storagescale.load.clients import CONNECT_SPREAD, StepRun
+
+    step = plan(spec(), clients=5000, warmup=10.0)
+    clock = step.clock(time.time())
+    run = StepRun(step, {}, clock, 0)
+    first = [run.first_request_at(index) for index in range(step.clients)]
+    assert first[0] == pytest.approx(run.start_perf)
+    assert all(a < b for a, b in zip(first, first[1:], strict=False))
+    assert first[-1] - run.start_perf <= step.warmup * CONNECT_SPREAD
+    assert first[-1] < run.measure_perf
+    # no warm-up: nothing to pace over, every client starts at once
+    unpaced = StepRun(plan(spec(), clients=5000), {}, clock, 0)
+    assert {unpaced.first_request_at(index) for index in (0, 4999)} == {unpaced.start_perf}
+
+
+def test_paced_clients_start_their_first_requests_one_after_another(spec, monkeypatch):
+    # at 10 first requests a second, 20 clients take 2 s of the 4 s warm-up: each
+    # client's first request hangs (hang_after=0), so the clients in flight are the
+    # clients that have started
+    from pytest_storagescale.load import clients
+
+    monkeypatch.setattr(clients, "CONNECT_RATE", 10.0)
+    step = plan(spec(hang_after="0"), clients=20, warmup=4.0, duration=1.0,
+                hang_timeout=1.0)
+    result, _ = timed(step, executor="threads")
+    in_flight = result.total.timeline["in_flight"]
+    assert in_flight[0] < 10  # not all at once
+    assert in_flight[3] == 20  # all of them within the warm-up
+    assert result.total.hung == 20 and result.total.succeeded == 0

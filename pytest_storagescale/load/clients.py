@@ -30,6 +30,13 @@ if TYPE_CHECKING:
 HANG_CHECK_INTERVAL = 0.1
 #: after Ctrl-C, how long requests in flight may take to finish (seconds)
 INTERRUPT_DRAIN = 0.5
+#: the clients' first requests (their logins) start at most this many a second, spread
+#: over the first half of the warm-up at most: C clients connecting in the same
+#: millisecond overflow the server's listen queue (xrootd's holds 255), and a dropped
+#: SYN is sent again only after 1, 3, 7 s, past the client's connection window
+CONNECT_RATE = 1000.0
+#: the share of the warm-up the first requests are spread over, at most
+CONNECT_SPREAD = 0.5
 
 
 class LoadInterrupted(KeyboardInterrupt):
@@ -82,9 +89,24 @@ class StepRun:
         else:
             self.take = lambda: True
 
+        # client i sends its first request i * spacing after the start (within the warm-up)
+        spread = min(plan.warmup * CONNECT_SPREAD, plan.clients / CONNECT_RATE)
+        self.connect_spacing = spread / plan.clients if plan.clients else 0.0
+
     def wait_for_start(self) -> None:
         # a wait may wake a hair early by the wall clock, which the step's clock is in
         while (delay := self.clock.start_at - time.time()) > 0 and not self.stop.is_set():
+            self.stop.wait(delay)
+
+    def first_request_at(self, index: int) -> float:
+        """When client ``index`` may send its first request (``perf_counter`` time):
+        the first requests are paced over the warm-up, never into the measurement."""
+        return self.start_perf + index * self.connect_spacing
+
+    def wait_for_turn(self, index: int) -> None:
+        """Until client ``index``'s first request is due (or the step is stopped)."""
+        while (delay := self.first_request_at(index) - time.perf_counter()) > 0 \
+                and not self.stop.is_set():
             self.stop.wait(delay)
 
 
@@ -96,6 +118,7 @@ def run_client(slot: ClientSlot, run: StepRun) -> None:
         # making a thousand drivers at once takes a while
         driver = run.plan.driver.client(slot.assignment.index, timeout=run.plan.client_timeout)
         run.wait_for_start()
+        run.wait_for_turn(slot.assignment.index)
         _repeat(slot, driver, run)
     except Exception as exc:  # noqa: BLE001 - a client that cannot even start failed
         # counted even before the measurement began: the client never measured anything
