@@ -256,6 +256,7 @@ def test_paced_clients_start_their_first_requests_one_after_another(spec, monkey
     from pytest_storagescale.load import clients
 
     monkeypatch.setattr(clients, "CONNECT_RATE", 10.0)
+    monkeypatch.setattr(clients, "LOGINS_IN_FLIGHT", 20)  # no bound on their number
     step = plan(spec(hang_after="0"), clients=20, warmup=4.0, duration=1.0,
                 hang_timeout=1.0)
     result, _ = timed(step, executor="threads")
@@ -263,3 +264,19 @@ def test_paced_clients_start_their_first_requests_one_after_another(spec, monkey
     assert in_flight[0] < 10  # not all at once
     assert in_flight[3] == 20  # all of them within the warm-up
     assert result.total.hung == 20 and result.total.succeeded == 0
+
+
+def test_first_requests_in_flight_are_bounded_until_the_measurement(spec, monkeypatch):
+    # each client's first request hangs (hang_after=0): in the warm-up only
+    # LOGINS_IN_FLIGHT of them are in flight, the others wait for a place until the
+    # measurement starts, then go all the same (and are measured)
+    from pytest_storagescale.load import clients
+
+    monkeypatch.setattr(clients, "LOGINS_IN_FLIGHT", 3)
+    step = plan(spec(hang_after="0"), clients=10, warmup=2.0, duration=1.0,
+                hang_timeout=1.0)
+    result, _ = timed(step, executor="threads")
+    in_flight = result.total.timeline["in_flight"]
+    assert in_flight[1] == 3
+    assert max(in_flight) == 10
+    assert result.total.hung == 10

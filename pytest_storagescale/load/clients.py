@@ -37,6 +37,11 @@ INTERRUPT_DRAIN = 0.5
 CONNECT_RATE = 1000.0
 #: the share of the warm-up the first requests are spread over, at most
 CONNECT_SPREAD = 0.5
+#: during the warm-up, at most this many first requests of a process are in flight at
+#: once (25 processes: 200): a server that logs clients in more slowly than they come
+#: gets them as fast as it takes them, instead of a queue longer than the clients'
+#: connection window (the clients give up, connect again and the server's work is lost)
+LOGINS_IN_FLIGHT = 8
 
 
 class LoadInterrupted(KeyboardInterrupt):
@@ -92,6 +97,7 @@ class StepRun:
         # client i sends its first request i * spacing after the start (within the warm-up)
         spread = min(plan.warmup * CONNECT_SPREAD, plan.clients / CONNECT_RATE)
         self.connect_spacing = spread / plan.clients if plan.clients else 0.0
+        self.logins = threading.BoundedSemaphore(LOGINS_IN_FLIGHT)
 
     def wait_for_start(self) -> None:
         # a wait may wake a hair early by the wall clock, which the step's clock is in
@@ -108,6 +114,19 @@ class StepRun:
         while (delay := self.first_request_at(index) - time.perf_counter()) > 0 \
                 and not self.stop.is_set():
             self.stop.wait(delay)
+
+    def admit_login(self) -> bool:
+        """Wait for one of the :data:`LOGINS_IN_FLIGHT` places of a first request, until
+        the measurement starts at the latest (then the request goes all the same: it is
+        measured, like every request after it). True: a place is held (give it back
+        with ``logins.release()``)."""
+        while not self.stop.is_set():
+            left = self.measure_perf - time.perf_counter()
+            if left <= 0:
+                return False
+            if self.logins.acquire(timeout=min(left, HANG_CHECK_INTERVAL)):
+                return True
+        return False
 
 
 def run_client(slot: ClientSlot, run: StepRun) -> None:
@@ -139,6 +158,8 @@ def _repeat(slot: ClientSlot, driver: Driver, run: StepRun) -> None:
     stop, take, end_perf = run.stop, run.take, run.end_perf
     iteration = 0
     while not stop.is_set() and take():
+        # the first request logs in: in the warm-up, a bounded number at once
+        admitted = iteration == 0 and run.admit_login()
         # busy_since covers the untimed set-up too: a hang there is still a hang
         slot.busy_since = began = perf_counter()
         error: Exception | None = None
@@ -151,6 +172,8 @@ def _repeat(slot: ClientSlot, driver: Driver, run: StepRun) -> None:
             error = exc
         finished = perf_counter()
         slot.busy_since = None
+        if admitted:
+            run.logins.release()
         if slot.hung or finished > end_perf:
             return  # hung (counted as such) or finished in the drain: not measured
         record((finished, finished - began, moved, error))
