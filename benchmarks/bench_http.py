@@ -43,6 +43,7 @@ import re
 import resource
 import shutil
 import ssl
+import statistics
 import subprocess
 import sys
 import threading
@@ -404,10 +405,11 @@ def load_average() -> str:
 
 def table(results: dict[tuple[str, int], list[Measure]], clients: list[int],
           contenders: list[str]) -> str:
-    """The Markdown table: the range over rounds, the ratio to h2load and to pycurl."""
-    def mean(key):
+    """The Markdown table: the range over rounds, the ratios of the median rounds to
+    h2load and to pycurl, the median CPU per operation."""
+    def median(key):  # the median round: a round a burst of other load hit stays out
         values = [m.rate for m in results.get(key, [])]
-        return sum(values) / len(values) if values else None
+        return statistics.median(values) if values else None
 
     lines = ["| stat/s (PROPFIND) | " + " | ".join(f"C={c}" for c in clients) + " |",
              "|---|" + "---|" * len(clients)]
@@ -423,8 +425,8 @@ def table(results: dict[tuple[str, int], list[Measure]], clients: list[int],
                     else f"{rates[0]:,.0f}-{rates[-1]:,.0f}")
             cpu = [m.cpu_per_op_us for m in runs if m.cpu_per_op_us == m.cpu_per_op_us]
             if cpu:
-                text += f" ({sum(cpu) / len(cpu):,.0f} µs CPU/op)"
-            h2, own, bare = mean(("h2load", c)), mean((contender, c)), mean(("pycurl", c))
+                text += f" ({statistics.median(cpu):,.0f} µs CPU/op)"
+            h2, own, bare = median(("h2load", c)), median((contender, c)), median(("pycurl", c))
             if h2 and contender != "h2load":
                 text += f", {own / h2:.2f}×h2load"
             if bare and contender.startswith(("driver-http", "engine-http")):

@@ -226,6 +226,20 @@ def test_stat_reads_one_entry_answers_without_the_xml_parser(area, monkeypatch):
     assert fast[0].size == 5 and not fast[0].is_dir and fast[1].is_dir
 
 
+def test_stat_remembers_an_answer_by_its_bytes_never_a_stale_one(area):
+    """A stat answer read before is not read again; a changed file is a new answer."""
+    from pytest_storagescale.drivers import http
+
+    root, driver, _ = area
+    driver.put(f"{root}/m", b"123")
+    assert driver.stat(f"{root}/m").size == 3
+    hits = http._one_entry.cache_info().hits
+    assert driver.stat(f"{root}/m").size == 3
+    assert http._one_entry.cache_info().hits == hits + 1
+    driver.put(f"{root}/m", b"1234567")
+    assert driver.stat(f"{root}/m").size == 7  # other bytes: read, not remembered
+
+
 def test_digest_and_multipart_readers():
     assert _digest("adler32=0a1b2c3d", "ADLER32") == "0a1b2c3d"
     assert _digest("md5=1B2M2Y8AsgTpgAmY7PhCfg==, adler32=1", "adler32") == "00000001"
