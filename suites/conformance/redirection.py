@@ -33,8 +33,9 @@ from .doors import Door
 
 #: the embedded server kind that is a redirector (its checks never skip)
 REDIRECTOR_KIND = "redirector"
-#: files written for the listing check (enough for a manager to use both servers)
-LISTING_FILES = 8
+#: files written for the listing check (an XRootD manager places new files round
+#: robin: two on each of two data servers; each new file costs its lookup delay)
+LISTING_FILES = 4
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,10 @@ class Redirector:
     def server(self) -> str:
         return self.door.spec.endpoint.server
 
-    def locate(self, path: str) -> tuple[Location, ...]:
-        """Data servers holding ``path``, asked of the redirector now (not its cache)."""
-        return located(self.server, path, timeout=self.door.timeout)
+    def locate(self, path: str, *, refresh: bool = True) -> tuple[Location, ...]:
+        """Data servers holding ``path``, asked of the redirector now (``refresh``: it
+        asks its servers, not its cache, which can still name a server just gone)."""
+        return located(self.server, path, timeout=self.door.timeout, refresh=refresh)
 
 
 def plain_host(host: str) -> str:
@@ -190,7 +192,7 @@ class RedirectionChecks(ConformanceChecks):
         folder = place.path("listing")
         by_server: dict[str, set[str]] = {}
         for name in names:
-            for entry in _locate(redirector, f"{folder}/{name}"):
+            for entry in _locate(redirector, f"{folder}/{name}", refresh=False):
                 by_server.setdefault(entry.address, set()).add(name)
         merged = _listing(place.door, folder, locate=True)
         if sorted(set(merged)) != names:
@@ -235,11 +237,12 @@ def _names(answer: tuple[Location, ...]) -> str:
     return ", ".join(entry.address for entry in answer) or "no server"
 
 
-def _locate(redirector: Redirector, path: str) -> tuple[Location, ...]:
+def _locate(redirector: Redirector, path: str, *, refresh: bool = True
+            ) -> tuple[Location, ...]:
     """The data servers holding ``path``; a failure when the redirector names none."""
     door = redirector.door
     try:
-        answer = redirector.locate(path)
+        answer = redirector.locate(path, refresh=refresh)
     except StorageError as exc:
         fail(door, "locate through the redirector", path, f"answered an error: {exc}",
              "the data server holding the file written through it")
