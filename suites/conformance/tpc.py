@@ -91,11 +91,16 @@ def peer_urls(raw: str | list[str] | tuple[str, ...] | None) -> dict[str, str]:
     return urls
 
 
-def peer_door(name: str, url: str, main: DriverSpec, folder: str, timeout: float) -> Door:
+def peer_door(name: str, url: str, main: DriverSpec, folder: str, timeout: float,
+              ca_dir: str = "") -> Door:
     """The peer's door at ``url``, its clients guarded to ``<area>/<folder>`` there; the
-    options are those of the session's own clients that its driver takes."""
+    options are those of the session's own clients that its driver takes (``ca_dir``:
+    the peer's CA folder when the session's clients have none, e.g. a storage without
+    TLS)."""
     cls = driver_spec(url).driver_class
     options = {key: value for key, value in main.options.items() if key in cls.option_names}
+    if ca_dir and "ca_dir" in cls.option_names:
+        options.setdefault("ca_dir", ca_dir)
     run_dir = f"{driver_spec(url).endpoint.path.rstrip('/')}/{folder}"
     return Door(name, driver_spec(url, options=options, writable_root=run_dir), run_dir,
                 timeout)
@@ -151,7 +156,8 @@ def storage_tpc_peer(storage_endpoint, storage_doors: dict[str, Door],
     folder = f"{run.run_id}-tpc" + (f"-{worker}" if worker else "")
     timeout = run.settings.hang_timeout or DOOR_TIMEOUT
     main = storage_endpoint.driver_spec
-    doors = {protocol: peer_door(f"peer {protocol}", url, main, folder, timeout)
+    peer_ca = peer.ca_dir if peer is not None and not _storage_ca(storage_doors) else ""
+    doors = {protocol: peer_door(f"peer {protocol}", url, main, folder, timeout, peer_ca)
              for protocol, url in urls.items()}
     described = peer.describe() if peer else ", ".join(d.display for d in doors.values())
     try:
