@@ -331,3 +331,32 @@ def test_davs_version_detection_uses_x509_cert_dir(embedded_xrootd, monkeypatch,
     monkeypatch.setenv("X509_CERT_DIR", str(empty))
     with pytest.raises(StorageUnreachable, match=f"CA folder {empty}"):
         server_header_version(endpoint, timeout=10)
+
+
+_WHERE = dict(driver="xrootd", endpoint="127.0.0.1:1094", operation="rmdir", path="/x")
+
+
+@pytest.mark.parametrize("refusal", [
+    StorageError("[FATAL] Redirect limit has been reached", error_class="xrootd_306",
+                 **_WHERE),
+    StorageUnreachable("connection refused", error_class="unreachable", **_WHERE),
+], ids=["redirect-limit", "unreachable"])
+def test_a_refused_rmdir_is_said_as_it_is_not_as_a_link(monkeypatch, refusal):
+    """An rmdir that bounced between redirectors (a cmsd manager) or found no server is
+    reported with the storage's answer, not as "may be a link" (which only a directory
+    that will not go as one suggests)."""
+    from pytest_storagescale.drivers import memory
+
+    monkeypatch.setattr(memory, "_STORES", {})  # this test's store is forgotten afterwards
+    run = "/area/storagescale-run-y"
+    driver = driver_spec("memory://refusing/area", writable_root=run).connect(
+        "cleanup", timeout=5)
+    driver.mkdir(f"{run}/step")
+
+    def refuse(path):
+        raise refusal
+
+    monkeypatch.setattr(driver, "_rmdir", refuse)
+    with pytest.raises(type(refusal)) as raised:
+        driver.remove_tree(f"{run}/step")
+    assert raised.value is refusal and "link" not in str(raised.value)

@@ -25,7 +25,13 @@ from collections.abc import Mapping
 from typing import ClassVar, NamedTuple
 
 from ..endpoints.url import EndpointURL, is_inside
-from ..errors import StorageError, StorageNotFound, UnsafePathError
+from ..errors import (
+    StorageError,
+    StorageNotFound,
+    StorageTimeout,
+    StorageUnreachable,
+    UnsafePathError,
+)
 
 #: the owner file at the top of every run directory; its time on the storage is the
 #: run's start, below which :meth:`Driver.remove_tree` deletes no file
@@ -254,7 +260,11 @@ class Driver(abc.ABC):
         except StorageNotFound:
             return 0
         except StorageError as exc:
-            if exc.error_class in ("permission", "auth"):  # refused: not a link's answer
+            # refused, timed out, unreachable, bounced between redirectors (a cmsd
+            # manager's rmdir reaches one data server): not a link's answer
+            if (isinstance(exc, (StorageTimeout, StorageUnreachable))
+                    or exc.error_class in ("permission", "auth")
+                    or "redirect limit" in exc.message.lower()):
                 raise
             if not self._not_empty(exc):
                 raise StorageError(
