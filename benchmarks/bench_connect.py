@@ -3,8 +3,9 @@ against one embedded xrootd (the second right after the first, as a ramp does), 
 the engine of a git ref ("before") and of this working tree ("after"), alternated
 round by round. Per step: rate, succeeded, failed (by class), hung, and the kernel's
 counters over the step (``nstat``: listen-queue overflows and drops, SYN cookies,
-SYN retransmissions; loopback, so they count both ends, and other programs on the
-machine add to them). Usage::
+SYN retransmissions). As root each variant runs in a network namespace of its own
+(``unshare --net``, loopback only), so the counters are its own; else other
+programs on the machine add to them. Usage::
 
     .venv/bin/python benchmarks/bench_connect.py [--before HEAD~1] [--after HEAD]
         [--rounds 2] [--clients 5000] [--duration 5] [--warmup 10]
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -68,9 +70,13 @@ def child(clients: int, duration: float, warmup: float, steps: int) -> None:
                             workdir=f"{bench_engine.ROOT}/c{step}", params={})
             total = run_step(plan, executor="auto").total
             after = kernel_counters()
+            warmup_seconds = math.ceil(warmup)
             print(json.dumps({
                 "step": step, "rate_hz": round(total.rate_hz), "succeeded": total.succeeded,
                 "failed": total.failed, "hung": total.hung, "errors": dict(total.errors),
+                # the warm-up's failures are not counted: shown here, per second
+                "warmup_failures": total.timeline["failures"][:warmup_seconds],
+                "warmup_completions": total.timeline["completions"][:warmup_seconds],
                 "kernel": {name.removeprefix("TcpExt"): after.get(name, 0) - before.get(name, 0)
                            for name in COUNTERS},
             }), flush=True)
@@ -83,6 +89,9 @@ def run_variant(name: str, pythonpath: str | None, args: argparse.Namespace) -> 
     command = [sys.executable, __file__, "--child", "--clients", str(args.clients),
                "--duration", str(args.duration), "--warmup", str(args.warmup),
                "--steps", str(args.steps)]
+    if args.netns:  # a network namespace of its own: the kernel's counters are its alone
+        command = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"',
+                   "sh", *command]
     result = subprocess.run(command, env=env, cwd=pythonpath or REPO, capture_output=True,
                             text=True, timeout=RUN_TIMEOUT)
     for line in result.stdout.splitlines():
@@ -91,6 +100,9 @@ def run_variant(name: str, pythonpath: str | None, args: argparse.Namespace) -> 
             print(f"{name:6} step {step['step']}: {step['rate_hz']:6d}/s ok {step['succeeded']:6d} "
                   f"failed {step['failed']:6d} hung {step['hung']} {step['errors']} "
                   f"kernel {step['kernel']}", flush=True)
+            if args.timeline:
+                print(f"       warm-up completions/s {step['warmup_completions']}\n"
+                      f"       warm-up failures/s    {step['warmup_failures']}", flush=True)
     if result.returncode:
         print(f"{name}: exit {result.returncode}\n{result.stderr[-2000:]}", flush=True)
 
@@ -105,8 +117,14 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--timeline", action="store_true",
+                        help="also print the warm-up's completions and failures per second")
+    parser.add_argument("--no-netns", dest="netns", action="store_false",
+                        help="run in this network namespace (the default, as root, is a "
+                             "new one per variant and round, so that the counters are ours)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.netns = args.netns and os.geteuid() == 0
     if args.child:
         child(args.clients, args.duration, args.warmup, args.steps)
         return

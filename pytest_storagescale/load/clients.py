@@ -8,6 +8,14 @@ slot's deque (thread-safe append/popleft without a lock); the coordinator
 :class:`~pytest_storagescale.load.stats.SideAccumulator`, marks clients hung, and
 samples the timeline once a second. Clients never contend on a lock, which at
 1000 threads would convoy behind the GIL.
+
+The first request of a client logs it in (the client libraries connect on it). In the
+warm-up those are paced (:data:`CONNECT_RATE`, within :data:`CONNECT_SPREAD` of the
+warm-up) and at most :data:`LOGINS_IN_FLIGHT` of a process are in flight at once: 5,000
+clients connecting in the same millisecond overflow the server's listen queue and its
+login queue, the clients give up after their connection window and connect again, and
+the retries keep the server busy with work that is thrown away (issue 9). From the
+measurement on nothing waits: a client that logs in then is measured doing so.
 """
 
 from __future__ import annotations
