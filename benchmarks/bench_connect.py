@@ -8,7 +8,11 @@ SYN retransmissions). As root each variant runs in a network namespace of its ow
 programs on the machine add to them. Usage::
 
     .venv/bin/python benchmarks/bench_connect.py [--before HEAD~1] [--after HEAD]
-        [--rounds 2] [--clients 5000] [--duration 5] [--warmup 10]
+        [--rounds 2] [--clients 5000] [--duration 5] [--warmup 10] [--timeline]
+
+Measured with it (issue 9): an engine that paced its clients' first requests over the
+warm-up and bounded those in flight was worse than the engine that lets them all
+connect at once (docs/benchmarks.md, "The engine beside the physical limit").
 
 The engines run from temporary git worktrees of the refs (PYTHONPATH; "after"
 defaults to this working tree, whose edits during the run would reach it);

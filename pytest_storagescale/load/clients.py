@@ -8,14 +8,6 @@ slot's deque (thread-safe append/popleft without a lock); the coordinator
 :class:`~pytest_storagescale.load.stats.SideAccumulator`, marks clients hung, and
 samples the timeline once a second. Clients never contend on a lock, which at
 1000 threads would convoy behind the GIL.
-
-The first request of a client logs it in (the client libraries connect on it). In the
-warm-up those are paced (:data:`CONNECT_RATE`, within :data:`CONNECT_SPREAD` of the
-warm-up) and at most :data:`LOGINS_IN_FLIGHT` of a process are in flight at once: 5,000
-clients connecting in the same millisecond overflow the server's listen queue and its
-login queue, the clients give up after their connection window and connect again, and
-the retries keep the server busy with work that is thrown away (issue 9). From the
-measurement on nothing waits: a client that logs in then is measured doing so.
 """
 
 from __future__ import annotations
@@ -38,18 +30,6 @@ if TYPE_CHECKING:
 HANG_CHECK_INTERVAL = 0.1
 #: after Ctrl-C, how long requests in flight may take to finish (seconds)
 INTERRUPT_DRAIN = 0.5
-#: the clients' first requests (their logins) start at most this many a second, spread
-#: over the first half of the warm-up at most: C clients connecting in the same
-#: millisecond overflow the server's listen queue (xrootd's holds 255), and a dropped
-#: SYN is sent again only after 1, 3, 7 s, past the client's connection window
-CONNECT_RATE = 1000.0
-#: the share of the warm-up the first requests are spread over, at most
-CONNECT_SPREAD = 0.5
-#: during the warm-up, at most this many first requests of a process are in flight at
-#: once (25 processes: 200): a server that logs clients in more slowly than they come
-#: gets them as fast as it takes them, instead of a queue longer than the clients'
-#: connection window (the clients give up, connect again and the server's work is lost)
-LOGINS_IN_FLIGHT = 8
 
 
 class LoadInterrupted(KeyboardInterrupt):
@@ -102,39 +82,10 @@ class StepRun:
         else:
             self.take = lambda: True
 
-        # client i sends its first request i * spacing after the start (within the warm-up)
-        spread = min(plan.warmup * CONNECT_SPREAD, plan.clients / CONNECT_RATE)
-        self.connect_spacing = spread / plan.clients if plan.clients else 0.0
-        self.logins = threading.BoundedSemaphore(LOGINS_IN_FLIGHT)
-
     def wait_for_start(self) -> None:
         # a wait may wake a hair early by the wall clock, which the step's clock is in
         while (delay := self.clock.start_at - time.time()) > 0 and not self.stop.is_set():
             self.stop.wait(delay)
-
-    def first_request_at(self, index: int) -> float:
-        """When client ``index`` may send its first request (``perf_counter`` time):
-        the first requests are paced over the warm-up, never into the measurement."""
-        return self.start_perf + index * self.connect_spacing
-
-    def wait_for_turn(self, index: int) -> None:
-        """Until client ``index``'s first request is due (or the step is stopped)."""
-        while (delay := self.first_request_at(index) - time.perf_counter()) > 0 \
-                and not self.stop.is_set():
-            self.stop.wait(delay)
-
-    def admit_login(self) -> bool:
-        """Wait for one of the :data:`LOGINS_IN_FLIGHT` places of a first request, until
-        the measurement starts at the latest (then the request goes all the same: it is
-        measured, like every request after it). True: a place is held (give it back
-        with ``logins.release()``)."""
-        while not self.stop.is_set():
-            left = self.measure_perf - time.perf_counter()
-            if left <= 0:
-                return False
-            if self.logins.acquire(timeout=min(left, HANG_CHECK_INTERVAL)):
-                return True
-        return False
 
 
 def run_client(slot: ClientSlot, run: StepRun) -> None:
@@ -145,7 +96,6 @@ def run_client(slot: ClientSlot, run: StepRun) -> None:
         # making a thousand drivers at once takes a while
         driver = run.plan.driver.client(slot.assignment.index, timeout=run.plan.client_timeout)
         run.wait_for_start()
-        run.wait_for_turn(slot.assignment.index)
         _repeat(slot, driver, run)
     except Exception as exc:  # noqa: BLE001 - a client that cannot even start failed
         # counted even before the measurement began: the client never measured anything
@@ -166,8 +116,6 @@ def _repeat(slot: ClientSlot, driver: Driver, run: StepRun) -> None:
     stop, take, end_perf = run.stop, run.take, run.end_perf
     iteration = 0
     while not stop.is_set() and take():
-        # the first request logs in: in the warm-up, a bounded number at once
-        admitted = iteration == 0 and run.admit_login()
         # busy_since covers the untimed set-up too: a hang there is still a hang
         slot.busy_since = began = perf_counter()
         error: Exception | None = None
@@ -180,8 +128,6 @@ def _repeat(slot: ClientSlot, driver: Driver, run: StepRun) -> None:
             error = exc
         finished = perf_counter()
         slot.busy_since = None
-        if admitted:
-            run.logins.release()
         if slot.hung or finished > end_perf:
             return  # hung (counted as such) or finished in the drain: not measured
         record((finished, finished - began, moved, error))
