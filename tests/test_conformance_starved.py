@@ -20,7 +20,8 @@ from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
 pytestmark = [pytest.mark.slow_server, pytest.mark.integration]
 REPO = Path(__file__).resolve().parent.parent
 SUITE = REPO / "suites" / "conformance"
-#: scheduler threads too few for XrdHttp (measured: maxt 4 to 6 leave davs mute on 5.5.3)
+#: scheduler threads too few for XrdHttp (measured on 5.5.3: maxt 4 to 6 leave davs mute,
+#: maxt 7 answers)
 STARVED = "xrd.sched mint 1 maxt 4 avlt 1 idle 60"
 #: each door request's deadline (--storage-hang-timeout)
 DEADLINE_S = 5
@@ -49,6 +50,9 @@ def test_a_thread_starved_http_door_is_caught(pytester, tmp_path):
             "-k", "put_get_checksum or missing_file_error", "-v",
         )
         took = time.monotonic() - began
+        server_log = starved.log_path.read_text(errors="replace")
+    # the cause is the one meant: the server ran out of threads
+    assert "XrdScheduler: Thread limit has been reached" in server_log, server_log[-2000:]
     out = result.stdout.str()
     assert took < RUN_BOUND_S, f"the starved run took {took:.0f} s:\n{out[-3000:]}"
     outcomes = result.parseoutcomes()
