@@ -1,5 +1,5 @@
 """Issue 11: an xrootd starved of threads. With ``xrd.sched maxt 4`` the XrdHttp door of
-xrootd 5.5.3 answers nothing (its TLS connections never get a thread) while the root
+xrootd 5.5.3 answers nothing (its log: "Thread limit has been reached!") while the root
 door keeps answering: a root:// only run sees nothing wrong. The conformance suite, run
 through both doors with a short request deadline, fails the davs checks (at their set-up:
 the check's directory cannot be made) with the door and the deadline, passes the root
