@@ -32,7 +32,12 @@ from typing import Any
 import pytest
 
 from pytest_storagescale.drivers.base import Driver
-from pytest_storagescale.errors import StorageError, StorageNotFound, StorageScaleWarning
+from pytest_storagescale.errors import (
+    StorageError,
+    StorageNotFound,
+    StorageScaleWarning,
+    StorageTimeout,
+)
 from pytest_storagescale.shipped import shipped_thresholds
 from pytest_storagescale.stash import storage_run_key
 from pytest_storagescale.thresholds import ThresholdSet, select_thresholds
@@ -63,9 +68,11 @@ def call(door: Door, operation: str, path: str, function: Callable[..., Any], *a
     """``function(*args)``; a storage error fails the check naming what was asked."""
     try:
         return function(*args)
+    except StorageTimeout as exc:
+        did = f"gave no answer within the deadline: {exc}"
     except StorageError as exc:
-        reason = str(exc)
-    fail(door, operation, path, f"answered an error: {reason}", "success")
+        did = f"answered an error: {exc}"
+    fail(door, operation, path, did, "success")
 
 
 def expect_missing(door: Door, client: Driver, path: str, why: str) -> None:
