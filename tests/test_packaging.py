@@ -136,7 +136,7 @@ def test_installed_plugin_collects_the_shipped_suite(installed_run):
     assert probe["items"] == [
         str(site / SUITES_PACKAGE / "xrootd" / name)
         for name in ("test_authorization.py", "test_conformance.py",
-                     "test_xrootd_scalability.py")]
+                     "test_redirection.py", "test_xrootd_scalability.py")]
     assert "test_xrootd_scalability.py::test_round_trip_with_checksum" in output
     # the shared conformance checks, imported from the installed package, by door
     assert "test_conformance.py::TestXRootDConformance::test_cross_door_read[davs]" in output

@@ -64,6 +64,8 @@ def run_step(
     After a step that left hung clients, lost its connections (``unreachable``
     failures: the storage restarted) or could not run, the driver forgets its
     connections, so that the next clients log in afresh, as a new client would."""
+    if executor in ("threads", "auto") and getattr(plan.operation, "own_processes", False):
+        executor = "processes"  # the operation changes process-wide client settings
     try:
         execute = executor if callable(executor) else EXECUTORS[executor]  # cluster
     except KeyError:

@@ -119,6 +119,9 @@ class Operation:
     parameters: ClassVar[Mapping[str, Param]] = {}
     #: sides of a composite step (``mixed``); empty for a plain operation
     sides: ClassVar[tuple[str, ...]] = ()
+    #: its clients change settings of the whole client process, so they always run in
+    #: spawned client processes (the ``processes`` executor), never in pytest's own
+    own_processes: ClassVar[bool] = False
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -249,6 +252,11 @@ class Auth(Operation):
     ``xrootd`` driver); the login names are unique within the step."""
 
     name = "auth"
+    # new_login shortens the XRootD client's DataServerTTL for the process: with a 1 s
+    # TTL the 5.5.3 client's idle-connection teardown can deadlock the whole client
+    # (xrootd/xrootd#1883: PostMaster::ForceDisconnect from Stream::OnReadTimeout), so
+    # that never happens in pytest's process (a deadlocked child's clients are hung)
+    own_processes = True
 
     def prepare(self, driver, workdir, params, clients):
         if not callable(getattr(driver, "new_login", None)):
