@@ -120,6 +120,34 @@ def unprivileged_user() -> str | None:
     )
 
 
+_PROBE = """
+import sys, json
+from pytest_storagescale.drivers.registry import driver_spec
+url, options = json.loads(sys.stdin.read())
+probe = driver_spec(url, driver="xrootd", options=options).connect("probe", timeout=5)
+try:
+    probe.version()
+except Exception as exc:
+    print(exc)
+"""
+
+
+def _probe_apart(url: str, options: dict[str, str]) -> str:
+    """One version request from a process of its own: "" when answered, else why not
+    (the options, a token among them, go through stdin, never the command line)."""
+    import json
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-c", _PROBE], input=json.dumps([url, options]),
+                              capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return "the probe got no answer within 30 s"
+    if done.returncode != 0:
+        return (done.stderr.strip().splitlines() or ["the probe process failed"])[-1]
+    return done.stdout.strip()
+
+
 class EmbeddedXRootD(EmbeddedServer):
     """A throwaway xrootd serving ``root://127.0.0.1:<port>//storagescale``.
 
@@ -418,6 +446,14 @@ class EmbeddedXRootD(EmbeddedServer):
                         with socket.create_connection(("127.0.0.1", port), timeout=1):
                             pass
             except OSError:
+                continue
+            if self.login == "token":
+                # ztn is TLS, and the XRootD client makes its TLS context (CA folder
+                # included) once per process: a probe here would pin this server's
+                # throwaway CA for every later server of the process, so it runs apart
+                last = _probe_apart(self.url, dict(self.driver_options()))
+                if not last:
+                    return ""
                 continue
             probe = spec.connect("probe", timeout=5)
             try:
