@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from plans import shipped_known_issues, xrootd_plan
 
 from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
 
@@ -18,26 +19,11 @@ SUITE = REPO / "suites" / "conformance"
 CHECKS_PER_DOOR = 17
 
 
-def _thresholds(tmp_path: Path, known_issues: str) -> Path:
-    """The shipped xrootd plan, with ``known_issues`` as its [known_issues] table."""
-    text = (REPO / "thresholds" / "xrootd" / "5.x.toml").read_text()
-    text = text.split("[known_issues]")[0] + "[known_issues]\n" + known_issues
-    folder = tmp_path / "thr" / "xrootd"
-    folder.mkdir(parents=True)
-    (folder / "5.x.toml").write_text(text)
-    return folder.parent
-
-
-def _shipped_known_issues() -> str:
-    text = (REPO / "thresholds" / "xrootd" / "5.x.toml").read_text()
-    return text.split("[known_issues]")[1]
-
-
 def test_every_door_of_the_embedded_xrootd(pytester, tmp_path):
     """Both doors in the ids; the shipped known issues are XFAIL with their reason;
     a check listed as known to fail that passes fails as 'now passes'."""
     pretend = '"ls[root]" = "listed to show the strict mode: this check passes"\n'
-    thresholds = _thresholds(tmp_path, _shipped_known_issues() + pretend)
+    thresholds = xrootd_plan(tmp_path, shipped_known_issues() + pretend)
     result = pytester.runpytest_subprocess(
         str(SUITE), f"--storage-thresholds={thresholds}", "-n", "2", "-p", "no:cacheprovider",
         "-rxXs", "-v",
@@ -81,7 +67,7 @@ def test_a_server_without_checksum_plugin_is_caught(pytester, tmp_path, no_check
     """--storage-endpoint plus a named door: both fail the checksum checks with the
     door, the operation, the path, the storage's answer and what was expected."""
     server = no_checksum_xrootd
-    thresholds = _thresholds(tmp_path, "")
+    thresholds = xrootd_plan(tmp_path)
     result = pytester.runpytest_subprocess(
         str(SUITE), f"--storage-endpoint={server.url}",
         f"--storage-door=web={server.https_url}",

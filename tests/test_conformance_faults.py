@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from plans import xrootd_plan
 
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.endpoints.embedded import AREA, EmbeddedXRootD, unprivileged_user
@@ -36,20 +37,11 @@ AUTHZ_CHECKS = 5
 RUN_TIMEOUT = 300
 
 
-def _thresholds(tmp_path: Path) -> Path:
-    """The shipped xrootd plan without known issues (every check judged as it is)."""
-    text = (REPO / "thresholds" / "xrootd" / "5.x.toml").read_text()
-    folder = tmp_path / "thr" / "xrootd"
-    folder.mkdir(parents=True)
-    (folder / "5.x.toml").write_text(text.split("[known_issues]")[0] + "[known_issues]\n")
-    return folder.parent
-
-
 def _remote_args(server: EmbeddedXRootD, tmp_path: Path) -> list[str]:
     """The server as a remote storage with its davs door, and a plan without known issues."""
     return [f"--storage-endpoint={server.url}", f"--storage-door=davs={server.https_url}",
             f"--storage-driver-option=ca_dir={server.ca_dir}",
-            f"--storage-thresholds={_thresholds(tmp_path)}", "-p", "no:cacheprovider"]
+            f"--storage-thresholds={xrootd_plan(tmp_path)}", "-p", "no:cacheprovider"]
 
 
 def _assert_clean_end(result) -> None:
@@ -258,7 +250,7 @@ def test_authorization_checks_pass_on_the_token_login(pytester, tmp_path):
     passes over root:// (ztn) and davs:// (Bearer)."""
     result = pytester.runpytest_subprocess(
         str(XROOTD_SUITE), "-k", "Authorization", "--storage-embedded-login", "token",
-        f"--storage-thresholds={_thresholds(tmp_path)}", "-p", "no:cacheprovider", "-v",
+        f"--storage-thresholds={xrootd_plan(tmp_path)}", "-p", "no:cacheprovider", "-v",
         "-n", "2", timeout=RUN_TIMEOUT)  # the workers get the controller's tokens
     result.assert_outcomes(passed=2 * AUTHZ_CHECKS)
     for check in ("read_only_token_reads", "read_only_token_cannot_write", "write_token_writes",
@@ -270,7 +262,7 @@ def test_authorization_checks_pass_on_the_token_login(pytester, tmp_path):
 
 def test_authorization_checks_skip_under_the_unix_login(pytester, tmp_path):
     result = pytester.runpytest_subprocess(
-        str(XROOTD_SUITE), "-k", "Authorization", f"--storage-thresholds={_thresholds(tmp_path)}",
+        str(XROOTD_SUITE), "-k", "Authorization", f"--storage-thresholds={xrootd_plan(tmp_path)}",
         "-p", "no:cacheprovider", "-rs", timeout=RUN_TIMEOUT)
     result.assert_outcomes(skipped=2 * AUTHZ_CHECKS)
     result.stdout.fnmatch_lines(["SKIPPED [[]*] *the authorization checks need token logins "

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from plans import xrootd_plan
 
 from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
 
@@ -29,15 +30,6 @@ DEADLINE_S = 5
 RUN_BOUND_S = 120.0
 
 
-def _thresholds(tmp_path: Path) -> Path:
-    """The shipped xrootd plan without known issues: nothing may fail unseen."""
-    text = (REPO / "thresholds" / "xrootd" / "5.x.toml").read_text()
-    folder = tmp_path / "thr" / "xrootd"
-    folder.mkdir(parents=True)
-    (folder / "5.x.toml").write_text(text.split("[known_issues]")[0] + "[known_issues]\n")
-    return folder.parent
-
-
 def test_a_thread_starved_http_door_is_caught(pytester, tmp_path):
     with EmbeddedXRootD(extra_config=STARVED) as starved:
         began = time.monotonic()
@@ -45,7 +37,7 @@ def test_a_thread_starved_http_door_is_caught(pytester, tmp_path):
             str(SUITE), f"--storage-endpoint={starved.url}",
             f"--storage-door=davs={starved.https_url}",
             f"--storage-driver-option=ca_dir={starved.ca_dir}",
-            f"--storage-thresholds={_thresholds(tmp_path)}",
+            f"--storage-thresholds={xrootd_plan(tmp_path)}",
             f"--storage-hang-timeout={DEADLINE_S}s", "-p", "no:cacheprovider",
             "-k", "put_get_checksum or missing_file_error", "-v",
         )

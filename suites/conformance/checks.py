@@ -161,6 +161,20 @@ class Place:
                 return copy.read()
 
 
+def release(place: Place) -> None:
+    """Remove a check's directory and close its client. A failed removal is not the
+    check's subject: its verdict stands, the failure is a warning, and the run
+    directory's removal at the end of the run covers it."""
+    try:
+        place.client.remove_tree(place.folder)
+    except StorageError as exc:
+        warnings.warn(StorageScaleWarning(
+            f"{place.door.name}: clean-up of {place.folder} failed ({exc}); the run "
+            f"directory's removal at the end of the run removes it"), stacklevel=2)
+    finally:
+        place.client.close()
+
+
 class KnownIssues:
     """A check named in the thresholds file's ``[known_issues]`` (``"readv_repeated_chunk"``
     or, for one door, ``"readv_repeated_chunk[root]"``) runs as a *strict* expected failure:
@@ -223,17 +237,9 @@ class ConformanceChecks(KnownIssues):
         client = door.client(f"conformance-{door.name}")
         relative = f"conformance/{folder_name(request.node.name)}"
         call(door, "mkdir", door.path(relative), client.mkdir, door.path(relative))
-        yield Place(door, client, relative)
-        try:
-            client.remove_tree(door.path(relative))
-        except StorageError as exc:
-            # not the check's subject: its verdict stands, the failure is shown as a
-            # warning, and the run directory's removal at the end of the run covers it
-            warnings.warn(StorageScaleWarning(
-                f"{door.name}: clean-up of {door.path(relative)} failed ({exc}); the run "
-                f"directory's removal at the end of the run removes it"), stacklevel=1)
-        finally:
-            client.close()
+        place = Place(door, client, relative)
+        yield place
+        release(place)
 
 
 class NamespaceChecks(ConformanceChecks):

@@ -44,7 +44,7 @@ from pytest_storagescale.errors import StorageError, StorageScaleWarning
 from pytest_storagescale.redact import redact_url
 from pytest_storagescale.stash import storage_run_key
 
-from .checks import KnownIssues, MiB, Place, call, check_adler32, fail, payload
+from .checks import KnownIssues, MiB, Place, call, check_adler32, fail, payload, release
 from .doors import DOOR_TIMEOUT, Door, folder_name
 
 #: the protocols of the checks: a door and a peer URL belong to one by their scheme
@@ -251,14 +251,7 @@ class ThirdPartyCopyChecks(KnownIssues):
 
         yield pair
         for place in made:
-            try:
-                place.client.remove_tree(place.folder)
-            except StorageError as exc:  # not the check's subject: its verdict stands
-                warnings.warn(StorageScaleWarning(
-                    f"{place.door.name}: clean-up of {place.folder} failed ({exc})"),
-                    stacklevel=1)
-            finally:
-                place.client.close()
+            release(place)
 
     def test_tpc_root_pull(self, tpc_pair) -> None:
         """root:// TPC into the storage: the storage, as destination, fetches a file

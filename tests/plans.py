@@ -1,0 +1,23 @@
+"""Thresholds folders made from the shipped ones, for the tests that run suites."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED_XROOTD = REPO / "thresholds" / "xrootd" / "5.x.toml"
+
+
+def shipped_known_issues() -> str:
+    """The shipped xrootd plan's [known_issues] table (its lines, without the header)."""
+    return SHIPPED_XROOTD.read_text().split("[known_issues]")[1]
+
+
+def xrootd_plan(tmp_path: Path, known_issues: str = "") -> Path:
+    """A thresholds folder holding the shipped xrootd plan with ``known_issues`` as its
+    [known_issues] table (none by default: every check judged as it is)."""
+    text = SHIPPED_XROOTD.read_text().split("[known_issues]")[0]
+    folder = tmp_path / "thr" / "xrootd"
+    folder.mkdir(parents=True)
+    (folder / "5.x.toml").write_text(text + "[known_issues]\n" + known_issues)
+    return folder.parent
