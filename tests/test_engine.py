@@ -8,6 +8,7 @@ request of which client fails or hangs.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -229,3 +230,31 @@ def test_side_results_read_back_from_json(spec):
     side = sides_from_json(plain)["ls"]
     assert side.rate_hz == 5.0 and side.errors == {"timeout": 1}
     assert side.latency_s["mean"] == 0.1 and side.latency_s["p50"] != side.latency_s["p50"]
+
+
+@pytest.mark.parametrize("asked", ["threads", "auto"])
+def test_an_operation_that_changes_the_whole_process_runs_in_client_processes(
+        spec, monkeypatch, asked):
+    """``auth`` shortens the XRootD client's idle-connection TTL for its process (with
+    which the 5.5.3 client can deadlock it): its clients never run in pytest's process,
+    whatever executor was asked for."""
+    from pytest_storagescale.load import engine
+    from pytest_storagescale.load.operations import Stat
+
+    class ProcessWide(Stat):
+        own_processes = True
+
+    used = []
+
+    def recorder(name):
+        def execute(*args):  # recorded, then run in threads (ProcessWide is not picklable)
+            used.append(name)
+            return EXECUTORS["threads"](*args)
+        return execute
+
+    monkeypatch.setattr(engine, "EXECUTORS", {name: recorder(name) for name in EXECUTORS})
+    assert get_operation("auth").own_processes and not get_operation("stat").own_processes
+    plain = plan(spec(), clients=1, duration=0.3)
+    run_step(plain, executor=asked)
+    run_step(dataclasses.replace(plain, operation=ProcessWide()), executor=asked)
+    assert used == [asked, "processes"]

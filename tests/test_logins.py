@@ -311,3 +311,18 @@ def test_the_token_servers_davs_door_takes_the_token(server):
     without = driver_spec(url, options={"ca_dir": server.ca_dir})
     with pytest.raises(StoragePermissionDenied, match="403"):
         without.connect("functional-davs", timeout=20).stat("/storagescale")
+
+
+def test_token_servers_one_after_another_in_one_process():
+    """The XRootD client makes its TLS context (CA folder) once per process; each token
+    server has its own throwaway CA, so its readiness probe runs in a process of its
+    own (an in-process probe pinned the first server's CA and the second never came
+    up: 'TLS error: resource temporarily unavailable')."""
+    from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+
+    cas = set()
+    for _ in range(2):
+        with EmbeddedXRootD(login="token") as server:
+            assert server.version.startswith("5.")
+            cas.add(server.ca_dir)
+    assert len(cas) == 2
