@@ -169,6 +169,60 @@ def test_a_client_that_cannot_start_is_a_counted_failure(spec):
     assert result.total.failed == 3 and result.total.errors == {"login": 3}
 
 
+def test_clients_log_in_before_the_clock_starts(spec):
+    """Logins of different lengths all end before the step's start, and the
+    measurement begins with every client connected."""
+    class Logging(memory.MemoryDriver):
+        logged_in: list[float] = []
+
+        def connect(self) -> None:
+            time.sleep(0.3 * int(self.client_id.split("-")[-1]))
+            Logging.logged_in.append(time.time())
+
+    driver = DriverSpec(Logging, spec().endpoint_url, "/area")
+    result, _ = timed(plan(driver, clients=4, duration=1.0))
+    assert len(Logging.logged_in) == 4
+    assert max(Logging.logged_in) <= result.started
+    assert result.total.timeline["completions"][0] > 0 and result.total.failed == 0
+
+
+def test_client_processes_log_in_before_the_common_clock(spec):
+    # 1.5 s logins in both processes: had they run inside the clock, the 1 s step
+    # would have measured nothing
+    step = plan(spec(login_latency="1.5"), "put", clients=4, duration=1.0, hang_timeout=5.0,
+                processes=2, params={"file_size": 1000})
+    result, elapsed = timed(step, executor="processes")
+    total = result.total
+    assert elapsed >= 1.5
+    assert total.succeeded > 0 and total.failed == total.hung == 0
+    assert total.timeline["completions"][0] > 0
+
+
+def test_a_login_stuck_for_hang_timeout_is_a_hung_client(spec):
+    class Stuck(memory.MemoryDriver):
+        def connect(self) -> None:
+            if self.client_id == "client-0":
+                self._release.wait(30)  # until the client is closed or given up
+
+    driver = DriverSpec(Stuck, spec().endpoint_url, "/area")
+    step = plan(driver, clients=2, duration=1.0, hang_timeout=1.0)
+    result, elapsed = timed(step)
+    assert result.total.hung == 1 and result.total.succeeded > 0
+    # the login phase waited hang_timeout, then the step ran on time
+    assert elapsed < step.hang_timeout + step.duration + step.hang_timeout + SLACK
+
+
+def test_a_failed_login_is_measured_by_the_first_request(spec):
+    class Flaky(memory.MemoryDriver):
+        def connect(self) -> None:
+            raise StorageError("login dropped", driver="memory", endpoint="memory://",
+                               operation="login", path="/", error_class="unreachable")
+
+    driver = DriverSpec(Flaky, spec().endpoint_url, "/area")
+    result, _ = timed(plan(driver, clients=2, duration=0.5))
+    assert result.total.failed == 0 and result.total.succeeded > 0  # the requests connect
+
+
 def test_a_mixed_step_merges_its_sides(spec):
     step = plan(spec(), "mixed", clients=2, duration=1.0,
                 params={"file_size": 1000, "files": 2})

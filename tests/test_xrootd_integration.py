@@ -15,7 +15,7 @@ import pytest
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.drivers.xrootd import XRootDDriver
 from pytest_storagescale.endpoints.embedded import free_port
-from pytest_storagescale.errors import StorageNotFound, UnsafePathError
+from pytest_storagescale.errors import StorageError, StorageNotFound, UnsafePathError
 from pytest_storagescale.load.engine import run_step
 from pytest_storagescale.load.operations import get_operation
 from pytest_storagescale.load.plan import StepPlan
@@ -114,6 +114,33 @@ def _connections_to(port: int) -> int:
             if remote_port == port and fields[3] == "01":
                 count += 1
     return count
+
+
+def test_a_client_logs_in_on_connect_before_any_request(embedded_xrootd):
+    """Driver.connect opens the client's own connection and logs in (the engine does this
+    before the step's clock): the server counts one more connection and logs the login."""
+    spec = driver_spec(embedded_xrootd.url, writable_root="/storagescale")
+    XRootDDriver.forget_connections()  # a name no earlier test used
+    driver = spec.client(7, timeout=10)
+    name = XRootDDriver.client_name(7)
+    before = _connections_to(embedded_xrootd.port)
+    since = embedded_xrootd.log_path.stat().st_size
+    driver.connect()
+    assert _connections_to(embedded_xrootd.port) == before + 1
+    deadline = time.monotonic() + 10  # the server writes its log line after answering
+    while f"{name}." not in (logged := embedded_xrootd.log_path.read_text(
+            errors="replace")[since:]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert f"{name}." in logged and " login" in logged, logged[-2000:]
+
+
+def test_a_login_to_nothing_is_an_unreachable_error():
+    driver = driver_spec(f"root://127.0.0.1:{free_port()}//storagescale",
+                         writable_root="/storagescale").client(0, timeout=3)
+    with pytest.raises(StorageError) as refused:
+        driver.connect()
+    assert refused.value.error_class == "unreachable", refused.value
+    assert refused.value.operation == "login"
 
 
 def test_each_client_has_its_own_connection(area, embedded_xrootd):

@@ -43,7 +43,7 @@ from .breakdown import HostResult
 from .hosts import ClusterConnection, ClusterError, ClusterHost, check_offsets, connect
 
 #: how long the hosts may take to unpack their shares and say they are ready (at
-#: least; a step waits its hang_timeout if longer): a host that is not ready by then
+#: least; their clients' logins may take hang_timeout more): a host that is not ready by then
 #: is not waited for (it starts late, or is lost)
 READY_TIMEOUT = 10.0
 #: time for the ready hosts to learn the start time and start their client threads
@@ -113,7 +113,8 @@ def run_share(plan: StepPlan, context: dict[str, Any], assignments: list[ClientA
               offset: float, max_operations: int, step: str) -> HostReport:
     """On a client host (a Dask task): run this host's clients from the common start.
 
-    The host says it is ready (Dask queue ``<step>-ready``) and waits for the start
+    Its clients log in; then the host says it is ready (Dask queue ``<step>-ready``)
+    and waits for the start
     time (Dask variable ``<step>-start``, on the coordinator's clock; None: the step
     was called off). ``offset`` is the host's measured offset (its reported clock minus
     the coordinator's); the clients run on the host's own clock. When the Dask event
@@ -125,25 +126,34 @@ def run_share(plan: StepPlan, context: dict[str, Any], assignments: list[ClientA
     from .hosts import clock_skew, peak_rss_mb
 
     client = get_client()
-    Queue(f"{step}-ready", client=client).put(get_worker_address())
-    start_at = Variable(f"{step}-start", client=client).get(
-        timeout=max(READY_TIMEOUT, plan.hang_timeout) + 60)
-    if start_at is None:
-        return HostReport({}, 0.0, 0.0, peak_rss_mb(), interrupted=True)
-    clock = plan.clock(start_at)
     # the offset was measured from the reported clock; the engine reads time.time()
     shift = offset - clock_skew()
-    local = shifted(clock, shift)
+    clocks: list[StepClock] = []  # the common clock, once given
+
+    def start() -> StepClock:  # this host's clients have logged in
+        Queue(f"{step}-ready", client=client).put(get_worker_address())
+        start_at = Variable(f"{step}-start", client=client).get(
+            timeout=READY_TIMEOUT + plan.hang_timeout + 60)
+        if start_at is None:
+            raise _CalledOff
+        clocks.append(plan.clock(start_at))
+        return shifted(clocks[0], shift)
+
     interrupted = False
-    watcher = StopWatcher(f"{step}-stop", local.end_at + plan.hang_timeout)
+    watcher = StopWatcher(f"{step}-stop", time.time() + READY_TIMEOUT + 3 * plan.hang_timeout
+                          + 120 + plan.warmup + plan.duration)
     meter = CpuMeter(len(assignments))
     try:
-        accumulators = run_clients(plan, context, assignments, local, max_operations,
-                                   meter=meter)
+        local, accumulators = run_clients(plan, context, assignments, start, max_operations,
+                                          meter=meter)
+    except _CalledOff:
+        return HostReport({}, 0.0, 0.0, peak_rss_mb(), interrupted=True)
     except LoadInterrupted as stopped:
         accumulators, interrupted = stopped.accumulators, True
+        local = stopped.clock
     finally:
         watcher.finish()
+    clock = clocks[0] if clocks else shifted(local, -shift)
     ended = min(time.time(), local.end_at) - shift  # back on the coordinator's clock
     if any(a.hung for a in accumulators.values()):
         plan.driver.driver_class.forget_connections()
@@ -153,6 +163,10 @@ def run_share(plan: StepPlan, context: dict[str, Any], assignments: list[ClientA
     return HostReport({side: a.to_wire() for side, a in accumulators.items()},
                       clock.measure_from, ended, peak_rss_mb(), interrupted,
                       latency_summary(histogram), meter.usage)
+
+
+class _CalledOff(Exception):
+    """The coordinator called the step off before it started (Ctrl-C)."""
 
 
 def get_worker_address() -> str:
@@ -230,7 +244,8 @@ class ClusterExecutor:
         clock: StepClock | None = None
         accumulators: Accumulators = {}
         try:
-            self._until_ready(futures, step, max(READY_TIMEOUT, plan.hang_timeout))
+            # a host is ready once its clients have logged in (up to hang_timeout)
+            self._until_ready(futures, step, READY_TIMEOUT + plan.hang_timeout)
             clock = plan.clock(time.time() + STARTUP_LEAD + largest * STARTUP_PER_CLIENT)
             self._variable(f"{step}-start").set(clock.start_at)
             self.dispatch_s = time.time() - asked
@@ -260,8 +275,8 @@ class ClusterExecutor:
         return Variable(name, client=self.connection.client)
 
     def _until_ready(self, futures: dict[str, Any], step: str, timeout: float) -> None:
-        """Wait until every host says it is ready (its share unpacked, the client
-        library imported), or failed, or left, or ``timeout`` passed: a host
+        """Wait until every host says it is ready (its share unpacked, its clients
+        logged in), or failed, or left, or ``timeout`` passed: a host
         busy with something else must not start late and measure a shorter window."""
         from distributed import Queue
 

@@ -157,6 +157,11 @@ class Driver(abc.ABC):
     def version(self) -> str:
         return self._version()
 
+    def connect(self) -> None:  # noqa: B027 - optional hook, most drivers connect lazily
+        """Open the connection and log in now: a load client does this before the
+        step's clock starts, so that C logins at once are not part of the measured
+        window. A failure here is not measured; the first request connects again."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, most drivers keep nothing
         """Release the connection (best effort)."""
 

@@ -16,6 +16,8 @@ they use (``put``, ``mkdir``) work there.
 Driver options (strings, so that they reach spawned client processes too):
 
 - ``latency``: seconds added to every request of a load client (``0.002``);
+- ``login_latency``: seconds a load client's login (``connect``, before the step's
+  clock) takes;
 - ``fail_every``: every N-th request of a load client fails with a
   :class:`~pytest_storagescale.errors.StorageError` of class ``injected``;
 - ``hang_after``: a load client's requests are numbered from 0; number N and later
@@ -99,6 +101,7 @@ class Faults:
     """The driver options, parsed."""
 
     latency: float = 0.0
+    login_latency: float = 0.0
     fail_every: int = 0
     hang_after: int | None = None
     requests: frozenset[str] = frozenset(REQUESTS)
@@ -107,6 +110,7 @@ class Faults:
     def parse(cls, options: Mapping[str, str]) -> Faults:
         return cls(
             latency=_number(options, "latency", float),
+            login_latency=_number(options, "login_latency", float),
             fail_every=_number(options, "fail_every", int),
             hang_after=_number(options, "hang_after", int) if "hang_after" in options else None,
             requests=_requests(options.get("fault_operations")),
@@ -146,8 +150,8 @@ class MemoryDriver(Driver):
     name = "memory"
     files_per_client = 0
     schemes = ("memory",)
-    option_names = ("ca_dir", "latency", "fail_every", "hang_after", "fault_operations",
-                    "version")
+    option_names = ("ca_dir", "latency", "login_latency", "fail_every", "hang_after",
+                    "fault_operations", "version")
 
     def __init__(self, endpoint, **kwargs) -> None:
         super().__init__(endpoint, **kwargs)
@@ -179,6 +183,10 @@ class MemoryDriver(Driver):
     @classmethod
     def client_name(cls, index: int) -> str:
         return f"{_CLIENT_PREFIX}{index}"
+
+    def connect(self) -> None:
+        if self._load_client and self._faults.login_latency:
+            time.sleep(self._faults.login_latency)
 
     def close(self) -> None:
         self._release.set()

@@ -350,6 +350,11 @@ class XRootDDriver(XRootDLogins, Driver):
         self._server = f"{endpoint.scheme}://{name}@{endpoint.host}{port}"
         self._fs = client.FileSystem(self._server)
 
+    def connect(self) -> None:
+        """Connect and log in (a ``kXR_ping`` after the login)."""
+        status, _ = self._fs.ping(timeout=self._timeout)
+        self._check(status, "login", "/")
+
     def close(self) -> None:
         if self._relogging:
             self._relogging = False

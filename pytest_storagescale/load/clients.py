@@ -1,10 +1,14 @@
 """The clients of a step inside one process: one thread per client, and the
 coordinator that watches them.
 
-Each client thread runs :func:`run_client`: its own driver, then the operation
-back to back (closed loop). It appends ``(finished, latency, bytes, error)`` to its
-slot's deque (thread-safe append/popleft without a lock); the coordinator
-(:func:`run_clients`, in the calling thread) drains every deque into its side's
+Each client thread runs :func:`run_client`: its own driver, its login
+(``Driver.connect``), then, from the step's start, the operation back to back
+(closed loop). The step's clock is set once every client has logged in (or
+``hang_timeout`` passed), so that C logins at once, which a server's listen queue
+may not take, are not measured as the operation's rate. It appends
+``(finished, latency, bytes, error)`` to its slot's deque (thread-safe
+append/popleft without a lock); the coordinator (:func:`run_clients`, in the
+calling thread) drains every deque into its side's
 :class:`~pytest_storagescale.load.stats.SideAccumulator`, marks clients hung, and
 samples the timeline once a second. Clients never contend on a lock, which at
 1000 threads would convoy behind the GIL.
@@ -28,6 +32,8 @@ if TYPE_CHECKING:
 
 #: how often the coordinator looks for hung clients (seconds)
 HANG_CHECK_INTERVAL = 0.1
+#: how often the login phase looks whether every client has logged in (seconds)
+LOGIN_CHECK_INTERVAL = 0.02
 #: after Ctrl-C, how long requests in flight may take to finish (seconds)
 INTERRUPT_DRAIN = 0.5
 
@@ -44,12 +50,15 @@ class LoadInterrupted(KeyboardInterrupt):
         self.usage: ClientUsage | None = None
 
 Progress = Callable[[StepProgress], None]
+#: when the step starts: a clock known beforehand, or a function called once every
+#: client has logged in that returns it (the executor's start: now, or the parent's)
+Start = StepClock | Callable[[], StepClock]
 
 
 class ClientSlot:
     """What the coordinator sees of one client thread."""
 
-    __slots__ = ("assignment", "busy_since", "hung", "done", "records")
+    __slots__ = ("assignment", "busy_since", "hung", "done", "ready", "records")
 
     def __init__(self, assignment: ClientAssignment) -> None:
         self.assignment = assignment
@@ -57,23 +66,22 @@ class ClientSlot:
         self.busy_since: float | None = None
         self.hung = False
         self.done = False
+        #: logged in (or failed to), waiting for the start
+        self.ready = False
         self.records: collections.deque = collections.deque()
 
 
 class StepRun:
     """What every client thread of the process shares: plan, context, the step's
-    clock in ``perf_counter`` time, the stop signal and the count bound."""
+    clock in ``perf_counter`` time (once set), the stop signal and the count bound."""
 
-    def __init__(self, plan: StepPlan, context: dict[str, Any], clock: StepClock,
-                 max_operations: int) -> None:
+    def __init__(self, plan: StepPlan, context: dict[str, Any], max_operations: int) -> None:
         self.plan = plan
         self.context = context
-        self.clock = clock
-        # clients time with perf_counter (cheap, monotonic); the step's clock is wall time
-        offset = time.time() - time.perf_counter()
-        self.start_perf = clock.start_at - offset
-        self.measure_perf = clock.measure_from - offset
-        self.end_perf = clock.end_at - offset
+        self.clock: StepClock = plan.clock(0.0)  # a placeholder until set_clock
+        self.start_perf = self.measure_perf = self.end_perf = 0.0
+        #: set with the clock: the clients may go on to the start
+        self.clock_set = threading.Event()
         self.stop = threading.Event()
         if max_operations:
             # numbered operations handed out; next() on an itertools.count is atomic
@@ -82,28 +90,55 @@ class StepRun:
         else:
             self.take = lambda: True
 
+    def set_clock(self, clock: StepClock) -> None:
+        self.clock = clock
+        # clients time with perf_counter (cheap, monotonic); the step's clock is wall time
+        offset = time.time() - time.perf_counter()
+        self.start_perf = clock.start_at - offset
+        self.measure_perf = clock.measure_from - offset
+        self.end_perf = clock.end_at - offset
+        self.clock_set.set()
+
     def wait_for_start(self) -> None:
+        self.clock_set.wait()  # every way out of the login phase sets the clock
         # a wait may wake a hair early by the wall clock, which the step's clock is in
         while (delay := self.clock.start_at - time.time()) > 0 and not self.stop.is_set():
             self.stop.wait(delay)
 
 
 def run_client(slot: ClientSlot, run: StepRun) -> None:
-    """One client thread: its own driver, the start, the operation back to back."""
+    """One client thread: its own driver, its login, the start, the operation back to
+    back."""
     driver = None
     try:
-        # not timed for hangs: the client libraries connect on the first request, and
-        # making a thousand drivers at once takes a while
+        # not timed for hangs: making a thousand drivers at once takes a while
         driver = run.plan.driver.client(slot.assignment.index, timeout=run.plan.client_timeout)
+        _log_in(slot, driver)
         run.wait_for_start()
         _repeat(slot, driver, run)
     except Exception as exc:  # noqa: BLE001 - a client that cannot even start failed
+        slot.ready = True
+        run.wait_for_start()
         # counted even before the measurement began: the client never measured anything
         slot.records.append((max(time.perf_counter(), run.measure_perf), 0.0, 0, exc))
     finally:
         slot.done = True
         if driver is not None and not slot.hung:
             driver.close()
+
+
+def _log_in(slot: ClientSlot, driver: Driver) -> None:
+    """Connect before the clock, timed for hangs (a login stuck for hang_timeout makes
+    the client hung). A refused or failed login is not measured here: the client's
+    first request connects again, and its outcome is measured."""
+    slot.busy_since = time.perf_counter()
+    try:
+        driver.connect()
+    except Exception:  # noqa: BLE001, S110 - measured by the first request instead
+        pass
+    finally:
+        slot.busy_since = None
+        slot.ready = True
 
 
 def _repeat(slot: ClientSlot, driver: Driver, run: StepRun) -> None:
@@ -198,6 +233,10 @@ class ClientGroup:
             hung=sum(a.hung for a in accumulators),
         )
 
+    def all_ready(self) -> bool:
+        """Every client logged in (or failed to, or ended)."""
+        return all(slot.ready or slot.done for slot in self.slots)
+
     def all_done(self) -> bool:
         return all(slot.done for slot in self.slots)
 
@@ -252,19 +291,31 @@ class Coordinator:
 
 def run_clients(
     plan: StepPlan, context: dict[str, Any], assignments: list[ClientAssignment],
-    clock: StepClock, max_operations: int = 0, progress: Progress | None = None,
+    start: Start, max_operations: int = 0, progress: Progress | None = None,
     meter: CpuMeter | None = None,
-) -> dict[str, SideAccumulator]:
+) -> tuple[StepClock, dict[str, SideAccumulator]]:
     """Run ``assignments`` as threads in this process until the step's end; return
-    one accumulator per side. Used directly (threads executor) and inside each
-    spawned process (processes executor). ``meter`` measures this process's CPU over
-    the measured window."""
-    run = StepRun(plan, context, clock, max_operations)
+    the step's clock and one accumulator per side. Used directly (threads executor),
+    inside each spawned process (processes executor) and on each cluster host.
+    ``start`` is the clock, or what gives it once every client has logged in (at most
+    ``hang_timeout`` later). ``meter`` measures this process's CPU over the measured
+    window."""
+    run = StepRun(plan, context, max_operations)
     group = ClientGroup(assignments, run)
     meter = meter or CpuMeter(len(assignments))
     coordinator = Coordinator(group, progress, meter)
+    if isinstance(start, StepClock):
+        run.set_clock(start)
     group.start()
     try:
+        if not run.clock_set.is_set():
+            _wait_for_logins(run, group)
+            try:
+                run.set_clock(start())
+            except BaseException:  # no start (called off, or a bug): release the clients
+                run.stop.set()
+                run.set_clock(plan.clock(time.time()))
+                raise
         _measure_and_drain(run, group, coordinator, bool(max_operations), meter)
     except KeyboardInterrupt:
         meter.stop()
@@ -273,7 +324,15 @@ def run_clients(
     group.collect()
     group.sample(min(int(time.time() - run.clock.start_at), run.clock.seconds - 1))
     group.give_up()
-    return group.accumulators
+    return run.clock, group.accumulators
+
+
+def _wait_for_logins(run: StepRun, group: ClientGroup) -> None:
+    """Until every client has logged in, or for hang_timeout: a client still logging
+    in then is counted hung once the clock runs."""
+    deadline = time.time() + run.plan.hang_timeout
+    while not group.all_ready() and time.time() < deadline:
+        run.stop.wait(LOGIN_CHECK_INTERVAL)  # never set here: an interruptible pause
 
 
 def _measure_and_drain(run: StepRun, group: ClientGroup, coordinator: Coordinator,
@@ -301,6 +360,8 @@ def _stop_interrupted(run: StepRun, group: ClientGroup, coordinator: Coordinator
     :class:`LoadInterrupted`. Clients still busy after a short drain are abandoned
     (daemon threads), not counted hung: the user ended the step, not the storage."""
     run.stop.set()
+    if not run.clock_set.is_set():  # stopped while logging in: nothing measured
+        run.set_clock(run.plan.clock(time.time()))
     stopped_at = min(time.time(), run.clock.end_at)
     group.set_measured(stopped_at - run.clock.measure_from)
     try:
@@ -309,4 +370,6 @@ def _stop_interrupted(run: StepRun, group: ClientGroup, coordinator: Coordinator
     except KeyboardInterrupt:
         pass  # a second Ctrl-C: keep what is measured all the same
     group.collect()
-    raise LoadInterrupted(group.accumulators)
+    interrupted = LoadInterrupted(group.accumulators)
+    interrupted.clock = run.clock
+    raise interrupted

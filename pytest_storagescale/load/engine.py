@@ -3,7 +3,11 @@
 The step is closed-loop, like the seeds' batch jobs: every client starts its next
 operation as soon as the last one ended. Timeline of a step (wall clock)::
 
-    start_at ── warm-up ── measure_from ───── duration ───── end_at ── drain (<= hang_timeout)
+    logins ── start_at ── warm-up ── measure_from ── duration ── end_at ── drain (<= hang_timeout)
+
+Every client connects and logs in first (``Driver.connect``; at most ``hang_timeout``,
+a login stuck longer is a hung client); the clock starts when all have, so C logins
+at once (which a server's listen queue may drop) are not measured as the operation.
 
 Only operations that *complete* inside ``[measure_from, end_at]`` count: ``rate_hz =
 succeeded / duration``. An operation still running ``hang_timeout`` after it started

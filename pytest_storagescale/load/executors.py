@@ -34,8 +34,11 @@ from .stats import ClientUsage, CpuMeter, SideAccumulator, usable_cores
 
 #: slack for a process to start, report and exit around its clients' deadline
 _PROCESS_GRACE = 10.0
-#: how long a spawned process may take to import the client library and say so
+#: how long a spawned process may take to import the client library and say so (its
+#: clients' logins, up to hang_timeout, come on top)
 _START_TIMEOUT = 120.0
+#: from the last login to the start of the threads executor's step (seconds)
+_START_LEAD = 0.05
 #: after Ctrl-C, how long the processes may take to send what they measured (their
 #: clients get INTERRUPT_DRAIN of it to finish the requests in flight)
 _INTERRUPT_WAIT = 1.0
@@ -83,16 +86,15 @@ def planned_processes(executor: str, clients: int, driver_class: type) -> int:
 
 def run_threads(plan: StepPlan, context: dict[str, Any], progress: Progress | None = None
                 ) -> Measured:
-    """Every client a thread of this process."""
+    """Every client a thread of this process; the step starts once they have logged in."""
     assignments = plan.assignments()
-    # time to start the threads before the clock runs (about 0.1 ms each)
-    clock = plan.clock(time.time() + 0.2 + len(assignments) / 2000)
     meter = CpuMeter(len(assignments))
     try:
-        accumulators = run_clients(plan, context, assignments, clock, plan.max_operations,
-                                   progress, meter)
+        clock, accumulators = run_clients(
+            plan, context, assignments, lambda: plan.clock(time.time() + _START_LEAD),
+            plan.max_operations, progress, meter)
     except LoadInterrupted as interrupted:
-        interrupted.clock, interrupted.usage = clock, meter.usage
+        interrupted.usage = meter.usage
         raise
     return clock, accumulators, meter.usage
 
@@ -146,14 +148,16 @@ def _process_main(plan: StepPlan, context: dict[str, Any], share: list[ClientAss
     what its clients measured so far as ``interrupted``."""
     for number in _STOP_SIGNALS:  # even when started with SIGINT ignored
         signal.signal(number, _stop_once)
-    try:
+    def start() -> StepClock:  # its clients have logged in: the parent's common clock
         connection.send("ready")
-        clock = connection.recv()
+        return connection.recv()
+
+    try:
         kind, meter = "result", CpuMeter(len(share))
         try:
-            accumulators = run_clients(plan, context, share, clock, max_operations,
-                                       lambda state: connection.send(("progress", state)),
-                                       meter)
+            _, accumulators = run_clients(plan, context, share, start, max_operations,
+                                          lambda state: connection.send(("progress", state)),
+                                          meter)
         except LoadInterrupted as interrupted:
             kind, accumulators = "interrupted", interrupted.accumulators
         _ignore_stops()  # the answer is complete: a late stop must not cut it
@@ -184,20 +188,23 @@ def _spawn(plan: StepPlan, context: dict[str, Any], children: list[_Child]) -> N
         children.append(_Child(process, parent_end, share))
 
 
-def _says_ready(child: _Child) -> bool:
+def _says_ready(child: _Child, timeout: float) -> bool:
     try:
-        return child.connection.poll(_START_TIMEOUT) and child.connection.recv() == "ready"
+        return child.connection.poll(timeout) and child.connection.recv() == "ready"
     except (EOFError, OSError):  # it died while starting
         return False
 
 
 def _handshake(plan: StepPlan, children: list[_Child]) -> StepClock:
-    """Wait until every process is ready, then give them all the same clock."""
+    """Wait until every process is ready (its clients logged in), then give them all
+    the same clock."""
+    deadline = time.time() + _START_TIMEOUT + plan.hang_timeout
     for child in children:
-        if not _says_ready(child):
+        if not _says_ready(child, max(0.0, deadline - time.time())):
             raise StorageError(
                 f"client process {child.process.pid} did not start within "
-                f"{_START_TIMEOUT:.0f} s (the processes executor spawns {len(children)} "
+                f"{_START_TIMEOUT + plan.hang_timeout:.0f} s (the processes executor spawns "
+                f"{len(children)} "
                 f"Python processes; try --storage-executor threads)",
                 driver=plan.driver.name, endpoint=plan.driver.endpoint.server,
                 operation=plan.operation.name, path=plan.workdir, error_class="executor",
