@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import zlib
-from pathlib import Path
 
 import pytest
+from sockets import connections_to
 
 from pytest_storagescale.drivers.gfal2 import Gfal2Driver
 from pytest_storagescale.drivers.registry import driver_spec
@@ -126,27 +126,17 @@ def test_gfal2_on_root_asks_no_version_and_never_imports_the_xrootd_bindings(emb
     assert "--storage-driver xrootd" in lines[0]
 
 
-def _connections_to(port: int) -> int:
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
-                count += 1
-    return count
-
-
 def test_gfal2_clients_on_root_have_their_own_connections(embedded_xrootd):
     """Each gfal2 client logs in under its own name on root://, so C clients are C
     connections (one name would share one connection among every context)."""
     Gfal2Driver.forget_connections()  # names no earlier test used
     spec = driver_spec(embedded_xrootd.url, driver="gfal2")
-    before = _connections_to(embedded_xrootd.port)
+    before = connections_to(embedded_xrootd.port)
     clients = [spec.client(index, timeout=20) for index in range(5)]
     try:
         for client in clients:
             assert client.stat("/storagescale").is_dir
-        assert _connections_to(embedded_xrootd.port) - before >= 5
+        assert connections_to(embedded_xrootd.port) - before >= 5
     finally:
         for client in clients:
             client.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pycurl
 import pytest
+from sockets import connections_to
 
 from pytest_storagescale.drivers.base import Driver
 from pytest_storagescale.drivers.http import HTTPDriver, _byteranges, _digest
@@ -544,3 +545,18 @@ def test_a_davs_run_uses_the_http_driver_and_never_shows_the_token(pytester, thr
     assert all(s["succeeded"] > 0 for s in document["steps"])
     everything = result.stdout.str() + result.stderr.str() + json.dumps(document)
     assert TOKEN not in everything
+
+
+def test_connect_opens_the_clients_connection_before_any_request(area, embedded_xrootd):
+    """The engine logs every client in before the step's clock: over davs:// that is
+    the TLS connection, which the client's requests then reuse."""
+    root, _, spec = area
+    driver = spec.client(3, timeout=20)
+    try:
+        before = connections_to(embedded_xrootd.http_port)
+        driver.connect()
+        assert connections_to(embedded_xrootd.http_port) == before + 1
+        assert driver.stat(root).is_dir
+        assert connections_to(embedded_xrootd.http_port) == before + 1  # the same one
+    finally:
+        driver.close()

@@ -11,6 +11,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from sockets import connections_to
 
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.drivers.xrootd import XRootDDriver
@@ -104,18 +105,6 @@ def test_guard_refuses_writes_outside_the_run_area(area, embedded_xrootd):
         other.delete(outside)
 
 
-def _connections_to(port: int) -> int:
-    """Established TCP connections to ``port`` seen in this network namespace."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):  # the client may use mapped IPv6
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-            if remote_port == port and fields[3] == "01":
-                count += 1
-    return count
-
-
 def test_a_client_logs_in_on_connect_before_any_request(embedded_xrootd):
     """Driver.connect opens the client's own connection and logs in (the engine does this
     before the step's clock): the server counts one more connection and logs the login."""
@@ -123,10 +112,10 @@ def test_a_client_logs_in_on_connect_before_any_request(embedded_xrootd):
     XRootDDriver.forget_connections()  # a name no earlier test used
     driver = spec.client(7, timeout=10)
     name = XRootDDriver.client_name(7)
-    before = _connections_to(embedded_xrootd.port)
+    before = connections_to(embedded_xrootd.port)
     since = embedded_xrootd.log_path.stat().st_size
     driver.connect()
-    assert _connections_to(embedded_xrootd.port) == before + 1
+    assert connections_to(embedded_xrootd.port) == before + 1
     deadline = time.monotonic() + 10  # the server writes its log line after answering
     while f"{name}." not in (logged := embedded_xrootd.log_path.read_text(
             errors="replace")[since:]) and time.monotonic() < deadline:
@@ -147,7 +136,7 @@ def test_each_client_has_its_own_connection(area, embedded_xrootd):
     root, _ = area
     seen = []
     plan = _plan(embedded_xrootd, root, clients=40, duration=2.0)
-    timer = threading.Timer(1.5, lambda: seen.append(_connections_to(embedded_xrootd.port)))
+    timer = threading.Timer(1.5, lambda: seen.append(connections_to(embedded_xrootd.port)))
     timer.start()
     result = run_step(plan)
     timer.join()
@@ -163,12 +152,12 @@ def test_steps_reuse_connections_until_the_driver_forgets_them(area, embedded_xr
     XRootDDriver.forget_connections()  # names no earlier test used
     port = embedded_xrootd.port
     run_step(_plan(embedded_xrootd, root, clients=20, duration=0.5, warmup=0.0))
-    first = _connections_to(port)
+    first = connections_to(port)
     run_step(_plan(embedded_xrootd, root, clients=20, duration=0.5, warmup=0.0))
-    second = _connections_to(port)
+    second = connections_to(port)
     XRootDDriver.forget_connections()
     run_step(_plan(embedded_xrootd, root, clients=20, duration=0.5, warmup=0.0))
-    third = _connections_to(port)
+    third = connections_to(port)
     assert second - first < 20 <= third - second, (first, second, third)
 
 
@@ -207,7 +196,7 @@ def test_thousand_clients_with_threads(area, embedded_xrootd):
 
     def count() -> None:  # the most connections the server held at once during the step
         while not done.wait(0.5):
-            seen[0] = max(seen[0], _connections_to(embedded_xrootd.port))
+            seen[0] = max(seen[0], connections_to(embedded_xrootd.port))
 
     counter = threading.Thread(target=count, daemon=True)
     counter.start()

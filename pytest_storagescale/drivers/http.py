@@ -578,6 +578,12 @@ class HTTPDriver(Driver):
                 **self._kwargs("checksum", path, f"HTTP {answer.status}"))
         return value
 
+    def connect(self) -> None:
+        """Open this client's connection (TLS handshake, client certificate) with a
+        ``HEAD`` of the test area; the connection stays with the handle."""
+        path = self.endpoint.path
+        self._check(self._request("HEAD", path, operation="login"), "login", path)
+
     def _version(self) -> str:
         """The door's ``Server`` header (``dCache/9.2.4``, ``XrootD/v5.5.3``)."""
         path = self.endpoint.path
