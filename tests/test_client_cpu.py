@@ -13,6 +13,7 @@ records is low."""
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from pytest_storagescale.load.operations import Operation, get_operation
 from pytest_storagescale.load.plan import StepPlan
 from pytest_storagescale.load.stats import usable_cores
 from pytest_storagescale.records import StepRecord, Verdict
+from pytest_storagescale.reporting.html import table_csv, table_html
 from pytest_storagescale.reporting.table import SATURATED_NOTE, format_table, format_why
 from pytest_storagescale.thresholds import evaluate, parse_rule
 
@@ -82,6 +84,12 @@ def test_a_cpu_bound_step_saturates_its_client_host(spec):
     assert "client CPU" in table[0] and "saturated*" in table[1] and table[-1] == SATURATED_NOTE
     why = format_why(record)
     assert any("measured the client host, not the storage" in line for line in why), why
+    # the HTML report and Allure (the same table) and the CSV show it too
+    cell = f"{record.client_cpu:.0%} saturated*"
+    page = table_html([record])
+    assert "<th>client CPU</th>" in page and f"<td>{cell}</td>" in page
+    assert f"<p>{html.escape(SATURATED_NOTE)}</p>" in page
+    assert table_csv([record]).splitlines()[1].split(",")[-2] == cell
     # a rule can name it
     judged = evaluate([parse_rule(f"client_cpu <= {LIMIT}")], record.metric)
     assert not judged.passed and judged.checks[0].observed == record.client_cpu
@@ -93,6 +101,9 @@ def test_an_idle_waiting_step_uses_little_client_cpu(spec):
     assert 0 <= record.client_cpu < 0.03, result.client
     assert not record.client_saturated
     assert format_table([record])[0].split()[-1] == "verdict"  # no client column
+    # the reports always have it, without the mark or the note
+    page = table_html([record])
+    assert f"<td>{record.client_cpu:.0%}</td>" in page and "saturated*" not in page
     assert not any("client host" in line for line in format_why(record))
     assert evaluate([parse_rule("client_cpu <= 0.5")], record.metric).passed
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..records import RunInfo, StepRecord
 from . import plots
-from .table import format_failures, table_rows
+from .table import format_failures, saturation_note, table_rows
 
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
@@ -30,20 +30,22 @@ img { max-width: 100%; }
 
 def table_html(steps: list[StepRecord], main_door: str = "") -> str:
     """The table as an HTML ``<table>``; each row's class is its step's verdict (a door
-    column as in :func:`~.table.format_table`)."""
-    columns, per_step = table_rows(steps, main_door)
+    column as in :func:`~.table.format_table`; the client CPU column always, with the
+    note under the table when a step saturated its client host)."""
+    columns, per_step = table_rows(steps, main_door, client_column=True)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = []
     for step, rows in zip(steps, per_step, strict=True):
         for row in rows:
             cells = "".join(f"<td>{html.escape(cell)}</td>" for cell in row)
             body.append(f'<tr class="{html.escape(str(step.verdict))}">{cells}</tr>')
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+    note = "".join(f"<p>{html.escape(line)}</p>" for line in saturation_note(steps))
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>{note}"
 
 
 def table_csv(steps: list[StepRecord], main_door: str = "") -> str:
-    """The table as CSV, header first."""
-    columns, per_step = table_rows(steps, main_door)
+    """The table as CSV, header first (with the client CPU column)."""
+    columns, per_step = table_rows(steps, main_door, client_column=True)
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(columns)

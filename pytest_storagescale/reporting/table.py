@@ -107,13 +107,24 @@ def columns_for(steps: list[StepRecord], main_door: str = "") -> tuple[bool, tup
     return with_baseline, columns
 
 
-def table_rows(steps: list[StepRecord], main_door: str = ""
+def table_rows(steps: list[StepRecord], main_door: str = "", *, client_column: bool = False
                ) -> tuple[tuple[str, ...], list[list[list[str]]]]:
-    """The columns, and each step's rows under them (see :func:`step_rows`)."""
+    """The columns, and each step's rows under them (see :func:`step_rows`); with
+    ``client_column``, the step's client CPU (:func:`client_cell`) before the verdict."""
     with_baseline, columns = columns_for(steps, main_door)
     with_door = several_doors(steps, main_door)
-    return columns, [step_rows(s, with_baseline=with_baseline, with_door=with_door)
-                     for s in steps]
+    per_step = [step_rows(s, with_baseline=with_baseline, with_door=with_door)
+                for s in steps]
+    if not client_column:
+        return columns, per_step
+    return (*columns[:-1], CLIENT_COLUMN, columns[-1]), [
+        [[*row[:-1], client_cell(step), row[-1]] for row in rows]
+        for step, rows in zip(steps, per_step, strict=True)]
+
+
+def saturation_note(steps: list[StepRecord]) -> list[str]:
+    """The note under a table with a saturated step (``saturated*``), else nothing."""
+    return [SATURATED_NOTE] if any(step.client_saturated for step in steps) else []
 
 
 #: the column that appears when a step saturated its client host
@@ -137,14 +148,9 @@ def format_table(steps: list[StepRecord], main_door: str = "") -> list[str]:
     """The run's table as terminal lines (header first); a ``client CPU`` column and a
     note under the table when a step saturated its client host; a ``door`` column when
     the steps ran over several doors, or another than ``main_door``."""
-    columns, per_step = table_rows(steps, main_door)
-    rows = [row for step_rows_ in per_step for row in step_rows_]
-    if not any(step.client_saturated for step in steps):
-        return render(rows, columns)
-    cells = [client_cell(step) for step, step_rows_ in zip(steps, per_step, strict=True)
-             for _ in step_rows_]
-    rows = [[*row[:-1], cell, row[-1]] for row, cell in zip(rows, cells, strict=True)]
-    return [*render(rows, (*columns[:-1], CLIENT_COLUMN, columns[-1])), SATURATED_NOTE]
+    note = saturation_note(steps)
+    columns, per_step = table_rows(steps, main_door, client_column=bool(note))
+    return [*render([row for rows in per_step for row in rows], columns), *note]
 
 
 def _limit(check: RuleCheck) -> str:
