@@ -115,7 +115,8 @@ def run_client(slot: ClientSlot, run: StepRun) -> None:
         driver = run.plan.driver.client(slot.assignment.index, timeout=run.plan.client_timeout)
         _log_in(slot, driver)
         run.wait_for_start()
-        _repeat(slot, driver, run)
+        if not slot.hung:  # a login that came back after hang_timeout: given up already
+            _repeat(slot, driver, run)
     except Exception as exc:  # noqa: BLE001 - a client that cannot even start failed
         slot.ready = True
         run.wait_for_start()
