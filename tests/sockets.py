@@ -7,11 +7,17 @@ from pathlib import Path
 
 def connections_to(port: int) -> int:
     """Established TCP connections to ``port`` seen in this network namespace."""
-    count = 0
+    return len(connection_ends(port))
+
+
+def connection_ends(port: int) -> set[str]:
+    """The local ends (``address:port`` in the kernel's hex) of the established TCP
+    connections to ``port``: which connections are new, whatever others closed."""
+    ends = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):  # the client may use mapped IPv6
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
             remote_port = int(fields[2].rsplit(":", 1)[1], 16)
             if remote_port == port and fields[3] == "01":
-                count += 1
-    return count
+                ends.add(fields[1])
+    return ends

@@ -127,16 +127,27 @@ def test_missing_binary_names_the_install_command(monkeypatch, tmp_path):
         EmbeddedGridFTP.check_installed()
 
 
+def _gfal2_crashed(outcome) -> bool:
+    """Whether the run died of a segfault inside the gfal2 client library.
+
+    Seen once, beside ``stress-ng --cpu 4``: gfal2's GridFTP plugin crashed the pytest
+    process in a partial read (``pread_bytes``, docs/compatibility.md). This test is
+    about the suite's outcomes, so such a run goes once more."""
+    err = outcome.stderr.str()
+    return "Fatal Python error: Segmentation fault" in err and "drivers/gfal2.py" in err
+
+
 def test_dcache_suite_over_gsiftp(pytester, monkeypatch):
     """`pytest suites/dcache --storage-embedded gridftp`: the functional and conformance
     checks over gsiftp:// (vector reads not applicable, said so) and every scan."""
     monkeypatch.setenv("STORAGESCALE_LARGE_MB", "4")
     results = pytester.path / "results.json"
-    outcome = pytester.runpytest_subprocess(
-        str(REPO / "suites" / "dcache"), "--storage-embedded=gridftp",
-        "--storage-scale=0.05", "--storage-clients=1", f"--storage-results={results}",
-        "-p", "no:cacheprovider", "-rs",
-    )
+    args = (str(REPO / "suites" / "dcache"), "--storage-embedded=gridftp",
+            "--storage-scale=0.05", "--storage-clients=1", f"--storage-results={results}",
+            "-p", "no:cacheprovider", "-rs")
+    outcome = pytester.runpytest_subprocess(*args)
+    if _gfal2_crashed(outcome):
+        outcome = pytester.runpytest_subprocess(*args)
     outcome.assert_outcomes(passed=27, skipped=4)
     outcome.stdout.fnmatch_lines([
         "storagescale: dcache gridftp-* at gsiftp://localhost:*/storagescale *",
