@@ -127,14 +127,22 @@ def test_missing_binary_names_the_install_command(monkeypatch, tmp_path):
         EmbeddedGridFTP.check_installed()
 
 
-def _gfal2_crashed(outcome) -> bool:
-    """Whether the run died of a segfault inside the gfal2 client library.
+#: runs of the gsiftp suite when gfal2 crashed the previous one
+GFAL2_CRASH_RUNS = 3
 
-    Seen once, beside ``stress-ng --cpu 4``: gfal2's GridFTP plugin crashed the pytest
-    process in a partial read (``pread_bytes``, docs/compatibility.md). This test is
-    about the suite's outcomes, so such a run goes once more."""
+
+def _gfal2_crashed(outcome) -> bool:
+    """Whether the run died inside the gfal2 client library (a segfault or an abort
+    with ``drivers/gfal2.py`` on the stack).
+
+    In whole ``make test`` runs beside ``stress-ng --cpu 4``, gfal2's GridFTP plugin
+    crashed the suite's pytest process in 3 of 3 runs (partial reads in
+    ``pread_bytes``, an abort in a load step's ``ls``; docs/compatibility.md); on a
+    quiet machine it never did. This test is about the suite's outcomes, so such a
+    run goes again, at most :data:`GFAL2_CRASH_RUNS` times in all."""
     err = outcome.stderr.str()
-    return "Fatal Python error: Segmentation fault" in err and "drivers/gfal2.py" in err
+    return ("Fatal Python error: Segmentation fault" in err
+            or "Fatal Python error: Aborted" in err) and "drivers/gfal2.py" in err
 
 
 def test_dcache_suite_over_gsiftp(pytester, monkeypatch):
@@ -145,9 +153,10 @@ def test_dcache_suite_over_gsiftp(pytester, monkeypatch):
     args = (str(REPO / "suites" / "dcache"), "--storage-embedded=gridftp",
             "--storage-scale=0.05", "--storage-clients=1", f"--storage-results={results}",
             "-p", "no:cacheprovider", "-rs")
-    outcome = pytester.runpytest_subprocess(*args)
-    if _gfal2_crashed(outcome):
+    for _ in range(GFAL2_CRASH_RUNS):
         outcome = pytester.runpytest_subprocess(*args)
+        if not _gfal2_crashed(outcome):
+            break
     outcome.assert_outcomes(passed=27, skipped=4)
     outcome.stdout.fnmatch_lines([
         "storagescale: dcache gridftp-* at gsiftp://localhost:*/storagescale *",
