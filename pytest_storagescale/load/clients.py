@@ -44,15 +44,15 @@ class LoadInterrupted(KeyboardInterrupt):
     def __init__(self, accumulators: dict[str, SideAccumulator]) -> None:
         super().__init__("interrupted")
         self.accumulators = accumulators
-        #: set by the executor that ran the clients
+        #: the step's clock (set where the clients ran)
         self.clock: StepClock | None = None
         #: what the clients cost their host until stopped (set by the executor)
         self.usage: ClientUsage | None = None
 
 Progress = Callable[[StepProgress], None]
-#: when the step starts: a clock known beforehand, or a function called once every
-#: client has logged in that returns it (the executor's start: now, or the parent's)
-Start = StepClock | Callable[[], StepClock]
+#: called once every client has logged in: the step's clock (the threads executor's
+#: now, a client process's from its parent, a cluster host's from the coordinator)
+Start = Callable[[], StepClock]
 
 
 class ClientSlot:
@@ -298,25 +298,22 @@ def run_clients(
     """Run ``assignments`` as threads in this process until the step's end; return
     the step's clock and one accumulator per side. Used directly (threads executor),
     inside each spawned process (processes executor) and on each cluster host.
-    ``start`` is the clock, or what gives it once every client has logged in (at most
-    ``hang_timeout`` later). ``meter`` measures this process's CPU over the measured
+    ``start`` gives the clock once every client has logged in (at most ``hang_timeout``
+    later). ``meter`` measures this process's CPU over the measured
     window."""
     run = StepRun(plan, context, max_operations)
     group = ClientGroup(assignments, run)
     meter = meter or CpuMeter(len(assignments))
     coordinator = Coordinator(group, progress, meter)
-    if isinstance(start, StepClock):
-        run.set_clock(start)
     group.start()
     try:
-        if not run.clock_set.is_set():
-            _wait_for_logins(run, group)
-            try:
-                run.set_clock(start())
-            except BaseException:  # no start (called off, or a bug): release the clients
-                run.stop.set()
-                run.set_clock(plan.clock(time.time()))
-                raise
+        _wait_for_logins(run, group)
+        try:
+            run.set_clock(start())
+        except BaseException:  # no start (called off, or a bug): release the clients
+            run.stop.set()
+            run.set_clock(plan.clock(time.time()))
+            raise
         _measure_and_drain(run, group, coordinator, bool(max_operations), meter)
     except KeyboardInterrupt:
         meter.stop()
