@@ -234,15 +234,24 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         run.finish()
 
 
-def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
-    run = config.stash.get(storage_run_key, None)
-    if run is not None and run.cleanup_error:
+def _write_session_notes(terminalreporter, run) -> None:
+    """What went wrong around the tests: a run directory left behind, the embedded
+    server dead mid-run, stale run directories of earlier sessions."""
+    if run.cleanup_error:
         terminalreporter.write_line(
             f"storagescale: could not remove this run's directory {run.run_id}: "
             f"{run.cleanup_error}. Remove it by hand.", yellow=True,
         )
-    if run is not None and run.area.stale_note:
+    if run.endpoint.exit_note:
+        terminalreporter.write_line(f"storagescale: {run.endpoint.exit_note}", red=True)
+    if run.area.stale_note:
         terminalreporter.write_line(run.area.stale_note, yellow=True)
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    run = config.stash.get(storage_run_key, None)
+    if run is not None:
+        _write_session_notes(terminalreporter, run)
     if run is None or not run.ledger.steps:
         return
     info = run.ledger.run

@@ -114,3 +114,47 @@ def test_starting_a_server_leaves_the_credential_environment_as_it_was(monkeypat
     for kind in EMBEDDED_SERVERS:
         cls = embedded_class(kind)
         assert cls.__enter__ is EmbeddedServer.__enter__, kind
+
+
+def _sleeper(tmp_path, name: str):
+    from pytest_storagescale.endpoints.apache import ProcessGroup
+
+    return ProcessGroup(["sleep", "300"], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+                        output=tmp_path / f"{name}.log")
+
+
+def test_a_stopped_group_never_signals_the_process_that_got_its_pid_again(tmp_path):
+    """Stopping a server whose leader is already gone must not SIGKILL the process
+    group of that number: with pid_max 32,768 the number is soon another server's
+    (a test's embedded xrootd, a leader of its own session, died this way in CI)."""
+    gone = _sleeper(tmp_path, "gone")
+    gone.stop()
+    assert gone.exited() is not None
+    other = _sleeper(tmp_path, "other")
+    try:
+        gone.process.pid = other.pid  # what a recycled pid looks like to the old handle
+        gone.stop()
+        assert other.exited(wait=0.5) is None, "the other server's group was killed"
+    finally:
+        other.stop()
+    assert other.exited() is not None
+
+
+def test_a_group_stop_kills_what_the_leader_left_behind(tmp_path):
+    """A worker the leader forked outlives a SIGTERMed leader; stop() kills it too."""
+    import psutil
+
+    from pytest_storagescale.endpoints.apache import ProcessGroup
+
+    group = ProcessGroup(["sh", "-c", "sleep 300 & echo $! > child.pid; wait"],
+                         cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+                         output=tmp_path / "leader.log")
+    pid_file = tmp_path / "child.pid"
+    for _ in range(100):
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        group.exited(wait=0.05)
+    child = psutil.Process(int(pid_file.read_text()))
+    group.stop(grace=2)
+    _, alive = psutil.wait_procs([child], timeout=5)  # SIGKILL is delivered, not awaited
+    assert all(process.status() == psutil.STATUS_ZOMBIE for process in alive), alive

@@ -322,3 +322,29 @@ def test_read_only_test_area_is_one_clear_failure_per_test(pytester):
     assert "Traceback" not in result.stdout.str()
     assert "During handling of the above exception" not in result.stdout.str()
     assert "def run_dir" not in result.stdout.str()
+
+
+def test_an_embedded_server_that_died_mid_run_is_named_in_the_summary(pytester):
+    """The session's own xrootd killed between two checks: the later check's error is
+    a closed port, and the summary says the server died, how, and its log's last lines,
+    so a run that failed for that reason is not read as a storage regression."""
+    pytester.makepyfile(test_s="""
+        import signal
+
+        def test_kill_the_server(storage_endpoint):
+            server = storage_endpoint.embedded
+            server.process.send_signal(signal.SIGKILL)
+            server.process.wait(timeout=10)
+
+        def test_after(storage_endpoint):
+            storage_endpoint.client("after", timeout=5).stat(storage_endpoint.run_dir)
+    """)
+    result = pytester.runpytest(f"--storage-thresholds={REPO / 'thresholds'}",
+                                "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "storagescale: the embedded xrootd (pid *, port *) died during the run (killed by "
+        "SIGKILL): every storage call after that met a closed port. The last lines of its "
+        "log:",
+    ])
+    assert "xrootd" in result.stdout.str().split("The last lines of its log:")[1]

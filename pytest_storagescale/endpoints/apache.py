@@ -104,13 +104,25 @@ class ProcessGroup:
             except ProcessLookupError:
                 pass
             self.exited(grace)
-        try:
-            os.killpg(self.pid, signal.SIGKILL)  # workers the leader left behind
-        except (ProcessLookupError, PermissionError):
-            pass
+        self._kill_left_behind()
         if self.process.poll() is None:
             self.process.kill()
         self.exited(grace)
+
+
+    def _kill_left_behind(self) -> None:
+        """SIGKILL the workers the leader left behind: its process group, whose id is
+        the leader's pid. Once the leader is reaped and no member is left, Linux hands
+        that number out again (pid_max is often 32,768 and a load step makes thousands
+        of threads); a process that now has it belongs to someone else (another test's
+        server, started in a session of its own, is a group of that id too) and is
+        never signalled. While a member lives, the number is not handed out."""
+        if self.process.poll() is not None and Path(f"/proc/{self.pid}").exists():
+            return  # the pid was recycled: the group is gone, whatever has it is not ours
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 #: where daemons live when PATH lacks them (a user's PATH often has no /usr/sbin)

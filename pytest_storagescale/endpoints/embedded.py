@@ -486,16 +486,34 @@ class EmbeddedXRootD(EmbeddedServer):
 
     def freeze(self) -> None:
         """SIGSTOP the server: it keeps its connections but answers nothing."""
-        os.kill(self.pid, signal.SIGSTOP)
+        self._signal(signal.SIGSTOP)
 
     def thaw(self) -> None:
-        os.kill(self.pid, signal.SIGCONT)
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, number: signal.Signals) -> None:
+        """Signal the server while it runs; once it exited its pid may be another
+        process's (pids are recycled), so nothing is sent."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, number)
+
+    def exit_note(self) -> str:
+        if self.process is None or self.directory is None:
+            return ""
+        code = self.process.poll()
+        if code is None:
+            return ""
+        how = (f"killed by {signal.Signals(-code).name}" if code < 0 and
+               -code in signal.valid_signals() else f"exit code {code}")
+        return (f"the embedded xrootd (pid {self.process.pid}, port {self.port}) died during "
+                f"the run ({how}): every storage call after that met a closed port. The last "
+                f"lines of its log:\n{self._log_tail()}")
 
     def _terminate(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return
         try:
-            os.kill(self.process.pid, signal.SIGCONT)  # a frozen server cannot exit
+            self._signal(signal.SIGCONT)  # a frozen server cannot exit
             self.process.terminate()
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:

@@ -93,6 +93,11 @@ class EmbeddedServer(abc.ABC):
     def url_for(self, scheme: str) -> str:
         """The test area's URL over ``scheme`` (one of :attr:`schemes`)."""
 
+    def exit_note(self) -> str:
+        """Why the server is gone when it died during the run, with its log's last
+        lines ("" while it runs); asked just before the session stops it."""
+        return ""
+
     def driver_options(self) -> dict[str, str]:
         """The driver options a client needs: CA folder, proxy, token, ccache...
         (values may be secrets: they are never printed)."""

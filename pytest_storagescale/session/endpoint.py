@@ -28,6 +28,8 @@ class EndpointUnderTest:
         self.settings = settings
         self._shared = shared
         self._server = None
+        #: why the embedded server died during the run ("" when it did not), see stop()
+        self.exit_note = ""
         self._url: EndpointURL | None = None
         self._version: str | None = None
         self._tokens: dict[str, str] | None = None
@@ -221,6 +223,10 @@ class EndpointUnderTest:
         )
 
     def stop(self) -> None:
+        """Stop the embedded server; if it had died during the run, ``exit_note`` says so."""
         if self._server is not None:
-            self._server.stop()
-            self._server = None
+            try:
+                self.exit_note = self._server.exit_note()
+            finally:
+                self._server.stop()
+                self._server = None
