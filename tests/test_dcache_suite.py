@@ -18,9 +18,13 @@ REPO = Path(__file__).resolve().parent.parent
 #: overload clients 4, the 450 short files 9
 SCALE = 0.02
 #: rules that gate a site's door, relaxed to gate only the mechanism on a loaded
-#: 2-core CI box (half-second probes are noisy; mixing costs this machine a lot)
+#: 2-core CI box (half-second probes are noisy; mixing costs this machine a lot). The
+#: probes' window: 120 s at scale 0.02 is 2.4 s, which beside stress-ng --cpu 4 ended
+#: before the first probe did (recovery_s = inf after one probe at 0.27 of the rate
+#: before); 1000 s scales to 20 s, in which probes go on until the rate is back
 RELAX = {
     "recover_fraction = 0.8": "recover_fraction = 0.3",
+    'recover_within = "120s"': 'recover_within = "1000s"',
     "mix_ratio >= 0.2": "mix_ratio > 0",
 }
 

@@ -138,11 +138,16 @@ def _gfal2_crashed(outcome) -> bool:
     In whole ``make test`` runs beside ``stress-ng --cpu 4``, gfal2's GridFTP plugin
     crashed the suite's pytest process in 3 of 3 runs (partial reads in
     ``pread_bytes``, an abort in a load step's ``ls``; docs/compatibility.md); on a
-    quiet machine it never did. This test is about the suite's outcomes, so such a
-    run goes again, at most :data:`GFAL2_CRASH_RUNS` times in all."""
+    quiet machine it never did. The gfal2 driver no longer asks for partial reads over
+    gsiftp:// (the crash of 11 in 30 short runs), but an abort on Globus's callback
+    thread was seen once more since. This test is about the suite's outcomes, so such
+    a run goes again, at most :data:`GFAL2_CRASH_RUNS` times in all."""
     err = outcome.stderr.str()
+    # an abort on a Globus callback thread ("Assertion ! GLOBUS_I_FTP_CLIENT_BAD_MAGIC")
+    # has no gfal2 frame on the Python stacks faulthandler prints
     return ("Fatal Python error: Segmentation fault" in err
-            or "Fatal Python error: Aborted" in err) and "drivers/gfal2.py" in err
+            or "Fatal Python error: Aborted" in err) and (
+                "drivers/gfal2.py" in err or "GLOBUS_" in err)
 
 
 def test_dcache_suite_over_gsiftp(pytester, monkeypatch):
