@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.endpoints import apache
+from pytest_storagescale.endpoints import apache, processes
 from pytest_storagescale.endpoints.apache import EmbeddedApacheWebDAV
 from pytest_storagescale.endpoints.family import embedded_class
 from pytest_storagescale.errors import (
@@ -111,7 +111,7 @@ def test_a_client_without_a_certificate_is_refused(door):
 
 def test_missing_binary_names_the_install_command(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(apache, "SBIN_PATH", str(tmp_path))
+    monkeypatch.setattr(processes, "SBIN_PATH", str(tmp_path))
     with pytest.raises(EndpointError, match="apt-get install apache2"):
         EmbeddedApacheWebDAV.check_installed()
 

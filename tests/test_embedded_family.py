@@ -117,7 +117,7 @@ def test_starting_a_server_leaves_the_credential_environment_as_it_was(monkeypat
 
 
 def _sleeper(tmp_path, name: str):
-    from pytest_storagescale.endpoints.apache import ProcessGroup
+    from pytest_storagescale.endpoints.processes import ProcessGroup
 
     return ProcessGroup(["sleep", "300"], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
                         output=tmp_path / f"{name}.log")
@@ -144,7 +144,7 @@ def test_a_group_stop_kills_what_the_leader_left_behind(tmp_path):
     """A worker the leader forked outlives a SIGTERMed leader; stop() kills it too."""
     import psutil
 
-    from pytest_storagescale.endpoints.apache import ProcessGroup
+    from pytest_storagescale.endpoints.processes import ProcessGroup
 
     group = ProcessGroup(["sh", "-c", "sleep 300 & echo $! > child.pid; wait"],
                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},

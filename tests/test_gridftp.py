@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.endpoints import apache
+from pytest_storagescale.endpoints import processes
 from pytest_storagescale.endpoints.credentials import certificate_expiry
 from pytest_storagescale.endpoints.family import embedded_class
 from pytest_storagescale.endpoints.gridftp import EmbeddedGridFTP
@@ -122,7 +122,7 @@ def test_no_proxy_at_all_is_refused_naming_the_option(door, tmp_path):
 
 def test_missing_binary_names_the_install_command(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(apache, "SBIN_PATH", str(tmp_path))
+    monkeypatch.setattr(processes, "SBIN_PATH", str(tmp_path))
     with pytest.raises(EndpointError, match="apt-get install globus-gridftp-server-progs"):
         EmbeddedGridFTP.check_installed()
 

@@ -2,7 +2,7 @@
 clients authenticated by X.509 client certificates (what a dCache WebDAV door asks for).
 
 ``apache2 -f <private config> -DFOREGROUND`` runs as a child of the session in a new
-session (its process group is the one :meth:`ProcessGroup.stop` signals), so every
+session (its process group is the one :meth:`~.processes.ProcessGroup.stop` signals), so every
 worker it forks is stopped with it. Everything lives in a private directory:
 ``httpd.conf``, ``ca/`` (the throwaway CA folder: hash links and CRL, read by
 ``SSLCACertificatePath``/``SSLCARevocationPath``), ``tls/`` (the host certificate and
@@ -27,7 +27,6 @@ import os
 import pwd
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -37,6 +36,7 @@ from ..errors import EndpointError
 from .credentials import CertificateFiles, ThrowawayCA
 from .embedded import free_port
 from .family import EmbeddedServer, log_tail
+from .processes import ProcessGroup, find_daemon
 
 #: the test area inside the door
 AREA = "/storagescale"
@@ -54,84 +54,6 @@ MODULES = {
 }
 #: the user Apache's workers run as when the session is root (Debian's)
 WORKER_USER = "www-data"
-
-
-class ProcessGroup:
-    """A server process started in a session of its own: stopped with every process it
-    forked (SIGTERM to the leader, then SIGKILL to the group). Also used by the
-    embedded GridFTP server."""
-
-    def __init__(self, command: list[str], *, cwd: Path, env: dict[str, str],
-                 output: Path) -> None:
-        with open(output, "ab") as stream:
-            self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=stream,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def exited(self, wait: float = 0.0) -> int | None:
-        """The exit code once the leader is gone (waiting up to ``wait`` s), else None."""
-        try:
-            return self.process.wait(timeout=wait) if wait > 0 else self.process.poll()
-        except subprocess.TimeoutExpired:
-            return None
-
-    def rss_bytes(self) -> int:
-        """Resident memory of the leader and every process it forked (0 when gone)."""
-        import psutil
-
-        try:
-            leader = psutil.Process(self.pid)
-            processes = [leader, *leader.children(recursive=True)]
-        except psutil.Error:
-            return 0
-        total = 0
-        for process in processes:
-            try:
-                total += process.memory_info().rss
-            except psutil.Error:
-                continue
-        return total
-
-    def stop(self, grace: float = 5.0) -> None:
-        """SIGTERM the leader (a graceful stop of its workers), then SIGKILL the whole
-        group: nothing it forked outlives it (idempotent)."""
-        if self.process.poll() is None:
-            try:
-                self.process.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            self.exited(grace)
-        self._kill_left_behind()
-        if self.process.poll() is None:
-            self.process.kill()
-        self.exited(grace)
-
-
-    def _kill_left_behind(self) -> None:
-        """SIGKILL the workers the leader left behind: its process group, whose id is
-        the leader's pid. Once the leader is reaped and no member is left, Linux hands
-        that number out again (pid_max is often 32,768 and a load step makes thousands
-        of threads); a process that now has it belongs to someone else (another test's
-        server, started in a session of its own, is a group of that id too) and is
-        never signalled. While a member lives, the number is not handed out."""
-        if self.process.poll() is not None and Path(f"/proc/{self.pid}").exists():
-            return  # the pid was recycled: the group is gone, whatever has it is not ours
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-#: where daemons live when PATH lacks them (a user's PATH often has no /usr/sbin)
-SBIN_PATH = "/usr/sbin:/sbin"
-
-
-def find_daemon(name: str) -> str | None:
-    """``name`` on PATH, else in :data:`SBIN_PATH`."""
-    return shutil.which(name) or shutil.which(name, path=SBIN_PATH)
 
 
 def apache_binary() -> str:

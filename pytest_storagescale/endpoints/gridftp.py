@@ -4,7 +4,7 @@ GSI, reached over ``gsiftp://`` through gfal2's gridftp plugin.
 ``globus-gridftp-server -p <port> -control-interface 127.0.0.1 -data-interface
 127.0.0.1 -hostname localhost`` runs in its default daemon mode, not detached: a child
 of the session in a new session, forking (and re-executing itself) for each
-connection; :class:`~.apache.ProcessGroup` stops the daemon and every connection's
+connection; :class:`~.processes.ProcessGroup` stops the daemon and every connection's
 process. Its environment names the throwaway credentials: ``X509_CERT_DIR`` (the CA
 folder with its signing policy and CRL), ``X509_USER_CERT``/``X509_USER_KEY`` (the
 host certificate, ``CN=localhost``: clients connect to ``localhost``) and ``GRIDMAP``
@@ -39,10 +39,10 @@ import time
 from pathlib import Path
 
 from ..errors import EndpointError
-from .apache import ProcessGroup, find_daemon
 from .credentials import CertificateFiles, ThrowawayCA, write_grid_mapfile
 from .embedded import free_port, unprivileged_user
 from .family import EmbeddedServer, log_tail
+from .processes import ProcessGroup, find_daemon
 
 #: the test area's folder inside the private directory's data folder
 AREA_NAME = "storagescale"

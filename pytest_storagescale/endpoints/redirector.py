@@ -63,7 +63,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EndpointError, StorageError, StorageNotFound, StorageTimeout
-from .apache import ProcessGroup, find_daemon
 from .embedded import (
     AREA,
     INSTALL_HINT,
@@ -73,6 +72,7 @@ from .embedded import (
     xrootd_version,
 )
 from .family import EmbeddedServer, log_tail
+from .processes import ProcessGroup, find_daemon
 
 #: the manager's delays (``cms.delay``, seconds; the least that worked, see above):
 #: ``startup`` until it serves (default 90; 1 is the least it takes), ``lookup`` how
