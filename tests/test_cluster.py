@@ -310,7 +310,11 @@ def test_hosts_lost_mid_step_are_counted_and_the_step_ends_on_time(
         assert "no report by the step's end + hang_timeout" in lost["ns2"]
         kept = [h for h in record.hosts if not h.lost]
         assert [h.name for h in kept] == ["ns0"] and kept[0].succeeded > 0
-        assert result.total.succeeded == kept[0].succeeded and result.total.hung == 0
+        # the lost hosts' clients are lost, never hung; a request of the kept host that
+        # ran past the 3 s hang_timeout (beside stress-ng, once) is its own hung client
+        assert result.total.succeeded == kept[0].succeeded
+        assert result.total.hung == kept[0].hung and all(h.hung == 0 for h in record.hosts
+                                                          if h.lost)
 
 
 def test_a_host_whose_clock_is_off_is_refused_before_the_load(

@@ -150,6 +150,21 @@ def _gfal2_crashed(outcome) -> bool:
                 "drivers/gfal2.py" in err or "GLOBUS_" in err)
 
 
+def _only_data_connections_refused(results: Path) -> bool:
+    """Whether the run's only failures were GridFTP data connections the server did
+    not accept (``errno_ECOMM``, "globus_xio: Unable to connect" to its data port):
+    beside ``stress-ng --cpu 4`` one such failure in 85-200 operations was seen in 2
+    of 5 whole ``make test`` runs, never on a quiet machine. The suite measures and
+    reports it as it should; this test is about the suite's outcomes, so such a run
+    goes again (within :data:`GFAL2_CRASH_RUNS`)."""
+    try:
+        steps = json.loads(results.read_text())["steps"]
+    except (OSError, ValueError, KeyError):
+        return False
+    failed = [step for step in steps if step["failed"]]
+    return bool(failed) and all(set(step["errors"]) == {"errno_ECOMM"} for step in failed)
+
+
 def test_dcache_suite_over_gsiftp(pytester, monkeypatch):
     """`pytest suites/dcache --storage-embedded gridftp`: the functional and conformance
     checks over gsiftp:// (vector reads not applicable, said so) and every scan."""
@@ -159,8 +174,9 @@ def test_dcache_suite_over_gsiftp(pytester, monkeypatch):
             "--storage-scale=0.05", "--storage-clients=1", f"--storage-results={results}",
             "-p", "no:cacheprovider", "-rs")
     for _ in range(GFAL2_CRASH_RUNS):
+        results.unlink(missing_ok=True)  # each run's own results, never the last one's
         outcome = pytester.runpytest_subprocess(*args)
-        if not _gfal2_crashed(outcome):
+        if not (_gfal2_crashed(outcome) or _only_data_connections_refused(results)):
             break
     outcome.assert_outcomes(passed=27, skipped=4)
     outcome.stdout.fnmatch_lines([
