@@ -125,8 +125,8 @@ def _sleeper(tmp_path, name: str):
 
 def test_a_stopped_group_never_signals_the_process_that_got_its_pid_again(tmp_path):
     """Stopping a server whose leader is already gone must not SIGKILL the process
-    group of that number: with pid_max 32,768 the number is soon another server's
-    (a test's embedded xrootd, a leader of its own session, died this way in CI)."""
+    group of that number: with pid_max 32,768 the number is soon another server's (a
+    test's embedded xrootd leads a session of its own; one vanished mid-run in CI)."""
     gone = _sleeper(tmp_path, "gone")
     gone.stop()
     assert gone.exited() is not None

@@ -2,8 +2,8 @@
 clients authenticated by X.509 client certificates (what a dCache WebDAV door asks for).
 
 ``apache2 -f <private config> -DFOREGROUND`` runs as a child of the session in a new
-session (its process group is the one :meth:`~.processes.ProcessGroup.stop` signals), so every
-worker it forks is stopped with it. Everything lives in a private directory:
+session (its process group is the one :meth:`~.processes.ProcessGroup.stop`
+signals), so every worker it forks is stopped with it. Everything lives in a private directory:
 ``httpd.conf``, ``ca/`` (the throwaway CA folder: hash links and CRL, read by
 ``SSLCACertificatePath``/``SSLCARevocationPath``), ``tls/`` (the host certificate and
 its key, read by the root parent before it drops privileges), ``client/`` (the user's

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from ..drivers.grid import LOGIN_PROTOCOLS, credential_environment_kept
 from ..errors import EndpointError
+from ..redact import redact_url
 from .credentials import (
     CertificateFiles,
     KerberosRealm,
@@ -507,7 +508,7 @@ class EmbeddedXRootD(EmbeddedServer):
                -code in signal.valid_signals() else f"exit code {code}")
         return (f"the embedded xrootd (pid {self.process.pid}, port {self.port}) died during "
                 f"the run ({how}): every storage call after that met a closed port. The last "
-                f"lines of its log:\n{self._log_tail()}")
+                f"lines of its log:\n{redact_url(self._log_tail())}")
 
     def _terminate(self) -> None:
         if self.process is None or self.process.poll() is not None:

@@ -66,7 +66,6 @@ class ProcessGroup:
             self.process.kill()
         self.exited(grace)
 
-
     def _kill_left_behind(self) -> None:
         """SIGKILL the workers the leader left behind: its process group, whose id is
         the leader's pid. Once the leader is reaped and no member is left, Linux hands
