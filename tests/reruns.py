@@ -1,6 +1,9 @@
-"""When a test that runs a whole suite through pytester may run it again: only when
-the inner run's own summary says the embedded server crashed (a signal of its own
-making, SIGSEGV or SIGABRT; never SIGKILL, which something sent)."""
+"""The rerun rule for the embedded xrootd: a test that runs a whole suite through
+pytester may run it again when the inner run's own summary says that server crashed
+(SIGSEGV, SIGABRT or SIGBUS; never SIGKILL, which something sent). The rules for
+third-party client faults stay beside their tests (``_gfal2_crashed`` and
+``_only_data_connections_refused`` in test_gridftp.py, ``_lost_xrdhttp_answer`` in
+test_xrootd_integration.py)."""
 
 from __future__ import annotations
 
