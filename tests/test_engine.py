@@ -9,6 +9,8 @@ request of which client fails or hangs.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
 import time
 
 import pytest
@@ -250,6 +252,26 @@ def test_processes_executor_merges_all_clients(spec):
     assert sum(result.sides["put"].timeline["completions"]) == total.succeeded
     assert states and all(s.operation == "put" and s.clients == 4 for s in states)
     assert elapsed < step.duration + SLACK + 10  # spawning Python processes
+
+
+class DiesInClientProcesses(memory.MemoryDriver):
+    """Logs in fine here; a spawned client process dies at its first login."""
+
+    def connect(self) -> None:
+        if multiprocessing.parent_process() is not None:
+            os._exit(3)
+        super().connect()
+
+
+def test_a_client_process_that_dies_while_starting_is_named_with_its_exit(spec):
+    base = spec()
+    dying = DriverSpec(DiesInClientProcesses, base.endpoint_url, "/area")
+    began = time.monotonic()
+    with pytest.raises(StorageError, match=r"client process \d+ exited while starting "
+                                           r"\(exit code 3;.*try --storage-executor threads"):
+        run_step(plan(dying, "stat", clients=2, processes=2), executor="processes")
+    # known at once, not after the start timeout
+    assert time.monotonic() - began < 60
 
 
 def test_processes_executor_counts_hung_clients_and_ends_on_time(spec):

@@ -195,17 +195,30 @@ def _says_ready(child: _Child, timeout: float) -> bool:
         return False
 
 
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
 def _handshake(plan: StepPlan, children: list[_Child]) -> StepClock:
     """Wait until every process is ready (its clients logged in), then give them all
     the same clock."""
     deadline = time.time() + _START_TIMEOUT + plan.hang_timeout
     for child in children:
         if not _says_ready(child, max(0.0, deadline - time.time())):
+            child.process.join(0.5)
+            code = child.process.exitcode
+            what = (f"did not start within {_START_TIMEOUT + plan.hang_timeout:.0f} s"
+                    if code is None else
+                    f"exited while starting ({_exit_text(code)}; its error, if any, is "
+                    f"above in stderr)")
             raise StorageError(
-                f"client process {child.process.pid} did not start within "
-                f"{_START_TIMEOUT + plan.hang_timeout:.0f} s (the processes executor spawns "
-                f"{len(children)} "
-                f"Python processes; try --storage-executor threads)",
+                f"client process {child.process.pid} {what} (the processes executor "
+                f"spawns {len(children)} Python processes; try --storage-executor threads)",
                 driver=plan.driver.name, endpoint=plan.driver.endpoint.server,
                 operation=plan.operation.name, path=plan.workdir, error_class="executor",
             )
