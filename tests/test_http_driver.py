@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pycurl
 import pytest
-from sockets import connections_to
+from sockets import connection_ends
 
 from pytest_storagescale.drivers.base import Driver
 from pytest_storagescale.drivers.http import HTTPDriver, _byteranges, _digest
@@ -553,10 +553,13 @@ def test_connect_opens_the_clients_connection_before_any_request(area, embedded_
     root, _, spec = area
     driver = spec.client(3, timeout=20)
     try:
-        before = connections_to(embedded_xrootd.http_port)
+        before = connection_ends(embedded_xrootd.http_port)
         driver.connect()
-        assert connections_to(embedded_xrootd.http_port) == before + 1
+        opened = connection_ends(embedded_xrootd.http_port) - before
+        assert len(opened) == 1
         assert driver.stat(root).is_dir
-        assert connections_to(embedded_xrootd.http_port) == before + 1  # the same one
+        # the same one: no other new connection, and this one still open
+        now = connection_ends(embedded_xrootd.http_port)
+        assert now - before == opened
     finally:
         driver.close()

@@ -280,7 +280,13 @@ def _killed_run(area: Path, name: str, pid: int) -> Path:
     return run
 
 
-def test_stale_run_directories_are_listed_then_removed_on_request(pytester, suite, tmp_path):
+def test_stale_run_directories_are_listed_then_removed_on_request(pytester, suite, tmp_path,
+                                                                 monkeypatch):
+    # a temporary directory of this test's own (the inner runs are in-process): the other
+    # xdist worker's sessions clean the shared one too, and may take lcl0 first
+    own_tmp = tmp_path / "tmp"
+    own_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(own_tmp))
     area = tmp_path / "area"
     area.mkdir()
     dead = _dead_pid()
