@@ -199,8 +199,11 @@ class RecoveryPlan:
     recover_within: float
 
     def scaled(self, factor: float) -> RecoveryPlan:
-        """Times and the overload's clients shrunk like a section's (see
-        :meth:`SectionPlan.scaled`); the fraction unchanged."""
+        """The overload's time and clients shrunk like a section's (see
+        :meth:`SectionPlan.scaled`); the fraction and ``recover_within`` unchanged:
+        how long the storage may take to come back is a deadline, like the rule
+        ``recovery_s <= N`` that judges it, not a workload (a shrunk window reported
+        a storage that recovered within the rule's time as never recovered)."""
         factor = _check_factor(factor, "recovery scale factor")
         if factor == 1:
             return self
@@ -208,7 +211,7 @@ class RecoveryPlan:
             overload_clients=_scaled_count(self.overload_clients, factor),
             overload_duration=_scaled_time(self.overload_duration, factor),
             recover_fraction=self.recover_fraction,
-            recover_within=_scaled_time(self.recover_within, factor),
+            recover_within=self.recover_within,
         )
 
 
@@ -250,8 +253,8 @@ class SectionPlan:
     def scaled(self, factor: float) -> SectionPlan:
         """The plan shrunk for a quick run; ``factor`` 1 returns this plan.
 
-        - ``duration``, ``overload_duration``, ``recover_within``: times the factor,
-          at least :data:`MIN_SCALED_DURATION_S` (1 s), never longer than unscaled;
+        - ``duration``, ``overload_duration``: times the factor, at least
+          :data:`MIN_SCALED_DURATION_S` (1 s), never longer than unscaled;
         - ``warmup``: times the factor (0 stays 0);
         - ``clients``, ``overload_clients``: times the factor rounded half up, at
           least 1, repeated counts dropped (first kept); each is judged by the rules of
@@ -261,8 +264,8 @@ class SectionPlan:
           (``max_operations`` 0, no bound, stays 0); flags and choices unchanged;
           when the shrunk parameters fail the operation's checks, the parameter
           that breaks them keeps its value (:meth:`Operation.scaled_params`);
-        - ``hang_timeout`` (a deadline, not a workload), ``tries`` and the rules:
-          unchanged.
+        - ``hang_timeout`` and ``recover_within`` (deadlines, not workloads),
+          ``tries`` and the rules: unchanged.
         """
         from .load.operations import get_operation
 
