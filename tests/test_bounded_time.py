@@ -207,6 +207,32 @@ def test_after():
 """
 
 
+#: the child's conftest: a file appears once its step has measured a success (the live
+#: progress, quiet without a terminal, is replaced by one that says so on disk)
+MARKING_CONFTEST = """
+from pathlib import Path
+
+import pytest_storagescale.fixtures as fixtures
+from pytest_storagescale.reporting.progress import LiveProgress
+
+
+class Marking(LiveProgress):
+    def __init__(self, config):
+        super().__init__(config)
+        self.enabled = True
+
+    def __call__(self, state):
+        if state.succeeded > 0:
+            Path("measuring").touch()
+
+    def clear(self):
+        pass
+
+
+fixtures.LiveProgress = Marking
+"""
+
+
 def _default_sigint() -> None:
     """In the child before exec: SIGINT handled by default and not blocked, whatever
     this (xdist worker) process inherited."""
@@ -259,6 +285,7 @@ def test_ctrl_c_stops_the_load_and_records_the_step_as_interrupted(tmp_path, exe
     (tmp_path / "thr" / "xrootd").mkdir(parents=True)
     (tmp_path / "thr" / "xrootd" / "t.toml").write_text(PLAN)
     (tmp_path / "test_suite.py").write_text(SUITE)
+    (tmp_path / "conftest.py").write_text(MARKING_CONFTEST)
     command = [sys.executable, "-X", "faulthandler", "-m", "pytest", "test_suite.py",
                "-p", "no:cacheprovider",
                "-p", "no:xdist", "--storage-endpoint=memory://ctrl-c/area",
@@ -277,7 +304,13 @@ def test_ctrl_c_stops_the_load_and_records_the_step_as_interrupted(tmp_path, exe
             output += line
             if "thresholds" in line and "matched version" in line:
                 break
-        time.sleep(4.0)  # let the clients measure a while: the interruption is the test
+        # the interruption is the test: once the clients measure (the child says so)
+        deadline = time.monotonic() + 120
+        while (not (tmp_path / "measuring").exists() and child.poll() is None
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+        assert (tmp_path / "measuring").exists(), "the step never measured a success"
+        time.sleep(1.0)
         rest, exited_s = _interrupt(child, output)
 
     finally:
