@@ -1,0 +1,21 @@
+"""Reading XCache's access records in tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pytest_storagescale.endpoints.xcache import CacheAccess
+
+
+def access_when(cache, done: Callable[[CacheAccess], bool],
+                timeout: float = 15.0) -> CacheAccess:
+    """The cache's access records once ``done(records)`` holds, or as they are at the
+    deadline. XrdPfc writes a file's records (``.cinfo``) when it releases the file,
+    which may be after the client's close has returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = cache.access()
+        if done(records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
