@@ -87,22 +87,43 @@ class OnceMeasuring:
 
     def __call__(self, state) -> None:
         if state.succeeded > 0 and self.thread is None:
-            self.thread = threading.Thread(target=self.action, daemon=True)
+            self.thread = threading.Thread(target=self._run, daemon=True)
             self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.action()
+        except BaseException as error:  # noqa: BLE001 - raised again by join()
+            self.error = error
+
+    error: BaseException | None = None
 
     def join(self) -> None:
         assert self.thread is not None, "the step never reported a success"
         self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def test_steps_after_a_restart_in_the_middle_of_a_step_pass(server, root):
     # the server goes down once the 6 s step measures and is back 3 s later, same port
-    restart = OnceMeasuring(lambda: server.restart(down_for=3.0))
+    outage: list[float] = []
+
+    def restart_server() -> None:
+        outage.append(time.time())
+        server.restart(down_for=3.0)
+        outage.append(time.time())
+
+    restart = OnceMeasuring(restart_server)
     try:
-        step = run_step(_plan(server, root, "put", duration=6.0), progress=restart).total
+        result = run_step(_plan(server, root, "put", duration=6.0), progress=restart)
     finally:
         restart.join()
-    assert step.failed > 0 and "unreachable" in step.errors, step  # the outage was seen
+    step = result.total
+    seen = (f"step {result.started:.1f}-{result.ended:.1f}, outage {outage}, completions "
+            f"{step.timeline['completions']}, errors {step.errors}")
+    assert len(outage) == 2 and result.started <= outage[0] < result.ended, seen
+    assert step.failed > 0 and "unreachable" in step.errors, seen  # the outage was seen
     # today's code: every later step 100 % "unreachable" (the client's broken stream is
     # not tried again for 30 minutes)
     _assert_steps_pass(server, root)
