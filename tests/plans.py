@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -20,4 +21,20 @@ def xrootd_plan(tmp_path: Path, known_issues: str = "") -> Path:
     folder = tmp_path / "thr" / "xrootd"
     folder.mkdir(parents=True)
     (folder / "5.x.toml").write_text(text + "[known_issues]\n" + known_issues)
+    return folder.parent
+
+
+#: a rule on how fast the storage answered (a step's or a side's rate, MB/s or
+#: latency percentile), as written in a ``rules = [...]`` list
+_SPEED_RULE = re.compile(r'"(?:\w+\.)?(?:rate_hz|mb_s|p\d+_s) [<>]=? [^"]*",?\s*')
+
+
+def mechanism_plan(tmp_path: Path) -> Path:
+    """A thresholds folder holding the shipped xrootd plan, known issues kept, without
+    its speed rules (rate, MB/s, latency floors): for tests of something else (reports,
+    outcomes) that a loaded machine's speed must not decide."""
+    text = _SPEED_RULE.sub("", SHIPPED_XROOTD.read_text())
+    folder = tmp_path / "mech" / "xrootd"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "5.x.toml").write_text(text)
     return folder.parent

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from plans import mechanism_plan
 
 from pytest_storagescale.load.plan import StepProgress
 from pytest_storagescale.reporting.progress import LiveProgress
@@ -22,8 +23,9 @@ ALLURE = REPO / ".tools" / "node_modules" / ".bin" / "allure"
 
 
 def _run_suite(pytester, *extra):
+    # the shipped plan without its speed floors: these tests are about the reports
     return pytester.runpytest_subprocess(
-        str(REPO / "suites" / "xrootd"), f"--storage-thresholds={REPO / 'thresholds'}",
+        str(REPO / "suites" / "xrootd"), f"--storage-thresholds={mechanism_plan(pytester.path)}",
         "--storage-clients=2,3", "--storage-duration=0.5s", "-p", "no:cacheprovider",
         "-k", "stat_scan or ls_scan", *extra,
     )
