@@ -8,6 +8,8 @@ so pytest prints them as one ``ERROR:`` paragraph, without a traceback.
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 
@@ -107,3 +109,14 @@ class HungClientsViolation(ThresholdViolation):
 
 class StepError(StepOutcomeError):
     """A step could not give a verdict: it could not run, or measured nothing."""
+
+
+def exit_text(code: int) -> str:
+    """How a process ended, from its exit status (``Popen.returncode``,
+    ``Process.exitcode``): ``exit code 3``, ``killed by SIGSEGV``."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from ..drivers.grid import LOGIN_PROTOCOLS, credential_environment_kept
-from ..errors import EndpointError
+from ..errors import EndpointError, exit_text
 from ..redact import redact_url
 from .credentials import (
     CertificateFiles,
@@ -508,11 +508,9 @@ class EmbeddedXRootD(EmbeddedServer):
         code = self.process.poll()
         if code is None:
             return ""
-        how = (f"killed by {signal.Signals(-code).name}" if code < 0 and
-               -code in signal.valid_signals() else f"exit code {code}")
         return (f"the embedded xrootd (pid {self.process.pid}, port {self.port}) died during "
-                f"the run ({how}): every storage call after that met a closed port. The last "
-                f"lines of its log:\n{redact_url(self._log_tail())}")
+                f"the run ({exit_text(code)}): every storage call after that met a closed "
+                f"port. The last lines of its log:\n{redact_url(self._log_tail())}")
 
     def _terminate(self) -> None:
         if self.process is None or self.process.poll() is not None:

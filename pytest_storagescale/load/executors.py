@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from multiprocessing import connection as mp_connection
 from typing import Any
 
-from ..errors import StorageError
+from ..errors import StorageError, exit_text
 from .clients import LoadInterrupted, Progress, run_clients
 from .plan import ClientAssignment, StepClock, StepPlan, StepProgress
 from .stats import ClientUsage, CpuMeter, SideAccumulator, usable_cores
@@ -195,15 +195,6 @@ def _says_ready(child: _Child, timeout: float) -> bool:
         return False
 
 
-def _exit_text(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
 def _handshake(plan: StepPlan, children: list[_Child]) -> StepClock:
     """Wait until every process is ready (its clients logged in), then give them all
     the same clock."""
@@ -214,7 +205,7 @@ def _handshake(plan: StepPlan, children: list[_Child]) -> StepClock:
             code = child.process.exitcode
             what = (f"did not start within {_START_TIMEOUT + plan.hang_timeout:.0f} s"
                     if code is None else
-                    f"exited while starting ({_exit_text(code)}; its error, if any, is "
+                    f"exited while starting ({exit_text(code)}; its error, if any, is "
                     f"above in stderr)")
             raise StorageError(
                 f"client process {child.process.pid} {what} (the processes executor "
