@@ -22,6 +22,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from faults import OnceMeasuring
 
 from pytest_storagescale.drivers import memory
 from pytest_storagescale.drivers.registry import driver_spec
@@ -74,35 +75,6 @@ def test_steps_after_a_restart_between_steps_pass(server, root):
     assert run_step(_plan(server, root, "ls")).total.failed == 0
     server.restart(down_for=3.0)
     _assert_steps_pass(server, root)
-
-
-class OnceMeasuring:
-    """A progress callback that runs ``action`` once, in a thread of its own, when the
-    step first reports a success: the fault lands inside the step's measurement, however
-    long its set-up and logins took."""
-
-    def __init__(self, action) -> None:
-        self.action = action
-        self.thread: threading.Thread | None = None
-
-    def __call__(self, state) -> None:
-        if state.succeeded > 0 and self.thread is None:
-            self.thread = threading.Thread(target=self._run, daemon=True)
-            self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.action()
-        except BaseException as error:  # noqa: BLE001 - raised again by join()
-            self.error = error
-
-    error: BaseException | None = None
-
-    def join(self) -> None:
-        assert self.thread is not None, "the step never reported a success"
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
 
 
 def test_steps_after_a_restart_in_the_middle_of_a_step_pass(server, root):
