@@ -22,6 +22,7 @@ import os
 import stat as stat_module
 import tempfile
 import threading
+from collections.abc import Iterator
 from urllib.parse import quote
 
 import gfal2
@@ -215,13 +216,13 @@ class Gfal2Driver(XRootDLogins, Driver):
         if local_path:
             return self.copy_out(path, local_path)
 
-        def read() -> int:
-            handle = self._context.open(self._url(path), "r")
-            total = 0
-            while chunk := handle.read_bytes(_CHUNK):
-                total += len(chunk)
-            return total
-        return self._call("get", path, read)
+        return self._call("get", path, lambda: sum(map(len, self._chunks(path))))
+
+    def _chunks(self, path: str) -> Iterator[bytes]:
+        """The file from its start to its end, read in chunks of :data:`_CHUNK`."""
+        handle = self._context.open(self._url(path), "r")
+        while chunk := handle.read_bytes(_CHUNK):
+            yield chunk
 
     def copy_out(self, path: str, local_path: str) -> int:
         """Copy to local disk like ``lcg-cp``/``gfal-copy``, ADLER32 verified end to end."""
@@ -257,13 +258,7 @@ class Gfal2Driver(XRootDLogins, Driver):
         abort races with the transfer's own callbacks: beside ``stress-ng --cpu 4`` it
         crashed the process (SIGSEGV in ``pread_bytes``) in 11 of 30 runs of a short
         sequence. A transfer read to its end is never aborted."""
-        def read() -> bytes:
-            handle = self._context.open(self._url(path), "r")
-            chunks = []
-            while chunk := handle.read_bytes(_CHUNK):
-                chunks.append(chunk)
-            return b"".join(chunks)
-        return self._call(operation, path, read)
+        return self._call(operation, path, lambda: b"".join(self._chunks(path)))
 
     def close(self) -> None:
         self._context = None
