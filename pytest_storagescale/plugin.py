@@ -15,6 +15,7 @@ from .cluster import breakdown_lines as cluster_breakdown_lines
 from .cluster import disconnect as cluster_disconnect
 from .cluster import header_lines as cluster_header_lines
 from .config import FLAGS, OPTIONS, REPEATABLE, Settings
+from .endpoints.processes import STOPPED_ORPHANS
 from .errors import StorageScaleUsageError
 from .fixtures import (  # noqa: F401 - fixtures are registered by import
     STEP_PROPERTY,
@@ -236,7 +237,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def _write_session_notes(terminalreporter, run) -> None:
     """What went wrong around the tests: a run directory left behind, the embedded
-    server dead mid-run, stale run directories of earlier sessions."""
+    server dead mid-run, stale run directories and orphaned embedded servers of
+    earlier sessions."""
     if run.cleanup_error:
         terminalreporter.write_line(
             f"storagescale: could not remove this run's directory {run.run_id}: "
@@ -246,6 +248,11 @@ def _write_session_notes(terminalreporter, run) -> None:
         terminalreporter.write_line(f"storagescale: {run.endpoint.exit_note}", red=True)
     if run.area.stale_note:
         terminalreporter.write_line(run.area.stale_note, yellow=True)
+    for orphan in STOPPED_ORPHANS:
+        terminalreporter.write_line(
+            f"storagescale: stopped an embedded server that a dead run had left running: "
+            f"{orphan.describe()}", yellow=True)
+    STOPPED_ORPHANS.clear()  # said once (pytester runs many sessions in one process)
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:

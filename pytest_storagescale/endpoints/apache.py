@@ -28,7 +28,6 @@ import pwd
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from ..errors import EndpointError
 from .credentials import CertificateFiles, ThrowawayCA
 from .embedded import free_port
 from .family import EmbeddedServer, log_tail
-from .processes import ProcessGroup, find_daemon
+from .processes import ProcessGroup, find_daemon, server_directory
 
 #: the test area inside the door
 AREA = "/storagescale"
@@ -163,7 +162,7 @@ class EmbeddedApacheWebDAV(EmbeddedServer):
         self.check_installed()
         self.binary = apache_binary()
         self.version = apache_version(self.binary)
-        self.directory = Path(tempfile.mkdtemp(prefix="storagescale-apache-"))
+        self.directory = server_directory("apache")
         try:
             self._prepare()
         except Exception:

@@ -32,7 +32,6 @@ import pwd
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from pathlib import Path
 from ..errors import EndpointError
 from .embedded import free_port, unprivileged_user, xrootd_binary, xrootd_version
 from .family import EmbeddedServer, log_tail
+from .processes import server_directory
 from .xcache import XCacheProxy, plugin_library, plugin_path
 
 #: the pool the gateway stores into (``xrootd@<pool>``)
@@ -183,7 +183,7 @@ class EmbeddedCephGateway(EmbeddedServer):
         # "5.5.3+ceph16.2.15" picks thresholds/ceph/embedded.toml ("*+ceph16.*"), a
         # remote gateway's bare "5.5.3" the seed's default.toml
         self.version = f"{self.xrootd_version}+ceph{self.ceph_version}"
-        self.directory = Path(tempfile.mkdtemp(prefix="storagescale-ceph-"))
+        self.directory = server_directory("ceph")
         try:
             self._start_cluster()
             self.timings["cluster"] = time.monotonic() - began

@@ -31,7 +31,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -47,6 +46,7 @@ from .credentials import (
     write_grid_mapfile,
 )
 from .family import EmbeddedServer, log_tail
+from .processes import server_directory
 from .url import HTTPS_SCHEMES
 
 INSTALL_HINT = (
@@ -376,7 +376,7 @@ class EmbeddedXRootD(EmbeddedServer):
 
     def start(self) -> EmbeddedXRootD:
         self.version = xrootd_version(self.binary)
-        self.directory = Path(tempfile.mkdtemp(prefix="storagescale-xrootd-"))
+        self.directory = server_directory("xrootd")
         for sub in ("data", "admin", "run"):
             (self.directory / sub).mkdir()
         (self.directory / "data" / AREA.strip("/")).mkdir()

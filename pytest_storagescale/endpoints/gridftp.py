@@ -34,7 +34,6 @@ import pwd
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -42,7 +41,7 @@ from ..errors import EndpointError
 from .credentials import CertificateFiles, ThrowawayCA, write_grid_mapfile
 from .embedded import free_port, unprivileged_user
 from .family import EmbeddedServer, log_tail
-from .processes import ProcessGroup, find_daemon
+from .processes import ProcessGroup, find_daemon, server_directory
 
 #: the test area's folder inside the private directory's data folder
 AREA_NAME = "storagescale"
@@ -165,7 +164,7 @@ class EmbeddedGridFTP(EmbeddedServer):
         self.check_installed()
         binary = gridftp_binary()
         self.version = gridftp_version(binary)
-        self.directory = Path(tempfile.mkdtemp(prefix="storagescale-gridftp-"))
+        self.directory = server_directory("gridftp")
         try:
             self._prepare()
         except Exception:

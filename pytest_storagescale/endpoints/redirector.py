@@ -56,7 +56,6 @@ import os
 import pwd
 import shutil
 import socket
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -72,7 +71,7 @@ from .embedded import (
     xrootd_version,
 )
 from .family import EmbeddedServer, log_tail
-from .processes import ProcessGroup, find_daemon
+from .processes import ProcessGroup, find_daemon, server_directory
 
 #: the manager's delays (``cms.delay``, seconds; the least that worked, see above):
 #: ``startup`` until it serves (default 90; 1 is the least it takes), ``lookup`` how
@@ -325,7 +324,7 @@ class EmbeddedXRootDCluster(EmbeddedServer):
         started = time.monotonic()
         self._binaries = {"xrootd": xrootd_binary(), "cmsd": find_daemon("cmsd") or "cmsd"}
         self.version = xrootd_version(self._binaries["xrootd"])
-        self.directory = Path(tempfile.mkdtemp(prefix="storagescale-redirector-"))
+        self.directory = server_directory("redirector")
         self._user = unprivileged_user()
         try:
             self.manager = ClusterNode("manager", "manager", self.directory / "manager",

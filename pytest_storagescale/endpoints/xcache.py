@@ -25,7 +25,6 @@ import os
 import pwd
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from pathlib import Path
 from ..errors import EndpointError
 from .embedded import AREA, EmbeddedXRootD, free_port, unprivileged_user, xrootd_binary
 from .family import EmbeddedServer, log_tail
+from .processes import server_directory
 
 #: memory the cache keeps blocks in while they are written to its disk
 CACHE_RAM = "1g"  # the least pfc accepts; a limit, not an allocation
@@ -300,7 +300,7 @@ class EmbeddedXCache(EmbeddedServer):
         return f"embedded XCache (pss + pfc) in front of an embedded xrootd ({self.login} login)"
 
     def start(self) -> EmbeddedXCache:
-        self.directory = Path(tempfile.mkdtemp(prefix="storagescale-xcache-"))
+        self.directory = server_directory("xcache")
         try:
             self.origin = EmbeddedXRootD(https=False,
                                          startup_timeout=self.startup_timeout).start()
