@@ -15,7 +15,7 @@ from .cluster import breakdown_lines as cluster_breakdown_lines
 from .cluster import disconnect as cluster_disconnect
 from .cluster import header_lines as cluster_header_lines
 from .config import FLAGS, OPTIONS, REPEATABLE, Settings
-from .endpoints.processes import STOPPED_ORPHANS
+from .endpoints.orphans import STOPPED_ORPHANS
 from .errors import StorageScaleUsageError
 from .fixtures import (  # noqa: F401 - fixtures are registered by import
     STEP_PROPERTY,
@@ -250,7 +250,7 @@ def _write_session_notes(terminalreporter, run) -> None:
         terminalreporter.write_line(run.area.stale_note, yellow=True)
     for orphan in STOPPED_ORPHANS:
         terminalreporter.write_line(
-            f"storagescale: stopped an embedded server that a dead run had left running: "
+            f"storagescale: stopped an embedded server left by a dead run: "
             f"{orphan.describe()}", yellow=True)
     STOPPED_ORPHANS.clear()  # said once (pytester runs many sessions in one process)
 

@@ -1,13 +1,17 @@
 """Embedded servers whose pytest process died (SIGKILL, a crash in a native library)
 are stopped by the next server start on the host, and nothing else is: not a live
-run's server, not a process outside a recorded directory, not a file a link points to.
+run's server (its owner in another process), not a process outside a recorded
+directory or merely naming a similar path, not a process of the cleaner's own session,
+not a file a link points to; a malformed record is ignored, not a traceback.
 
 Each test works in a private temporary folder (``tempfile.tempdir`` and ``TMPDIR``), so
 the other xdist worker's server starts, which clean the shared one, never see it."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -18,8 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_storagescale.endpoints import processes
-from pytest_storagescale.endpoints.processes import server_directory, stop_orphaned_servers
+from pytest_storagescale.endpoints import orphans
+from pytest_storagescale.endpoints.orphans import server_directory, stop_orphaned_servers
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,7 +44,7 @@ def private_tmp(monkeypatch, tmp_path_factory):
     folder.chmod(0o755)  # an xrootd run as its unprivileged user (under root) passes
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
     monkeypatch.setenv("TMPDIR", str(folder))
-    processes.STOPPED_ORPHANS.clear()
+    orphans.STOPPED_ORPHANS.clear()
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -60,17 +64,23 @@ def _answers(port: int) -> bool:
     return True
 
 
-def _sleeper(cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(["sleep", "120"], cwd=cwd)
+def _registry() -> Path:
+    return Path(tempfile.gettempdir()) / f"storagescale-servers-{os.getuid()}"
 
 
-def _record(registry_owner_pid: int, directory: Path, started: float) -> None:
-    """A registry record as :func:`server_directory` writes it, with a chosen owner."""
-    registry = Path(tempfile.gettempdir()) / f"storagescale-servers-{os.getuid()}"
-    registry.mkdir(mode=0o700, exist_ok=True)
-    (registry / f"{directory.name}.json").write_text(
-        f'{{"directory": "{directory}", "pid": {registry_owner_pid}, '
-        f'"started": {started}, "host": "{socket.gethostname()}"}}')
+def _orphan_it(directory: Path) -> None:
+    """Make the record of ``directory`` name an owner that is gone (another start)."""
+    path = _registry() / f"{directory.name}.json"
+    record = json.loads(path.read_text())
+    record["identity"] = "another-boot:1"
+    path.write_text(json.dumps(record))
+
+
+def _sleeper(cwd: Path, *, own_session: bool = True, args: tuple[str, ...] = ()
+             ) -> subprocess.Popen:
+    """A stand-in for a server process (servers start in a session of their own)."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", *args],
+                            cwd=cwd, start_new_session=own_session)
 
 
 def test_a_server_left_by_a_dead_run_is_stopped_by_the_next_session(private_tmp, pytester):
@@ -91,46 +101,100 @@ def test_a_server_left_by_a_dead_run_is_stopped_by_the_next_session(private_tmp,
     result = pytester.runpytest(f"--storage-thresholds={REPO / 'thresholds'}",
                                 "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        f"storagescale: stopped an embedded server that a dead run had left running: "
-        f"{directory} (owner pid * gone; killed: *{pid}*)",
-    ])
+    line = [text for text in result.outlines if "left by a dead run" in text]
+    assert len(line) == 1, result.stdout.str()
+    assert re.fullmatch(
+        rf"storagescale: stopped an embedded server left by a dead run: {directory} "
+        rf"\(its owner, pid \d+, is gone; killed ([\d, ]*\b{pid}\b[\d, ]*)\)", line[0])
     assert _gone(pid)
     assert not directory.exists()
-    assert not _answers(port)
 
 
 def test_only_orphans_are_stopped_and_nothing_outside_is_touched(private_tmp, tmp_path):
-    """Three recorded directories: one whose owner pid was handed to another process
-    (a different start time: the owner is gone), one of a live owner, one outside the
-    temporary folder. Only the first one's process is killed and only it is removed;
-    a link inside it is removed, not followed; a process elsewhere lives on."""
+    """An orphan's directory (its record names an owner that is gone) with a server in a
+    session of its own, a command of this test's session working there, and a link to
+    a file outside; a live owner's directory, recorded by another running process; a
+    process naming a path that only starts like the orphan's; a record of a directory
+    outside the temporary folder. Only the orphan's server is killed and only its
+    directory is removed, the link's target kept."""
     outside_file = tmp_path / "keep.txt"
     outside_file.write_text("not the plugin's")
+    live_owner = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\n"
+         "from pytest_storagescale.endpoints.orphans import server_directory\n"
+         "print(server_directory('apache'), flush=True)\ntime.sleep(120)"],
+        stdout=subprocess.PIPE, text=True, cwd=REPO)
+    live = Path(live_owner.stdout.readline().strip())
+    # after the live owner's own server start, which would have cleaned it
     orphan = server_directory("gridftp")
     (orphan / "link").symlink_to(outside_file)
-    live = server_directory("apache")  # recorded with this (running) process as owner
+    _orphan_it(orphan)
     elsewhere = tmp_path / "storagescale-xrootd-not-in-tmp"
     elsewhere.mkdir()
-    _record(os.getpid(), orphan, started=1.0)  # this pid, but not this process's start
-    _record(999_999_999, elsewhere, started=1.0)  # no such process, but not a server dir
-    in_orphan, in_live, in_elsewhere, bystander = (
-        _sleeper(orphan), _sleeper(live), _sleeper(elsewhere), _sleeper(tmp_path))
+    (_registry() / f"{elsewhere.name}.json").write_text(json.dumps({
+        "directory": str(elsewhere), "device": elsewhere.stat().st_dev,
+        "inode": elsewhere.stat().st_ino, "pid": 999_999_999, "identity": "x:1",
+        "namespace": os.stat("/proc/self/ns/pid").st_ino, "host": socket.gethostname()}))
+    server = _sleeper(orphan)
+    spared = [_sleeper(orphan, own_session=False), _sleeper(live), _sleeper(elsewhere),
+              _sleeper(tmp_path, args=(f"{orphan}-other/file", f"/x{orphan}/file"))]
     try:
+        assert live.parent == private_tmp and live.is_dir()
         stopped = stop_orphaned_servers()
-        assert [(o.directory, o.killed) for o in stopped] == [(str(orphan), (in_orphan.pid,))]
-        in_orphan.wait(timeout=10)  # reaped already by the stop (it is this test's child)
-        assert _gone(in_orphan.pid)
+        assert [(o.directory, o.killed) for o in stopped] == [(str(orphan), (server.pid,))]
+        server.wait(timeout=10)  # reaped already by the stop (it is this test's child)
+        assert _gone(server.pid)
         assert not orphan.exists() and outside_file.read_text() == "not the plugin's"
-        for survivor in (in_live, in_elsewhere, bystander):
-            assert survivor.poll() is None
+        for process in spared:
+            assert process.poll() is None
         assert live.is_dir() and elsewhere.is_dir()
-        assert stop_orphaned_servers() == []  # the live owner's server stays
+        assert stop_orphaned_servers() == []
+        assert live_owner.poll() is None
     finally:
-        for process in (in_orphan, in_live, in_elsewhere, bystander):
+        for process in (server, *spared, live_owner):
             process.kill()
             process.wait()
         shutil.rmtree(live, ignore_errors=True)
+
+
+def test_an_owner_that_is_a_zombie_is_gone(private_tmp):
+    """The owner died and nobody reaped it yet (a zombie still has its pid and start
+    time): its servers are stopped all the same."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", "from pytest_storagescale.endpoints.orphans import "
+         "server_directory\nprint(server_directory('xrootd'), flush=True)"],
+        stdout=subprocess.PIPE, text=True, cwd=REPO)
+    directory = Path(owner.stdout.readline().strip())
+    while psutil.Process(owner.pid).status() != psutil.STATUS_ZOMBIE:
+        pass  # exits right after printing; not reaped: a zombie
+    server = _sleeper(directory)
+    try:
+        stopped = stop_orphaned_servers()
+        assert [(o.directory, o.owner_pid, o.killed) for o in stopped] == [
+            (str(directory), owner.pid, (server.pid,))]
+        assert not directory.exists()
+    finally:
+        server.kill()
+        server.wait()
+        owner.wait()
+
+
+def test_malformed_records_are_ignored(private_tmp):
+    """Records a person or a crash could leave: wrong types, a negative or infinite
+    pid, a NUL in the path, not JSON. No traceback, nothing stopped, the next server
+    directory is made."""
+    registry = _registry()
+    registry.mkdir(mode=0o700, exist_ok=True)
+    for number, text in enumerate([
+        '{"directory": "/tmp/x", "pid": -1, "identity": "a", "device": 1, "inode": 1}',
+        '{"directory": "/tmp/x", "pid": 1e400, "identity": "a", "device": 1, "inode": 1}',
+        '{"directory": "/tmp/x\\u0000y", "pid": 5, "identity": "a", "device": 1, "inode": 1}',
+        '{"directory": ["/tmp"], "pid": 5, "identity": "a", "device": 1, "inode": 1}',
+        '{"pid": NaN}', "not json", "[]",
+    ]):
+        (registry / f"storagescale-xrootd-bad{number}.json").write_text(text)
+    assert stop_orphaned_servers() == []
+    shutil.rmtree(server_directory("xrootd"))
 
 
 def test_a_registry_that_is_not_this_users_folder_is_ignored(private_tmp, tmp_path):

@@ -35,7 +35,8 @@ from ..errors import EndpointError
 from .credentials import CertificateFiles, ThrowawayCA
 from .embedded import free_port
 from .family import EmbeddedServer, log_tail
-from .processes import ProcessGroup, find_daemon, server_directory
+from .orphans import server_directory
+from .processes import ProcessGroup, find_daemon
 
 #: the test area inside the door
 AREA = "/storagescale"

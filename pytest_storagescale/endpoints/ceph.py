@@ -40,7 +40,7 @@ from pathlib import Path
 from ..errors import EndpointError
 from .embedded import free_port, unprivileged_user, xrootd_binary, xrootd_version
 from .family import EmbeddedServer, log_tail
-from .processes import server_directory
+from .orphans import server_directory
 from .xcache import XCacheProxy, plugin_library, plugin_path
 
 #: the pool the gateway stores into (``xrootd@<pool>``)

@@ -46,7 +46,7 @@ from .credentials import (
     write_grid_mapfile,
 )
 from .family import EmbeddedServer, log_tail
-from .processes import server_directory
+from .orphans import server_directory
 from .url import HTTPS_SCHEMES
 
 INSTALL_HINT = (

@@ -41,7 +41,8 @@ from ..errors import EndpointError
 from .credentials import CertificateFiles, ThrowawayCA, write_grid_mapfile
 from .embedded import free_port, unprivileged_user
 from .family import EmbeddedServer, log_tail
-from .processes import ProcessGroup, find_daemon, server_directory
+from .orphans import server_directory
+from .processes import ProcessGroup, find_daemon
 
 #: the test area's folder inside the private directory's data folder
 AREA_NAME = "storagescale"

@@ -71,7 +71,8 @@ from .embedded import (
     xrootd_version,
 )
 from .family import EmbeddedServer, log_tail
-from .processes import ProcessGroup, find_daemon, server_directory
+from .orphans import server_directory
+from .processes import ProcessGroup, find_daemon
 
 #: the manager's delays (``cms.delay``, seconds; the least that worked, see above):
 #: ``startup`` until it serves (default 90; 1 is the least it takes), ``lookup`` how

@@ -32,7 +32,7 @@ from pathlib import Path
 from ..errors import EndpointError
 from .embedded import AREA, EmbeddedXRootD, free_port, unprivileged_user, xrootd_binary
 from .family import EmbeddedServer, log_tail
-from .processes import server_directory
+from .orphans import server_directory
 
 #: memory the cache keeps blocks in while they are written to its disk
 CACHE_RAM = "1g"  # the least pfc accepts; a limit, not an allocation

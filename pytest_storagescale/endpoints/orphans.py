@@ -1,0 +1,313 @@
+"""Embedded servers that a dead pytest process left running, stopped by the next server
+start on the host.
+
+Every embedded server lives in a directory from :func:`server_directory`, which
+records it in the user's private registry (``$TMPDIR/storagescale-servers-<uid>/``)
+with the directory's device and inode and the identity of the process that made it:
+its pid, the kernel's boot id and its start time in clock ticks (exact, unlike a wall
+clock time), and its pid namespace. A pytest process that dies (SIGKILL, a crash in a
+native library) cannot stop its servers; :func:`stop_orphaned_servers`, called before
+every new server directory, finds the records whose owner is gone and stops what
+runs there.
+
+What it may touch, and nothing else:
+
+- only records in the registry folder, which must be a real folder of this user;
+- only directories that are still the recorded ones (same device and inode), directly
+  in the temporary folder, named ``storagescale-<kind>-*``;
+- only processes whose working directory or a command-line argument is inside such a
+  directory (path boundaries, symlinks resolved), whose real uid is this user's or
+  owns the directory or one of its entries (the server's unprivileged user), whose
+  session leader is such a process too or gone (servers start in a session of their
+  own, so a command started from a shell elsewhere, an editor or a ``less`` of a log
+  there, is left alone), and which are neither this process, its ancestors nor in its
+  session;
+- a record is claimed by renaming it first, so two cleaners never act on one orphan;
+  a directory is removed (never following links) only once its processes are gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+#: the kinds of embedded server, each with its directory ``storagescale-<kind>-*``
+SERVER_KINDS = ("xrootd", "xcache", "ceph", "apache", "gridftp", "redirector")
+#: how long killed orphans may take to go before their directories are removed (s)
+_EXIT_WAIT = 5.0
+
+
+@dataclass(frozen=True)
+class OrphanedServer:
+    """A server directory whose owner process died, and the processes stopped in it."""
+
+    directory: str
+    owner_pid: int
+    killed: tuple[int, ...]
+
+    def describe(self) -> str:
+        what = (f"killed {', '.join(map(str, self.killed))}" if self.killed
+                else "no process was left in it")
+        return f"{self.directory} (its owner, pid {self.owner_pid}, is gone; {what})"
+
+
+#: what this process stopped (the terminal summary of a session names them)
+STOPPED_ORPHANS: list[OrphanedServer] = []
+
+
+@dataclass(frozen=True)
+class _Claim:
+    directory: Path
+    owner_pid: int
+    record: Path  # where the record was
+    claimed: Path  # where it is while this process acts on it
+
+
+def server_directory(kind: str) -> Path:
+    """A new private directory for an embedded server of ``kind`` (configuration, data,
+    logs, working directory), recorded as this process's; servers that dead processes
+    left running on this host are stopped first."""
+    if kind not in SERVER_KINDS:
+        raise ValueError(f"unknown embedded server kind {kind!r}: one of {SERVER_KINDS}")
+    STOPPED_ORPHANS.extend(stop_orphaned_servers())
+    directory = Path(tempfile.mkdtemp(prefix=f"storagescale-{kind}-"))
+    _record(directory)
+    return directory
+
+
+def stop_orphaned_servers() -> list[OrphanedServer]:
+    """Stop the servers of recorded directories whose owner is gone (SIGKILL: nobody
+    is left to stop them gracefully), remove those directories and their records;
+    return what was stopped. Never raises: a record it cannot read is left alone."""
+    registry = _registry()
+    if registry is None:
+        return []
+    _release_abandoned_claims(registry)
+    claims = []
+    for path in registry.glob("storagescale-*.json"):
+        try:
+            claim = _claim(path)
+        except Exception:  # noqa: BLE001, S112 - a bad record is not acted on
+            continue
+        if claim is not None:
+            claims.append(claim)
+    if not claims:
+        return []
+    try:
+        victims = _processes_inside([claim.directory for claim in claims])
+    except Exception:  # noqa: BLE001 - cannot tell what runs there: act on nothing
+        for claim in claims:
+            _give_back(claim)
+        return []
+    _kill_and_wait([process for found in victims.values() for process in found])
+    stopped = []
+    for claim in claims:
+        found = victims[claim.directory]
+        if any(_running(process) for process in found):
+            _give_back(claim)  # a process survived: keep its directory, try again later
+            continue
+        shutil.rmtree(claim.directory, ignore_errors=True)  # never follows links
+        claim.claimed.unlink(missing_ok=True)
+        stopped.append(OrphanedServer(str(claim.directory), claim.owner_pid,
+                                      tuple(sorted(process.pid for process in found))))
+    return stopped
+
+
+# -- the registry ------------------------------------------------------------------
+def _registry() -> Path | None:
+    """This user's private folder of server records (None: it is not safely ours)."""
+    folder = Path(tempfile.gettempdir()) / f"storagescale-servers-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        info = folder.lstat()
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        return None  # a link or someone else's: never trust what it records
+    return folder
+
+
+def _record(directory: Path) -> None:
+    """Record ``directory`` as this process's (best effort: an unrecorded server is
+    only not stopped should this process die)."""
+    registry, me = _registry(), _identity(os.getpid())
+    if registry is None or me is None:
+        return
+    try:
+        info = directory.lstat()
+        record = {"directory": str(directory), "device": info.st_dev, "inode": info.st_ino,
+                  "pid": os.getpid(), "identity": me, "namespace": _pid_namespace(),
+                  "host": socket.gethostname()}
+        partial = registry / f".{directory.name}.{os.getpid()}.partial"
+        partial.write_text(json.dumps(record))
+        os.replace(partial, registry / f"{directory.name}.json")
+    except OSError:
+        pass
+
+
+def _claim(path: Path) -> _Claim | None:
+    """The record at ``path`` if its owner is gone, renamed so that no other cleaner
+    acts on it; None if its owner runs, it is not ours to judge, or another took it.
+    A record whose directory is gone or replaced is forgotten."""
+    record = json.loads(path.read_text())
+    directory, pid, identity = record["directory"], record["pid"], record["identity"]
+    device, inode = record["device"], record["inode"]
+    if not (isinstance(directory, str) and "\0" not in directory and isinstance(pid, int)
+            and pid > 0 and isinstance(identity, str) and isinstance(device, int)
+            and isinstance(inode, int)):
+        return None
+    if not _is_recorded_directory(Path(directory), device, inode):
+        path.unlink(missing_ok=True)  # stopped and removed normally (or replaced)
+        return None
+    if record.get("host") != socket.gethostname() or record.get("namespace") != _pid_namespace():
+        return None  # another host or pid namespace: its owner cannot be seen from here
+    if _identity(pid) == identity:
+        return None  # the owner runs
+    claimed = path.with_name(f"{path.name}.claimed-{os.getpid()}")
+    try:
+        os.rename(path, claimed)
+    except FileNotFoundError:
+        return None  # another cleaner took it
+    return _Claim(Path(directory), pid, path, claimed)
+
+
+def _release_abandoned_claims(registry: Path) -> None:
+    """Records claimed by a cleaner that died before it finished: back to be read."""
+    for path in registry.glob("storagescale-*.json.claimed-*"):
+        record, _, claimer = path.name.rpartition(".claimed-")
+        if claimer.isdigit() and not psutil.pid_exists(int(claimer)):
+            try:
+                os.rename(path, path.with_name(record))
+            except OSError:
+                continue
+
+
+def _give_back(claim: _Claim) -> None:
+    try:
+        os.rename(claim.claimed, claim.record)
+    except OSError:
+        pass
+
+
+def _is_recorded_directory(directory: Path, device: int, inode: int) -> bool:
+    try:
+        info = directory.lstat()
+    except (OSError, ValueError):
+        return False
+    return (stat.S_ISDIR(info.st_mode) and (info.st_dev, info.st_ino) == (device, inode)
+            and directory.parent == Path(tempfile.gettempdir())
+            and any(directory.name.startswith(f"storagescale-{kind}-")
+                    for kind in SERVER_KINDS))
+
+
+# -- processes -------------------------------------------------------------------
+def _identity(pid: int) -> str | None:
+    """``<boot id>:<start time in clock ticks>`` of a running process (None: no such
+    process, or a zombie: dead, waiting to be reaped). A pid handed out again has
+    another start time; a reboot another boot id. Read from /proc: exact, where a
+    start time in wall-clock seconds moves when the clock is stepped."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            fields = stat_file.read().rsplit(")", 1)[1].split()
+        with open("/proc/sys/kernel/random/boot_id") as boot_file:
+            boot = boot_file.read().strip()
+    except (OSError, IndexError):
+        return None
+    if fields[0] in ("Z", "X"):
+        return None
+    return f"{boot}:{fields[19]}"
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def _processes_inside(directories: list[Path]) -> dict[Path, list[psutil.Process]]:
+    """The processes working in each directory or naming a path inside it, that are
+    not ours to spare (see the module's doc)."""
+    forms = {}
+    for directory in directories:
+        forms[str(directory)] = directory
+        forms[os.path.realpath(directory)] = directory
+    uids = {os.getuid()}
+    for directory in directories:
+        for entry in (directory, *_entries(directory)):
+            try:
+                uids.add(entry.lstat().st_uid)
+            except OSError:
+                continue
+    me = psutil.Process()
+    spared = {me.pid, *(parent.pid for parent in me.parents())}
+    my_session = os.getsid(0)
+    candidates: dict[int, tuple[psutil.Process, Path]] = {}
+    for process in psutil.process_iter(["cwd", "cmdline", "uids"]):
+        info = process.info
+        if process.pid in spared or info["uids"] is None or info["uids"].real not in uids:
+            continue
+        directory = _inside(info["cwd"], info["cmdline"] or [], forms)
+        if directory is not None:
+            candidates[process.pid] = (process, directory)
+    found: dict[Path, list[psutil.Process]] = {directory: [] for directory in directories}
+    for pid, (process, directory) in candidates.items():
+        try:
+            session = os.getsid(pid)
+        except OSError:
+            continue  # gone already
+        if session == my_session:
+            continue
+        if session in candidates or session == pid or _identity(session) is None:
+            found[directory].append(process)
+    return found
+
+
+def _entries(directory: Path) -> list[Path]:
+    try:
+        return list(directory.iterdir())
+    except OSError:
+        return []
+
+
+def _inside(cwd: str | None, cmdline: list[str], forms: dict[str, Path]) -> Path | None:
+    """The directory of ``forms`` that ``cwd`` or an argument is in (on path
+    boundaries; an argument may be ``--option=path``)."""
+    paths = [cwd or "", *cmdline, *(arg.split("=", 1)[1] for arg in cmdline if "=" in arg)]
+    for path in paths:
+        for form, directory in forms.items():
+            if path == form or path.startswith(f"{form}/"):
+                return directory
+    return None
+
+
+def _kill_and_wait(processes: list[psutil.Process]) -> None:
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    deadline = time.monotonic() + _EXIT_WAIT
+    while any(_running(process) for process in processes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _running(process: psutil.Process) -> bool:
+    """Not gone yet (a zombie is gone: only its parent's wait is left, and an orphan's
+    parent is whatever reaps orphans here)."""
+    try:
+        if process.status() == psutil.STATUS_ZOMBIE:
+            process.wait(0)  # reaped if it is ours
+            return False
+        return process.is_running()
+    except (psutil.Error, ChildProcessError):
+        return False
