@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import psutil
@@ -65,7 +66,10 @@ def _answers(port: int) -> bool:
 
 
 def _registry() -> Path:
-    return Path(tempfile.gettempdir()) / f"storagescale-servers-{os.getuid()}"
+    """The registry where README says it is (the plugin's own answer, checked)."""
+    folder = Path(tempfile.gettempdir()) / f"storagescale-servers-{os.getuid()}"
+    assert orphans._registry() == folder
+    return folder
 
 
 def _orphan_it(directory: Path) -> None:
@@ -165,8 +169,11 @@ def test_an_owner_that_is_a_zombie_is_gone(private_tmp):
          "server_directory\nprint(server_directory('xrootd'), flush=True)"],
         stdout=subprocess.PIPE, text=True, cwd=REPO)
     directory = Path(owner.stdout.readline().strip())
-    while psutil.Process(owner.pid).status() != psutil.STATUS_ZOMBIE:
-        pass  # exits right after printing; not reaped: a zombie
+    deadline = time.monotonic() + 60
+    while (psutil.Process(owner.pid).status() != psutil.STATUS_ZOMBIE
+           and time.monotonic() < deadline):
+        time.sleep(0.01)  # it exits right after printing; not reaped: a zombie
+    assert psutil.Process(owner.pid).status() == psutil.STATUS_ZOMBIE
     server = _sleeper(directory)
     try:
         stopped = stop_orphaned_servers()

@@ -28,6 +28,7 @@ What it may touch, and nothing else:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -218,13 +219,21 @@ def _identity(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/stat") as stat_file:
             fields = stat_file.read().rsplit(")", 1)[1].split()
-        with open("/proc/sys/kernel/random/boot_id") as boot_file:
-            boot = boot_file.read().strip()
     except (OSError, IndexError):
         return None
     if fields[0] in ("Z", "X"):
         return None
-    return f"{boot}:{fields[19]}"
+    return f"{_boot_id()}:{fields[19]}"
+
+
+@functools.cache
+def _boot_id() -> str:
+    """This boot's id (read once: it changes only with a reboot)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot_file:
+            return boot_file.read().strip()
+    except OSError:
+        return "unknown-boot"
 
 
 def _pid_namespace() -> int:
