@@ -112,6 +112,9 @@ def test_a_server_left_by_a_dead_run_is_stopped_by_the_next_session(private_tmp,
         rf"\(its owner, pid \d+, is gone; killed ([\d, ]*\b{pid}\b[\d, ]*)\)", line[0])
     assert _gone(pid)
     assert not directory.exists()
+    log = (_registry() / "stopped.log").read_text()  # traceable after the summary too
+    assert re.search(rf"stopped {directory} \(its owner, pid \d+, is gone; killed "
+                     rf"[\d, ]*\b{pid}\b", log), log
 
 
 def test_only_orphans_are_stopped_and_nothing_outside_is_touched(private_tmp, tmp_path):

@@ -120,7 +120,22 @@ def stop_orphaned_servers() -> list[OrphanedServer]:
         claim.claimed.unlink(missing_ok=True)
         stopped.append(OrphanedServer(str(claim.directory), claim.owner_pid,
                                       tuple(sorted(process.pid for process in found))))
+    _log_stopped(registry, stopped)
     return stopped
+
+
+def _log_stopped(registry: Path, stopped: list[OrphanedServer]) -> None:
+    """Append what was stopped, and by whom, to the registry's ``stopped.log``: an
+    xdist worker's summary is not printed, and a kill should always be traceable."""
+    if not stopped:
+        return
+    when = time.strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        with open(registry / "stopped.log", "a") as log:
+            for orphan in stopped:
+                log.write(f"{when} pid {os.getpid()} stopped {orphan.describe()}\n")
+    except OSError:
+        pass
 
 
 # -- the registry ------------------------------------------------------------------
