@@ -73,6 +73,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q -e '.[test]'
     touch "$stamp"
 fi
+# the xrootd driver's compiled client loop, built once per machine (else before the
+# first step that uses it)
+.venv/bin/python -m pytest_storagescale.drivers.native
 
 ALLURE_VERSION=2.46.1
 if [ ! -x .tools/node_modules/.bin/allure ]; then

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from typing import ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple, Protocol
 
 from ..endpoints.url import EndpointURL, is_inside
 from ..errors import (
@@ -54,6 +54,39 @@ class StatInfo(NamedTuple):
     #: not say, e.g. a WebDAV PROPFIND)
     readable: bool | None = None
     writable: bool | None = None
+
+
+class RequestWalk(NamedTuple):
+    """What a load client repeats, for a driver that can repeat it itself
+    (:meth:`Driver.compiled_loop`): request ``i`` is ``kind`` (``stat``, ``get``) of
+    ``paths[(first + i * step) % len(paths)]``; a ``get`` must move ``size`` bytes."""
+
+    kind: str
+    paths: tuple[str, ...]
+    first: int = 0
+    step: int = 0
+    size: int | None = None
+
+
+class CompiledOutcome(NamedTuple):
+    """One request a driver's compiled loop made: its end (``time.perf_counter``
+    seconds), latency, bytes, and its error (None: it succeeded)."""
+
+    finished: float
+    latency: float
+    moved: int
+    error: Exception | None
+
+
+class CompiledLoop(Protocol):
+    """A client's requests made back to back outside Python (:meth:`Driver.compiled_loop`)."""
+
+    def run(self, iteration: int, count: int, until: float) -> list[CompiledOutcome]:
+        """Requests ``iteration`` ... at most ``iteration + count - 1``; none begun
+        after ``until`` (``perf_counter``) but the first, none after a failure."""
+
+    def close(self) -> None:
+        """Free the client (its connection closes with the process's idle ones)."""
 
 
 class Driver(abc.ABC):
@@ -121,6 +154,11 @@ class Driver(abc.ABC):
         return role
 
     @classmethod  # noqa: B027 - an optional hook
+    def before_load(cls, options: Mapping[str, str]) -> None:
+        """Called once before a step's clients start, untimed, in the process that runs
+        the step (e.g. the xrootd driver builds its compiled loop here)."""
+
+    @classmethod  # noqa: B027 - an optional hook
     def forget_connections(cls) -> None:
         """Called after a step with hung clients: later clients must not reuse a
         connection a hung request may still hold."""
@@ -164,6 +202,12 @@ class Driver(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most drivers keep nothing
         """Release the connection (best effort)."""
+
+    def compiled_loop(self, walk: RequestWalk) -> CompiledLoop | None:
+        """A loop that makes this client's requests of ``walk`` back to back outside
+        Python, with its own connection as this client's; None (the default): the
+        engine makes them through this driver's methods."""
+        return None
 
     # -- mutating operations: guarded ----------------------------------------
     def mkdir(self, path: str, *, parents: bool = True) -> None:

@@ -27,6 +27,7 @@ the end of a copy every 2.5 s) for the copy itself.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from XRootD import client
@@ -41,11 +42,12 @@ from ..errors import (
     StorageError,
     StorageNotFound,
     StoragePermissionDenied,
+    StorageScaleUsageError,
     StorageTimeout,
     StorageUnreachable,
 )
-from . import flat
-from .base import Driver, StatInfo
+from . import flat, native
+from .base import CompiledOutcome, Driver, RequestWalk, StatInfo
 from .grid import (
     CREDENTIAL_ENVIRONMENT,
     SECRET_OPTIONS,
@@ -109,6 +111,13 @@ class _ShortTTL:
 
 
 _short_ttl = _ShortTTL()
+#: ``--storage-driver-option client_loop=``
+CLIENT_LOOPS = ("compiled", "python")
+#: requests of one compiled-loop call at most, and how long it may begin new ones
+#: (seconds; a shorter hang_timeout shortens it): the engine looks at the clients, for
+#: hangs and the stop, between calls
+COMPILED_BATCH = 256
+COMPILED_SPAN = 0.05
 # XrdClStatus.hh codes
 _TIMEOUT_CODES = {103, 206}  # errSocketTimeout, errOperationExpired
 _UNREACHABLE_CODES = {101, 102, 104, 107, 108, 110}  # address, socket, disconnect, conn., TLS
@@ -131,7 +140,8 @@ class XRootDDriver(XRootDLogins, Driver):
     #: docs/benchmarks.md, "Clients per process"); the executors shard above it
     clients_per_process = 200
     schemes = XROOTD_SCHEMES
-    option_names = (*CREDENTIAL_ENVIRONMENT, flat.OPTION)  # flat: a Ceph gateway (flat.py)
+    #: flat: a Ceph gateway (flat.py); client_loop: compiled (default) or python
+    option_names = (*CREDENTIAL_ENVIRONMENT, flat.OPTION, "client_loop")
     secret_options = SECRET_OPTIONS
     option_environment = CREDENTIAL_ENVIRONMENT
     #: whether this client logs in again (new_login) and so holds the short TTL
@@ -148,6 +158,38 @@ class XRootDDriver(XRootDLogins, Driver):
 
     def _url(self, path: str) -> str:
         return f"{self._server}/{path}"
+
+    # -- the compiled loop (native/xrdloop.cc) ----------------------------------------
+    @classmethod
+    def check_options(cls, options) -> None:
+        loop = options.get("client_loop", "compiled")
+        if loop not in CLIENT_LOOPS:
+            raise StorageScaleUsageError(
+                f"--storage-driver-option client_loop={loop!r} is not a client loop of the "
+                f"xrootd driver. Write client_loop=compiled (the default: stat and get "
+                f"made back to back in C++, the physical limit of the client host) or "
+                f"client_loop=python (every request through the XRootD Python bindings).")
+        super().check_options(options)
+
+    @classmethod
+    def before_load(cls, options) -> None:
+        """Build the compiled loop before the clients start (once per machine); when it
+        cannot be built, the step runs the Python loop (:func:`loop_in_use` says why)."""
+        if options.get("client_loop", "compiled") == "compiled":
+            with contextlib.suppress(native.Unavailable):
+                native.load()
+
+    def compiled_loop(self, walk: RequestWalk) -> _CompiledLoop | None:
+        """The compiled loop for ``walk`` (stat, get), logged in as this client; None
+        when ``client_loop=python``, on a Ceph gateway (stat goes through flat.py),
+        for a client that logs in again per request, or when it is not built."""
+        if (self.options.get("client_loop", "compiled") != "compiled" or self.flat_namespace
+                or self._relogging or walk.kind not in native.KINDS):
+            return None
+        try:
+            return _CompiledLoop(self, walk)
+        except native.Unavailable:
+            return None
 
     def _check(self, status, operation: str, path: str) -> None:
         if status.ok:
@@ -360,3 +402,49 @@ class XRootDDriver(XRootDLogins, Driver):
             self._relogging = False
             _short_ttl.release()
         self._fs = None
+
+
+class _CompiledLoop:
+    """A client's stat or get of :class:`RequestWalk` made back to back by
+    ``native/xrdloop.cc``, logged in as the driver's client; each failure becomes the
+    error the driver's own request would raise."""
+
+    def __init__(self, driver: XRootDDriver, walk: RequestWalk) -> None:
+        self.driver, self.walk = driver, walk
+        self.client = native.CompiledClient(driver._server, walk.kind, walk.paths,
+                                            COMPILED_BATCH)
+
+    def run(self, iteration: int, count: int, until: float) -> list[CompiledOutcome]:
+        walk = self.walk
+        outcomes, message = self.client.run(walk.first + iteration * walk.step, walk.step,
+                                            count, until, self.driver._timeout)
+        return [self._outcome(iteration + i, outcome, message)
+                for i, outcome in enumerate(outcomes)]
+
+    def _outcome(self, iteration: int, outcome: native.Outcome, message: str
+                 ) -> CompiledOutcome:
+        walk, error = self.walk, None
+        path = walk.paths[(walk.first + iteration * walk.step) % len(walk.paths)]
+        if outcome.code:
+            try:
+                self.driver._check(_Status(outcome.code, outcome.errno, message),
+                                   walk.kind, path)
+            except StorageError as exc:
+                error = exc
+        elif walk.size is not None and outcome.moved != walk.size:
+            error = ValueError(f"{walk.kind} {path}: {outcome.moved} bytes, expected "
+                               f"{walk.size}")
+        return CompiledOutcome(outcome.finished, outcome.latency, outcome.moved, error)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class _Status:
+    """A failed XRootDStatus of the compiled loop, as the Python bindings show one."""
+
+    ok = False
+
+    def __init__(self, code: int, errno: int, message: str) -> None:
+        self.code, self.errno, self.message = code, errno, message
+        self.status = 3 if message.startswith("[FATAL]") else 1

@@ -28,7 +28,8 @@ from .plan import ClientAssignment, StepClock, StepPlan, StepProgress
 from .stats import ClientUsage, CpuMeter, SideAccumulator
 
 if TYPE_CHECKING:
-    from ..drivers.base import Driver
+    from ..drivers.base import CompiledLoop, Driver
+    from .operations import Operation
 
 #: how often the coordinator looks for hung clients (seconds)
 HANG_CHECK_INTERVAL = 0.1
@@ -36,6 +37,12 @@ HANG_CHECK_INTERVAL = 0.1
 LOGIN_CHECK_INTERVAL = 0.02
 #: after Ctrl-C, how long requests in flight may take to finish (seconds)
 INTERRUPT_DRAIN = 0.5
+#: a driver's compiled loop (Driver.compiled_loop) is called for at most this many
+#: requests, begun within this share of hang_timeout (and at most 50 ms): between
+#: calls the client sees the stop, and a call longer than hang_timeout is a hang
+COMPILED_BATCH = 256
+COMPILED_SPAN = 0.05
+COMPILED_SPAN_SHARE = 0.05
 
 
 class LoadInterrupted(KeyboardInterrupt):
@@ -109,13 +116,18 @@ class StepRun:
 def run_client(slot: ClientSlot, run: StepRun) -> None:
     """One client thread: its own driver, its login, the start, the operation back to
     back."""
-    driver = None
+    driver = loop = None
     try:
         # not timed for hangs: making a thousand drivers at once takes a while
         driver = run.plan.driver.client(slot.assignment.index, timeout=run.plan.client_timeout)
+        loop = _compiled_loop(slot, driver, run)
         _log_in(slot, driver)
         run.wait_for_start()
-        if not slot.hung:  # a login that came back after hang_timeout: given up already
+        if slot.hung:  # a login that came back after hang_timeout: given up already
+            pass
+        elif loop is not None:
+            _repeat_compiled(slot, loop, run)
+        else:
             _repeat(slot, driver, run)
     except Exception as exc:  # noqa: BLE001 - a client that cannot even start failed
         slot.ready = True
@@ -125,6 +137,8 @@ def run_client(slot: ClientSlot, run: StepRun) -> None:
     finally:
         slot.done = True
         if driver is not None and not slot.hung:
+            if loop is not None:
+                loop.close()
             driver.close()
 
 
@@ -168,6 +182,56 @@ def _repeat(slot: ClientSlot, driver: Driver, run: StepRun) -> None:
             return  # hung (counted as such) or finished in the drain: not measured
         record((finished, finished - began, moved, error))
         iteration += 1
+
+
+def _compiled_loop(slot: ClientSlot, driver: Driver, run: StepRun) -> CompiledLoop | None:
+    """The driver's compiled loop for this client's requests, when the operation says
+    what they are (:meth:`~.operations.Operation.walk`) and nothing of its own runs
+    around them (``run`` and ``before`` are those of the class that says it)."""
+    operation = slot.assignment.operation
+    if not _walk_is_whole(operation):
+        return None
+    context = run.plan.side_context(run.context, slot.assignment.side)
+    walk = operation.walk(slot.assignment.index, context)
+    return driver.compiled_loop(walk) if walk is not None else None
+
+
+def _walk_is_whole(operation: Operation) -> bool:
+    from .operations import Operation
+
+    def owner(name: str) -> type:
+        return next(k for k in type(operation).__mro__ if name in vars(k))
+
+    walk = owner("walk")
+    return owner("run") is walk and owner("before") in (walk, Operation)
+
+
+def _repeat_compiled(slot: ClientSlot, loop: CompiledLoop, run: StepRun) -> None:
+    """The closed loop, made by the driver's compiled loop: calls of at most
+    :data:`COMPILED_BATCH` requests, each timed for hangs as one request is."""
+    record = slot.records.append
+    perf_counter = time.perf_counter
+    stop, take, end_perf = run.stop, run.take, run.end_perf
+    count = 1 if run.plan.max_operations else COMPILED_BATCH  # a count bound: one at a time
+    span = min(COMPILED_SPAN, run.plan.hang_timeout * COMPILED_SPAN_SHARE)
+    iteration = 0
+    while not stop.is_set() and take():
+        slot.busy_since = began = perf_counter()
+        try:
+            outcomes = loop.run(iteration, count, min(began + span, end_perf))
+        except Exception as exc:  # noqa: BLE001 - every failure is a measurement
+            finished = perf_counter()
+            outcomes = [(finished, finished - began, 0, exc)]
+        slot.busy_since = None
+        if slot.hung:  # the last request was in flight when the call became a hang
+            outcomes = outcomes[:-1]
+        for outcome in outcomes:
+            if outcome[0] > end_perf:
+                return  # finished in the drain: not measured
+            record(outcome)
+        if slot.hung:
+            return  # counted as such
+        iteration += len(outcomes)
 
 
 class ClientGroup:
@@ -301,6 +365,7 @@ def run_clients(
     ``start`` gives the clock once every client has logged in (at most ``hang_timeout``
     later). ``meter`` measures this process's CPU over the measured
     window."""
+    plan.driver.driver_class.before_load(plan.driver.options)
     run = StepRun(plan, context, max_operations)
     group = ClientGroup(assignments, run)
     meter = meter or CpuMeter(len(assignments))

@@ -122,6 +122,7 @@ def _run(plan: StepPlan, execute, keep_workdir: bool,
         context = run_bounded(
             lambda: operation.prepare(coordinator, plan.workdir, params, plan.clients),
             watch, service_deadline(plan), "set-up")
+        plan.driver.driver_class.before_load(plan.driver.options)  # e.g. a build, untimed
         interrupted: LoadInterrupted | None = None
         usage: ClientUsage | None = None
         try:

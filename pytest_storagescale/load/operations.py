@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..drivers.base import Driver
+from ..drivers.base import Driver, RequestWalk
 from ..drivers.grid import base36
 from ..errors import StorageScaleUsageError
 from ..units import parse_byte_size
@@ -195,6 +195,12 @@ class Operation:
     def run(self, driver: Driver, client: int, iteration: int, context: dict) -> int:
         raise NotImplementedError
 
+    def walk(self, client: int, context: dict) -> RequestWalk | None:
+        """What :meth:`run` repeats for ``client``, for a driver that can repeat it
+        outside Python (:meth:`~pytest_storagescale.drivers.base.Driver.compiled_loop`);
+        None: only :meth:`run` knows."""
+        return None
+
 
 def _sample_file(driver: Driver, path: str, size: int) -> None:
     driver.put(path, payload(size) if size else b"")
@@ -221,6 +227,9 @@ class Stat(Operation):
     def run(self, driver, client, iteration, context):
         driver.stat(context["target"])
         return 0
+
+    def walk(self, client, context):
+        return RequestWalk("stat", (context["target"],))
 
 
 class List(Operation):
@@ -337,6 +346,12 @@ class Get(Operation):
         if moved != context["file_size"]:
             raise ValueError(f"get {source}: {moved} bytes, expected {context['file_size']}")
         return moved
+
+    def walk(self, client, context):
+        if context.get("local_dir"):  # a copy to local disk: only run() writes one
+            return None
+        files = tuple(f"{context['workdir']}/file-{i:05d}" for i in range(context["files"]))
+        return RequestWalk("get", files, client, context["clients"], context["file_size"])
 
 
 class Read(Operation):

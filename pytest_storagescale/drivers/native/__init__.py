@@ -1,0 +1,191 @@
+"""The xrootd driver's compiled client loop (``xrdloop.cc``), built once per machine and
+called through :mod:`ctypes`.
+
+A request made through the XRootD Python bindings costs more client CPU than the
+request itself (docs/benchmarks.md): the call, the answer's Python objects and a GIL
+hand-over per answer. On a small client host that CPU is taken from the server, and
+with thousands of clients the threads convoy on the GIL. The compiled loop makes a
+client's requests back to back in C++ with the GIL released (ctypes releases it
+for the call) and gives back, per request, its end, latency, bytes and status; the
+engine records them as it records a request made from Python (``load/clients.py``).
+
+The library is compiled with ``g++`` against Debian's ``libxrootd-client-dev`` the
+first time a step asks for it (``make setup`` does it beforehand), into
+``$XDG_CACHE_HOME/pytest-storagescale/`` (default ``~/.cache``), named by a hash of
+the source, the flags and the installed ``libXrdCl``, so that an upgrade of either
+builds it again. It links the same ``libXrdCl`` as the Python bindings, so the
+client's settings (timeouts, retries) and credentials are the same.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+SOURCE = Path(__file__).with_name("xrdloop.cc")
+HEADER = Path("/usr/include/xrootd/XrdCl/XrdClFileSystem.hh")
+FLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-I/usr/include/xrootd")
+LIBRARIES = ("-lXrdCl",)
+#: the XRootD client library the loop links (its version names the build)
+XRDCL = "libXrdCl.so.3"
+#: the most one build may take (a loaded 2-core machine: a few seconds)
+BUILD_TIMEOUT = 300.0
+#: request kinds the loop knows
+KINDS = {"stat": 0, "get": 1}
+_MESSAGE_SIZE = 1024
+
+_lock = threading.Lock()
+_library: ctypes.CDLL | None = None
+_unavailable: str | None = None
+
+
+class Unavailable(RuntimeError):
+    """The compiled loop cannot be built or loaded here (the reason says why)."""
+
+
+class Outcome(NamedTuple):
+    """One request of the compiled loop: its end (``time.perf_counter`` seconds),
+    latency, bytes, and the XRootD status (``code`` 0: success)."""
+
+    finished: float
+    latency: float
+    moved: int
+    code: int
+    errno: int
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pytest-storagescale"
+
+
+def _xrdcl_path() -> str:
+    for folder in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/usr/lib64",
+                   "/usr/lib", "/lib"):
+        candidate = os.path.join(folder, XRDCL)
+        if os.path.exists(candidate):
+            return os.path.realpath(candidate)
+    return XRDCL
+
+
+def library_path() -> Path:
+    """Where this source, these flags and this ``libXrdCl`` are (or will be) built."""
+    digest = hashlib.sha256()
+    digest.update(SOURCE.read_bytes())
+    digest.update(" ".join(FLAGS + LIBRARIES).encode())
+    digest.update(_xrdcl_path().encode())
+    return cache_dir() / f"xrdloop-{digest.hexdigest()[:16]}.so"
+
+
+def build() -> Path:
+    """The built library, compiled now if it is not there yet
+    (:class:`Unavailable` naming what is missing)."""
+    target = library_path()
+    if target.exists():
+        return target
+    compiler = shutil.which("g++")
+    if compiler is None or not HEADER.exists():
+        missing = "g++" if compiler is None else f"the XrdCl headers ({HEADER})"
+        raise Unavailable(
+            f"the compiled client loop needs {missing}: apt-get install g++ "
+            f"libxrootd-client-dev (make setup installs both)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # compiled beside the target and renamed: a concurrent build never loads half a file
+    fd, partial = tempfile.mkstemp(prefix=".xrdloop-", suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", partial, *LIBRARIES],
+                              capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+        if done.returncode != 0:
+            raise Unavailable(f"the compiled client loop did not build: "
+                              f"{done.stderr.strip()[-600:]}")
+        os.replace(partial, target)
+    except subprocess.TimeoutExpired:
+        raise Unavailable(f"the compiled client loop took over {BUILD_TIMEOUT:.0f} s to "
+                          f"build") from None
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    return target
+
+
+def load(*, build_it: bool = True) -> ctypes.CDLL:
+    """The loaded library (built first when ``build_it`` and not there yet), once per
+    process; :class:`Unavailable` when it cannot be (remembered)."""
+    global _library, _unavailable
+    with _lock:
+        if _library is not None:
+            return _library
+        if _unavailable is not None:
+            raise Unavailable(_unavailable)
+        try:
+            path = build() if build_it else library_path()
+            if not path.exists():
+                raise Unavailable("the compiled client loop is not built (make setup)")
+            _library = _declare(ctypes.CDLL(str(path)))
+        except (Unavailable, OSError) as exc:
+            _unavailable = str(exc)
+            raise Unavailable(_unavailable) from None
+        return _library
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    double_p, int_p = ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_int)
+    lib.ss_client_new.argtypes, lib.ss_client_new.restype = [ctypes.c_char_p], ctypes.c_void_p
+    lib.ss_client_free.argtypes, lib.ss_client_free.restype = [ctypes.c_void_p], None
+    lib.ss_client_add_path.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.ss_client_add_path.restype = None
+    lib.ss_run.argtypes = [
+        ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int,
+        ctypes.c_double, ctypes.c_uint16, double_p, double_p,
+        ctypes.POINTER(ctypes.c_longlong), int_p, int_p, ctypes.c_char_p, ctypes.c_int]
+    lib.ss_run.restype = ctypes.c_int
+    return lib
+
+
+class CompiledClient:
+    """One client of the compiled loop: its own ``XrdCl::FileSystem`` for ``server``
+    (``root://<login>@host:port``, so its own connection), walking ``paths``."""
+
+    def __init__(self, server: str, kind: str, paths: Sequence[str], batch: int) -> None:
+        self._lib = load(build_it=False)
+        self._kind = KINDS[kind]
+        self._handle = self._lib.ss_client_new(server.encode())
+        for path in paths:
+            self._lib.ss_client_add_path(self._handle, path.encode())
+        self.batch = batch
+        self._finished = (ctypes.c_double * batch)()
+        self._latency = (ctypes.c_double * batch)()
+        self._moved = (ctypes.c_longlong * batch)()
+        self._code = (ctypes.c_int * batch)()
+        self._errno = (ctypes.c_int * batch)()
+        self._message = ctypes.create_string_buffer(_MESSAGE_SIZE)
+
+    def run(self, first: int, step: int, count: int, until: float, timeout: int
+            ) -> tuple[list[Outcome], str]:
+        """Up to ``count`` requests (at most the batch), request i on path
+        ``first + i * step``; none begun after ``until`` (perf_counter) but the first,
+        none after a failure. The outcomes, and the failure's text."""
+        done = self._lib.ss_run(
+            self._handle, self._kind, first, step, min(count, self.batch), until, timeout,
+            self._finished, self._latency, self._moved, self._code, self._errno,
+            self._message, _MESSAGE_SIZE)
+        finished, latency, moved = self._finished, self._latency, self._moved
+        code, errno = self._code, self._errno
+        outcomes = [Outcome(finished[i], latency[i], moved[i], code[i], errno[i])
+                    for i in range(done)]
+        return outcomes, self._message.value.decode(errors="replace")
+
+    def close(self) -> None:
+        if self._handle:
+            self._lib.ss_client_free(self._handle)
+            self._handle = None
+

@@ -1,0 +1,201 @@
+"""The xrootd driver's compiled client loop (drivers/native), against a real xrootd:
+it makes the clients' stat and get requests, each failure is the error the driver's
+own request raises, its clock is the engine's, and a step falls back to the Python
+loop when it is asked to or cannot have it.
+
+The speed it buys is measured in benchmarks/bench_engine.py, not here."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from pytest_storagescale.drivers import native
+from pytest_storagescale.drivers.base import RequestWalk
+from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.drivers.xrootd import XRootDDriver
+from pytest_storagescale.errors import StorageNotFound, StorageScaleUsageError
+from pytest_storagescale.load import clients
+from pytest_storagescale.load.engine import run_step
+from pytest_storagescale.load.operations import Get, Stat, get_operation
+from pytest_storagescale.load.plan import StepPlan
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def area(embedded_xrootd, request):
+    root = f"/storagescale/{request.node.name[:40]}"
+    driver = driver_spec(embedded_xrootd.url, writable_root=root).connect(
+        "functional-tests", timeout=10)
+    driver.mkdir(root)
+    driver.put(f"{root}/small", b"x" * 1024)
+    yield root, driver
+    driver.remove_tree(root)
+
+
+def _plan(server, root, operation="stat", loop="compiled", **kw) -> StepPlan:
+    values = dict(operation=get_operation(operation), clients=4, duration=1.0, warmup=0.2,
+                  hang_timeout=30.0, workdir=f"{root}/step",
+                  driver=driver_spec(server.url, writable_root=root,
+                                     options={"client_loop": loop}))
+    values.update(kw)
+    return StepPlan(**values)
+
+
+@pytest.fixture
+def python_requests(monkeypatch):
+    """How many stat and get requests the load clients made through the Python driver."""
+    counts = {"stat": 0, "get": 0}
+    original_stat, original_get = XRootDDriver._server_stat, XRootDDriver._get
+
+    def in_client(kind):
+        if threading.current_thread().name.startswith("storagescale-client-"):
+            counts[kind] += 1
+
+    def stat(self, path):
+        in_client("stat")
+        return original_stat(self, path)
+
+    def get(self, path, local_path):
+        in_client("get")
+        return original_get(self, path, local_path)
+
+    monkeypatch.setattr(XRootDDriver, "_server_stat", stat)
+    monkeypatch.setattr(XRootDDriver, "_get", get)
+    return counts
+
+
+@pytest.mark.parametrize("operation", ["stat", "get"])
+def test_the_compiled_loop_makes_the_clients_requests(area, embedded_xrootd, python_requests,
+                                                      operation):
+    root, _ = area
+    params = {"file_size": 100_000, "files": 3} if operation == "get" else {}
+    compiled = run_step(_plan(embedded_xrootd, root, operation, params=params),
+                        executor="threads")
+    assert python_requests[operation] == 0  # none through the bindings
+    step = compiled.total
+    assert step.succeeded > 0 and step.failed == 0 and step.hung == 0, step.errors
+    assert step.latency_s["p50"] > 0
+    if operation == "get":
+        assert step.bytes == step.succeeded * 100_000
+    python = run_step(_plan(embedded_xrootd, root, operation, "python", params=params),
+                      executor="threads")
+    assert python.total.succeeded > 0
+    assert python_requests[operation] >= python.total.succeeded  # the drain's are not counted
+
+
+def test_the_compiled_loop_runs_in_client_processes(area, embedded_xrootd):
+    root, _ = area
+    plan = _plan(embedded_xrootd, root, "get", clients=6, processes=2,
+                 params={"file_size": 50_000, "files": 3})
+    step = run_step(plan, executor="processes").total
+    assert step.succeeded > 0 and step.failed == 0, step.errors
+    assert step.bytes == step.succeeded * 50_000
+
+
+def test_a_failure_is_the_drivers_own_error(area, embedded_xrootd):
+    """A missing file: the compiled loop's failure is the error (class, kind, path,
+    native status) the driver's own stat raises, and the loop stops at it."""
+    root, driver = area
+    client = driver_spec(embedded_xrootd.url, writable_root=root).client(0, timeout=10)
+    missing = f"{root}/missing"
+    with pytest.raises(StorageNotFound) as raised:
+        client.stat(missing)
+    loop = client.compiled_loop(RequestWalk("stat", (f"{root}/small", missing), step=1))
+    assert loop is not None
+    try:
+        outcomes = loop.run(0, 10, time.perf_counter() + 5)
+    finally:
+        loop.close()
+    assert [o.error is None for o in outcomes] == [True, False]  # stopped at the failure
+    error = outcomes[1].error
+    assert type(error) is StorageNotFound
+    assert (error.error_class, error.path, error.operation) == (
+        raised.value.error_class, missing, "stat")
+    assert error.native_status == raised.value.native_status
+
+
+def test_a_get_of_the_wrong_size_fails(area, embedded_xrootd):
+    root, _ = area
+    client = driver_spec(embedded_xrootd.url, writable_root=root).client(0, timeout=10)
+    loop = client.compiled_loop(RequestWalk("get", (f"{root}/small",), size=999))
+    try:
+        (outcome,) = loop.run(0, 1, time.perf_counter())
+    finally:
+        loop.close()
+    assert outcome.moved == 1024
+    assert isinstance(outcome.error, ValueError)
+    assert "1024 bytes, expected 999" in str(outcome.error)
+
+
+def test_its_clock_is_the_engines(area, embedded_xrootd):
+    """Each request's end is on time.perf_counter's clock (the step's windows are),
+    and a call begins no request after ``until``."""
+    root, _ = area
+    client = driver_spec(embedded_xrootd.url, writable_root=root).client(0, timeout=10)
+    loop = client.compiled_loop(RequestWalk("stat", (f"{root}/small",)))
+    try:
+        before = time.perf_counter()
+        outcomes = loop.run(0, 100_000, before + 0.2)
+        after = time.perf_counter()
+    finally:
+        loop.close()
+    assert 1 <= len(outcomes) < 100_000
+    assert all(before <= o.finished <= after for o in outcomes)
+    assert all(o.error is None and o.latency > 0 for o in outcomes)
+    assert outcomes[-1].finished - outcomes[-1].latency <= before + 0.2
+
+
+def test_client_loop_option_is_checked():
+    with pytest.raises(StorageScaleUsageError, match=r"client_loop='fast'.*client_loop=python"):
+        driver_spec("root://127.0.0.1:1//data", writable_root="/data",
+                    options={"client_loop": "fast"})
+
+
+def test_only_an_operation_that_says_all_it_does_gets_the_compiled_loop():
+    class MyStat(Stat):
+        def run(self, driver, client, iteration, context):  # something of its own
+            return super().run(driver, client, iteration, context)
+
+    class Before(Get):
+        def before(self, driver, client, iteration, context):
+            pass
+
+    assert clients._walk_is_whole(Stat()) and clients._walk_is_whole(Get())
+    assert not clients._walk_is_whole(MyStat()) and not clients._walk_is_whole(Before())
+    assert get_operation("ls").walk(0, {"target": "/x"}) is None
+    assert Get().walk(0, {"local_dir": "/tmp/x", "workdir": "/w", "files": 1,
+                          "clients": 1, "file_size": 1}) is None
+
+
+def test_a_step_without_the_library_runs_the_python_loop(area, embedded_xrootd,
+                                                         python_requests, monkeypatch):
+    """No g++ or headers: the step still measures, through the bindings."""
+    root, _ = area
+    monkeypatch.setattr(native, "_library", None)
+    monkeypatch.setattr(native, "_unavailable", "the compiled client loop needs g++")
+    result = run_step(_plan(embedded_xrootd, root), executor="threads")
+    assert result.total.succeeded > 0
+    assert python_requests["stat"] >= result.total.succeeded
+
+
+def test_a_missing_compiler_is_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(native.shutil, "which", lambda name: None)
+    with pytest.raises(native.Unavailable, match="needs g\\+\\+: apt-get install g\\+\\+"):
+        native.build()
+
+
+def test_the_build_is_named_by_source_and_library(monkeypatch, tmp_path):
+    """Built once into the user's cache, under a name that changes with the source."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    built = native.build()
+    assert built.parent == tmp_path / "pytest-storagescale" and built.exists()
+    assert native.build() == built  # not again
+    source = tmp_path / "xrdloop.cc"
+    source.write_text(native.SOURCE.read_text() + "\n// changed\n")
+    monkeypatch.setattr(native, "SOURCE", source)
+    assert native.library_path() != built
