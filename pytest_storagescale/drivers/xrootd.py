@@ -28,6 +28,7 @@ the end of a copy every 2.5 s) for the copy itself.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 
 from XRootD import client
@@ -415,11 +416,16 @@ class _CompiledLoop:
                                             COMPILED_BATCH)
 
     def run(self, iteration: int, count: int, until: float) -> list[CompiledOutcome]:
-        walk = self.walk
-        outcomes, message = self.client.run(walk.first + iteration * walk.step, walk.step,
-                                            count, until, self.driver._timeout)
-        return [self._outcome(iteration + i, outcome, message)
-                for i, outcome in enumerate(outcomes)]
+        walk, client = self.walk, self.client
+        done, message = client.run(walk.first + iteration * walk.step, walk.step, count,
+                                   until, self.driver._timeout)
+        finished, latency, moved, codes = client.columns(done)
+        size = walk.size
+        if not any(codes) and (size is None or moved.count(size) == done):
+            return list(map(CompiledOutcome, finished, latency, moved,
+                            itertools.repeat(None, done)))
+        return [self._outcome(iteration + i, client.outcome(i), message)
+                for i in range(done)]
 
     def _outcome(self, iteration: int, outcome: native.Outcome, message: str
                  ) -> CompiledOutcome:

@@ -209,7 +209,7 @@ def _walk_is_whole(operation: Operation) -> bool:
 def _repeat_compiled(slot: ClientSlot, loop: CompiledLoop, run: StepRun) -> None:
     """The closed loop, made by the driver's compiled loop: calls of at most
     :data:`COMPILED_BATCH` requests, each timed for hangs as one request is."""
-    record = slot.records.append
+    extend = slot.records.extend
     perf_counter = time.perf_counter
     stop, take, end_perf = run.stop, run.take, run.end_perf
     count = 1 if run.plan.max_operations else COMPILED_BATCH  # a count bound: one at a time
@@ -221,14 +221,15 @@ def _repeat_compiled(slot: ClientSlot, loop: CompiledLoop, run: StepRun) -> None
             outcomes = loop.run(iteration, count, min(began + span, end_perf))
         except Exception as exc:  # noqa: BLE001 - every failure is a measurement
             finished = perf_counter()
-            outcomes = [(finished, finished - began, 0, exc)]
+            outcomes = [(finished, finished - began, 0, exc)]  # type: ignore[list-item]
         slot.busy_since = None
         if slot.hung:  # the last request was in flight when the call became a hang
             outcomes = outcomes[:-1]
-        for outcome in outcomes:
-            if outcome[0] > end_perf:
-                return  # finished in the drain: not measured
-            record(outcome)
+        if outcomes and outcomes[-1][0] <= end_perf:
+            extend(outcomes)  # one call: the deque takes them at once
+        else:
+            extend(o for o in outcomes if o[0] <= end_perf)  # those before the drain
+            return  # the rest finished in the drain: not measured
         if slot.hung:
             return  # counted as such
         iteration += len(outcomes)

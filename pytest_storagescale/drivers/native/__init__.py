@@ -170,19 +170,27 @@ class CompiledClient:
         self._message = ctypes.create_string_buffer(_MESSAGE_SIZE)
 
     def run(self, first: int, step: int, count: int, until: float, timeout: int
-            ) -> tuple[list[Outcome], str]:
+            ) -> tuple[int, str]:
         """Up to ``count`` requests (at most the batch), request i on path
         ``first + i * step``; none begun after ``until`` (perf_counter) but the first,
-        none after a failure. The outcomes, and the failure's text."""
+        none after a failure. How many were made (their outcomes: :meth:`outcomes`),
+        and the failure's text."""
         done = self._lib.ss_run(
             self._handle, self._kind, first, step, min(count, self.batch), until, timeout,
             self._finished, self._latency, self._moved, self._code, self._errno,
             self._message, _MESSAGE_SIZE)
-        finished, latency, moved = self._finished, self._latency, self._moved
-        code, errno = self._code, self._errno
-        outcomes = [Outcome(finished[i], latency[i], moved[i], code[i], errno[i])
-                    for i in range(done)]
-        return outcomes, self._message.value.decode(errors="replace")
+        return done, self._message.value.decode(errors="replace") if done else ""
+
+    def columns(self, done: int) -> tuple[list[float], list[float], list[int], list[int]]:
+        """The last call's ``done`` ends, latencies, bytes and codes, as lists (one C
+        slice each: the load loop makes no Python object per request it need not)."""
+        return (self._finished[:done], self._latency[:done], self._moved[:done],
+                self._code[:done])
+
+    def outcome(self, index: int) -> Outcome:
+        """Request ``index`` of the last call."""
+        return Outcome(self._finished[index], self._latency[index], self._moved[index],
+                       self._code[index], self._errno[index])
 
     def close(self) -> None:
         if self._handle:
