@@ -36,7 +36,7 @@ from .reporting.html import write_report
 from .reporting.table import format_failures, format_table
 from .session import WORKER_INPUT_KEY, StorageRun, role_of
 from .stash import storage_run_key
-from .steps import client_host_line
+from .steps import client_host_lines
 
 MARKERS = (
     "storagescale_op(section): a load test of this thresholds section ([ops.<section>]); "
@@ -126,7 +126,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     lines = [f"storagescale: endpoint {run.endpoint.display}"]
     lines += [f"  {line}" for line in run.settings.header_lines()]
-    lines.append(f"  {client_host_line(run)}")
+    lines += [f"  {line}" for line in client_host_lines(run)]
     return lines + cluster_header_lines(run.settings.cluster)  # hosts and clock offsets
 
 

@@ -113,9 +113,10 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan
     return plan, record
 
 
-def client_host_line(run: StorageRun) -> str:
-    """:func:`executor_line` for the session's endpoint (the embedded server is not
-    started for it: its driver is found by the URL scheme alone)."""
+def client_host_lines(run: StorageRun) -> list[str]:
+    """:func:`executor_line` for the session's endpoint, and its driver's word on how it
+    makes the requests (the embedded server is not started for it: its driver is found
+    by the URL scheme alone)."""
     settings = run.settings
     try:
         if settings.driver != "auto":
@@ -127,7 +128,8 @@ def client_host_line(run: StorageRun) -> str:
             driver = driver_spec(f"{scheme}://127.0.0.1//storagescale").driver_class
     except Exception:  # noqa: BLE001 - the endpoint's own check reports a bad URL
         driver = None
-    return executor_line(settings.executor, driver)
+    requests = driver.request_line(settings.driver_options or {}) if driver else None
+    return [executor_line(settings.executor, driver), *([requests] if requests else [])]
 
 
 def executor_line(executor: str, driver: type | None) -> str:

@@ -7,10 +7,16 @@ The speed it buys is measured in benchmarks/bench_engine.py, not here."""
 
 from __future__ import annotations
 
+import functools
+import shutil
+import tempfile
 import threading
 import time
+from pathlib import Path
 
+import psutil
 import pytest
+from plans import REPO
 
 from pytest_storagescale.drivers import native
 from pytest_storagescale.drivers.base import RequestWalk
@@ -199,3 +205,37 @@ def test_the_build_is_named_by_source_and_library(monkeypatch, tmp_path):
     source.write_text(native.SOURCE.read_text() + "\n// changed\n")
     monkeypatch.setattr(native, "SOURCE", source)
     assert native.library_path() != built
+
+
+def test_the_header_says_which_loop_and_a_bad_value_starts_no_server(pytester, monkeypatch):
+    """The run header names the loop; ``client_loop=quick`` fails each test with the
+    paragraph naming the value, and leaves no embedded server running (it used to start
+    one per look at the endpoint and stop only the last)."""
+    private = Path(tempfile.mkdtemp(prefix="ss-loop-test-"))
+    private.chmod(0o755)  # an xrootd run as its unprivileged user (under root) passes
+    monkeypatch.setenv("TMPDIR", str(private))  # the servers' folders: this test's own
+    request_cleanup = functools.partial(shutil.rmtree, private, ignore_errors=True)
+    pytester.makepyfile(test_s="""
+        import pytest
+        @pytest.mark.storagescale_op("stat")
+        def test_stat(storage_load, storage_clients):
+            storage_load.run()
+    """)
+    thresholds = f"--storage-thresholds={REPO / 'thresholds'}"
+    result = pytester.runpytest_subprocess(thresholds, "--storage-driver-option",
+                                           "client_loop=quick", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*client_loop='quick' is not a client loop of the xrootd "
+                                 "driver. Write client_loop=compiled*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    left = [p.pid for p in psutil.process_iter(["cmdline"])
+            if str(private) in " ".join(p.info["cmdline"] or [])]
+    assert left == [], f"embedded servers left running: {left}"
+    request_cleanup()
+    python = pytester.runpytest_subprocess(thresholds, "--storage-driver-option",
+                                           "client_loop=python", "--co")
+    python.stdout.fnmatch_lines(["*requests: through the XRootD Python bindings "
+                                 "(client_loop=python)"])
+    compiled = pytester.runpytest_subprocess(thresholds, "--co")
+    compiled.stdout.fnmatch_lines(["*requests: stat and get by the xrootd driver's compiled "
+                                   "client loop*"])

@@ -153,6 +153,12 @@ class Driver(abc.ABC):
         """The login name of a service connection (``admin``, ``coordinator``...)."""
         return role
 
+    @classmethod
+    def request_line(cls, options: Mapping[str, str]) -> str | None:
+        """The run header's word on how this driver makes the load's requests (None:
+        nothing to say beyond its name)."""
+        return None
+
     @classmethod  # noqa: B027 - an optional hook
     def before_load(cls, options: Mapping[str, str]) -> None:
         """Called once before a step's clients start, untimed, in the process that runs

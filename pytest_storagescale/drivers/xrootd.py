@@ -173,6 +173,19 @@ class XRootDDriver(XRootDLogins, Driver):
         super().check_options(options)
 
     @classmethod
+    def request_line(cls, options) -> str | None:
+        loop = options.get("client_loop", "compiled")
+        if loop != "compiled":  # python (another value is refused by check_options)
+            return ("requests: through the XRootD Python bindings (client_loop=python)"
+                    if loop == "python" else None)
+        if (why := native.missing()) is not None:
+            return (f"requests: through the XRootD Python bindings; the compiled client loop "
+                    f"cannot be built ({why}: make setup installs it)")
+        return ("requests: stat and get by the xrootd driver's compiled client loop "
+                "(C++, GIL released; client_loop=python for the bindings), the rest "
+                "through the XRootD Python bindings")
+
+    @classmethod
     def before_load(cls, options) -> None:
         """Build the compiled loop before the clients start (once per machine); when it
         cannot be built, the step runs the Python loop (:func:`loop_in_use` says why)."""

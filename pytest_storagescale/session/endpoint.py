@@ -79,7 +79,8 @@ class EndpointUnderTest:
         if self._shared is not None:
             return self._shared["endpoint_url"]
         protocol = self.protocol
-        self._server = start_embedded(self.embedded_kind, self.settings.embedded_login)
+        if self._server is None:  # once: a bad driver option after the start starts none again
+            self._server = start_embedded(self.embedded_kind, self.settings.embedded_login)
         return self._server.url_for(protocol)
 
     @property

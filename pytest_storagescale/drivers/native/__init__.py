@@ -85,6 +85,19 @@ def library_path() -> Path:
     return cache_dir() / f"xrdloop-{digest.hexdigest()[:16]}.so"
 
 
+def missing() -> str | None:
+    """Why the loop cannot be built here (None: it is built, or can be)."""
+    if _unavailable is not None:
+        return _unavailable
+    if library_path().exists():
+        return None
+    if shutil.which("g++") is None:
+        return "g++ is not installed"
+    if not HEADER.exists():
+        return f"the XrdCl headers ({HEADER}) are not installed"
+    return None
+
+
 def build() -> Path:
     """The built library, compiled now if it is not there yet
     (:class:`Unavailable` naming what is missing)."""
