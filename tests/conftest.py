@@ -69,3 +69,16 @@ def embedded_xrootd():
 
     with EmbeddedXRootD() as server:
         yield server
+
+
+@pytest.fixture
+def xrootd_area(embedded_xrootd, request):
+    """A per-test directory on the embedded xrootd, and a driver allowed to write there."""
+    from pytest_storagescale.drivers.registry import driver_spec
+
+    root = f"/storagescale/{request.node.name[:40]}"
+    driver = driver_spec(embedded_xrootd.url, writable_root=root).connect(
+        "functional-tests", timeout=10)
+    driver.mkdir(root)
+    yield root, driver
+    driver.remove_tree(root)

@@ -32,14 +32,11 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def area(embedded_xrootd, request):
-    root = f"/storagescale/{request.node.name[:40]}"
-    driver = driver_spec(embedded_xrootd.url, writable_root=root).connect(
-        "functional-tests", timeout=10)
-    driver.mkdir(root)
+def area(xrootd_area):
+    """The test's directory, with a 1,024-byte file ``small``."""
+    root, driver = xrootd_area
     driver.put(f"{root}/small", b"x" * 1024)
-    yield root, driver
-    driver.remove_tree(root)
+    return root, driver
 
 
 def _plan(server, root, operation="stat", loop="compiled", **kw) -> StepPlan:

@@ -27,14 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def area(embedded_xrootd, request):
-    """A per-test directory on the embedded server, and a driver allowed to write there."""
-    root = f"/storagescale/{request.node.name[:40]}"
-    driver = driver_spec(embedded_xrootd.url, writable_root=root).connect(
-        "functional-tests", timeout=10)
-    driver.mkdir(root)
-    yield root, driver
-    driver.remove_tree(root)
+def area(xrootd_area):
+    return xrootd_area
 
 
 def _plan(server, root, operation: str = "stat", **kw) -> StepPlan:
