@@ -130,7 +130,8 @@ def test_unknown_driver_option_names_the_valid_keys():
         driver_spec("root://h//data/t", options={"proxy": "/tmp/x509up", "ca_dir": "/ca"})
     assert str(info.value) == (
         "driver option 'proxy' not known to the xrootd driver. Valid options: ca_dir, "
-        "x509_proxy, token, krb5ccname, security_protocol, krb5_config, flat_namespace."
+        "x509_proxy, token, krb5ccname, security_protocol, krb5_config, flat_namespace, "
+        "client_loop."
     )
 
 

@@ -24,6 +24,7 @@ from pytest_storagescale.errors import (
     StorageError,
     StorageNotFound,
     StorageScaleUsageError,
+    StorageTimeout,
     StorageUnreachable,
     UnsafePathError,
 )
@@ -289,21 +290,34 @@ def _local_ports(server_port: int) -> set[int]:
 
 
 def test_one_client_keeps_one_connection(area, embedded_xrootd):
+    """50 requests on one connection. XrdHttp 5.5.3 now and then loses an answer over
+    TLS (the request times out with 0 bytes received, and the driver rightly drops that
+    connection; once in a full CI-like run here): then the test goes again once, with
+    a new client."""
+    try:
+        _one_connection_for_50_requests(area, embedded_xrootd, "k")
+    except StorageTimeout as exc:
+        if "with 0 bytes received" not in str(exc):
+            raise
+        _one_connection_for_50_requests(area, embedded_xrootd, "again")
+
+
+def _one_connection_for_50_requests(area, embedded_xrootd, name: str) -> None:
     root, _, spec = area
     before = _local_ports(embedded_xrootd.http_port)
     client = spec.client(0, timeout=20)
     try:
-        client.put(f"{root}/k", b"keep")
+        client.put(f"{root}/{name}", b"keep")
         mine = _local_ports(embedded_xrootd.http_port) - before
         assert len(mine) == 1
         for index in range(10):
-            client.stat(f"{root}/k")
+            client.stat(f"{root}/{name}")
             client.ls(root)
-            client.get(f"{root}/k")
+            client.get(f"{root}/{name}")
             # new names: xrootd keeps a file's adler32 by its whole-second modification
             # time, and announces the old one after an overwrite within the same second
-            client.put(f"{root}/k{index}", b"again")
-            client.checksum(f"{root}/k{index}")
+            client.put(f"{root}/{name}{index}", b"again")
+            client.checksum(f"{root}/{name}{index}")
         assert _local_ports(embedded_xrootd.http_port) - before == mine
     finally:
         client.close()
