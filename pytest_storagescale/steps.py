@@ -126,9 +126,9 @@ def client_host_lines(run: StorageRun) -> list[str]:
             scheme = (endpoint.protocol if endpoint.is_embedded
                       else urlsplit(settings.endpoint).scheme)
             driver = driver_spec(f"{scheme}://127.0.0.1//storagescale").driver_class
+        requests = driver.request_line(settings.driver_options or {})
     except Exception:  # noqa: BLE001 - the endpoint's own check reports a bad URL
-        driver = None
-    requests = driver.request_line(settings.driver_options or {}) if driver else None
+        driver = requests = None
     return [executor_line(settings.executor, driver), *([requests] if requests else [])]
 
 

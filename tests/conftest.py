@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+
+# pytester gives each inner run a HOME of its own: the xrootd driver's compiled client
+# loop is found in (and built into) the real cache, not once per inner run
+os.environ.setdefault("XDG_CACHE_HOME", str(Path.home() / ".cache"))
 
 REPO = Path(__file__).resolve().parent.parent
 

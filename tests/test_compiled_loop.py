@@ -19,7 +19,7 @@ import pytest
 from plans import REPO
 
 from pytest_storagescale.drivers import native
-from pytest_storagescale.drivers.base import RequestWalk
+from pytest_storagescale.drivers.base import CompiledOutcome, RequestWalk
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.drivers.xrootd import XRootDDriver
 from pytest_storagescale.errors import StorageNotFound, StorageScaleUsageError
@@ -119,6 +119,40 @@ def test_a_failure_is_the_drivers_own_error(area, embedded_xrootd):
     assert (error.error_class, error.path, error.operation) == (
         raised.value.error_class, missing, "stat")
     assert error.native_status == raised.value.native_status
+    assert error.message == raised.value.message  # the server's own text included
+    assert "No such file" in error.message or "no such file" in error.message.lower()
+
+
+def test_each_client_walks_its_own_files(area, embedded_xrootd):
+    """Client 1 of 2 over 3 files reads file (1 + 2 i) % 3 at request i, as
+    ``Get.run`` does: with file 1 missing, requests 0 and 3 fail, 1 and 2 do not."""
+    root, driver = area
+    files = tuple(f"{root}/f{i}" for i in range(3))
+    for path in (files[0], files[2]):
+        driver.put(path, b"y" * 10)
+    client = driver_spec(embedded_xrootd.url, writable_root=root).client(1, timeout=10)
+    loop = client.compiled_loop(RequestWalk("get", files, first=1, step=2, size=10))
+    try:
+        first = loop.run(0, 10, time.perf_counter() + 5)
+        rest = loop.run(1, 10, time.perf_counter() + 5)
+    finally:
+        loop.close()
+    assert [o.error.path for o in first] == [files[1]]
+    assert [o.error is None for o in rest] == [True, True, False]
+    assert [o.moved for o in rest[:2]] == [10, 10]
+    assert rest[2].error.path == files[1]
+
+
+def test_a_halted_loop_begins_nothing(area, embedded_xrootd):
+    root, _ = area
+    client = driver_spec(embedded_xrootd.url, writable_root=root).client(0, timeout=10)
+    loop = client.compiled_loop(RequestWalk("stat", (f"{root}/small",)))
+    try:
+        assert len(loop.run(0, 5, time.perf_counter() + 5)) >= 1
+        loop.halt()  # Ctrl-C, from the coordinator's thread
+        assert loop.run(5, 5, time.perf_counter() + 5) == []
+    finally:
+        loop.close()
 
 
 def test_a_get_of_the_wrong_size_fails(area, embedded_xrootd):
@@ -141,15 +175,18 @@ def test_its_clock_is_the_engines(area, embedded_xrootd):
     client = driver_spec(embedded_xrootd.url, writable_root=root).client(0, timeout=10)
     loop = client.compiled_loop(RequestWalk("stat", (f"{root}/small",)))
     try:
+        loop.run(0, 1, time.perf_counter())  # the connection, before the timing
         before = time.perf_counter()
-        outcomes = loop.run(0, 100_000, before + 0.2)
+        outcomes = loop.run(0, 100_000, before + 0.002)
         after = time.perf_counter()
     finally:
         loop.close()
-    assert 1 <= len(outcomes) < 100_000
+    # a call is at most 256 requests; local stats take tens of µs each, so 256 would
+    # take longer than 2 ms: fewer means the loop stopped beginning them at `until`
+    assert 1 <= len(outcomes) < 256
     assert all(before <= o.finished <= after for o in outcomes)
     assert all(o.error is None and o.latency > 0 for o in outcomes)
-    assert outcomes[-1].finished - outcomes[-1].latency <= before + 0.2
+    assert outcomes[-1].finished - outcomes[-1].latency <= before + 0.002
 
 
 def test_client_loop_option_is_checked():
@@ -236,3 +273,95 @@ def test_the_header_says_which_loop_and_a_bad_value_starts_no_server(pytester, m
     compiled = pytester.runpytest_subprocess(thresholds, "--co")
     compiled.stdout.fnmatch_lines(["*requests: stat and get by the xrootd driver's compiled "
                                    "client loop*"])
+
+
+# -- the engine's side of a compiled loop (load/clients._repeat_compiled), with a loop
+# -- that gives what each test needs: no server, no timing
+class _ScriptedLoop:
+    """A CompiledLoop whose answers come from ``script(iteration, count, until)``."""
+
+    def __init__(self, script) -> None:
+        self.script, self.calls = script, []
+
+    def run(self, iteration, count, until):
+        self.calls.append((iteration, count))
+        return self.script(iteration, count, until)
+
+    def halt(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _started(max_operations: int = 0) -> tuple[clients.StepRun, clients.ClientSlot]:
+    spec = driver_spec("memory://compiled-engine/area", writable_root="/area")
+    plan = StepPlan(operation=get_operation("stat"), clients=1, duration=60.0, warmup=0.0,
+                    hang_timeout=2.0, driver=spec, workdir="/area/step",
+                    max_operations=max_operations)
+    run = clients.StepRun(plan, {}, max_operations)
+    run.set_clock(plan.clock(time.time()))
+    return run, clients.ClientSlot(plan.assignments()[0])
+
+
+def _ok(finished: float):
+    return CompiledOutcome(finished, 0.001, 0, None)
+
+
+def test_requests_ending_after_the_step_are_not_measured():
+    run, slot = _started()
+    loop = _ScriptedLoop(lambda i, n, until: [_ok(run.end_perf - 0.5), _ok(run.end_perf + 0.1),
+                                              _ok(run.end_perf + 0.2)])
+    clients._repeat_compiled(slot, loop, run)
+    assert [r[0] for r in slot.records] == [run.end_perf - 0.5]
+    assert len(loop.calls) == 1  # and the client stops
+
+
+def test_a_call_that_became_a_hang_keeps_what_ended_before_it():
+    run, slot = _started()
+
+    def script(iteration, count, until):
+        slot.hung = True  # the coordinator marked the call hung while it ran
+        now = time.perf_counter()
+        return [_ok(now - 3), _ok(now - 2.9), _ok(now)]  # the last was in flight
+
+    loop = _ScriptedLoop(script)
+    clients._repeat_compiled(slot, loop, run)
+    assert len(slot.records) == 2 and len(loop.calls) == 1
+    assert slot.busy_since is None
+
+
+def test_a_count_bound_asks_for_one_request_at_a_time():
+    run, slot = _started(max_operations=3)
+    loop = _ScriptedLoop(lambda i, n, until: [_ok(time.perf_counter())])
+    clients._repeat_compiled(slot, loop, run)
+    assert loop.calls == [(0, 1), (1, 1), (2, 1)]
+    assert len(slot.records) == 3
+
+
+def test_calls_go_on_with_the_next_request_until_the_stop():
+    run, slot = _started()
+
+    def script(iteration, count, until):
+        assert count == clients.COMPILED_BATCH
+        assert until <= time.perf_counter() + 2.0 * clients.COMPILED_SPAN_SHARE  # 5 % of 2 s
+        if iteration >= 6:
+            run.stop.set()
+        return [_ok(time.perf_counter()) for _ in range(3)]
+
+    loop = _ScriptedLoop(script)
+    clients._repeat_compiled(slot, loop, run)
+    assert [i for i, _ in loop.calls] == [0, 3, 6]
+    assert len(slot.records) == 9
+
+
+def test_a_loop_that_raises_is_one_failed_request():
+    run, slot = _started()
+
+    def script(iteration, count, until):
+        run.stop.set()
+        raise OSError("the library went away")
+
+    clients._repeat_compiled(slot, _ScriptedLoop(script), run)
+    (record,) = slot.records
+    assert isinstance(record[3], OSError) and record[2] == 0

@@ -85,6 +85,9 @@ class CompiledLoop(Protocol):
         """Requests ``iteration`` ... at most ``iteration + count - 1``; none begun
         after ``until`` (``perf_counter``) but the first, none after a failure."""
 
+    def halt(self) -> None:
+        """From any thread: begin no further request (Ctrl-C)."""
+
     def close(self) -> None:
         """Free the client (its connection closes with the process's idle ones)."""
 

@@ -114,11 +114,8 @@ class _ShortTTL:
 _short_ttl = _ShortTTL()
 #: ``--storage-driver-option client_loop=``
 CLIENT_LOOPS = ("compiled", "python")
-#: requests of one compiled-loop call at most, and how long it may begin new ones
-#: (seconds; a shorter hang_timeout shortens it): the engine looks at the clients, for
-#: hangs and the stop, between calls
+#: requests of one compiled-loop call at most (load/clients.py asks for no more)
 COMPILED_BATCH = 256
-COMPILED_SPAN = 0.05
 # XrdClStatus.hh codes
 _TIMEOUT_CODES = {103, 206}  # errSocketTimeout, errOperationExpired
 _UNREACHABLE_CODES = {101, 102, 104, 107, 108, 110}  # address, socket, disconnect, conn., TLS
@@ -446,14 +443,16 @@ class _CompiledLoop:
         path = walk.paths[(walk.first + iteration * walk.step) % len(walk.paths)]
         if outcome.code:
             try:
-                self.driver._check(_Status(outcome.code, outcome.errno, message),
-                                   walk.kind, path)
+                self.driver._check(_Status(outcome, message), walk.kind, path)
             except StorageError as exc:
                 error = exc
         elif walk.size is not None and outcome.moved != walk.size:
             error = ValueError(f"{walk.kind} {path}: {outcome.moved} bytes, expected "
                                f"{walk.size}")
         return CompiledOutcome(outcome.finished, outcome.latency, outcome.moved, error)
+
+    def halt(self) -> None:
+        self.client.halt()
 
     def close(self) -> None:
         self.client.close()
@@ -464,6 +463,6 @@ class _Status:
 
     ok = False
 
-    def __init__(self, code: int, errno: int, message: str) -> None:
-        self.code, self.errno, self.message = code, errno, message
-        self.status = 3 if message.startswith("[FATAL]") else 1
+    def __init__(self, outcome: native.Outcome, message: str) -> None:
+        self.code, self.errno, self.status = outcome.code, outcome.errno, outcome.level
+        self.message = message

@@ -65,7 +65,7 @@ Start = Callable[[], StepClock]
 class ClientSlot:
     """What the coordinator sees of one client thread."""
 
-    __slots__ = ("assignment", "busy_since", "hung", "done", "ready", "records")
+    __slots__ = ("assignment", "busy_since", "hung", "done", "ready", "records", "loop")
 
     def __init__(self, assignment: ClientAssignment) -> None:
         self.assignment = assignment
@@ -76,6 +76,8 @@ class ClientSlot:
         #: logged in (or failed to), waiting for the start
         self.ready = False
         self.records: collections.deque = collections.deque()
+        #: the driver's compiled loop making its requests (None: the Python loop)
+        self.loop: CompiledLoop | None = None
 
 
 class StepRun:
@@ -90,6 +92,8 @@ class StepRun:
         #: set with the clock: the clients may go on to the start
         self.clock_set = threading.Event()
         self.stop = threading.Event()
+        #: a count bound: a compiled loop is asked for one request at a time
+        self.bounded = bool(max_operations)
         if max_operations:
             # numbered operations handed out; next() on an itertools.count is atomic
             tickets = itertools.count().__next__
@@ -120,7 +124,7 @@ def run_client(slot: ClientSlot, run: StepRun) -> None:
     try:
         # not timed for hangs: making a thousand drivers at once takes a while
         driver = run.plan.driver.client(slot.assignment.index, timeout=run.plan.client_timeout)
-        loop = _compiled_loop(slot, driver, run)
+        loop = slot.loop = _compiled_loop(slot, driver, run)
         _log_in(slot, driver)
         run.wait_for_start()
         if slot.hung:  # a login that came back after hang_timeout: given up already
@@ -212,7 +216,7 @@ def _repeat_compiled(slot: ClientSlot, loop: CompiledLoop, run: StepRun) -> None
     extend = slot.records.extend
     perf_counter = time.perf_counter
     stop, take, end_perf = run.stop, run.take, run.end_perf
-    count = 1 if run.plan.max_operations else COMPILED_BATCH  # a count bound: one at a time
+    count = 1 if run.bounded else COMPILED_BATCH  # a count bound: one at a time
     span = min(COMPILED_SPAN, run.plan.hang_timeout * COMPILED_SPAN_SHARE)
     iteration = 0
     while not stop.is_set() and take():
@@ -310,6 +314,13 @@ class ClientGroup:
         """Every client ended or was given up as hung."""
         return all(slot.done or slot.hung for slot in self.slots)
 
+    def halt(self) -> None:
+        """The stop, to compiled loops too: they begin no further request (the Python
+        loop looks at ``run.stop`` before each)."""
+        for slot in self.slots:
+            if slot.loop is not None:
+                slot.loop.halt()
+
     def give_up(self) -> None:
         """After the drain: a client still busy has been running for hang_timeout."""
         for slot in self.slots:
@@ -378,6 +389,7 @@ def run_clients(
             run.set_clock(start())
         except BaseException:  # no start (called off, or a bug): release the clients
             run.stop.set()
+            group.halt()
             run.set_clock(plan.clock(time.time()))
             raise
         _measure_and_drain(run, group, coordinator, bool(max_operations), meter)
@@ -412,6 +424,7 @@ def _measure_and_drain(run: StepRun, group: ClientGroup, coordinator: Coordinato
     coordinator.run_until(clock.end_at, finished, HANG_CHECK_INTERVAL)
     meter.stop()
     run.stop.set()
+    group.halt()
     stopped_at = min(time.time(), clock.end_at)
     group.set_measured(stopped_at - clock.measure_from)
     # the drain: requests in flight may finish (unmeasured) or hang, for hang_timeout
@@ -424,6 +437,7 @@ def _stop_interrupted(run: StepRun, group: ClientGroup, coordinator: Coordinator
     :class:`LoadInterrupted`. Clients still busy after a short drain are abandoned
     (daemon threads), not counted hung: the user ended the step, not the storage."""
     run.stop.set()
+    group.halt()
     if not run.clock_set.is_set():  # stopped while logging in: nothing measured
         run.set_clock(run.plan.clock(time.time()))
     stopped_at = min(time.time(), run.clock.end_at)

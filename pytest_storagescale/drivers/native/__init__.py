@@ -60,6 +60,8 @@ class Outcome(NamedTuple):
     moved: int
     code: int
     errno: int
+    #: XRootDStatus.status: 1 error, 3 fatal
+    level: int
 
 
 def cache_dir() -> Path:
@@ -114,6 +116,7 @@ def build() -> Path:
     # compiled beside the target and renamed: a concurrent build never loads half a file
     fd, partial = tempfile.mkstemp(prefix=".xrdloop-", suffix=".so", dir=target.parent)
     os.close(fd)
+    os.chmod(partial, 0o755)  # mkstemp's 0600: the linker may keep it
     try:
         done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", partial, *LIBRARIES],
                               capture_output=True, text=True, timeout=BUILD_TIMEOUT)
@@ -141,8 +144,12 @@ def load(*, build_it: bool = True) -> ctypes.CDLL:
             raise Unavailable(_unavailable)
         try:
             path = build() if build_it else library_path()
-            if not path.exists():
-                raise Unavailable("the compiled client loop is not built (make setup)")
+        except (Unavailable, OSError) as exc:
+            _unavailable = str(exc)  # a build that failed: not tried again in this process
+            raise Unavailable(_unavailable) from None
+        if not path.exists():  # not built yet: a later load may build it
+            raise Unavailable("the compiled client loop is not built (make setup)")
+        try:
             _library = _declare(ctypes.CDLL(str(path)))
         except (Unavailable, OSError) as exc:
             _unavailable = str(exc)
@@ -158,8 +165,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.ss_client_add_path.restype = None
     lib.ss_run.argtypes = [
         ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int,
-        ctypes.c_double, ctypes.c_uint16, double_p, double_p,
-        ctypes.POINTER(ctypes.c_longlong), int_p, int_p, ctypes.c_char_p, ctypes.c_int]
+        ctypes.c_double, ctypes.c_uint16, int_p, double_p, double_p,
+        ctypes.POINTER(ctypes.c_longlong), int_p, int_p, int_p, ctypes.c_char_p, ctypes.c_int]
     lib.ss_run.restype = ctypes.c_int
     return lib
 
@@ -180,6 +187,9 @@ class CompiledClient:
         self._moved = (ctypes.c_longlong * batch)()
         self._code = (ctypes.c_int * batch)()
         self._errno = (ctypes.c_int * batch)()
+        self._level = (ctypes.c_int * batch)()
+        #: set from any thread (:meth:`halt`): the loop begins no further request
+        self._stop = ctypes.c_int(0)
         self._message = ctypes.create_string_buffer(_MESSAGE_SIZE)
 
     def run(self, first: int, step: int, count: int, until: float, timeout: int
@@ -190,8 +200,8 @@ class CompiledClient:
         and the failure's text."""
         done = self._lib.ss_run(
             self._handle, self._kind, first, step, min(count, self.batch), until, timeout,
-            self._finished, self._latency, self._moved, self._code, self._errno,
-            self._message, _MESSAGE_SIZE)
+            ctypes.byref(self._stop), self._finished, self._latency, self._moved, self._code,
+            self._errno, self._level, self._message, _MESSAGE_SIZE)
         return done, self._message.value.decode(errors="replace") if done else ""
 
     def columns(self, done: int) -> tuple[list[float], list[float], list[int], list[int]]:
@@ -203,7 +213,12 @@ class CompiledClient:
     def outcome(self, index: int) -> Outcome:
         """Request ``index`` of the last call."""
         return Outcome(self._finished[index], self._latency[index], self._moved[index],
-                       self._code[index], self._errno[index])
+                       self._code[index], self._errno[index], self._level[index])
+
+    def halt(self) -> None:
+        """Begin no further request, from now on (a call running ends after the request
+        in flight)."""
+        self._stop.value = 1
 
     def close(self) -> None:
         if self._handle:

@@ -18,6 +18,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -40,29 +41,32 @@ struct Client {
   explicit Client(const char* url) : server(url), fs{XrdCl::URL(url)} {}
 };
 
-void fail(const XrdCl::XRootDStatus& status, int* code, int* err, char* message,
-          int size) {
-  *code = status.code ? status.code : 1;
+// what the Python bindings' XRootDStatus shows: its code, errno, level (status) and
+// ToStr() (the server's own text included)
+void fail(const XrdCl::XRootDStatus& status, int* code, int* err, int* level,
+          char* message, int size) {
+  *code = status.code ? status.code : XrdCl::errUnknown;
   *err = static_cast<int>(status.errNo);
+  *level = static_cast<int>(status.status);
   if (message && size > 0) {
-    std::snprintf(message, static_cast<size_t>(size), "%s", status.ToString().c_str());
+    std::snprintf(message, static_cast<size_t>(size), "%s", status.ToStr().c_str());
   }
 }
 
 // stat: 0 bytes moved
 bool stat_once(Client& c, const std::string& path, uint16_t timeout, long long* moved,
-               int* code, int* err, char* message, int size) {
+               int* code, int* err, int* level, char* message, int size) {
   XrdCl::StatInfo* info = nullptr;
   XrdCl::XRootDStatus status = c.fs.Stat(path, info, timeout);
   delete info;
   *moved = 0;
-  if (!status.IsOK()) fail(status, code, err, message, size);
+  if (!status.IsOK()) fail(status, code, err, level, message, size);
   return status.IsOK();
 }
 
 // get: open, the size the open answered, read it whole (8 MiB at a time), close
 bool get_once(Client& c, const std::string& path, uint16_t timeout, long long* moved,
-              int* code, int* err, char* message, int size) {
+              int* code, int* err, int* level, char* message, int size) {
   const uint32_t chunk = 8u * 1024u * 1024u;
   XrdCl::File file;
   *moved = 0;
@@ -70,7 +74,7 @@ bool get_once(Client& c, const std::string& path, uint16_t timeout, long long* m
       file.Open(c.server + "/" + path, XrdCl::OpenFlags::Read, XrdCl::Access::None,
                 timeout);
   if (!status.IsOK()) {
-    fail(status, code, err, message, size);
+    fail(status, code, err, level, message, size);
     return false;
   }
   XrdCl::StatInfo* info = nullptr;
@@ -87,7 +91,7 @@ bool get_once(Client& c, const std::string& path, uint16_t timeout, long long* m
     status = file.Read(static_cast<uint64_t>(done), static_cast<uint32_t>(want),
                        c.buffer.data(), got, timeout);
     if (!status.IsOK()) {
-      fail(status, code, err, message, size);
+      fail(status, code, err, level, message, size);
       ok = false;
       break;
     }
@@ -96,7 +100,7 @@ bool get_once(Client& c, const std::string& path, uint16_t timeout, long long* m
   }
   XrdCl::XRootDStatus closed = file.Close(timeout);
   if (ok && !closed.IsOK()) {
-    fail(closed, code, err, message, size);
+    fail(closed, code, err, level, message, size);
     ok = false;
   }
   *moved = done;
@@ -117,30 +121,39 @@ void ss_client_add_path(void* client, const char* path) {
 }
 
 // Up to n requests of `op` (0 stat, 1 get), request i on paths[(first + i * step) %
-// paths], at least one, none begun after monotonic() passed `until`, none after a
-// failure. For each: finished (monotonic seconds), latency (seconds), bytes, code (0:
-// success; else the XRootDStatus code) and errno; `message` gets the failure's text.
-// Every request has the deadline `timeout` (seconds). Returns how many were done.
+// paths], at least one unless *stop is set, none begun after monotonic() passed `until`
+// or once *stop is set (Ctrl-C, from another thread), none after a failure. For each:
+// finished (monotonic seconds), latency (seconds), bytes, code (0: success; else the
+// XRootDStatus code), errno and level; `message` gets the failure's text. Every
+// request has the deadline `timeout` (seconds). Returns how many were done.
 int ss_run(void* handle, int op, long long first, long long step, int n, double until,
-           uint16_t timeout, double* finished, double* latency, long long* moved,
-           int* code, int* err, char* message, int message_size) {
+           uint16_t timeout, const volatile int* stop, double* finished, double* latency,
+           long long* moved, int* code, int* err, int* level, char* message,
+           int message_size) {
   Client& c = *static_cast<Client*>(handle);
+  if (message && message_size > 0) message[0] = '\0';
   if (c.paths.empty() || n < 1) return 0;
   const long long files = static_cast<long long>(c.paths.size());
-  if (message && message_size > 0) message[0] = '\0';
   int done = 0;
-  while (done < n) {
+  while (done < n && !*stop) {
     double began = monotonic();
     if (done > 0 && began > until) break;
     const std::string& path = c.paths[((first + done * step) % files + files) % files];
-    code[done] = 0;
-    err[done] = 0;
-    if (op == 0)
-      stat_once(c, path, timeout, &moved[done], &code[done], &err[done], message,
-                message_size);
-    else
-      get_once(c, path, timeout, &moved[done], &code[done], &err[done], message,
-               message_size);
+    code[done] = err[done] = level[done] = 0;
+    try {
+      if (op == 0)
+        stat_once(c, path, timeout, &moved[done], &code[done], &err[done], &level[done],
+                  message, message_size);
+      else
+        get_once(c, path, timeout, &moved[done], &code[done], &err[done], &level[done],
+                 message, message_size);
+    } catch (const std::exception& exc) {  // e.g. bad_alloc: never across extern "C"
+      code[done] = XrdCl::errInternal;
+      level[done] = XrdCl::stError;
+      if (message && message_size > 0)
+        std::snprintf(message, static_cast<size_t>(message_size),
+                      "[ERROR] the compiled client loop: %s", exc.what());
+    }
     double end = monotonic();
     finished[done] = end;
     latency[done] = end - began;
