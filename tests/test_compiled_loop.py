@@ -81,12 +81,13 @@ def test_the_compiled_loop_makes_the_clients_requests(area, embedded_xrootd, pyt
     assert python_requests[operation] == 0  # none through the bindings
     step = compiled.total
     assert step.succeeded > 0 and step.failed == 0 and step.hung == 0, step.errors
+    assert compiled.client.compiled_clients == 4  # what the results say
     assert step.latency_s["p50"] > 0
     if operation == "get":
         assert step.bytes == step.succeeded * 100_000
     python = run_step(_plan(embedded_xrootd, root, operation, "python", params=params),
                       executor="threads")
-    assert python.total.succeeded > 0
+    assert python.total.succeeded > 0 and python.client.compiled_clients == 0
     assert python_requests[operation] >= python.total.succeeded  # the drain's are not counted
 
 
@@ -94,9 +95,12 @@ def test_the_compiled_loop_runs_in_client_processes(area, embedded_xrootd):
     root, _ = area
     plan = _plan(embedded_xrootd, root, "get", clients=6, processes=2,
                  params={"file_size": 50_000, "files": 3})
-    step = run_step(plan, executor="processes").total
+    result = run_step(plan, executor="processes")
+    step = result.total
     assert step.succeeded > 0 and step.failed == 0, step.errors
     assert step.bytes == step.succeeded * 50_000
+    # every client of both processes ran the compiled loop (none fell back silently)
+    assert (result.client.processes, result.client.compiled_clients) == (2, 6)
 
 
 def test_a_failure_is_the_drivers_own_error(area, embedded_xrootd):

@@ -13,7 +13,7 @@ import math
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psutil
@@ -232,6 +232,8 @@ class ClientUsage:
     #: the most clients one process ran
     clients_per_process: int = 0
     rss_mb: float = 0.0
+    #: clients whose requests a driver's compiled loop made (the rest: the Python loop)
+    compiled_clients: int = 0
 
     @property
     def cpu(self) -> float:
@@ -249,12 +251,14 @@ class ClientUsage:
         return cls(cpu_s=sum(p.cpu_s for p in parts), window_s=max(p.window_s for p in parts),
                    cores=max(p.cores for p in parts), processes=sum(p.processes for p in parts),
                    clients_per_process=max(p.clients_per_process for p in parts),
-                   rss_mb=sum(p.rss_mb for p in parts))
+                   rss_mb=sum(p.rss_mb for p in parts),
+                   compiled_clients=sum(p.compiled_clients for p in parts))
 
     def to_json(self) -> dict[str, Any]:
         return {"cpu": _finite(self.cpu), "cpu_s": self.cpu_s, "window_s": self.window_s,
                 "cores": self.cores, "processes": self.processes,
-                "clients_per_process": self.clients_per_process, "rss_mb": self.rss_mb}
+                "clients_per_process": self.clients_per_process, "rss_mb": self.rss_mb,
+                "compiled_clients": self.compiled_clients}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClientUsage:
@@ -262,7 +266,8 @@ class ClientUsage:
                    window_s=float(data.get("window_s") or 0.0),
                    cores=int(data.get("cores") or 0), processes=int(data.get("processes") or 1),
                    clients_per_process=int(data.get("clients_per_process") or 0),
-                   rss_mb=float(data.get("rss_mb") or 0.0))
+                   rss_mb=float(data.get("rss_mb") or 0.0),
+                   compiled_clients=int(data.get("compiled_clients") or 0))
 
 
 class CpuMeter:
@@ -299,6 +304,11 @@ class CpuMeter:
         self.usage = ClientUsage(cpu_s=max(0.0, cpu1 - cpu0), window_s=max(0.0, wall1 - wall0),
                                  cores=usable_cores(), processes=1,
                                  clients_per_process=self.clients, rss_mb=_rss_mb())
+
+    def count_compiled(self, clients: int) -> None:
+        """How many of its clients a compiled loop served (into :attr:`usage`)."""
+        if self.usage is not None:
+            self.usage = replace(self.usage, compiled_clients=clients)
 
 
 def _rss_mb() -> float:
