@@ -267,6 +267,8 @@ def test_four_namespace_hosts_each_client_its_own_login(server, four_hosts, run_
     cpus = [h.client_cpu for h in record.hosts]
     assert all(c is not None and c > 0 for c in cpus), cpus
     assert result.client is not None and result.client.cpu == max(cpus)
+    # every host built (or found) the xrootd driver's compiled loop, and it served all 100
+    assert result.client.compiled_clients == 100
 
 
 def test_a_slow_host_shows_up_as_itself(server, four_hosts, run_root):

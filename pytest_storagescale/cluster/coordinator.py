@@ -169,6 +169,11 @@ class _CalledOff(Exception):
     """The coordinator called the step off before it started (Ctrl-C)."""
 
 
+def _before_load(spec) -> None:
+    """On a cluster host: the driver's preparation for load (``Driver.before_load``)."""
+    spec.driver_class.before_load(spec.options)
+
+
 def get_worker_address() -> str:
     from distributed import get_worker
 
@@ -240,6 +245,10 @@ class ClusterExecutor:
                                address=str(self.connection.address))
         largest = max(len(share.assignments) for share in shares)
         step = f"storagescale-{time.time_ns()}"
+        # what the driver needs on each host (the xrootd driver's compiled loop, built
+        # there once) before the hosts' clients start, not inside their ready timeout
+        self.connection.client.run(_before_load, plan.driver,
+                                   workers=[share.host.worker for share in shares])
         futures = self._submit(plan, context, shares, step)
         clock: StepClock | None = None
         accumulators: Accumulators = {}
@@ -376,7 +385,10 @@ class ClusterExecutor:
                accumulators: Accumulators) -> None:
         self.hosts, self.lost = [], 0
         usages = [r.usage for r in reports.values() if r.usage is not None]
-        self.usage = max(usages, key=lambda u: u.cpu if u.cpu == u.cpu else -1.0, default=None)
+        busiest = max(usages, key=lambda u: u.cpu if u.cpu == u.cpu else -1.0, default=None)
+        # ... with every host's clients that a compiled loop served
+        self.usage = busiest and replace(
+            busiest, compiled_clients=sum(u.compiled_clients for u in usages))
         for share in shares:
             host, clients = share.host, share.assignments
             report = reports.get(host.worker)
