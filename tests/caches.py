@@ -9,10 +9,12 @@ from pytest_storagescale.endpoints.xcache import CacheAccess
 
 
 def access_when(cache, done: Callable[[CacheAccess], bool],
-                timeout: float = 15.0) -> CacheAccess:
+                timeout: float = 60.0) -> CacheAccess:
     """The cache's access records once ``done(records)`` holds, or as they are at the
     deadline. XrdPfc writes a file's records (``.cinfo``) when it releases the file,
-    which may be after the client's close has returned."""
+    which may be well after the client's close has returned: it defers the release of a
+    file with I/O still active, and in one full test run (two xdist workers) no record
+    was written within 15 s, though the blocks were on the cache's disk."""
     deadline = time.monotonic() + timeout
     while True:
         records = cache.access()
