@@ -185,7 +185,7 @@ class XRootDDriver(XRootDLogins, Driver):
     @classmethod
     def before_load(cls, options) -> None:
         """Build the compiled loop before the clients start (once per machine); when it
-        cannot be built, the step runs the Python loop (:func:`loop_in_use` says why)."""
+        cannot be built, the step runs the Python loop (:meth:`request_line` says why)."""
         if options.get("client_loop", "compiled") == "compiled":
             with contextlib.suppress(native.Unavailable):
                 native.load()

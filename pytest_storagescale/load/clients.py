@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..drivers.base import CompiledOutcome
 from .plan import ClientAssignment, StepClock, StepPlan, StepProgress
 from .stats import ClientUsage, CpuMeter, SideAccumulator
 
@@ -225,7 +226,7 @@ def _repeat_compiled(slot: ClientSlot, loop: CompiledLoop, run: StepRun) -> None
             outcomes = loop.run(iteration, count, min(began + span, end_perf))
         except Exception as exc:  # noqa: BLE001 - every failure is a measurement
             finished = perf_counter()
-            outcomes = [(finished, finished - began, 0, exc)]  # type: ignore[list-item]
+            outcomes = [CompiledOutcome(finished, finished - began, 0, exc)]
         slot.busy_since = None
         if slot.hung:  # the last request was in flight when the call became a hang
             outcomes = outcomes[:-1]
