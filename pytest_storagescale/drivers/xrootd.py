@@ -112,10 +112,12 @@ class _ShortTTL:
 
 
 _short_ttl = _ShortTTL()
-#: ``--storage-driver-option client_loop=``
+#: ``--storage-driver-option client_loop=``, the default first
 CLIENT_LOOPS = ("compiled", "python")
-#: requests of one compiled-loop call at most (load/clients.py asks for no more)
-COMPILED_BATCH = 256
+
+
+def _client_loop(options) -> str:
+    return options.get("client_loop", CLIENT_LOOPS[0])
 # XrdClStatus.hh codes
 _TIMEOUT_CODES = {103, 206}  # errSocketTimeout, errOperationExpired
 _UNREACHABLE_CODES = {101, 102, 104, 107, 108, 110}  # address, socket, disconnect, conn., TLS
@@ -160,7 +162,7 @@ class XRootDDriver(XRootDLogins, Driver):
     # -- the compiled loop (native/xrdloop.cc) ----------------------------------------
     @classmethod
     def check_options(cls, options) -> None:
-        loop = options.get("client_loop", "compiled")
+        loop = _client_loop(options)
         if loop not in CLIENT_LOOPS:
             raise StorageScaleUsageError(
                 f"--storage-driver-option client_loop={loop!r} is not a client loop of the "
@@ -171,7 +173,7 @@ class XRootDDriver(XRootDLogins, Driver):
 
     @classmethod
     def request_line(cls, options) -> str | None:
-        loop = options.get("client_loop", "compiled")
+        loop = _client_loop(options)
         if loop != "compiled":  # python (another value is refused by check_options)
             return ("requests: through the XRootD Python bindings (client_loop=python)"
                     if loop == "python" else None)
@@ -186,7 +188,7 @@ class XRootDDriver(XRootDLogins, Driver):
     def before_load(cls, options) -> None:
         """Build the compiled loop before the clients start (once per machine); when it
         cannot be built, the step runs the Python loop (:meth:`request_line` says why)."""
-        if options.get("client_loop", "compiled") == "compiled":
+        if _client_loop(options) == "compiled":
             with contextlib.suppress(native.Unavailable):
                 native.load()
 
@@ -194,7 +196,7 @@ class XRootDDriver(XRootDLogins, Driver):
         """The compiled loop for ``walk`` (stat, get), logged in as this client; None
         when ``client_loop=python``, on a Ceph gateway (stat goes through flat.py),
         for a client that logs in again per request, or when it is not built."""
-        if (self.options.get("client_loop", "compiled") != "compiled" or self.flat_namespace
+        if (_client_loop(self.options) != "compiled" or self.flat_namespace
                 or self._relogging or walk.kind not in native.KINDS):
             return None
         try:
@@ -422,8 +424,7 @@ class _CompiledLoop:
 
     def __init__(self, driver: XRootDDriver, walk: RequestWalk) -> None:
         self.driver, self.walk = driver, walk
-        self.client = native.CompiledClient(driver._server, walk.kind, walk.paths,
-                                            COMPILED_BATCH)
+        self.client = native.CompiledClient(driver._server, walk.kind, walk.paths)
 
     def run(self, iteration: int, count: int, until: float) -> list[CompiledOutcome]:
         walk, client = self.walk, self.client

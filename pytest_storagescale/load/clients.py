@@ -396,13 +396,13 @@ def run_clients(
         _measure_and_drain(run, group, coordinator, bool(max_operations), meter)
     except KeyboardInterrupt:
         meter.stop()
-        meter.count_compiled(sum(slot.loop is not None for slot in group.slots))
         _stop_interrupted(run, group, coordinator)
+    finally:  # the meter's usage, measured or interrupted, says which loop served them
+        meter.count_compiled(sum(slot.loop is not None for slot in group.slots))
     group.check_hangs()
     group.collect()
     group.sample(min(int(time.time() - run.clock.start_at), run.clock.seconds - 1))
     group.give_up()
-    meter.count_compiled(sum(slot.loop is not None for slot in group.slots))
     return run.clock, group.accumulators
 
 

@@ -310,6 +310,11 @@ class Put(Operation):
         return driver.put(path, payload(context["file_size"]))
 
 
+def _get_file(workdir: str, index: int) -> str:
+    """The ``index``-th of the files a ``get`` step reads."""
+    return f"{workdir}/file-{index:05d}"
+
+
 class Get(Operation):
     """Read a whole file. Client ``c`` at repetition ``r`` reads file
     ``(c + r * clients) % files``, so the clients walk through all files; ``files = 1``
@@ -324,7 +329,7 @@ class Get(Operation):
 
     def prepare(self, driver, workdir, params, clients):
         context = super().prepare(driver, workdir, params, clients)
-        _sample_files(driver, [f"{workdir}/file-{i:05d}" for i in range(params["files"])],
+        _sample_files(driver, [_get_file(workdir, i) for i in range(params["files"])],
                       params["file_size"])
         context["clients"] = clients
         if params["to_disk"]:
@@ -337,7 +342,7 @@ class Get(Operation):
 
     def run(self, driver, client, iteration, context):
         index = (client + iteration * context["clients"]) % context["files"]
-        source = f"{context['workdir']}/file-{index:05d}"
+        source = _get_file(context["workdir"], index)
         local = (
             os.path.join(context["local_dir"], f"c{client:05d}") if context.get("local_dir")
             else None
@@ -350,7 +355,7 @@ class Get(Operation):
     def walk(self, client, context):
         if context.get("local_dir"):  # a copy to local disk: only run() writes one
             return None
-        files = tuple(f"{context['workdir']}/file-{i:05d}" for i in range(context["files"]))
+        files = tuple(_get_file(context["workdir"], i) for i in range(context["files"]))
         return RequestWalk("get", files, client, context["clients"], context["file_size"])
 
 

@@ -93,11 +93,15 @@ def missing() -> str | None:
         return _unavailable
     if library_path().exists():
         return None
+    lacking = _lacking()
+    return f"no {lacking}" if lacking else None
+
+
+def _lacking() -> str | None:
+    """What the build needs and this machine has not (None: nothing)."""
     if shutil.which("g++") is None:
-        return "g++ is not installed"
-    if not HEADER.exists():
-        return f"the XrdCl headers ({HEADER}) are not installed"
-    return None
+        return "g++"
+    return None if HEADER.exists() else f"the XrdCl headers ({HEADER})"
 
 
 def build() -> Path:
@@ -106,11 +110,9 @@ def build() -> Path:
     target = library_path()
     if target.exists():
         return target
-    compiler = shutil.which("g++")
-    if compiler is None or not HEADER.exists():
-        missing = "g++" if compiler is None else f"the XrdCl headers ({HEADER})"
+    if lacking := _lacking():
         raise Unavailable(
-            f"the compiled client loop needs {missing}: apt-get install g++ "
+            f"the compiled client loop needs {lacking}: apt-get install g++ "
             f"libxrootd-client-dev (make setup installs both)")
     target.parent.mkdir(parents=True, exist_ok=True)
     # compiled beside the target and renamed: a concurrent build never loads half a file
@@ -118,7 +120,7 @@ def build() -> Path:
     os.close(fd)
     os.chmod(partial, 0o755)  # mkstemp's 0600: the linker may keep it
     try:
-        done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", partial, *LIBRARIES],
+        done = subprocess.run(["g++", *FLAGS, str(SOURCE), "-o", partial, *LIBRARIES],
                               capture_output=True, text=True, timeout=BUILD_TIMEOUT)
         if done.returncode != 0:
             raise Unavailable(f"the compiled client loop did not build: "
@@ -175,31 +177,36 @@ class CompiledClient:
     """One client of the compiled loop: its own ``XrdCl::FileSystem`` for ``server``
     (``root://<login>@host:port``, so its own connection), walking ``paths``."""
 
-    def __init__(self, server: str, kind: str, paths: Sequence[str], batch: int) -> None:
+    def __init__(self, server: str, kind: str, paths: Sequence[str]) -> None:
         self._lib = load(build_it=False)
         self._kind = KINDS[kind]
         self._handle = self._lib.ss_client_new(server.encode())
         for path in paths:
             self._lib.ss_client_add_path(self._handle, path.encode())
-        self.batch = batch
-        self._finished = (ctypes.c_double * batch)()
-        self._latency = (ctypes.c_double * batch)()
-        self._moved = (ctypes.c_longlong * batch)()
-        self._code = (ctypes.c_int * batch)()
-        self._errno = (ctypes.c_int * batch)()
-        self._level = (ctypes.c_int * batch)()
+        self._size = 0  # of the per-request arrays below, grown to the count asked
         #: set from any thread (:meth:`halt`): the loop begins no further request
         self._stop = ctypes.c_int(0)
         self._message = ctypes.create_string_buffer(_MESSAGE_SIZE)
 
+    def _hold(self, count: int) -> None:
+        if count > self._size:
+            self._size = count
+            self._finished = (ctypes.c_double * count)()
+            self._latency = (ctypes.c_double * count)()
+            self._moved = (ctypes.c_longlong * count)()
+            self._code = (ctypes.c_int * count)()
+            self._errno = (ctypes.c_int * count)()
+            self._level = (ctypes.c_int * count)()
+
     def run(self, first: int, step: int, count: int, until: float, timeout: int
             ) -> tuple[int, str]:
-        """Up to ``count`` requests (at most the batch), request i on path
-        ``first + i * step``; none begun after ``until`` (perf_counter) but the first,
-        none after a failure. How many were made (their outcomes: :meth:`outcomes`),
-        and the failure's text."""
+        """Up to ``count`` requests, request i on path ``first + i * step``; none begun
+        after ``until`` (perf_counter) but the first, none after a failure. How many
+        were made (their outcomes: :meth:`columns`, :meth:`outcome`), and the failure's
+        text."""
+        self._hold(count)
         done = self._lib.ss_run(
-            self._handle, self._kind, first, step, min(count, self.batch), until, timeout,
+            self._handle, self._kind, first, step, count, until, timeout,
             ctypes.byref(self._stop), self._finished, self._latency, self._moved, self._code,
             self._errno, self._level, self._message, _MESSAGE_SIZE)
         return done, self._message.value.decode(errors="replace") if done else ""
