@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 
@@ -78,7 +79,31 @@ class ProcessGroup:
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
-            pass
+            return
+        # SIGKILL takes effect as the kernel gets to it (a busy machine, a worker with many
+        # threads): wait, bounded, until no member runs, so that a stopped server is gone
+        deadline = time.monotonic() + _KILL_WAIT
+        while _running_members(self.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+#: the most a stop waits for its killed group to be gone (seconds)
+_KILL_WAIT = 5.0
+
+
+def _running_members(group: int) -> list[int]:
+    """The processes of process group ``group`` that are not zombies."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[2]) == group and fields[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
 
 
 #: where daemons live when PATH lacks them (a user's PATH often has no /usr/sbin)
