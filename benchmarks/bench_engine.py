@@ -87,12 +87,17 @@ def warmup_for(clients: int) -> float:
     return max(2.0, clients / 500)
 
 
+#: the most clients per process (0: the driver's clients_per_process); --clients-per-process
+PER_PROCESS = [0]
+
+
 def engine_processes(clients: int) -> int:
     """How many processes the auto executor gives C xrootd clients."""
-    if clients <= XRootDDriver.clients_per_process:
+    if clients <= (PER_PROCESS[0] or XRootDDriver.clients_per_process):
         return 1
     spec = driver_spec("root://127.0.0.1:1//x", writable_root="/x")
-    return process_count(StepPlan(get_operation("stat"), clients, 1, 0, 1, spec, "/x"), clients)
+    return process_count(StepPlan(get_operation("stat"), clients, 1, 0, 1, spec, "/x",
+                                  clients_per_process=PER_PROCESS[0]), clients)
 
 
 # -- the three kinds ------------------------------------------------------------------
@@ -104,7 +109,8 @@ def engine_point(url: str, op: str, clients: int, warmup: float, duration: float
         operation=get_operation(op), clients=clients, duration=duration, warmup=warmup,
         hang_timeout=60, driver=driver_spec(url, writable_root=ROOT,
                                             options={"client_loop": loop}),
-        workdir=f"{ROOT}/{tag}", params=params), executor="auto")
+        workdir=f"{ROOT}/{tag}", params=params, clients_per_process=PER_PROCESS[0]),
+        executor="auto")
     total, usage = result.total, result.client
     rss = usage.rss_mb + (psutil.Process().memory_info().rss / 1e6 if usage.processes > 1 else 0)
     kind = "engine" if loop == "compiled" else "engine-py"
@@ -229,7 +235,8 @@ def isolated(kind: str, port: int, op: str, clients: int, args, tag: str) -> Poi
     command = [sys.executable, __file__, "--engine-one", "--port", str(port), "--op", op,
                "--clients-one", str(clients), "--tag", tag, "--warmup",
                str(warmup_for(clients)), "--duration", str(args.duration),
-               "--client-loop", "python" if kind == "engine-py" else "compiled"]
+               "--client-loop", "python" if kind == "engine-py" else "compiled",
+               "--clients-per-process", str(PER_PROCESS[0])]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError(f"{kind} {op} C={clients} failed:\n{done.stderr[-3000:]}")
@@ -390,6 +397,9 @@ def main() -> None:
     parser.add_argument("--ops", default="stat,put,get")
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help="which loops to measure (default all): " + ", ".join(KINDS))
+    parser.add_argument("--clients-per-process", type=int, default=0,
+                        help="the most clients per process for every contender (default: "
+                             "the xrootd driver's clients_per_process)")
     parser.add_argument("--write-docs", action="store_true")
     for hidden in ("--engine-one", "--bare-share"):
         parser.add_argument(hidden, action="store_true", help=argparse.SUPPRESS)
@@ -401,6 +411,7 @@ def main() -> None:
     parser.add_argument("--client-loop", default="compiled", help=argparse.SUPPRESS)
     parser.add_argument("--tag", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    PER_PROCESS[0] = args.clients_per_process
     if args.engine_one:
         url = f"root://127.0.0.1:{args.port}/{ROOT}"
         point = engine_point(url, args.op, args.clients_one, args.warmup, args.duration,

@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +40,7 @@ struct Options {
   std::string path = "/";
   std::string op = "stat";
   std::string tag = "x";
+  std::string mode = "threads";
   int clients = 1;
   int processes = 1;
   long size = 1000000;
@@ -132,6 +134,72 @@ void client(const Options& o, int index, double measure_from, double end_at,
   }
 }
 
+// --mode async: no thread per client; each client's next stat is issued from the
+// response handler of its last one (XrdCl's own threads run the handlers)
+struct AsyncClient : XrdCl::ResponseHandler {
+  const Options* o = nullptr;
+  XrdCl::FileSystem* fs = nullptr;
+  Counts* counts = nullptr;
+  std::atomic<int>* running = nullptr;
+  double measure_from = 0, end_at = 0;
+
+  void Issue() {
+    if (!fs->Stat(o->path, this, 30).IsOK()) {
+      counts->failed.fetch_add(1, std::memory_order_relaxed);
+      running->fetch_sub(1);
+    }
+  }
+  void HandleResponse(XrdCl::XRootDStatus* status, XrdCl::AnyObject* response) override {
+    bool ok = status->IsOK();
+    delete status;
+    delete response;
+    double t = now();
+    if (t >= measure_from && t <= end_at) {
+      if (ok) counts->ok.fetch_add(1, std::memory_order_relaxed);
+      else counts->failed.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (t > end_at) {
+      running->fetch_sub(1);
+      return;
+    }
+    Issue();
+  }
+};
+
+void run_share_async(const Options& o, int first, int step, double start_at, int out) {
+  Counts counts;
+  std::atomic<int> running{0};
+  double measure_from = start_at + o.warmup, end_at = measure_from + o.duration;
+  std::vector<std::unique_ptr<XrdCl::FileSystem>> systems;
+  std::vector<std::unique_ptr<AsyncClient>> clients;
+  for (int i = first; i < o.clients; i += step) {
+    std::string server = "root://" + login(o, i) + "@" + o.host + ":" +
+                         std::to_string(o.port);
+    systems.emplace_back(new XrdCl::FileSystem{XrdCl::URL(server)});
+    auto* c = new AsyncClient;
+    c->o = &o;
+    c->fs = systems.back().get();
+    c->counts = &counts;
+    c->running = &running;
+    c->measure_from = measure_from;
+    c->end_at = end_at;
+    clients.emplace_back(c);
+  }
+  sleep_until(start_at);
+  running = static_cast<int>(clients.size());
+  for (auto& c : clients) c->Issue();
+  sleep_until(measure_from);
+  double cpu_from = cpu_seconds();
+  sleep_until(end_at);
+  double cpu = cpu_seconds() - cpu_from;
+  while (running.load() > 0 && now() < end_at + 60)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  double values[4] = {static_cast<double>(counts.ok.load()),
+                      static_cast<double>(counts.failed.load()),
+                      static_cast<double>(counts.bytes.load()), cpu};
+  if (write(out, values, sizeof values) != sizeof values) std::perror("write");
+}
+
 // one process's share: clients first, first + step, ...
 void run_share(const Options& o, int first, int step, double start_at, int out) {
   Counts counts;
@@ -162,6 +230,7 @@ Options parse(int argc, char** argv) {
     else if (key == "--path") o.path = value;
     else if (key == "--op") o.op = value;
     else if (key == "--tag") o.tag = value;
+    else if (key == "--mode") o.mode = value;
     else if (key == "--clients") o.clients = std::atoi(value.c_str());
     else if (key == "--processes") o.processes = std::atoi(value.c_str());
     else if (key == "--size") o.size = std::atol(value.c_str());
@@ -194,7 +263,10 @@ int main(int argc, char** argv) {
     pid_t pid = fork();
     if (pid == 0) {  // before XrdCl starts: each child has its own client library
       close(pipes[0]);
-      run_share(o, p, o.processes, start_at, pipes[1]);
+      if (o.mode == "async" && o.op == "stat")
+        run_share_async(o, p, o.processes, start_at, pipes[1]);
+      else
+        run_share(o, p, o.processes, start_at, pipes[1]);
       std::fflush(nullptr);
       _exit(0);
     }

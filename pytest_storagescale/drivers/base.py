@@ -92,6 +92,31 @@ class CompiledLoop(Protocol):
         """Free the client (its connection closes with the process's idle ones)."""
 
 
+class BackgroundLoop(CompiledLoop, Protocol):
+    """A compiled loop that can also run on its own (``background`` True): after
+    :meth:`start`, the library's threads issue each request when the last one ended,
+    so no thread waits per client; the engine drains the finished requests and
+    watches the one in flight for hangs."""
+
+    background: bool
+
+    def start(self) -> None:
+        """Begin: request 0, 1, ... of the walk, back to back, until :meth:`halt`."""
+
+    def take(self) -> list[CompiledOutcome]:
+        """The requests finished since the last take, oldest first."""
+
+    def busy_since(self) -> float | None:
+        """When the request in flight began (``perf_counter``), None between requests."""
+
+    def abandon(self, since: float) -> bool:
+        """Give up the request in flight begun at ``since`` (a hang): not measured, and
+        none after it. False if it has ended meanwhile."""
+
+    def wait_idle(self, seconds: float) -> bool:
+        """At most ``seconds`` until no request is in flight (or it was given up)."""
+
+
 class Driver(abc.ABC):
     """One client connection to an endpoint."""
 

@@ -417,6 +417,10 @@ class XRootDDriver(XRootDLogins, Driver):
         self._fs = None
 
 
+#: finished background requests taken from C at a time
+_TAKE = 256
+
+
 class _CompiledLoop:
     """A client's stat or get of :class:`RequestWalk` made back to back by
     ``native/xrdloop.cc``, logged in as the driver's client; each failure becomes the
@@ -437,6 +441,40 @@ class _CompiledLoop:
                             itertools.repeat(None, done)))
         return [self._outcome(iteration + i, client.outcome(i), message)
                 for i in range(done)]
+
+    # -- on its own (BackgroundLoop): stat, issued by XrdCl's threads
+    @property
+    def background(self) -> bool:
+        return self.walk.kind == "stat"
+
+    def start(self) -> None:
+        self.client.start(self.walk.first, self.walk.step, self.driver._timeout)
+
+    def take(self) -> list[CompiledOutcome]:
+        client, outcomes = self.client, []
+        while True:
+            done, message = client.take(_TAKE)
+            if not done:
+                return outcomes
+            finished, latency, index, codes = client.taken(done)
+            if not any(codes):
+                outcomes.extend(map(CompiledOutcome, finished, latency,
+                                    itertools.repeat(0, done), itertools.repeat(None, done)))
+            else:  # only the last one failed (a take ends at a failure)
+                outcomes.extend(map(CompiledOutcome, finished[:-1], latency[:-1],
+                                    itertools.repeat(0, done - 1),
+                                    itertools.repeat(None, done - 1)))
+                outcomes.append(self._outcome(index[-1], client.taken_outcome(done - 1),
+                                              message))
+
+    def busy_since(self) -> float | None:
+        return self.client.busy_since()
+
+    def abandon(self, since: float) -> bool:
+        return self.client.abandon(since)
+
+    def wait_idle(self, seconds: float) -> bool:
+        return self.client.wait_idle(seconds)
 
     def _outcome(self, iteration: int, outcome: native.Outcome, message: str
                  ) -> CompiledOutcome:

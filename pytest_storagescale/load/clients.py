@@ -29,7 +29,7 @@ from .plan import ClientAssignment, StepClock, StepPlan, StepProgress
 from .stats import ClientUsage, CpuMeter, SideAccumulator
 
 if TYPE_CHECKING:
-    from ..drivers.base import CompiledLoop, Driver
+    from ..drivers.base import BackgroundLoop, CompiledLoop, Driver
     from .operations import Operation
 
 #: how often the coordinator looks for hung clients (seconds)
@@ -44,6 +44,8 @@ INTERRUPT_DRAIN = 0.5
 COMPILED_BATCH = 256
 COMPILED_SPAN = 0.05
 COMPILED_SPAN_SHARE = 0.05
+#: how long a background client's thread waits at a time for its last request
+BACKGROUND_WAIT = 1.0
 
 
 class LoadInterrupted(KeyboardInterrupt):
@@ -66,7 +68,8 @@ Start = Callable[[], StepClock]
 class ClientSlot:
     """What the coordinator sees of one client thread."""
 
-    __slots__ = ("assignment", "busy_since", "hung", "done", "ready", "records", "loop")
+    __slots__ = ("assignment", "busy_since", "hung", "done", "ready", "records", "loop",
+                 "background")
 
     def __init__(self, assignment: ClientAssignment) -> None:
         self.assignment = assignment
@@ -79,6 +82,13 @@ class ClientSlot:
         self.records: collections.deque = collections.deque()
         #: the driver's compiled loop making its requests (None: the Python loop)
         self.loop: CompiledLoop | None = None
+        #: the loop runs on its own (BackgroundLoop): the coordinator drains and
+        #: watches it, not this slot's records and busy_since
+        self.background = False
+
+    def in_flight_since(self) -> float | None:
+        """When the client's request in flight began (perf_counter), None between."""
+        return self.loop.busy_since() if self.background else self.busy_since  # type: ignore[union-attr]
 
 
 class StepRun:
@@ -130,6 +140,8 @@ def run_client(slot: ClientSlot, run: StepRun) -> None:
         run.wait_for_start()
         if slot.hung:  # a login that came back after hang_timeout: given up already
             pass
+        elif loop is not None and not run.bounded and getattr(loop, "background", False):
+            _run_background(slot, loop, run)
         elif loop is not None:
             _repeat_compiled(slot, loop, run)
         else:
@@ -240,6 +252,19 @@ def _repeat_compiled(slot: ClientSlot, loop: CompiledLoop, run: StepRun) -> None
         iteration += len(outcomes)
 
 
+def _run_background(slot: ClientSlot, loop: BackgroundLoop, run: StepRun) -> None:
+    """The closed loop, made by the driver's loop on its own (the library's threads
+    issue each request when the last one ended): this thread starts it and, after the
+    stop, waits for its last request; the coordinator drains and watches it."""
+    slot.background = True
+    if run.stop.is_set():
+        return
+    loop.start()
+    run.stop.wait()
+    while not loop.wait_idle(BACKGROUND_WAIT) and not slot.hung:
+        pass  # the drain: the coordinator gives the request up after hang_timeout
+
+
 class ClientGroup:
     """The client slots of a step in this process, and one accumulator per side."""
 
@@ -261,7 +286,15 @@ class ClientGroup:
     def collect(self) -> None:
         """Move every client's finished operations into its side's accumulator."""
         start_perf, measure_perf = self.run.start_perf, self.run.measure_perf
+        end_perf = self.run.end_perf
         for slot in self.slots:
+            if slot.background:  # finished after the end (in the drain): not measured
+                accumulator = self.accumulators[slot.assignment.side]
+                for finished, latency, moved, error in slot.loop.take():  # type: ignore[union-attr]
+                    if finished <= end_perf:
+                        accumulator.record(int(finished - start_perf), latency, moved, error,
+                                           counted=finished >= measure_perf)
+                continue
             records = slot.records
             if not records:
                 continue
@@ -275,8 +308,11 @@ class ClientGroup:
         """A client busy for longer than hang_timeout is hung (once)."""
         limit = time.perf_counter() - self.run.plan.hang_timeout
         for slot in self.slots:
-            since = slot.busy_since
-            if not slot.hung and since is not None and since < limit:
+            if slot.hung:
+                continue
+            since = slot.in_flight_since()
+            if since is not None and since < limit and (
+                    not slot.background or slot.loop.abandon(since)):  # type: ignore[union-attr]
                 self._mark_hung(slot)
 
     def _mark_hung(self, slot: ClientSlot) -> None:
@@ -289,7 +325,8 @@ class ClientGroup:
             return
         for side, accumulator in self.accumulators.items():
             mine = [slot for slot in self.slots if slot.assignment.side == side]
-            accumulator.in_flight[second] = sum(slot.busy_since is not None for slot in mine)
+            accumulator.in_flight[second] = sum(slot.in_flight_since() is not None
+                                                for slot in mine)
             accumulator.hung_series[second] = sum(slot.hung for slot in mine)
 
     def progress(self, second: int) -> StepProgress:

@@ -170,6 +170,20 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         ctypes.c_double, ctypes.c_uint16, int_p, double_p, double_p,
         ctypes.POINTER(ctypes.c_longlong), int_p, int_p, int_p, ctypes.c_char_p, ctypes.c_int]
     lib.ss_run.restype = ctypes.c_int
+    lib.ss_start.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_longlong,
+                             ctypes.c_uint16]
+    lib.ss_start.restype = ctypes.c_int
+    lib.ss_take.argtypes = [ctypes.c_void_p, ctypes.c_int, double_p, double_p,
+                            ctypes.POINTER(ctypes.c_longlong), int_p, int_p, int_p,
+                            ctypes.c_char_p, ctypes.c_int]
+    lib.ss_take.restype = ctypes.c_int
+    for name in ("ss_halt",):
+        getattr(lib, name).argtypes, getattr(lib, name).restype = [ctypes.c_void_p], None
+    lib.ss_busy_since.argtypes, lib.ss_busy_since.restype = [ctypes.c_void_p], ctypes.c_double
+    lib.ss_abandon.argtypes = [ctypes.c_void_p, ctypes.c_double]
+    lib.ss_abandon.restype = ctypes.c_int
+    lib.ss_wait_idle.argtypes = [ctypes.c_void_p, ctypes.c_double]
+    lib.ss_wait_idle.restype = ctypes.c_int
     return lib
 
 
@@ -187,6 +201,7 @@ class CompiledClient:
         #: set from any thread (:meth:`halt`): the loop begins no further request
         self._stop = ctypes.c_int(0)
         self._message = ctypes.create_string_buffer(_MESSAGE_SIZE)
+        self._guard = threading.Lock()
 
     def _hold(self, count: int) -> None:
         if count > self._size:
@@ -197,6 +212,7 @@ class CompiledClient:
             self._code = (ctypes.c_int * count)()
             self._errno = (ctypes.c_int * count)()
             self._level = (ctypes.c_int * count)()
+            self._index = (ctypes.c_longlong * count)()
 
     def run(self, first: int, step: int, count: int, until: float, timeout: int
             ) -> tuple[int, str]:
@@ -222,13 +238,68 @@ class CompiledClient:
         return Outcome(self._finished[index], self._latency[index], self._moved[index],
                        self._code[index], self._errno[index], self._level[index])
 
+    # -- the background loop (stat): XrdCl's threads issue each request when the last
+    # one ended; the engine drains them (take), watches the one in flight for hangs
+    # (busy_since, abandon) and waits for it after the stop (wait_idle). The handle is
+    # freed by close() in another thread than the coordinator's: hence the lock.
+    def start(self, first: int, step: int, timeout: int) -> None:
+        """Begin the background loop: request i on path ``first + i * step``."""
+        with self._guard:
+            if not self._handle or self._lib.ss_start(self._handle, first, step, timeout):
+                raise Unavailable("the compiled client loop could not begin its requests")
+
+    def take(self, count: int) -> tuple[int, str]:
+        """Up to ``count`` finished requests of the background loop, none after a
+        failure (:meth:`taken`), and the failure's text."""
+        with self._guard:
+            if not self._handle:
+                return 0, ""
+            self._hold(count)
+            done = self._lib.ss_take(self._handle, count, self._finished, self._latency,
+                                     self._index, self._code, self._errno, self._level,
+                                     self._message, _MESSAGE_SIZE)
+        return done, self._message.value.decode(errors="replace") if done else ""
+
+    def taken(self, done: int) -> tuple[list[float], list[float], list[int], list[int]]:
+        """The last take's ends, latencies, request numbers and codes (C slices)."""
+        return (self._finished[:done], self._latency[:done], self._index[:done],
+                self._code[:done])
+
+    def taken_outcome(self, index: int) -> Outcome:
+        """Request ``index`` of the last take (0 bytes: the background loop stats)."""
+        return Outcome(self._finished[index], self._latency[index], 0, self._code[index],
+                       self._errno[index], self._level[index])
+
+    def busy_since(self) -> float | None:
+        """When the background request in flight began (perf_counter), or None."""
+        with self._guard:
+            since = self._lib.ss_busy_since(self._handle) if self._handle else 0.0
+        return since or None
+
+    def abandon(self, since: float) -> bool:
+        """Give up the request that began at ``since`` (a hang): not measured, none
+        after it. False if it has ended meanwhile."""
+        with self._guard:
+            return bool(self._handle) and bool(self._lib.ss_abandon(self._handle, since))
+
+    def wait_idle(self, seconds: float) -> bool:
+        """At most ``seconds`` until no background request is in flight (or it was
+        given up); the GIL is released meanwhile."""
+        handle = self._handle  # close() happens in this same thread, afterwards
+        return not handle or bool(self._lib.ss_wait_idle(handle, seconds))
+
     def halt(self) -> None:
         """Begin no further request, from now on (a call running ends after the request
         in flight)."""
         self._stop.value = 1
+        with self._guard:
+            if self._handle:
+                self._lib.ss_halt(self._handle)
 
     def close(self) -> None:
-        if self._handle:
-            self._lib.ss_client_free(self._handle)
-            self._handle = None
+        """Free the client (one with a request still in flight is left to XrdCl)."""
+        with self._guard:
+            if self._handle:
+                self._lib.ss_client_free(self._handle)
+                self._handle = None
 

@@ -10,6 +10,13 @@
 // the engine records each request's end, latency, bytes and status as for a request
 // made from Python, and times the call for hangs.
 //
+// A client's stat can also run in the background (ss_start ... ss_take): each answer's
+// handler, in XrdCl's own threads, records the request and issues the next one, so no
+// thread waits per client and none wakes per request (a thread per client costs two
+// context switches per request: docs/benchmarks.md). The engine drains the records
+// (ss_take), watches the request in flight for hangs (ss_busy_since, ss_abandon) and
+// waits for the last one after the stop (ss_wait_idle).
+//
 // Built on first use (pytest_storagescale/drivers/native/__init__.py):
 //   g++ -O2 -std=c++17 -shared -fPIC -I/usr/include/xrootd xrdloop.cc -lXrdCl
 #include <XrdCl/XrdClFile.hh>
@@ -19,9 +26,13 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -33,12 +44,99 @@ double monotonic() {  // Python's time.perf_counter() on Linux
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
 }
 
-struct Client {
+// a request the background loop finished, until ss_take hands it out
+struct Done {
+  double finished, latency;
+  long long index;
+  int code, err, level;
+  std::string message;
+};
+
+struct Client : XrdCl::ResponseHandler {
   std::string server;  // root://<login>@host:port
   XrdCl::FileSystem fs;
   std::vector<std::string> paths;
   std::vector<char> buffer;
+  // the background loop: its walk, whether it was halted (or the client freed), the
+  // finished requests, the start of the request in flight (0: none), and whether the
+  // engine gave that request up
+  long long first = 0, step = 1, next = 0;
+  uint16_t timeout = 60;
+  std::mutex lock;
+  std::condition_variable settled;
+  std::vector<Done> finished;
+  std::atomic<double> since{0.0};
+  double began = 0.0;
+  bool halted = false, abandoned = false;
   explicit Client(const char* url) : server(url), fs{XrdCl::URL(url)} {}
+
+  const std::string& path(long long i) const {
+    const long long files = static_cast<long long>(paths.size());
+    return paths[((first + i * step) % files + files) % files];
+  }
+
+  // the next request, unless halted; the lock is not held while XrdCl takes it (its
+  // handler may run before Stat returns, in another thread)
+  void Issue() {
+    std::unique_lock<std::mutex> held(lock);
+    while (!halted && !abandoned) {
+      long long index = next++;
+      began = monotonic();
+      since.store(began);
+      const std::string& target = path(index);
+      held.unlock();
+      XrdCl::XRootDStatus status = fs.Stat(target, this, timeout);
+      if (status.IsOK()) return;  // the handler takes it from here
+      // refused before it was sent: a finished request; the next one after a pause
+      // (never a busy loop of refusals)
+      held.lock();
+      record(status, monotonic(), index);
+      since.store(0.0);
+      settled.notify_all();
+      settled.wait_for(held, std::chrono::milliseconds(10));
+    }
+    since.store(0.0);
+    settled.notify_all();
+  }
+
+  void record(const XrdCl::XRootDStatus& status, double end, long long index) {
+    Done done{end, end - began, index, 0, 0, 0, std::string()};
+    if (!status.IsOK()) {
+      done.code = status.code ? status.code : XrdCl::errUnknown;
+      done.err = static_cast<int>(status.errNo);
+      done.level = static_cast<int>(status.status);
+      done.message = status.ToStr();
+    }
+    finished.push_back(std::move(done));
+  }
+
+  void HandleResponse(XrdCl::XRootDStatus* status, XrdCl::AnyObject* response) override {
+    double end = monotonic();
+    bool again = false;
+    {
+      std::lock_guard<std::mutex> held(lock);
+      if (!abandoned) {  // a request the engine gave up as hung: not measured
+        try {
+          record(*status, end, next - 1);
+        } catch (const std::exception&) {  // out of memory: the request is lost
+        }
+      }
+      since.store(0.0);
+      again = !halted && !abandoned;
+      settled.notify_all();
+    }
+    delete status;
+    delete response;
+    if (!again) return;
+    try {
+      Issue();
+    } catch (const std::exception&) {  // never into XrdCl's thread: the client stops
+      std::lock_guard<std::mutex> held(lock);
+      halted = true;
+      since.store(0.0);
+      settled.notify_all();
+    }
+  }
 };
 
 // what the Python bindings' XRootDStatus shows: its code, errno, level (status) and
@@ -113,7 +211,17 @@ extern "C" {
 
 void* ss_client_new(const char* server) { return new Client(server); }
 
-void ss_client_free(void* client) { delete static_cast<Client*>(client); }
+// A client with a background request in flight (given up as hung, or the load was
+// interrupted) is halted and left to XrdCl, never deleted under its handler.
+void ss_client_free(void* client) {
+  Client* c = static_cast<Client*>(client);
+  {
+    std::lock_guard<std::mutex> held(c->lock);
+    c->halted = true;
+    if (c->since.load() != 0.0) return;
+  }
+  delete c;
+}
 
 // the files this client walks through (request i reads paths[(first + i * step) % n])
 void ss_client_add_path(void* client, const char* path) {
@@ -160,6 +268,83 @@ int ss_run(void* handle, int op, long long first, long long step, int n, double 
     if (code[done++] != 0) break;
   }
   return done;
+}
+
+// The background loop (stat only): request i on paths[(first + i * step) % paths],
+// each issued when the last one ended, until ss_halt; every request has the deadline
+// `timeout`. Returns 0, or -1 without paths.
+int ss_start(void* handle, long long first, long long step, uint16_t timeout) {
+  Client& c = *static_cast<Client*>(handle);
+  if (c.paths.empty()) return -1;
+  c.first = first;
+  c.step = step;
+  c.timeout = timeout;
+  try {
+    c.Issue();
+  } catch (const std::exception&) {
+    return -1;
+  }
+  return 0;
+}
+
+// Up to n finished requests of the background loop, oldest first, none after a failure
+// (whose text goes to `message`): end, latency, the request's number (i above), code,
+// errno, level. Returns how many.
+int ss_take(void* handle, int n, double* finished, double* latency, long long* index,
+            int* code, int* err, int* level, char* message, int message_size) {
+  Client& c = *static_cast<Client*>(handle);
+  if (message && message_size > 0) message[0] = '\0';
+  std::lock_guard<std::mutex> held(c.lock);
+  int taken = 0, size = static_cast<int>(c.finished.size());
+  while (taken < n && taken < size) {
+    const Done& d = c.finished[taken];
+    finished[taken] = d.finished;
+    latency[taken] = d.latency;
+    index[taken] = d.index;
+    code[taken] = d.code;
+    err[taken] = d.err;
+    level[taken] = d.level;
+    ++taken;
+    if (d.code != 0) {
+      if (message && message_size > 0)
+        std::snprintf(message, static_cast<size_t>(message_size), "%s", d.message.c_str());
+      break;
+    }
+  }
+  c.finished.erase(c.finished.begin(), c.finished.begin() + taken);
+  return taken;
+}
+
+// the background loop begins no further request (Ctrl-C, the step's end)
+void ss_halt(void* handle) {
+  Client& c = *static_cast<Client*>(handle);
+  std::lock_guard<std::mutex> held(c.lock);
+  c.halted = true;
+  c.settled.notify_all();
+}
+
+// when the background request in flight began (monotonic seconds; 0: none in flight)
+double ss_busy_since(void* handle) { return static_cast<Client*>(handle)->since.load(); }
+
+// Give up the request in flight that began at `since` (a hang): it is not measured,
+// and no further request follows. 1 if it was still in flight, else 0.
+int ss_abandon(void* handle, double since) {
+  Client& c = *static_cast<Client*>(handle);
+  std::lock_guard<std::mutex> held(c.lock);
+  if (since == 0.0 || c.since.load() != since) return 0;
+  c.abandoned = true;
+  c.settled.notify_all();
+  return 1;
+}
+
+// Wait at most `seconds` until no background request is in flight (or it was given
+// up). 1 if so.
+int ss_wait_idle(void* handle, double seconds) {
+  Client& c = *static_cast<Client*>(handle);
+  std::unique_lock<std::mutex> held(c.lock);
+  c.settled.wait_for(held, std::chrono::duration<double>(seconds),
+                     [&c] { return c.since.load() == 0.0 || c.abandoned; });
+  return c.since.load() == 0.0 || c.abandoned ? 1 : 0;
 }
 
 }  // extern "C"
