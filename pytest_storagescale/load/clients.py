@@ -261,8 +261,11 @@ def _run_background(slot: ClientSlot, loop: BackgroundLoop, run: StepRun) -> Non
         return
     loop.start()
     run.stop.wait()
-    while not loop.wait_idle(BACKGROUND_WAIT) and not slot.hung:
-        pass  # the drain: the coordinator gives the request up after hang_timeout
+    while not loop.wait_idle(BACKGROUND_WAIT):
+        if slot.hung:  # given up by the coordinator
+            return
+    # what the coordinator has not taken yet, before the loop is freed
+    slot.records.extend(o for o in loop.take() if o[0] <= run.end_perf)
 
 
 class ClientGroup:
@@ -294,7 +297,6 @@ class ClientGroup:
                     if finished <= end_perf:
                         accumulator.record(int(finished - start_perf), latency, moved, error,
                                            counted=finished >= measure_perf)
-                continue
             records = slot.records
             if not records:
                 continue

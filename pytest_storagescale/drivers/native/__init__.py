@@ -243,10 +243,10 @@ class CompiledClient:
     # (busy_since, abandon) and waits for it after the stop (wait_idle). The handle is
     # freed by close() in another thread than the coordinator's: hence the lock.
     def start(self, first: int, step: int, timeout: int) -> None:
-        """Begin the background loop: request i on path ``first + i * step``."""
-        with self._guard:
-            if not self._handle or self._lib.ss_start(self._handle, first, step, timeout):
-                raise Unavailable("the compiled client loop could not begin its requests")
+        """Begin the background loop: request i on path ``first + i * step`` (called,
+        like :meth:`wait_idle` and :meth:`close`, by the client's own thread)."""
+        if not self._handle or self._lib.ss_start(self._handle, first, step, timeout):
+            raise Unavailable("the compiled client loop could not begin its requests")
 
     def take(self, count: int) -> tuple[int, str]:
         """Up to ``count`` finished requests of the background loop, none after a
@@ -283,8 +283,8 @@ class CompiledClient:
             return bool(self._handle) and bool(self._lib.ss_abandon(self._handle, since))
 
     def wait_idle(self, seconds: float) -> bool:
-        """At most ``seconds`` until no background request is in flight (or it was
-        given up); the GIL is released meanwhile."""
+        """At most ``seconds`` until the background loop has ended (halted and its
+        last request finished, or given up); the GIL is released meanwhile."""
         handle = self._handle  # close() happens in this same thread, afterwards
         return not handle or bool(self._lib.ss_wait_idle(handle, seconds))
 

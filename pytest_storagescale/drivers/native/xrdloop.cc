@@ -57,9 +57,11 @@ struct Client : XrdCl::ResponseHandler {
   XrdCl::FileSystem fs;
   std::vector<std::string> paths;
   std::vector<char> buffer;
-  // the background loop: its walk, whether it was halted (or the client freed), the
-  // finished requests, the start of the request in flight (0: none), and whether the
-  // engine gave that request up
+  // The background loop, all under `lock`: its walk; `active` from ss_start until no
+  // request follows (halted, given up, refused); `issuing` while a thread is inside
+  // fs.Stat (the handler may run before it returns, in another thread); `since`, the
+  // start of the request in flight (0: none); the finished requests. A client freed
+  // while active or issuing is deleted by the last thread to leave it.
   long long first = 0, step = 1, next = 0;
   uint16_t timeout = 60;
   std::mutex lock;
@@ -67,7 +69,8 @@ struct Client : XrdCl::ResponseHandler {
   std::vector<Done> finished;
   std::atomic<double> since{0.0};
   double began = 0.0;
-  bool halted = false, abandoned = false;
+  int issuing = 0;
+  bool active = false, halted = false, abandoned = false, freed = false;
   explicit Client(const char* url) : server(url), fs{XrdCl::URL(url)} {}
 
   const std::string& path(long long i) const {
@@ -75,67 +78,72 @@ struct Client : XrdCl::ResponseHandler {
     return paths[((first + i * step) % files + files) % files];
   }
 
-  // the next request, unless halted; the lock is not held while XrdCl takes it (its
-  // handler may run before Stat returns, in another thread)
-  void Issue() {
-    std::unique_lock<std::mutex> held(lock);
-    while (!halted && !abandoned) {
-      long long index = next++;
-      began = monotonic();
-      since.store(began);
-      const std::string& target = path(index);
-      held.unlock();
-      XrdCl::XRootDStatus status = fs.Stat(target, this, timeout);
-      if (status.IsOK()) return;  // the handler takes it from here
-      // refused before it was sent: a finished request; the next one after a pause
-      // (never a busy loop of refusals)
-      held.lock();
-      record(status, monotonic(), index);
+  // under the lock: the next request's number and start, or the end of the loop
+  bool Prepare(long long& index) {
+    if (halted || abandoned) {
+      active = false;
       since.store(0.0);
       settled.notify_all();
-      settled.wait_for(held, std::chrono::milliseconds(10));
+      return false;
     }
-    since.store(0.0);
-    settled.notify_all();
+    index = next++;
+    began = monotonic();
+    since.store(began);
+    ++issuing;
+    return true;
   }
 
-  void record(const XrdCl::XRootDStatus& status, double end, long long index) {
-    Done done{end, end - began, index, 0, 0, 0, std::string()};
-    if (!status.IsOK()) {
-      done.code = status.code ? status.code : XrdCl::errUnknown;
-      done.err = static_cast<int>(status.errNo);
-      done.level = static_cast<int>(status.status);
-      done.message = status.ToStr();
+  bool Gone() const { return freed && !active && issuing == 0; }  // under the lock
+
+  // Sends the prepared request `index` (the lock not held). A request refused before
+  // it was sent is a finished request, and the loop ends there (a refusal is not
+  // retried in XrdCl's threads). True if the client is to be deleted now.
+  bool Send(long long index) {
+    XrdCl::XRootDStatus status;
+    try {
+      status = fs.Stat(path(index), this, timeout);
+    } catch (const std::exception&) {
+      status = XrdCl::XRootDStatus(XrdCl::stError, XrdCl::errInternal);
     }
-    finished.push_back(std::move(done));
+    std::lock_guard<std::mutex> held(lock);
+    --issuing;
+    if (!status.IsOK()) {
+      Record(status, monotonic(), index);
+      active = false;
+      since.store(0.0);
+      settled.notify_all();
+    }
+    return Gone();
+  }
+
+  void Record(const XrdCl::XRootDStatus& status, double end, long long index) {
+    try {
+      Done done{end, end - began, index, 0, 0, 0, std::string()};
+      if (!status.IsOK()) {
+        done.code = status.code ? status.code : XrdCl::errUnknown;
+        done.err = static_cast<int>(status.errNo);
+        done.level = static_cast<int>(status.status);
+        done.message = status.ToStr();
+      }
+      finished.push_back(std::move(done));
+    } catch (const std::exception&) {  // out of memory: this request is not measured
+    }
   }
 
   void HandleResponse(XrdCl::XRootDStatus* status, XrdCl::AnyObject* response) override {
     double end = monotonic();
-    bool again = false;
+    long long index = 0;
+    bool again = false, gone = false;
     {
       std::lock_guard<std::mutex> held(lock);
-      if (!abandoned) {  // a request the engine gave up as hung: not measured
-        try {
-          record(*status, end, next - 1);
-        } catch (const std::exception&) {  // out of memory: the request is lost
-        }
-      }
-      since.store(0.0);
-      again = !halted && !abandoned;
-      settled.notify_all();
+      if (!abandoned) Record(*status, end, next - 1);  // given up as hung: not measured
+      again = Prepare(index);
+      gone = !again && Gone();
     }
     delete status;
     delete response;
-    if (!again) return;
-    try {
-      Issue();
-    } catch (const std::exception&) {  // never into XrdCl's thread: the client stops
-      std::lock_guard<std::mutex> held(lock);
-      halted = true;
-      since.store(0.0);
-      settled.notify_all();
-    }
+    if (again) gone = Send(index);
+    if (gone) delete this;
   }
 };
 
@@ -211,14 +219,14 @@ extern "C" {
 
 void* ss_client_new(const char* server) { return new Client(server); }
 
-// A client with a background request in flight (given up as hung, or the load was
-// interrupted) is halted and left to XrdCl, never deleted under its handler.
+// A client whose background loop still runs (a request given up as hung, or in
+// flight at Ctrl-C) is halted, and deleted by the last thread to leave it.
 void ss_client_free(void* client) {
   Client* c = static_cast<Client*>(client);
   {
     std::lock_guard<std::mutex> held(c->lock);
-    c->halted = true;
-    if (c->since.load() != 0.0) return;
+    c->halted = c->freed = true;
+    if (!c->Gone()) return;
   }
   delete c;
 }
@@ -275,15 +283,17 @@ int ss_run(void* handle, int op, long long first, long long step, int n, double 
 // `timeout`. Returns 0, or -1 without paths.
 int ss_start(void* handle, long long first, long long step, uint16_t timeout) {
   Client& c = *static_cast<Client*>(handle);
-  if (c.paths.empty()) return -1;
-  c.first = first;
-  c.step = step;
-  c.timeout = timeout;
-  try {
-    c.Issue();
-  } catch (const std::exception&) {
-    return -1;
+  long long index = 0;
+  {
+    std::lock_guard<std::mutex> held(c.lock);
+    if (c.paths.empty() || c.active) return -1;
+    c.first = first;
+    c.step = step;
+    c.timeout = timeout;
+    c.active = true;
+    if (!c.Prepare(index)) return 0;
   }
+  c.Send(index);  // not freed meanwhile: ss_client_free comes from this same caller
   return 0;
 }
 
@@ -333,18 +343,19 @@ int ss_abandon(void* handle, double since) {
   std::lock_guard<std::mutex> held(c.lock);
   if (since == 0.0 || c.since.load() != since) return 0;
   c.abandoned = true;
+  c.since.store(0.0);
   c.settled.notify_all();
   return 1;
 }
 
-// Wait at most `seconds` until no background request is in flight (or it was given
-// up). 1 if so.
+// Wait at most `seconds` until the background loop has ended (halted, its last
+// request finished, or given up). 1 if so.
 int ss_wait_idle(void* handle, double seconds) {
   Client& c = *static_cast<Client*>(handle);
   std::unique_lock<std::mutex> held(c.lock);
-  c.settled.wait_for(held, std::chrono::duration<double>(seconds),
-                     [&c] { return c.since.load() == 0.0 || c.abandoned; });
-  return c.since.load() == 0.0 || c.abandoned ? 1 : 0;
+  auto ended = [&c] { return !c.active || c.abandoned; };
+  c.settled.wait_for(held, std::chrono::duration<double>(seconds), ended);
+  return ended() ? 1 : 0;
 }
 
 }  // extern "C"
