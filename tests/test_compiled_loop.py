@@ -1,13 +1,16 @@
 """The xrootd driver's compiled client loop (drivers/native), against a real xrootd:
 it makes the clients' stat and get requests, each failure is the error the driver's
 own request raises, its clock is the engine's, and a step falls back to the Python
-loop when it is asked to or cannot have it.
+loop when it is asked to or cannot have it. Two ways: calls of a batch (``run``: get,
+and count-bounded steps) and stat on its own in the background (``start``/``take``,
+XrdCl's threads issuing each request), each with the engine's side scripted.
 
 The speed it buys is measured in benchmarks/bench_engine.py, not here."""
 
 from __future__ import annotations
 
 import functools
+import itertools
 import shutil
 import tempfile
 import threading
@@ -194,6 +197,79 @@ def test_its_clock_is_the_engines(area, embedded_xrootd):
     assert outcomes[-1].finished - outcomes[-1].latency <= before + 0.002
 
 
+# -- stat on its own (BackgroundLoop): XrdCl's threads issue each request -------------
+def _background(server, root, walk: RequestWalk, index: int = 0, timeout: int = 10):
+    client = driver_spec(server.url, writable_root=root).client(index, timeout=timeout)
+    loop = client.compiled_loop(walk)
+    assert loop is not None and loop.background
+    return loop
+
+
+def test_a_background_loop_keeps_every_request_in_order_with_the_drivers_errors(
+        area, embedded_xrootd):
+    """Client 1 of 2 over 3 files, file 1 missing: request i stats (1 + 2 i) % 3, so
+    requests 0, 3, 6, ... fail with the driver's own error and the loop goes on; after
+    the halt, the last request ends and nothing is lost or made twice."""
+    root, driver = area
+    files = tuple(f"{root}/b{i}" for i in range(3))
+    for path in (files[0], files[2]):
+        driver.put(path, b"z")
+    with pytest.raises(StorageNotFound) as raised:
+        driver.stat(files[1])
+    loop = _background(embedded_xrootd, root, RequestWalk("stat", files, first=1, step=2),
+                       index=1)
+    before = time.perf_counter()
+    try:
+        loop.start()
+        time.sleep(0.3)
+        outcomes = loop.take()  # while it runs
+        loop.halt()
+        assert loop.wait_idle(10)
+        after = time.perf_counter()
+        outcomes += loop.take()
+        assert loop.take() == [] and loop.busy_since() is None  # none after the halt
+    finally:
+        loop.close()
+    assert len(outcomes) > 6
+    assert [o.error is not None for o in outcomes] == [
+        i % 3 == 0 for i in range(len(outcomes))]
+    errors = [o.error for o in outcomes if o.error is not None]
+    assert {type(e) for e in errors} == {StorageNotFound}
+    assert {(e.path, e.message, e.native_status) for e in errors} == {
+        (files[1], raised.value.message, raised.value.native_status)}
+    # the engine's clock, one request at a time
+    assert before <= outcomes[0].finished and outcomes[-1].finished <= after
+    assert all(a.finished <= b.finished - b.latency + 1e-6
+               for a, b in itertools.pairwise(outcomes))
+
+
+def test_a_request_given_up_as_hung_is_not_measured(area, embedded_xrootd):
+    """A frozen server: the request in flight is given up (abandon) and not measured
+    when its answer comes after all, and no request follows it."""
+    root, _ = area
+    loop = _background(embedded_xrootd, root, RequestWalk("stat", (f"{root}/small",)))
+    try:
+        loop.start()
+        time.sleep(0.1)
+        embedded_xrootd.freeze()
+        try:
+            time.sleep(0.3)  # the request in flight now waits for the frozen server
+            before = loop.take()
+            since = loop.busy_since()
+            assert since is not None and since < time.perf_counter() - 0.2
+            assert not loop.abandon(since - 1)  # not the request in flight
+            assert loop.abandon(since)
+            assert loop.wait_idle(1.0)  # given up: the loop has ended
+            assert loop.busy_since() is None
+        finally:
+            embedded_xrootd.thaw()
+        time.sleep(0.5)  # its answer arrives now
+        assert loop.take() == []
+    finally:
+        loop.close()
+    assert before and all(o.error is None for o in before)
+
+
 def test_client_loop_option_is_checked():
     with pytest.raises(StorageScaleUsageError, match=r"client_loop='fast'.*client_loop=python"):
         driver_spec("root://127.0.0.1:1//data", writable_root="/data",
@@ -358,6 +434,77 @@ def test_calls_go_on_with_the_next_request_until_the_stop():
     clients._repeat_compiled(slot, loop, run)
     assert [i for i, _ in loop.calls] == [0, 3, 6]
     assert len(slot.records) == 9
+
+
+class _ScriptedBackground(_ScriptedLoop):
+    """A BackgroundLoop: ``finished`` what take() gives, ``since`` the request in
+    flight, ``on_start`` run at start()."""
+
+    background = True
+
+    def __init__(self, finished=(), since=None, on_start=None) -> None:
+        super().__init__(lambda i, n, until: [])
+        self.finished, self.since, self.on_start = list(finished), since, on_start
+        self.abandoned: list[float] = []
+
+    def start(self) -> None:
+        if self.on_start:
+            self.on_start()
+
+    def take(self):
+        taken, self.finished = self.finished, []
+        return taken
+
+    def busy_since(self):
+        return self.since
+
+    def abandon(self, since) -> bool:
+        self.abandoned.append(since)
+        return since == self.since
+
+    def wait_idle(self, seconds) -> bool:
+        return True
+
+
+def test_a_background_client_hands_over_what_is_left_before_it_ends():
+    """After the stop, the requests the coordinator has not taken yet are the slot's,
+    those that ended in the drain are not."""
+    run, slot = _started()
+    loop = _ScriptedBackground([_ok(run.end_perf - 0.5), _ok(run.end_perf + 0.1)],
+                               on_start=run.stop.set)
+    clients._run_background(slot, loop, run)
+    assert slot.background and [r[0] for r in slot.records] == [run.end_perf - 0.5]
+
+
+def test_the_coordinator_drains_and_gives_up_background_clients():
+    run, slot = _started()
+    group = clients.ClientGroup([slot.assignment], run)
+    (slot,) = group.slots
+    slot.background = True
+    slot.loop = loop = _ScriptedBackground(
+        [_ok(run.start_perf + 0.5), _ok(run.end_perf + 0.1)],
+        since=time.perf_counter() - 1.0)  # in flight for 1 s of hang_timeout's 2
+    group.check_hangs()
+    group.collect()
+    accumulator = group.accumulators[slot.assignment.side]
+    assert (accumulator.succeeded, accumulator.hung, slot.hung) == (1, 0, False)
+    assert loop.abandoned == []
+    loop.since -= 1.5  # now 2.5 s
+    group.check_hangs()
+    assert loop.abandoned == [loop.since] and slot.hung and accumulator.hung == 1
+    group.check_hangs()
+    assert accumulator.hung == 1  # once
+
+
+def test_a_background_request_that_ended_meanwhile_is_not_a_hang():
+    run, slot = _started()
+    group = clients.ClientGroup([slot.assignment], run)
+    (slot,) = group.slots
+    slot.background = True
+    slot.loop = loop = _ScriptedBackground(since=time.perf_counter() - 5.0)
+    loop.abandon = lambda since: False  # its answer came between the look and the abandon
+    group.check_hangs()
+    assert not slot.hung and group.accumulators[slot.assignment.side].hung == 0
 
 
 def test_a_loop_that_raises_is_one_failed_request():
