@@ -11,6 +11,9 @@ C = 1, 10, 50, 200, 1000, 5000 clients against the embedded xrootd, three ways:
   libxrootd-client-dev): one XrdCl::FileSystem and login per thread, sharded over the
   same number of processes as the engine; at C >= 1000 also in one process (the
   collapse the sharding avoids);
+- C++ async (stat only): the same client program with ``--mode async``: no thread per
+  client, each client's next stat issued from its last one's response handler (the
+  way the engine's compiled loop makes stat);
 - bare: the same loop in Python (XRootD bindings, one FileSystem and login per
   thread), sharded the same way.
 
@@ -57,7 +60,7 @@ MARKERS = ("<!-- engine-bench:start (written by benchmarks/bench_engine.py --wri
            "<!-- engine-bench:end -->")
 ROOT = "/storagescale/bench"
 SIZE = 1_000_000
-KINDS = ("engine", "engine-py", "cxx", "bare")
+KINDS = ("engine", "engine-py", "cxx", "cxx-async", "bare")
 
 
 @dataclass
@@ -202,16 +205,18 @@ def bare_point(port: int, op: str, clients: int, warmup: float, duration: float,
 
 
 def cxx_point(binary: Path, port: int, op: str, clients: int, warmup: float,
-              duration: float, tag: str, processes: int) -> Point:
+              duration: float, tag: str, processes: int, mode: str = "threads") -> Point:
     path = {"stat": f"{ROOT}/bare/stat-target", "get": f"{ROOT}/bare/get-target",
             "put": f"{ROOT}/bare/put"}[op]
     done = subprocess.run(
         [str(binary), "--port", str(port), "--path", path, "--op", op, "--size", str(SIZE),
          "--clients", str(clients), "--processes", str(processes), "--warmup", str(warmup),
-         "--duration", str(duration), "--tag", tag],
+         "--duration", str(duration), "--tag", tag, "--mode", mode],
         capture_output=True, text=True, timeout=900, check=True)
     data = json.loads(done.stdout.strip().splitlines()[-1])
-    return Point("cxx" if processes > 1 or clients <= 200 else "cxx-1", op, clients,
+    kind = "cxx-async" if mode == "async" else (
+        "cxx" if processes > 1 or clients <= 200 else "cxx-1")
+    return Point(kind, op, clients,
                  data["rate_hz"], data["mb_s"], data["cpu_s"], duration, data["rss_mb"],
                  processes, int(data["failed"]))
 
@@ -274,7 +279,7 @@ def measure_point(kind: str, server, binary: Path, op: str, clients: int, args,
     else:
         processes = 1 if kind == "cxx-1" else engine_processes(clients)
         point = cxx_point(binary, server.port, op, clients, warmup, args.duration, tag,
-                          processes)
+                          processes, "async" if kind == "cxx-async" else "threads")
     if op == "put":
         forget_puts(server)
     return point
@@ -282,7 +287,8 @@ def measure_point(kind: str, server, binary: Path, op: str, clients: int, args,
 
 def series(server, binary: Path, op: str, clients: int, args, counter: list[int]
            ) -> dict[str, list[Point]]:
-    kinds = [k for k in KINDS if k in args.kinds.split(",")] + (
+    kinds = [k for k in KINDS if k in args.kinds.split(",")
+             and (op == "stat" or k != "cxx-async")] + (
         ["cxx-1"] if op == "stat" and clients >= 1000 and "cxx" in args.kinds else [])
     points: dict[str, list[Point]] = {kind: [] for kind in kinds}
     for round_number in range(args.rounds):
@@ -325,21 +331,26 @@ def _with_failures(r: dict, kind: str) -> str:
 
 def table(rows: list[dict]) -> list[str]:
     lines = [
-        "| op | C | load avg | procs | engine | engine, Python loop | C++ loop | bare Python | "
-        "engine / C++ | engine / bare | CPU/op engine (us) | CPU/op Python loop | CPU/op C++ "
-        "| CPU/op bare | engine RSS (MB) | C++ one process |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| op | C | load avg | procs | engine | engine, Python loop | C++ loop | C++ async "
+        "| bare Python | engine / C++ | engine / C++ async | engine / bare | CPU/op engine "
+        "(us) | CPU/op Python loop | CPU/op C++ | CPU/op C++ async | CPU/op bare | engine RSS "
+        "(MB) | C++ one process |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
+        "|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['op']} | {r['clients']} | {r['load']:.1f} | {r['engine_procs']} | "
             f"{_with_failures(r, 'engine')} | {_with_failures(r, 'engine-py')} | "
-            f"{_with_failures(r, 'cxx')} | {_with_failures(r, 'bare')} | "
+            f"{_with_failures(r, 'cxx')} | {_with_failures(r, 'cxx-async')} | "
+            f"{_with_failures(r, 'bare')} | "
             f"{fmt(r.get('engine', math.nan) / r.get('cxx', math.nan), 2)} | "
+            f"{fmt(r.get('engine', math.nan) / r.get('cxx-async', math.nan), 2)} | "
             f"{fmt(r.get('engine', math.nan) / r.get('bare', math.nan), 2)} | "
             f"{fmt(r.get('engine_cpu_us', math.nan))} | "
             f"{fmt(r.get('engine-py_cpu_us', math.nan))} | "
-            f"{fmt(r.get('cxx_cpu_us', math.nan))} | {fmt(r.get('bare_cpu_us', math.nan))} | "
+            f"{fmt(r.get('cxx_cpu_us', math.nan))} | "
+            f"{fmt(r.get('cxx-async_cpu_us', math.nan))} | {fmt(r.get('bare_cpu_us', math.nan))} | "
             f"{fmt(r.get('engine_rss', math.nan))} | {_with_failures(r, 'cxx-1')} |")
     return lines
 

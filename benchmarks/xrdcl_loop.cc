@@ -7,7 +7,9 @@
 // Usage:
 //   xrdcl_loop --host 127.0.0.1 --port 1094 --path /area/target --clients 50
 //              [--op stat|get|put] [--size 1000000] [--warmup 2] [--duration 5]
-//              [--tag x] [--processes 1]
+//              [--tag x] [--processes 1] [--mode threads|async]
+// --mode async (stat only): no thread per client; each client's next stat is issued
+// from its last one's response handler, in XrdCl's threads.
 // --processes P forks P processes before the library is touched, each with its share
 // of the clients (sharding like the plugin's processes executor).
 // Prints one JSON line: clients, processes, succeeded, failed, rate_hz, mb_s, cpu_s
