@@ -289,7 +289,7 @@ def series(server, binary: Path, op: str, clients: int, args, counter: list[int]
            ) -> dict[str, list[Point]]:
     kinds = [k for k in KINDS if k in args.kinds.split(",")
              and (op == "stat" or k != "cxx-async")] + (
-        ["cxx-1"] if op == "stat" and clients >= 1000 and "cxx" in args.kinds else [])
+        ["cxx-1"] if op == "stat" and clients >= 1000 and "cxx" in args.kinds.split(",") else [])
     points: dict[str, list[Point]] = {kind: [] for kind in kinds}
     for round_number in range(args.rounds):
         order = kinds if round_number % 2 == 0 else kinds[::-1]

@@ -180,6 +180,9 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     for name in ("ss_halt",):
         getattr(lib, name).argtypes, getattr(lib, name).restype = [ctypes.c_void_p], None
     lib.ss_busy_since.argtypes, lib.ss_busy_since.restype = [ctypes.c_void_p], ctypes.c_double
+    for name in ("ss_since_address", "ss_pending_address"):
+        getattr(lib, name).argtypes = [ctypes.c_void_p]
+        getattr(lib, name).restype = ctypes.c_void_p
     lib.ss_abandon.argtypes = [ctypes.c_void_p, ctypes.c_double]
     lib.ss_abandon.restype = ctypes.c_int
     lib.ss_wait_idle.argtypes = [ctypes.c_void_p, ctypes.c_double]
@@ -202,6 +205,10 @@ class CompiledClient:
         self._stop = ctypes.c_int(0)
         self._message = ctypes.create_string_buffer(_MESSAGE_SIZE)
         self._guard = threading.Lock()
+        # the background loop's request in flight and finished count, read in place
+        # (the coordinator looks at every client ten times a second: no call for that)
+        self._since = ctypes.c_double.from_address(self._lib.ss_since_address(self._handle))
+        self._pending = ctypes.c_int.from_address(self._lib.ss_pending_address(self._handle))
 
     def _hold(self, count: int) -> None:
         if count > self._size:
@@ -252,7 +259,7 @@ class CompiledClient:
         """Up to ``count`` finished requests of the background loop, none after a
         failure (:meth:`taken`), and the failure's text."""
         with self._guard:
-            if not self._handle:
+            if not self._handle or not self._pending.value:
                 return 0, ""
             self._hold(count)
             done = self._lib.ss_take(self._handle, count, self._finished, self._latency,
@@ -273,7 +280,7 @@ class CompiledClient:
     def busy_since(self) -> float | None:
         """When the background request in flight began (perf_counter), or None."""
         with self._guard:
-            since = self._lib.ss_busy_since(self._handle) if self._handle else 0.0
+            since = self._since.value if self._handle else 0.0
         return since or None
 
     def abandon(self, since: float) -> bool:

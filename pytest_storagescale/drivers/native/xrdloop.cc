@@ -67,6 +67,7 @@ struct Client : XrdCl::ResponseHandler {
   std::mutex lock;
   std::condition_variable settled;
   std::vector<Done> finished;
+  std::atomic<int> pending{0};  // finished.size(), read by the engine without a call
   std::atomic<double> since{0.0};
   double began = 0.0;
   int issuing = 0;
@@ -126,6 +127,7 @@ struct Client : XrdCl::ResponseHandler {
         done.message = status.ToStr();
       }
       finished.push_back(std::move(done));
+      pending.store(static_cast<int>(finished.size()));
     } catch (const std::exception&) {  // out of memory: this request is not measured
     }
   }
@@ -322,6 +324,7 @@ int ss_take(void* handle, int n, double* finished, double* latency, long long* i
     }
   }
   c.finished.erase(c.finished.begin(), c.finished.begin() + taken);
+  c.pending.store(static_cast<int>(c.finished.size()));
   return taken;
 }
 
@@ -335,6 +338,20 @@ void ss_halt(void* handle) {
 
 // when the background request in flight began (monotonic seconds; 0: none in flight)
 double ss_busy_since(void* handle) { return static_cast<Client*>(handle)->since.load(); }
+
+// where the engine reads, without a call, the start of the request in flight (as
+// ss_busy_since) and the count of finished requests not taken yet (lock-free atomics:
+// a double and an int in memory), for as long as the client is not freed
+const double* ss_since_address(void* handle) {
+  static_assert(sizeof(std::atomic<double>) == sizeof(double) &&
+                std::atomic<double>::is_always_lock_free, "a plain double in memory");
+  return reinterpret_cast<const double*>(&static_cast<Client*>(handle)->since);
+}
+const int* ss_pending_address(void* handle) {
+  static_assert(sizeof(std::atomic<int>) == sizeof(int) &&
+                std::atomic<int>::is_always_lock_free, "a plain int in memory");
+  return reinterpret_cast<const int*>(&static_cast<Client*>(handle)->pending);
+}
 
 // Give up the request in flight that began at `since` (a hang): it is not measured,
 // and no further request follows. 1 if it was still in flight, else 0.
