@@ -447,9 +447,10 @@ class _ScriptedBackground(_ScriptedLoop):
         self.finished, self.since, self.on_start = list(finished), since, on_start
         self.abandoned: list[float] = []
 
-    def start(self) -> None:
+    def start(self) -> bool:
         if self.on_start:
-            self.on_start()
+            return self.on_start() is not False
+        return True
 
     def take(self):
         taken, self.finished = self.finished, []
@@ -474,6 +475,34 @@ def test_a_background_client_hands_over_what_is_left_before_it_ends():
                                on_start=run.stop.set)
     clients._run_background(slot, loop, run)
     assert slot.background and [r[0] for r in slot.records] == [run.end_perf - 0.5]
+
+
+def test_a_background_loop_stopped_by_a_refusal_begins_again_after_a_pause(monkeypatch):
+    monkeypatch.setattr(clients, "REFUSAL_PAUSE", 0.05)
+    run, slot = _started()
+    starts: list[float] = []
+
+    def on_start():  # each loop ends at once (wait_idle): a refused request
+        starts.append(time.perf_counter())
+        if len(starts) == 3:
+            run.stop.set()
+
+    clients._run_background(slot, _ScriptedBackground(on_start=on_start), run)
+    assert len(starts) == 3
+    assert all(b - a >= 0.05 for a, b in itertools.pairwise(starts))  # never a busy loop
+
+
+def test_a_background_loop_given_up_is_not_begun_again():
+    run, slot = _started()
+    starts: list[bool] = []
+
+    def on_start():
+        starts.append(True)
+        slot.hung = len(starts) == 1 or slot.hung  # given up during the first run
+        return len(starts) == 1  # and the loop refuses to begin again
+
+    clients._run_background(slot, _ScriptedBackground(on_start=on_start), run)
+    assert starts == [True] and not run.stop.is_set()
 
 
 def test_the_coordinator_drains_and_gives_up_background_clients():

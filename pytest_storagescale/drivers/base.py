@@ -100,8 +100,10 @@ class BackgroundLoop(CompiledLoop, Protocol):
 
     background: bool
 
-    def start(self) -> None:
-        """Begin: request 0, 1, ... of the walk, back to back, until :meth:`halt`."""
+    def start(self) -> bool:
+        """Begin: request 0, 1, ... of the walk, back to back, until :meth:`halt`; or
+        begin again after the loop ended at a request the library refused to send.
+        False: not begun (running, halted, or given up)."""
 
     def take(self) -> list[CompiledOutcome]:
         """The requests finished since the last take, oldest first."""

@@ -447,25 +447,21 @@ class _CompiledLoop:
     def background(self) -> bool:
         return self.walk.kind == "stat"
 
-    def start(self) -> None:
-        self.client.start(self.walk.first, self.walk.step, self.driver._timeout)
+    def start(self) -> bool:
+        return self.client.start(self.walk.first, self.walk.step, self.driver._timeout)
 
     def take(self) -> list[CompiledOutcome]:
-        client, outcomes = self.client, []
+        outcomes: list[CompiledOutcome] = []
         while True:
-            done, message = client.take(_TAKE)
+            taken = self.client.take(_TAKE)
+            done = len(taken.finished)
             if not done:
                 return outcomes
-            finished, latency, index, codes = client.taken(done)
-            if not any(codes):
-                outcomes.extend(map(CompiledOutcome, finished, latency,
-                                    itertools.repeat(0, done), itertools.repeat(None, done)))
-            else:  # only the last one failed (a take ends at a failure)
-                outcomes.extend(map(CompiledOutcome, finished[:-1], latency[:-1],
-                                    itertools.repeat(0, done - 1),
-                                    itertools.repeat(None, done - 1)))
-                outcomes.append(self._outcome(index[-1], client.taken_outcome(done - 1),
-                                              message))
+            ok = done - (taken.failed is not None)  # a take ends at a failure
+            outcomes.extend(map(CompiledOutcome, taken.finished[:ok], taken.latency[:ok],
+                                itertools.repeat(0, ok), itertools.repeat(None, ok)))
+            if taken.failed is not None:
+                outcomes.append(self._outcome(taken.index[-1], taken.failed, taken.message))
 
     def busy_since(self) -> float | None:
         return self.client.busy_since()

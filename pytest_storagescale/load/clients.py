@@ -44,8 +44,12 @@ INTERRUPT_DRAIN = 0.5
 COMPILED_BATCH = 256
 COMPILED_SPAN = 0.05
 COMPILED_SPAN_SHARE = 0.05
-#: how long a background client's thread waits at a time for its last request
-BACKGROUND_WAIT = 1.0
+#: how long a background client's thread waits at a time for its loop to end (it
+#: looks whether the coordinator gave the client up between two waits)
+BACKGROUND_WAIT = 5.0
+#: a background loop stopped at a request the library refused to send begins again
+#: after this pause
+REFUSAL_PAUSE = 1.0
 
 
 class LoadInterrupted(KeyboardInterrupt):
@@ -153,9 +157,9 @@ def run_client(slot: ClientSlot, run: StepRun) -> None:
         slot.records.append((max(time.perf_counter(), run.measure_perf), 0.0, 0, exc))
     finally:
         slot.done = True
+        if loop is not None and (slot.background or not slot.hung):
+            loop.close()  # a background request given up is halted, freed when it ends
         if driver is not None and not slot.hung:
-            if loop is not None:
-                loop.close()
             driver.close()
 
 
@@ -257,13 +261,14 @@ def _run_background(slot: ClientSlot, loop: BackgroundLoop, run: StepRun) -> Non
     issue each request when the last one ended): this thread starts it and, after the
     stop, waits for its last request; the coordinator drains and watches it."""
     slot.background = True
-    if run.stop.is_set():
-        return
-    loop.start()
-    run.stop.wait()
-    while not loop.wait_idle(BACKGROUND_WAIT):
-        if slot.hung:  # given up by the coordinator
-            return
+    while not run.stop.is_set() and loop.start():
+        # until it ends: halted at the stop and its last request done, given up as hung,
+        # or stopped at a request the library refused to send (then begun again after
+        # a pause: never a busy loop); no thread wakes per request
+        while not loop.wait_idle(BACKGROUND_WAIT) and not slot.hung:
+            pass
+        if slot.hung or run.stop.wait(REFUSAL_PAUSE):
+            break
     # what the coordinator has not taken yet, before the loop is freed
     slot.records.extend(o for o in loop.take() if o[0] <= run.end_perf)
 

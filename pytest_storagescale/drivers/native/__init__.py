@@ -64,6 +64,20 @@ class Outcome(NamedTuple):
     level: int
 
 
+class Taken(NamedTuple):
+    """Finished requests of a background loop: ends, latencies, request numbers; the
+    last one's failure (None: all succeeded) and its text."""
+
+    finished: list[float]
+    latency: list[float]
+    index: list[int]
+    failed: Outcome | None
+    message: str
+
+
+_NOTHING = Taken([], [], [], None, "")
+
+
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "pytest-storagescale"
@@ -249,33 +263,33 @@ class CompiledClient:
     # one ended; the engine drains them (take), watches the one in flight for hangs
     # (busy_since, abandon) and waits for it after the stop (wait_idle). The handle is
     # freed by close() in another thread than the coordinator's: hence the lock.
-    def start(self, first: int, step: int, timeout: int) -> None:
+    def start(self, first: int, step: int, timeout: int) -> bool:
         """Begin the background loop: request i on path ``first + i * step`` (called,
-        like :meth:`wait_idle` and :meth:`close`, by the client's own thread)."""
-        if not self._handle or self._lib.ss_start(self._handle, first, step, timeout):
-            raise Unavailable("the compiled client loop could not begin its requests")
+        like :meth:`wait_idle` and :meth:`close`, by the client's own thread). False
+        when it runs already, or was halted or given up."""
+        done = self._lib.ss_start(self._handle, first, step, timeout) if self._handle else 1
+        if done < 0:
+            raise Unavailable("the compiled client loop has no paths to make requests of")
+        return done == 0
 
-    def take(self, count: int) -> tuple[int, str]:
+    def take(self, count: int) -> Taken:
         """Up to ``count`` finished requests of the background loop, none after a
-        failure (:meth:`taken`), and the failure's text."""
+        failure; copied under the lock (the coordinator and the client's thread may
+        both take)."""
         with self._guard:
             if not self._handle or not self._pending.value:
-                return 0, ""
+                return _NOTHING
             self._hold(count)
             done = self._lib.ss_take(self._handle, count, self._finished, self._latency,
                                      self._index, self._code, self._errno, self._level,
                                      self._message, _MESSAGE_SIZE)
-        return done, self._message.value.decode(errors="replace") if done else ""
-
-    def taken(self, done: int) -> tuple[list[float], list[float], list[int], list[int]]:
-        """The last take's ends, latencies, request numbers and codes (C slices)."""
-        return (self._finished[:done], self._latency[:done], self._index[:done],
-                self._code[:done])
-
-    def taken_outcome(self, index: int) -> Outcome:
-        """Request ``index`` of the last take (0 bytes: the background loop stats)."""
-        return Outcome(self._finished[index], self._latency[index], 0, self._code[index],
-                       self._errno[index], self._level[index])
+            if not done:
+                return _NOTHING
+            last = done - 1
+            failed = Outcome(self._finished[last], self._latency[last], 0, self._code[last],
+                             self._errno[last], self._level[last]) if self._code[last] else None
+            return Taken(self._finished[:done], self._latency[:done], self._index[:done],
+                         failed, self._message.value.decode(errors="replace") if failed else "")
 
     def busy_since(self) -> float | None:
         """When the background request in flight began (perf_counter), or None."""

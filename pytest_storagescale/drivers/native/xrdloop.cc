@@ -97,8 +97,9 @@ struct Client : XrdCl::ResponseHandler {
   bool Gone() const { return freed && !active && issuing == 0; }  // under the lock
 
   // Sends the prepared request `index` (the lock not held). A request refused before
-  // it was sent is a finished request, and the loop ends there (a refusal is not
-  // retried in XrdCl's threads). True if the client is to be deleted now.
+  // it was sent is a finished request, and the loop ends there (never a busy loop of
+  // refusals in XrdCl's threads: the engine starts it again after a pause). True if
+  // the client is to be deleted now.
   bool Send(long long index) {
     XrdCl::XRootDStatus status;
     try {
@@ -109,7 +110,7 @@ struct Client : XrdCl::ResponseHandler {
     std::lock_guard<std::mutex> held(lock);
     --issuing;
     if (!status.IsOK()) {
-      Record(status, monotonic(), index);
+      if (!abandoned) Record(status, monotonic(), index);  // given up: not measured
       active = false;
       since.store(0.0);
       settled.notify_all();
@@ -282,13 +283,16 @@ int ss_run(void* handle, int op, long long first, long long step, int n, double 
 
 // The background loop (stat only): request i on paths[(first + i * step) % paths],
 // each issued when the last one ended, until ss_halt; every request has the deadline
-// `timeout`. Returns 0, or -1 without paths.
+// `timeout`. A loop that ended at a refused request (one XrdCl would not send) may be
+// started again. Returns 0 (started), 1 (running, halted or given up: not started),
+// or -1 without paths.
 int ss_start(void* handle, long long first, long long step, uint16_t timeout) {
   Client& c = *static_cast<Client*>(handle);
   long long index = 0;
   {
     std::lock_guard<std::mutex> held(c.lock);
-    if (c.paths.empty() || c.active) return -1;
+    if (c.paths.empty()) return -1;
+    if (c.active || c.halted || c.abandoned) return 1;  // running, or ended for good
     c.first = first;
     c.step = step;
     c.timeout = timeout;
