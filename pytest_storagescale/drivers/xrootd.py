@@ -181,7 +181,8 @@ class XRootDDriver(XRootDLogins, Driver):
             return (f"requests: through the XRootD Python bindings; the compiled client loop "
                     f"cannot be built ({why}: make setup installs it)")
         return ("requests: stat and get by the xrootd driver's compiled client loop "
-                "(C++, GIL released; client_loop=python for the bindings), the rest "
+                "(C++, GIL released, stat without a thread per client; client_loop=python "
+                "for the bindings), the rest "
                 "through the XRootD Python bindings")
 
     @classmethod
