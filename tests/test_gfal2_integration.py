@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
 import zlib
@@ -146,3 +147,37 @@ def test_gfal2_on_root_version_error_is_a_storage_error(embedded_xrootd):
     with pytest.raises(StorageError) as info:
         driver_spec(embedded_xrootd.url, driver="gfal2").connect("version", timeout=5).version()
     assert info.value.error_class == "version" and info.value.driver == "gfal2"
+
+
+_LATE_GFAL2 = """
+import os, resource, sys
+from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.load.engine import run_step
+from pytest_storagescale.load.operations import get_operation
+from pytest_storagescale.load.plan import StepPlan
+
+area = sys.argv[1]
+# a first step, of any driver: as a suite's first root:// step would be
+run_step(StepPlan(get_operation("stat"), 2, 0.2, 0.0, 5.0,
+                  driver_spec("memory://early/area", writable_root="/area"), "/area/s"))
+# what a step of 1,000 XRootD clients leaves: descriptors above 1024
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+assert max(held) > 1024, max(held)
+driver = driver_spec("file://" + area, driver="gfal2", writable_root=area).connect("late", timeout=10)
+print("stat", driver.stat(area).size >= 0)
+"""
+
+
+def test_gfal2_starts_after_a_process_holds_a_thousand_descriptors(tmp_path):
+    """gfal2's Globus plugins abort the process (SIGABRT, "bit out of range 0 -
+    FD_SETSIZE") when first started in a process holding descriptors above 1024. The
+    first step of a process starts them, so a gfal2 step after a step of 1,000 XRootD
+    clients in the same pytest process works."""
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1200:
+        pytest.skip("this machine's hard limit on open files is below 1,200")
+    done = subprocess.run([sys.executable, "-c", _LATE_GFAL2, str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "stat True" in done.stdout

@@ -47,7 +47,8 @@ from .grid import (
 # gfal2's gridftp plugin (Globus) aborts the whole process ("bit out of range 0 -
 # FD_SETSIZE on fd_set") when it is first activated in a process holding descriptors
 # above 1024, as one does after a step of 1000 XRootD clients; activated once, it
-# stays so. This module is imported when the gfal2 driver is chosen, early in a run.
+# stays so. The registry imports this module before any step's clients start
+# (start_early_drivers), while the process holds few descriptors.
 gfal2.creat_context()
 
 _CHUNK = 8 * 1024 * 1024

@@ -36,6 +36,8 @@ class _Entry:
     install_hint: str
     #: a plugin's schemes are read from its class the first time a scheme is unknown
     schemes_unread: bool = False
+    #: imported by :func:`start_early_drivers`, before a process holds many descriptors
+    start_early: bool = False
 
 
 _DRIVERS: dict[str, _Entry] = {}
@@ -47,13 +49,15 @@ _entry_points_read = False
 
 def register_driver(
     target: type[Driver] | str, *, name: str | None = None, schemes: tuple[str, ...] = (),
-    install_hint: str = "", replace: bool = False,
+    install_hint: str = "", replace: bool = False, start_early: bool = False,
 ) -> None:
     """Register a driver class, or a ``"module:Class"`` imported on first use.
 
     ``schemes`` are the URL schemes it serves when ``--storage-driver`` is ``auto``
     (default: a class's own ``schemes``); ``install_hint`` says what to install when
     the import fails. A name or scheme taken by another driver needs ``replace``.
+    ``start_early``: a library that cannot start in a process holding descriptors
+    above 1024 (``select()``); its module is imported before any step's clients.
     """
     if isinstance(target, str):
         if name is None or ":" not in target:
@@ -66,7 +70,7 @@ def register_driver(
     taken = {s: _SCHEMES[s] for s in schemes if _SCHEMES.get(s, name) != name}
     if taken and not replace:
         raise ValueError(f"schemes already served by other drivers: {taken}; pass replace=True")
-    _DRIVERS[name] = _Entry(target, install_hint)
+    _DRIVERS[name] = _Entry(target, install_hint, start_early=start_early)
     for scheme in schemes:
         _SCHEMES[scheme] = name
 
@@ -95,6 +99,20 @@ def driver_class(name: str) -> type[Driver]:
     if isinstance(entry.target, str):
         entry.target = _import(name, entry)
     return entry.target
+
+
+def start_early_drivers() -> None:
+    """Import the drivers registered with ``start_early`` that are installed. Called
+    before every step's clients start (:func:`~pytest_storagescale.load.clients.run_clients`),
+    so the first step of a process starts them while it holds few descriptors: after
+    a step of 1,000 XRootD clients, gfal2's Globus plugins would abort the process
+    ("bit out of range 0 - FD_SETSIZE on fd_set") when first started."""
+    for name, entry in list(_DRIVERS.items()):
+        if entry.start_early and isinstance(entry.target, str):
+            try:
+                driver_class(name)
+            except StorageScaleUsageError:
+                entry.start_early = False  # not installed: said when it is asked for
 
 
 def _import(name: str, entry: _Entry) -> type[Driver]:
@@ -214,6 +232,7 @@ register_driver(
     "pytest_storagescale.drivers.gfal2:Gfal2Driver", name="gfal2", schemes=("srm", "gsiftp"),
     install_hint="gfal2-python: 'apt-get install python3-gfal2 gfal2-plugin-http "
     "gfal2-plugin-xrootd gfal2-plugin-file' (then a venv with --system-site-packages)",
+    start_early=True,
 )
 register_driver("pytest_storagescale.drivers.local:LocalDriver", name="local", schemes=("file",))
 register_driver("pytest_storagescale.drivers.memory:MemoryDriver", name="memory",
