@@ -270,8 +270,13 @@ def _run_background(slot: ClientSlot, loop: BackgroundLoop, run: StepRun) -> Non
             pass
         if slot.hung or run.stop.wait(REFUSAL_PAUSE):
             break
-    # what the coordinator has not taken yet, before the loop is freed
-    slot.records.extend(o for o in loop.take() if o[0] <= run.end_perf)
+    slot.records.extend(_taken(loop, run.end_perf))  # what the coordinator has not taken
+
+
+def _taken(loop: BackgroundLoop, end_perf: float) -> list[CompiledOutcome]:
+    """``loop``'s finished requests, but those that ended after the step's end (in the
+    drain: not measured)."""
+    return [outcome for outcome in loop.take() if outcome[0] <= end_perf]
 
 
 class ClientGroup:
@@ -297,12 +302,11 @@ class ClientGroup:
         start_perf, measure_perf = self.run.start_perf, self.run.measure_perf
         end_perf = self.run.end_perf
         for slot in self.slots:
-            if slot.background:  # finished after the end (in the drain): not measured
+            if slot.background:
                 accumulator = self.accumulators[slot.assignment.side]
-                for finished, latency, moved, error in slot.loop.take():  # type: ignore[union-attr]
-                    if finished <= end_perf:
-                        accumulator.record(int(finished - start_perf), latency, moved, error,
-                                           counted=finished >= measure_perf)
+                for finished, latency, moved, error in _taken(slot.loop, end_perf):  # type: ignore[arg-type]
+                    accumulator.record(int(finished - start_perf), latency, moved, error,
+                                       counted=finished >= measure_perf)
             records = slot.records
             if not records:
                 continue

@@ -191,9 +191,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
                             ctypes.POINTER(ctypes.c_longlong), int_p, int_p, int_p,
                             ctypes.c_char_p, ctypes.c_int]
     lib.ss_take.restype = ctypes.c_int
-    for name in ("ss_halt",):
-        getattr(lib, name).argtypes, getattr(lib, name).restype = [ctypes.c_void_p], None
-    lib.ss_busy_since.argtypes, lib.ss_busy_since.restype = [ctypes.c_void_p], ctypes.c_double
+    lib.ss_halt.argtypes, lib.ss_halt.restype = [ctypes.c_void_p], None
     for name in ("ss_since_address", "ss_pending_address"):
         getattr(lib, name).argtypes = [ctypes.c_void_p]
         getattr(lib, name).restype = ctypes.c_void_p

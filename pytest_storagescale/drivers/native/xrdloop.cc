@@ -14,7 +14,7 @@
 // handler, in XrdCl's own threads, records the request and issues the next one, so no
 // thread waits per client and none wakes per request (a thread per client costs two
 // context switches per request: docs/benchmarks.md). The engine drains the records
-// (ss_take), watches the request in flight for hangs (ss_busy_since, ss_abandon) and
+// (ss_take), watches the request in flight for hangs (ss_since_address, ss_abandon) and
 // waits for the last one after the stop (ss_wait_idle).
 //
 // Built on first use (pytest_storagescale/drivers/native/__init__.py):
@@ -42,6 +42,25 @@ double monotonic() {  // Python's time.perf_counter() on Linux
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
+
+// what the Python bindings' XRootDStatus shows: its code, errno, level (status) and
+// ToStr() (the server's own text included)
+void fail(const XrdCl::XRootDStatus& status, int* code, int* err, int* level,
+          char* message, int size) {
+  *code = status.code ? status.code : XrdCl::errUnknown;
+  *err = static_cast<int>(status.errNo);
+  *level = static_cast<int>(status.status);
+  if (message && size > 0) {
+    std::snprintf(message, static_cast<size_t>(size), "%s", status.ToStr().c_str());
+  }
+}
+
+// request i of a walk: paths[(first + i * step) % paths]
+const std::string& walk_path(const std::vector<std::string>& paths, long long first,
+                             long long step, long long i) {
+  const long long files = static_cast<long long>(paths.size());
+  return paths[((first + i * step) % files + files) % files];
 }
 
 // a request the background loop finished, until ss_take hands it out
@@ -74,10 +93,7 @@ struct Client : XrdCl::ResponseHandler {
   bool active = false, halted = false, abandoned = false, freed = false;
   explicit Client(const char* url) : server(url), fs{XrdCl::URL(url)} {}
 
-  const std::string& path(long long i) const {
-    const long long files = static_cast<long long>(paths.size());
-    return paths[((first + i * step) % files + files) % files];
-  }
+  const std::string& path(long long i) const { return walk_path(paths, first, step, i); }
 
   // under the lock: the next request's number and start, or the end of the loop
   bool Prepare(long long& index) {
@@ -122,9 +138,7 @@ struct Client : XrdCl::ResponseHandler {
     try {
       Done done{end, end - began, index, 0, 0, 0, std::string()};
       if (!status.IsOK()) {
-        done.code = status.code ? status.code : XrdCl::errUnknown;
-        done.err = static_cast<int>(status.errNo);
-        done.level = static_cast<int>(status.status);
+        fail(status, &done.code, &done.err, &done.level, nullptr, 0);
         done.message = status.ToStr();
       }
       finished.push_back(std::move(done));
@@ -149,18 +163,6 @@ struct Client : XrdCl::ResponseHandler {
     if (gone) delete this;
   }
 };
-
-// what the Python bindings' XRootDStatus shows: its code, errno, level (status) and
-// ToStr() (the server's own text included)
-void fail(const XrdCl::XRootDStatus& status, int* code, int* err, int* level,
-          char* message, int size) {
-  *code = status.code ? status.code : XrdCl::errUnknown;
-  *err = static_cast<int>(status.errNo);
-  *level = static_cast<int>(status.status);
-  if (message && size > 0) {
-    std::snprintf(message, static_cast<size_t>(size), "%s", status.ToStr().c_str());
-  }
-}
 
 // stat: 0 bytes moved
 bool stat_once(Client& c, const std::string& path, uint16_t timeout, long long* moved,
@@ -252,12 +254,11 @@ int ss_run(void* handle, int op, long long first, long long step, int n, double 
   Client& c = *static_cast<Client*>(handle);
   if (message && message_size > 0) message[0] = '\0';
   if (c.paths.empty() || n < 1) return 0;
-  const long long files = static_cast<long long>(c.paths.size());
   int done = 0;
   while (done < n && !*stop) {
     double began = monotonic();
     if (done > 0 && began > until) break;
-    const std::string& path = c.paths[((first + done * step) % files + files) % files];
+    const std::string& path = walk_path(c.paths, first, step, done);
     code[done] = err[done] = level[done] = 0;
     try {
       if (op == 0)
@@ -340,12 +341,9 @@ void ss_halt(void* handle) {
   c.settled.notify_all();
 }
 
-// when the background request in flight began (monotonic seconds; 0: none in flight)
-double ss_busy_since(void* handle) { return static_cast<Client*>(handle)->since.load(); }
-
-// where the engine reads, without a call, the start of the request in flight (as
-// ss_busy_since) and the count of finished requests not taken yet (lock-free atomics:
-// a double and an int in memory), for as long as the client is not freed
+// where the engine reads, without a call, the start of the request in flight
+// (monotonic seconds; 0: none in flight) and the count of finished requests not taken
+// yet (lock-free atomics: a double and an int in memory), while the client is not freed
 const double* ss_since_address(void* handle) {
   static_assert(sizeof(std::atomic<double>) == sizeof(double) &&
                 std::atomic<double>::is_always_lock_free, "a plain double in memory");
