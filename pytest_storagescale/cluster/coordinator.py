@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..drivers.registry import start_early_drivers
 from ..load.clients import LoadInterrupted, run_clients
 from ..load.engine import run_step
 from ..load.plan import ClientAssignment, StepClock, StepPlan, StepProgress
@@ -170,7 +171,9 @@ class _CalledOff(Exception):
 
 
 def _before_load(spec) -> None:
-    """On a cluster host: the driver's preparation for load (``Driver.before_load``)."""
+    """On a cluster host: the drivers that start early, and the driver's preparation
+    for load (``Driver.before_load``)."""
+    start_early_drivers()  # a host's worker runs every step's clients
     spec.driver_class.before_load(spec.options)
 
 

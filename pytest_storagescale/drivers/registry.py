@@ -103,10 +103,10 @@ def driver_class(name: str) -> type[Driver]:
 
 def start_early_drivers() -> None:
     """Import the drivers registered with ``start_early`` that are installed. Called
-    before every step's clients start (:func:`~pytest_storagescale.load.clients.run_clients`),
-    so the first step of a process starts them while it holds few descriptors: after
-    a step of 1,000 XRootD clients, gfal2's Globus plugins would abort the process
-    ("bit out of range 0 - FD_SETSIZE on fd_set") when first started."""
+    at every step by the processes that outlive one (the engine's, a cluster host's),
+    so their first step starts them while they hold few descriptors: after a step of
+    1,000 XRootD clients, gfal2's Globus plugins would abort the process ("bit out of
+    range 0 - FD_SETSIZE on fd_set") when first started."""
     for name, entry in list(_DRIVERS.items()):
         if entry.start_early and isinstance(entry.target, str):
             try:

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..drivers.base import CompiledOutcome
-from ..drivers.registry import start_early_drivers
 from .plan import ClientAssignment, StepClock, StepPlan, StepProgress
 from .stats import ClientUsage, CpuMeter, SideAccumulator
 
@@ -427,7 +426,6 @@ def run_clients(
     ``start`` gives the clock once every client has logged in (at most ``hang_timeout``
     later). ``meter`` measures this process's CPU over the measured
     window."""
-    start_early_drivers()  # before this process holds the clients' descriptors
     plan.driver.driver_class.before_load(plan.driver.options)
     run = StepRun(plan, context, max_operations)
     group = ClientGroup(assignments, run)

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 
 from ..drivers.base import Driver
+from ..drivers.registry import start_early_drivers
 from ..errors import StorageError, StorageNotFound
 from .clients import LoadInterrupted
 from .executors import EXECUTORS, Accumulators, Executor
@@ -114,6 +115,9 @@ def probe(watch: RequestWatch, plan: StepPlan, why: str) -> None:
 def _run(plan: StepPlan, execute, keep_workdir: bool,
          progress: Callable[[StepProgress], None] | None) -> StepResult:
     operation = plan.operation
+    # before this process holds a threads executor's thousands of descriptors (a
+    # client process of the processes executor runs one step: it needs none of this)
+    start_early_drivers()
     coordinator = plan.driver.connect("coordinator", timeout=plan.client_timeout)
     watch = RequestWatch(coordinator)
     try:
