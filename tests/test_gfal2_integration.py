@@ -7,6 +7,7 @@ import subprocess
 import sys
 import zlib
 
+import gfal2
 import pytest
 from sockets import connection_ends
 
@@ -170,14 +171,59 @@ print("stat", driver.stat(area).size >= 0)
 """
 
 
+def _needs_globus_and_descriptors() -> None:
+    if not any("gridftp" in name for name in gfal2.creat_context().get_plugin_names()):
+        pytest.skip("gfal2's gridftp plugin (Globus), whose start this is about, is not "
+                    "installed")
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1200:
+        pytest.skip("this machine's hard limit on open files is below 1,200")
+
+
 def test_gfal2_starts_after_a_process_holds_a_thousand_descriptors(tmp_path):
     """gfal2's Globus plugins abort the process (SIGABRT, "bit out of range 0 -
     FD_SETSIZE") when first started in a process holding descriptors above 1024. The
     first step of a process starts them, so a gfal2 step after a step of 1,000 XRootD
     clients in the same pytest process works."""
-    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1200:
-        pytest.skip("this machine's hard limit on open files is below 1,200")
+    _needs_globus_and_descriptors()
     done = subprocess.run([sys.executable, "-c", _LATE_GFAL2, str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert "stat True" in done.stdout
+
+
+_GRIDFTP_NEAR_1024 = """
+import os, resource
+from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.errors import StorageError
+
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+spec = driver_spec("gsiftp://127.0.0.1:1/grid/area", writable_root="/grid/area")
+driver = spec.connect("made-early", timeout=5)  # a GridFTP client opens no socket yet
+held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1000)]
+for attempt in (lambda: spec.connect("made-late", timeout=5),
+                lambda: driver.stat("/grid/area/file")):
+    try:
+        attempt()
+    except StorageError as exc:
+        print("refused:", exc.error_class, exc)
+"""
+
+
+def test_a_gridftp_client_near_descriptor_1024_is_refused_not_aborted():
+    """Globus waits with select(): a GridFTP socket numbered 1024 or above would abort
+    the process, so a gsiftp:// client made there, or a request of one made before,
+    is refused with the fix instead."""
+    _needs_globus_and_descriptors()
+    done = subprocess.run([sys.executable, "-c", _GRIDFTP_NEAR_1024],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    login, stat = done.stdout.splitlines()
+    assert login.startswith("refused: client_limit gfal2 login "), login
+    # a client made before: its first request opens the sockets, and is refused
+    assert stat.startswith("refused: client_limit gfal2 stat "), stat
+    assert "/grid/area/file" in stat
+    for refusal in (login, stat):
+        assert "cannot make another request in this process" in refusal
+        assert "next descriptor would be number 10" in refusal  # 1000 held, a few more
+        assert "in a pytest run of their own" in refusal

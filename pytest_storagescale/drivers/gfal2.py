@@ -48,8 +48,13 @@ from .grid import (
 # FD_SETSIZE on fd_set") when it is first activated in a process holding descriptors
 # above 1024, as one does after a step of 1000 XRootD clients; activated once, it
 # stays so. The registry imports this module before any step's clients start
-# (start_early_drivers), while the process holds few descriptors.
-gfal2.creat_context()
+# (start_early_drivers), while the process holds few descriptors; the context is kept,
+# so no gfal2 version can stop Globus when it is freed.
+_GLOBUS_STARTED = gfal2.creat_context()
+#: Globus XIO waits on its sockets with select(): one numbered 1024 or above aborts the
+#: process, so a gsiftp:// client is not made where the next descriptors are near it
+#: (a GridFTP client holds a control and a data connection, and Globus some pipes)
+_SELECT_LIMIT, _GRIDFTP_MARGIN = 1024, 64
 
 _CHUNK = 8 * 1024 * 1024
 _TIMEOUT_ERRNOS = {errno.ETIMEDOUT, errno.ECANCELED}
@@ -69,6 +74,8 @@ class Gfal2Driver(XRootDLogins, Driver):
     def __init__(self, endpoint, **kwargs) -> None:
         # the environment (CA, credentials) is set before the context loads its plugins
         super().__init__(endpoint, **kwargs)
+        if endpoint.scheme == "gsiftp":
+            self._check_descriptors("login", "")
         self._context = gfal2.creat_context()
         self._stage: dict[int, tuple[bytes, str]] = {}
         self._stage_lock = threading.Lock()
@@ -86,6 +93,26 @@ class Gfal2Driver(XRootDLogins, Driver):
         self._prefix = f"{endpoint.scheme}://{login}{endpoint.host}{port}{sep}"
         self._http = endpoint.scheme in HTTP_SCHEMES
         self._gridftp = endpoint.scheme == "gsiftp"
+
+    def _check_descriptors(self, operation: str, path: str) -> None:
+        """Refuse, with the fix, a gsiftp:// client or request whose sockets would be
+        numbered near 1024: Globus would abort the whole process ("bit out of range 0 -
+        FD_SETSIZE"). A probe costs microseconds; a GridFTP request, milliseconds."""
+        probe = os.open(os.devnull, os.O_RDONLY)
+        os.close(probe)  # the number the next socket would get
+        if probe < _SELECT_LIMIT - _GRIDFTP_MARGIN:
+            return
+        raise StorageError(
+            f"gsiftp:// through gfal2 cannot make another request in this process: "
+            f"its next descriptor would be number {probe}, and Globus (GridFTP's client "
+            f"library, which waits with select()) aborts the whole process on one above "
+            f"{_SELECT_LIMIT - 1}. Idle root:// connections of earlier steps stay open for "
+            f"the XRootD client's DataServerTTL (300 s), and each GridFTP client holds a "
+            f"control and a data connection. To fix it, run the gsiftp:// tests in a "
+            f"pytest run of their own, or with fewer clients per step.",
+            driver=self.name, endpoint=self.endpoint.server, operation=operation, path=path,
+            error_class="client_limit", native_status=f"descriptor {probe}",
+        )
 
     def _url(self, path: str) -> str:
         if self._http:  # a path with spaces or brackets is still one URL path
@@ -124,6 +151,8 @@ class Gfal2Driver(XRootDLogins, Driver):
                             **kwargs)
 
     def _call(self, operation: str, path: str, function, *args):
+        if self._gridftp:  # its sockets open now, not at login
+            self._check_descriptors(operation, path)
         try:
             return function(*args)
         except gfal2.GError as exc:

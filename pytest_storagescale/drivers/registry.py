@@ -112,7 +112,7 @@ def start_early_drivers() -> None:
             try:
                 driver_class(name)
             except StorageScaleUsageError:
-                entry.start_early = False  # not installed: said when it is asked for
+                entry.start_early = False  # not installed or broken: said when asked for
 
 
 def _import(name: str, entry: _Entry) -> type[Driver]:
@@ -123,6 +123,12 @@ def _import(name: str, entry: _Entry) -> type[Driver]:
         needs = f"needs {entry.install_hint}" if entry.install_hint else "cannot be imported"
         raise StorageScaleUsageError(
             f"the {name} driver {needs}. Import of {entry.target} failed: {exc}."
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - e.g. gfal2 failing to start its plugins
+        raise StorageScaleUsageError(
+            f"the {name} driver is installed but its client library failed to start: "
+            f"{type(exc).__name__}: {exc}. Import of {entry.target} raised it; check that "
+            f"library's installation (and its plugins)."
         ) from None
     if not (isinstance(cls, type) and issubclass(cls, Driver)):
         raise StorageScaleUsageError(
