@@ -44,7 +44,7 @@ from pathlib import Path
 import psutil
 from XRootD import client
 
-from pytest_storagescale.drivers import grid  # noqa: F401 - XRD_* settings into os.environ
+from pytest_storagescale.drivers import grid  # XRD_* settings into os.environ
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.drivers.xrootd import XRootDDriver
 from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
@@ -186,6 +186,15 @@ def bare_share(port: int, op: str, first: int, step: int, clients: int, start_at
             "failed": sum(failures)}
 
 
+def loops_environment(processes: int) -> dict[str, str]:
+    """The environment of a contender's processes: XrdCl's event loops per process as
+    the engine's (grid.XROOTD_EVENT_LOOPS alone, XROOTD_SHARD_EVENT_LOOPS sharded),
+    unless the user set XRD_PARALLELEVTLOOP."""
+    loops = grid.XROOTD_EVENT_LOOPS if processes == 1 else grid.XROOTD_SHARD_EVENT_LOOPS
+    return {**os.environ, "XRD_PARALLELEVTLOOP": os.environ.get("XRD_PARALLELEVTLOOP",
+                                                                str(loops))}
+
+
 def bare_point(port: int, op: str, clients: int, warmup: float, duration: float,
                tag: str) -> Point:
     processes = engine_processes(clients)
@@ -194,7 +203,8 @@ def bare_point(port: int, op: str, clients: int, warmup: float, duration: float,
                "--clients-one", str(clients), "--tag", tag, "--warmup", str(warmup),
                "--duration", str(duration), "--start-at", str(start_at),
                "--shares", str(processes)]
-    runs = [subprocess.Popen([*command, "--share", str(i)], stdout=subprocess.PIPE, text=True)
+    runs = [subprocess.Popen([*command, "--share", str(i)], stdout=subprocess.PIPE, text=True,
+                             env=loops_environment(processes))
             for i in range(processes)]
     parts = [json.loads(run.communicate(timeout=900)[0].strip().splitlines()[-1])
              for run in runs]
@@ -212,7 +222,8 @@ def cxx_point(binary: Path, port: int, op: str, clients: int, warmup: float,
         [str(binary), "--port", str(port), "--path", path, "--op", op, "--size", str(SIZE),
          "--clients", str(clients), "--processes", str(processes), "--warmup", str(warmup),
          "--duration", str(duration), "--tag", tag, "--mode", mode],
-        capture_output=True, text=True, timeout=900, check=True)
+        capture_output=True, text=True, timeout=900, check=True,
+        env=loops_environment(processes))
     data = json.loads(done.stdout.strip().splitlines()[-1])
     kind = "cxx-async" if mode == "async" else (
         "cxx" if processes > 1 or clients <= 200 else "cxx-1")
@@ -480,7 +491,12 @@ def main() -> None:
         f"warm-up of max(2 s, C / 500 s); load avg = the 1-minute load average before each "
         f"series; stat in operations/s, put and get (1 MB files) in MB/s; CPU/op = user + "
         f"system CPU of the client processes over the measured window per operation; RSS "
-        f"= resident memory of all client processes (the engine's parent included).",
+        f"= resident memory of all client processes (the engine's parent included); "
+        f"XrdCl event loops per client process, every contender alike: "
+        + (f"{os.environ['XRD_PARALLELEVTLOOP']} (XRD_PARALLELEVTLOOP)."
+           if grid.XROOTD_USER_EVENT_LOOPS else
+           f"{grid.XROOTD_EVENT_LOOPS} in one process, {grid.XROOTD_SHARD_EVENT_LOOPS} in "
+           f"each process of a sharded step."),
         "", *table(rows), "", *targets(rows),
         *(["", "The server crashed during the run and was restarted; the point it crashed "
             "in (or the next one) was measured again:", "",

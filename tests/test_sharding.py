@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from pytest_storagescale.drivers import memory
 from pytest_storagescale.drivers.memory import MemoryDriver
 from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.drivers.spec import DriverSpec
 from pytest_storagescale.drivers.xrootd import XRootDDriver
 from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
 from pytest_storagescale.load.engine import run_step
@@ -62,6 +64,30 @@ def test_auto_runs_threads_within_the_limit_and_processes_above_it(memory_spec):
                          params={"file_size": 1000}), executor="auto")
     assert step.client.processes == 3 and step.client.clients_per_process == 2
     assert step.total.succeeded > 0 and step.total.failed == 0 and step.total.hung == 0
+
+
+class ShardProbeDriver(MemoryDriver):
+    """The memory driver, leaving a file named by its process id in $SS_SHARD_PROBE_DIR
+    in each shard process it is told it runs in (imported there as this module)."""
+
+    @classmethod
+    def in_shard_process(cls) -> None:
+        Path(os.environ["SS_SHARD_PROBE_DIR"], str(os.getpid())).touch()
+
+
+def test_each_shard_process_is_told_before_its_clients_connect(memory_spec, tmp_path,
+                                                               monkeypatch):
+    """Driver.in_shard_process runs in every process of a sharded step (the xrootd
+    driver gives them fewer event loops there), and not in the parent."""
+    monkeypatch.setenv("SS_SHARD_PROBE_DIR", str(tmp_path))
+    probe = DriverSpec(ShardProbeDriver, memory_spec.endpoint_url, "/area")
+    put = {"operation": get_operation("put"), "params": {"file_size": 1000}}
+    step = run_step(plan(probe, 6, clients_per_process=2, **put), executor="auto")
+    assert step.client.processes == 3 and step.total.succeeded > 0
+    told = {int(p.name) for p in tmp_path.iterdir()}
+    assert len(told) == 3 and os.getpid() not in told
+    run_step(plan(probe, 2, clients_per_process=2, **put), executor="auto")  # threads
+    assert len(list(tmp_path.iterdir())) == 3
 
 
 def test_header_says_how_clients_are_spread():

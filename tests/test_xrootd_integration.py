@@ -5,6 +5,9 @@ Marked ``integration``; each test is bounded (steps of a few seconds).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -14,6 +17,7 @@ import pytest
 from faults import OnceMeasuring
 from sockets import connection_ends, connections_to
 
+from pytest_storagescale.drivers.grid import XROOTD_EVENT_LOOPS, XROOTD_SHARD_EVENT_LOOPS
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.drivers.xrootd import XRootDDriver
 from pytest_storagescale.endpoints.embedded import free_port
@@ -139,6 +143,43 @@ def test_each_client_has_its_own_connection(area, embedded_xrootd):
     result = run_step(plan, progress=count)
     assert result.total.succeeded > 0 and result.total.failed == 0
     assert seen[0] >= 40, f"only {seen[0]} connections for 40 clients"
+
+
+#: in a fresh process: the driver's client settings (and a shard process's, when asked),
+#: then how many threads XrdCl starts for its first connection, and its event loops
+_EVENT_LOOPS_SCRIPT = """
+import os, sys
+from pytest_storagescale.drivers import xrootd
+from XRootD import client
+if sys.argv[2] == "shard":
+    xrootd.XRootDDriver.in_shard_process()
+before = len(os.listdir("/proc/self/task"))
+status, _ = client.FileSystem(sys.argv[1]).stat("/", timeout=10)
+print(client.EnvGetInt("ParallelEvtLoop"), len(os.listdir("/proc/self/task")) - before,
+      status.ok)
+"""
+
+
+def test_each_process_reads_its_connections_with_several_event_loops(embedded_xrootd):
+    """XrdCl 5.5 starts one event loop per process unless told otherwise: the driver
+    asks for XROOTD_EVENT_LOOPS, XROOTD_SHARD_EVENT_LOOPS in a shard process (XrdCl
+    starts that many threads), and a user's XRD_PARALLELEVTLOOP wins in both."""
+    plain = {k: v for k, v in os.environ.items() if k != "XRD_PARALLELEVTLOOP"}
+
+    def started(where: str, **environment: str) -> tuple[int, int]:
+        done = subprocess.run(
+            [sys.executable, "-c", _EVENT_LOOPS_SCRIPT, embedded_xrootd.url, where],
+            env={**plain, **environment}, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        loops, threads, ok = done.stdout.split()
+        assert ok == "True", done.stdout + done.stderr
+        return int(loops), int(threads)
+
+    alone, shard = started("alone"), started("shard")
+    users = started("shard", XRD_PARALLELEVTLOOP="1")
+    assert (alone[0], shard[0], users[0]) == (XROOTD_EVENT_LOOPS, XROOTD_SHARD_EVENT_LOOPS, 1)
+    assert alone[1] - users[1] == XROOTD_EVENT_LOOPS - 1
+    assert shard[1] - users[1] == XROOTD_SHARD_EVENT_LOOPS - 1
 
 
 def test_steps_reuse_connections_until_the_driver_forgets_them(area, embedded_xrootd):

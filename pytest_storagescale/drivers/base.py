@@ -195,6 +195,11 @@ class Driver(abc.ABC):
         the step (e.g. the xrootd driver builds its compiled loop here)."""
 
     @classmethod  # noqa: B027 - an optional hook
+    def in_shard_process(cls) -> None:
+        """Called first in each spawned process of a sharded step (processes executor),
+        before its clients connect (e.g. the xrootd driver's event loops per process)."""
+
+    @classmethod  # noqa: B027 - an optional hook
     def forget_connections(cls) -> None:
         """Called after a step with hung clients: later clients must not reuse a
         connection a hung request may still hold."""

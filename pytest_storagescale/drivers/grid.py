@@ -40,6 +40,16 @@ XROOTD_CLIENT_DEFAULTS = {
     "TimeoutResolution": 1, "ConnectionRetry": 1, "ConnectionWindow": 10,
     "StreamErrorWindow": 1,
 }
+#: event loops (XrdCl's ParallelEvtLoop; 5.5's default is 1: one thread then reads every
+#: connection of the process, and its timeout list, ``Poller::TmoAdd``, linear, grows
+#: with them) in a process that runs a step alone, and in each process of a sharded
+#: step (the processes executor: 25 of them at 5,000 clients), measured
+#: (docs/benchmarks.md): 200 clients in one process, 1 / 4 / 8 loops: 21.6k / 29.8k /
+#: 35.1k stat/s; 5,000 clients in 25 processes: 14.6k / 15.7-17.5k / 12.3-12.7k. Not put
+#: in the environment: a shard process must tell them from a user's XRD_PARALLELEVTLOOP
+XROOTD_EVENT_LOOPS = 8
+XROOTD_SHARD_EVENT_LOOPS = 4
+XROOTD_USER_EVENT_LOOPS = "XRD_PARALLELEVTLOOP" in os.environ
 #: the settings the user chose through XRD_<NAME>: left alone
 XROOTD_USER_SETTINGS = frozenset(
     name for name in XROOTD_CLIENT_DEFAULTS if f"XRD_{name.upper()}" in os.environ)

@@ -53,7 +53,10 @@ from .grid import (
     CREDENTIAL_ENVIRONMENT,
     SECRET_OPTIONS,
     XROOTD_CLIENT_DEFAULTS,
+    XROOTD_EVENT_LOOPS,
     XROOTD_SCHEMES,
+    XROOTD_SHARD_EVENT_LOOPS,
+    XROOTD_USER_EVENT_LOOPS,
     XROOTD_USER_SETTINGS,
     XRootDLogins,
     login_refusal,
@@ -64,6 +67,8 @@ from .grid import (
 for _name, _value in XROOTD_CLIENT_DEFAULTS.items():
     if _name not in XROOTD_USER_SETTINGS:  # the library may have started earlier (gfal2)
         client.EnvPutInt(_name, _value)
+if not XROOTD_USER_EVENT_LOOPS:
+    client.EnvPutInt("ParallelEvtLoop", XROOTD_EVENT_LOOPS)
 
 _CHUNK = 8 * 1024 * 1024
 #: while clients log in again and again (new_login), idle connections of the process
@@ -174,16 +179,29 @@ class XRootDDriver(XRootDLogins, Driver):
     @classmethod
     def request_line(cls, options) -> str | None:
         loop = _client_loop(options)
-        if loop != "compiled":  # python (another value is refused by check_options)
-            return ("requests: through the XRootD Python bindings (client_loop=python)"
-                    if loop == "python" else None)
-        if (why := native.missing()) is not None:
-            return (f"requests: through the XRootD Python bindings; the compiled client loop "
+        if loop == "python":
+            line = "requests: through the XRootD Python bindings (client_loop=python)"
+        elif loop != "compiled":  # refused by check_options
+            return None
+        elif (why := native.missing()) is not None:
+            line = (f"requests: through the XRootD Python bindings; the compiled client loop "
                     f"cannot be built ({why}: make setup installs it)")
-        return ("requests: stat and get by the xrootd driver's compiled client loop "
-                "(C++, GIL released, stat without a thread per client; client_loop=python "
-                "for the bindings), the rest "
-                "through the XRootD Python bindings")
+        else:
+            line = ("requests: stat and get by the xrootd driver's compiled client loop "
+                    "(C++, GIL released, stat without a thread per client; "
+                    "client_loop=python for the bindings), the rest "
+                    "through the XRootD Python bindings")
+        loops = ("XRD_PARALLELEVTLOOP" if XROOTD_USER_EVENT_LOOPS else
+                 f"{XROOTD_SHARD_EVENT_LOOPS} in each process of a sharded step")
+        return (f"{line}; XrdCl reads the connections with "
+                f"{client.EnvGetInt('ParallelEvtLoop')} event loops per process ({loops})")
+
+    @classmethod
+    def in_shard_process(cls) -> None:
+        """A shard process reads its share of the connections with fewer event loops
+        (:data:`XROOTD_SHARD_EVENT_LOOPS`), unless the user chose them."""
+        if not XROOTD_USER_EVENT_LOOPS:
+            client.EnvPutInt("ParallelEvtLoop", XROOTD_SHARD_EVENT_LOOPS)
 
     @classmethod
     def before_load(cls, options) -> None:

@@ -154,6 +154,7 @@ def _process_main(plan: StepPlan, context: dict[str, Any], share: list[ClientAss
 
     try:
         kind, meter = "result", CpuMeter(len(share))
+        plan.driver.driver_class.in_shard_process()
         try:
             _, accumulators = run_clients(plan, context, share, start, max_operations,
                                           lambda state: connection.send(("progress", state)),
