@@ -15,6 +15,7 @@ from .cluster import breakdown_lines as cluster_breakdown_lines
 from .cluster import disconnect as cluster_disconnect
 from .cluster import header_lines as cluster_header_lines
 from .config import FLAGS, OPTIONS, REPEATABLE, Settings
+from .drivers.grid import configure_xrootd_client
 from .endpoints.orphans import STOPPED_ORPHANS
 from .errors import StorageScaleUsageError
 from .fixtures import (  # noqa: F401 - fixtures are registered by import
@@ -70,6 +71,7 @@ def pytest_plugin_registered(plugin: object) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
+    configure_xrootd_client()  # before anything in this process makes an XRootD request
     # an xdist worker gets the controller's run id, endpoint and shared folder
     shared = getattr(config, "workerinput", {}).get(WORKER_INPUT_KEY)
     settings = with_suite_embedded(Settings.from_config(config), config)

@@ -23,7 +23,7 @@ from plans import REPO
 
 from pytest_storagescale.drivers import native
 from pytest_storagescale.drivers.base import CompiledOutcome, RequestWalk
-from pytest_storagescale.drivers.grid import XROOTD_EVENT_LOOPS
+from pytest_storagescale.drivers.grid import XROOTD_EVENT_LOOPS, XROOTD_SHARD_EVENT_LOOPS
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.drivers.xrootd import XRootDDriver
 from pytest_storagescale.errors import StorageNotFound, StorageScaleUsageError
@@ -348,11 +348,14 @@ def test_the_header_says_which_loop_and_a_bad_value_starts_no_server(pytester, m
             if str(private) in " ".join(p.info["cmdline"] or [])]
     assert left == [], f"embedded servers left running: {left}"
     request_cleanup()
+    monkeypatch.delenv("XRD_PARALLELEVTLOOP", raising=False)  # the header's own count
     python = pytester.runpytest_subprocess(thresholds, "--storage-driver-option",
                                            "client_loop=python", "--co")
     python.stdout.fnmatch_lines(["*requests: through the XRootD Python bindings "
                                  "(client_loop=python); XrdCl reads the connections with "
-                                 f"{XROOTD_EVENT_LOOPS} event loops per process*"])
+                                 f"{XROOTD_EVENT_LOOPS} event loops in a process that runs "
+                                 f"a step alone, {XROOTD_SHARD_EVENT_LOOPS} in each process "
+                                 "of a sharded step"])
     compiled = pytester.runpytest_subprocess(thresholds, "--co")
     compiled.stdout.fnmatch_lines(["*requests: stat and get by the xrootd driver's compiled "
                                    "client loop*"])

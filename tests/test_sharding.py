@@ -75,14 +75,14 @@ class ShardProbeDriver(MemoryDriver):
         Path(os.environ["SS_SHARD_PROBE_DIR"], str(os.getpid())).touch()
 
 
-def test_each_shard_process_is_told_before_its_clients_connect(memory_spec, tmp_path,
-                                                               monkeypatch):
+def test_each_shard_process_is_told(memory_spec, tmp_path, monkeypatch):
     """Driver.in_shard_process runs in every process of a sharded step (the xrootd
     driver gives them fewer event loops there), and not in the parent."""
     monkeypatch.setenv("SS_SHARD_PROBE_DIR", str(tmp_path))
     probe = DriverSpec(ShardProbeDriver, memory_spec.endpoint_url, "/area")
     put = {"operation": get_operation("put"), "params": {"file_size": 1000}}
-    step = run_step(plan(probe, 6, clients_per_process=2, **put), executor="auto")
+    step = run_step(plan(probe, 6, clients_per_process=2, processes=3, **put),
+                    executor="auto")
     assert step.client.processes == 3 and step.total.succeeded > 0
     told = {int(p.name) for p in tmp_path.iterdir()}
     assert len(told) == 3 and os.getpid() not in told

@@ -145,14 +145,19 @@ def test_each_client_has_its_own_connection(area, embedded_xrootd):
     assert seen[0] >= 40, f"only {seen[0]} connections for 40 clients"
 
 
-#: in a fresh process: the driver's client settings (and a shard process's, when asked),
-#: then how many threads XrdCl starts for its first connection, and its event loops
+#: in a fresh process: the plugin's configuration (its pytest_configure) or the driver's
+#: import, a shard process's hook when asked, then how many threads XrdCl starts for its
+#: first connection, and the event loops it was told to run
 _EVENT_LOOPS_SCRIPT = """
 import os, sys
-from pytest_storagescale.drivers import xrootd
+from pytest_storagescale.drivers import grid
+if sys.argv[2] == "plugin":  # a request before the driver is imported (a redirector's)
+    grid.configure_xrootd_client()
+else:
+    from pytest_storagescale.drivers import xrootd
+    if sys.argv[2] == "shard":
+        xrootd.XRootDDriver.in_shard_process()
 from XRootD import client
-if sys.argv[2] == "shard":
-    xrootd.XRootDDriver.in_shard_process()
 before = len(os.listdir("/proc/self/task"))
 status, _ = client.FileSystem(sys.argv[1]).stat("/", timeout=10)
 print(client.EnvGetInt("ParallelEvtLoop"), len(os.listdir("/proc/self/task")) - before,
@@ -161,9 +166,10 @@ print(client.EnvGetInt("ParallelEvtLoop"), len(os.listdir("/proc/self/task")) - 
 
 
 def test_each_process_reads_its_connections_with_several_event_loops(embedded_xrootd):
-    """XrdCl 5.5 starts one event loop per process unless told otherwise: the driver
-    asks for XROOTD_EVENT_LOOPS, XROOTD_SHARD_EVENT_LOOPS in a shard process (XrdCl
-    starts that many threads), and a user's XRD_PARALLELEVTLOOP wins in both."""
+    """XrdCl 5.5 starts one event loop per process unless told otherwise, and reads the
+    setting only at its first request: the plugin's configuration and the driver ask
+    for XROOTD_EVENT_LOOPS, a shard process for XROOTD_SHARD_EVENT_LOOPS (XrdCl starts
+    that many threads), and a user's XRD_PARALLELEVTLOOP wins in each."""
     plain = {k: v for k, v in os.environ.items() if k != "XRD_PARALLELEVTLOOP"}
 
     def started(where: str, **environment: str) -> tuple[int, int]:
@@ -175,11 +181,11 @@ def test_each_process_reads_its_connections_with_several_event_loops(embedded_xr
         assert ok == "True", done.stdout + done.stderr
         return int(loops), int(threads)
 
-    alone, shard = started("alone"), started("shard")
-    users = started("shard", XRD_PARALLELEVTLOOP="1")
-    assert (alone[0], shard[0], users[0]) == (XROOTD_EVENT_LOOPS, XROOTD_SHARD_EVENT_LOOPS, 1)
-    assert alone[1] - users[1] == XROOTD_EVENT_LOOPS - 1
-    assert shard[1] - users[1] == XROOTD_SHARD_EVENT_LOOPS - 1
+    one = started("driver", XRD_PARALLELEVTLOOP="1")[1]  # XrdCl's own threads, 1 loop
+    for where, loops in [("plugin", XROOTD_EVENT_LOOPS), ("driver", XROOTD_EVENT_LOOPS),
+                         ("shard", XROOTD_SHARD_EVENT_LOOPS)]:
+        assert started(where) == (loops, one + loops - 1), where
+        assert started(where, XRD_PARALLELEVTLOOP="3") == (3, one + 2), where
 
 
 def test_steps_reuse_connections_until_the_driver_forgets_them(area, embedded_xrootd):

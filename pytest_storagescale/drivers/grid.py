@@ -43,10 +43,12 @@ XROOTD_CLIENT_DEFAULTS = {
 #: event loops (XrdCl's ParallelEvtLoop; 5.5's default is 1: one thread then reads every
 #: connection of the process, and its timeout list, ``Poller::TmoAdd``, linear, grows
 #: with them) in a process that runs a step alone, and in each process of a sharded
-#: step (the processes executor: 25 of them at 5,000 clients), measured
-#: (docs/benchmarks.md): 200 clients in one process, 1 / 4 / 8 loops: 21.6k / 29.8k /
-#: 35.1k stat/s; 5,000 clients in 25 processes: 14.6k / 15.7-17.5k / 12.3-12.7k. Not put
-#: in the environment: a shard process must tell them from a user's XRD_PARALLELEVTLOOP
+#: step (the processes executor: 25 of them at 5,000 clients). Measured on a 2-core
+#: host (docs/benchmarks.md, "XrdCl event loops"; single rounds): 200 clients in one
+#: process, 1 / 4 / 8 loops: 16.3-24.9k / 27.2-32.4k / 34.0-36.2k stat/s; 5,000 clients
+#: in 25 processes, 4 rounds each: 4 loops 15.7-19.5k (mean 17.4k), 8 loops 11.6-19.9k
+#: (mean 14.1k). Not put in the environment: a shard process must tell them from a
+#: user's XRD_PARALLELEVTLOOP
 XROOTD_EVENT_LOOPS = 8
 XROOTD_SHARD_EVENT_LOOPS = 4
 XROOTD_USER_EVENT_LOOPS = "XRD_PARALLELEVTLOOP" in os.environ
@@ -55,6 +57,23 @@ XROOTD_USER_SETTINGS = frozenset(
     name for name in XROOTD_CLIENT_DEFAULTS if f"XRD_{name.upper()}" in os.environ)
 for _name, _value in XROOTD_CLIENT_DEFAULTS.items():
     os.environ.setdefault(f"XRD_{_name.upper()}", str(_value))
+
+
+def configure_xrootd_client() -> None:
+    """Put the XRootD client's settings into this process's library (where installed):
+    the defaults above, unless the user set XRD_<NAME> (the library may have started
+    before, with gfal2), and the event loops, which count only before its first
+    request. Called by the plugin's ``pytest_configure`` (before an embedded
+    redirector, an XCache or a suite makes one) and when the xrootd driver is imported."""
+    try:
+        from XRootD import client
+    except ImportError:
+        return
+    for name, value in XROOTD_CLIENT_DEFAULTS.items():
+        if name not in XROOTD_USER_SETTINGS:
+            client.EnvPutInt(name, value)
+    if not XROOTD_USER_EVENT_LOOPS:
+        client.EnvPutInt("ParallelEvtLoop", XROOTD_EVENT_LOOPS)
 LOGIN_NAME_LENGTH = 8
 #: a credential check is repeated when the same options come back later than this
 CREDENTIAL_CHECK_INTERVAL = 60.0

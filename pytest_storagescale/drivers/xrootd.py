@@ -52,23 +52,15 @@ from .base import CompiledOutcome, Driver, RequestWalk, StatInfo
 from .grid import (
     CREDENTIAL_ENVIRONMENT,
     SECRET_OPTIONS,
-    XROOTD_CLIENT_DEFAULTS,
-    XROOTD_EVENT_LOOPS,
     XROOTD_SCHEMES,
     XROOTD_SHARD_EVENT_LOOPS,
     XROOTD_USER_EVENT_LOOPS,
-    XROOTD_USER_SETTINGS,
     XRootDLogins,
+    configure_xrootd_client,
     login_refusal,
 )
 
-# the client's settings (see .grid), unless the user set XRD_<NAME>; put after the
-# library started, so they hold whoever started it first (gfal2's xroot plugin too)
-for _name, _value in XROOTD_CLIENT_DEFAULTS.items():
-    if _name not in XROOTD_USER_SETTINGS:  # the library may have started earlier (gfal2)
-        client.EnvPutInt(_name, _value)
-if not XROOTD_USER_EVENT_LOOPS:
-    client.EnvPutInt("ParallelEvtLoop", XROOTD_EVENT_LOOPS)
+configure_xrootd_client()  # the client's settings (see .grid)
 
 _CHUNK = 8 * 1024 * 1024
 #: while clients log in again and again (new_login), idle connections of the process
@@ -191,10 +183,12 @@ class XRootDDriver(XRootDLogins, Driver):
                     "(C++, GIL released, stat without a thread per client; "
                     "client_loop=python for the bindings), the rest "
                     "through the XRootD Python bindings")
-        loops = ("XRD_PARALLELEVTLOOP" if XROOTD_USER_EVENT_LOOPS else
-                 f"{XROOTD_SHARD_EVENT_LOOPS} in each process of a sharded step")
-        return (f"{line}; XrdCl reads the connections with "
-                f"{client.EnvGetInt('ParallelEvtLoop')} event loops per process ({loops})")
+        loops = client.EnvGetInt("ParallelEvtLoop")
+        return line + (f"; XrdCl reads the connections with {loops} event loops per "
+                       f"process (XRD_PARALLELEVTLOOP)" if XROOTD_USER_EVENT_LOOPS else
+                       f"; XrdCl reads the connections with {loops} event loops in a "
+                       f"process that runs a step alone, {XROOTD_SHARD_EVENT_LOOPS} in "
+                       f"each process of a sharded step")
 
     @classmethod
     def in_shard_process(cls) -> None:
