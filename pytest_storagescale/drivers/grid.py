@@ -42,14 +42,17 @@ XROOTD_CLIENT_DEFAULTS = {
 }
 #: event loops (XrdCl's ParallelEvtLoop; 5.5's default is 1: one thread then reads every
 #: connection of the process, and its timeout list, ``Poller::TmoAdd``, linear, grows
-#: with them) in a process that runs a step alone, and in each process of a sharded
-#: step (the processes executor: 25 of them at 5,000 clients). Measured on a 2-core
-#: host (docs/benchmarks.md, "XrdCl event loops"; single rounds): 200 clients in one
-#: process, 1 / 4 / 8 loops: 16.3-24.9k / 27.2-32.4k / 34.0-36.2k stat/s; 5,000 clients
-#: in 25 processes, 4 rounds each: 4 loops 15.7-19.5k (mean 17.4k), 8 loops 11.6-19.9k
-#: (mean 14.1k). Not put in the environment: a shard process must tell them from a
-#: user's XRD_PARALLELEVTLOOP
-XROOTD_EVENT_LOOPS = 8
+#: with them) in a process that runs a step alone (the pytest process, a cluster host),
+#: and in each process of a sharded step (the processes executor: 25 of them at 5,000
+#: clients), measured on a 2-core host (docs/benchmarks.md, "XrdCl event loops"; single
+#: rounds): 200 clients in one process, 1 / 4 / 8 loops: 16.3-24.9k / 27.2-32.4k /
+#: 34.0-36.2k stat/s; 5,000 clients in 25 processes, 4 rounds each: 1 loop 13.2-16.1k
+#: (mean 14.7k), 4 loops 15.7-19.5k (mean 17.4k), 8 loops 11.6-19.9k (mean 14.1k). The
+#: pytest process keeps XrdCl's 1: with 8 there, two whole ``make test`` runs failed in
+#: suites that run in it (a stat through a redirector expired; a cluster step's Ctrl-C
+#: was not acted on), which shard processes, load clients only, do not run. Not put in
+#: the environment: a shard process must tell them from a user's XRD_PARALLELEVTLOOP
+XROOTD_EVENT_LOOPS = 1
 XROOTD_SHARD_EVENT_LOOPS = 4
 XROOTD_USER_EVENT_LOOPS = "XRD_PARALLELEVTLOOP" in os.environ
 #: the settings the user chose through XRD_<NAME>: left alone

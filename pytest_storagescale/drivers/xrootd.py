@@ -184,11 +184,12 @@ class XRootDDriver(XRootDLogins, Driver):
                     "client_loop=python for the bindings), the rest "
                     "through the XRootD Python bindings")
         loops = client.EnvGetInt("ParallelEvtLoop")
-        return line + (f"; XrdCl reads the connections with {loops} event loops per "
+        return line + (f"; XrdCl reads the connections with {loops} event loop(s) per "
                        f"process (XRD_PARALLELEVTLOOP)" if XROOTD_USER_EVENT_LOOPS else
-                       f"; XrdCl reads the connections with {loops} event loops in a "
+                       f"; XrdCl reads the connections with {loops} event loop(s) in a "
                        f"process that runs a step alone, {XROOTD_SHARD_EVENT_LOOPS} in "
-                       f"each process of a sharded step")
+                       f"each process of a sharded step (XRD_PARALLELEVTLOOP=8: faster "
+                       f"load from one process)")
 
     @classmethod
     def in_shard_process(cls) -> None:
