@@ -12,11 +12,8 @@ import json
 import math
 import re
 import signal
-import sys
 import threading
 import time
-import traceback
-import warnings
 from pathlib import Path
 
 import pytest
@@ -429,19 +426,13 @@ def test_per_host_rate_plot_marks_the_lost_host(tmp_path):
     (tmp_path / "hosts.png").write_bytes(png)
 
 
-#: a Ctrl-C not acted on within this many seconds is given again (reported as a warning)
-CTRL_C_SLACK = 5.0
-
-
 def test_ctrl_c_stops_the_clients_on_every_host(server, four_hosts, run_root, monkeypatch):
     """Ctrl-C on the coordinator: every host stops its clients (a Dask event) and
     reports what they measured; the step ends long before its planned end.
 
-    In 2 of 2 whole ``make test`` runs with 8 XrdCl event loops in every process (never
-    alone, nor beside ``stress-ng``; 1 loop is the default again) the first Ctrl-C was
-    not acted on and the step ran to its end, as test_bounded_time saw once for a step
-    on one host: a second one follows after CTRL_C_SLACK, and a warning says where this
-    thread was when the first was lost."""
+    SIGINT is handled as in a pytest run in a terminal: a process started in the
+    background by a non-interactive shell (``make test &``) inherits it ignored, and
+    then the simulated Ctrl-C does nothing (seen in three such runs)."""
     import _thread
 
     from pytest_storagescale.load.engine import StepInterrupted
@@ -450,36 +441,20 @@ def test_ctrl_c_stops_the_clients_on_every_host(server, four_hosts, run_root, mo
     plan = _plan(url, root, clients=8, duration=30.0, warmup=0.5)
     record = Record()
     began = time.monotonic()
-    mine, stepping, lost = threading.get_ident(), [True], []
-
-    def ctrl_c() -> None:
-        _thread.interrupt_main()
-
-        def again() -> None:
-            if stepping[0]:
-                frame = sys._current_frames().get(mine)
-                lost.append(f"SIGINT handler {signal.getsignal(signal.SIGINT)!r}; "
-                            + "".join(traceback.format_stack(frame)[-6:]))
-                _thread.interrupt_main()
-
-        threading.Timer(CTRL_C_SLACK, again).start()
-
-    fired = _during_step(monkeypatch, 2.0, ctrl_c)
+    fired = _during_step(monkeypatch, 2.0, _thread.interrupt_main)
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         ended = run_cluster_step(four_hosts.address, plan, record)
     except StepInterrupted as stopped:
         result = stopped.result
-    else:  # what the step saw instead: for the next run that ends so
+    else:  # what the step saw instead
         pytest.fail(f"the step ended without the Ctrl-C after "
-                    f"{time.monotonic() - began:.1f} s (fired: {fired}, lost: {lost}): "
+                    f"{time.monotonic() - began:.1f} s (fired: {fired}): "
                     f"{ended.total.succeeded} succeeded, {ended.total.failed} failed "
                     f"{dict(ended.total.errors)}, hosts: {format_hosts(record.hosts)}, "
                     f"{[h.lost_reason for h in record.hosts]}")
     finally:
-        stepping[0] = False
-    if lost:
-        warnings.warn(f"the first Ctrl-C was not acted on within {CTRL_C_SLACK:g} s; this "
-                      f"test's thread was at: {lost[0]}", stacklevel=1)
+        signal.signal(signal.SIGINT, inherited)
     assert fired == [True]
     took = time.monotonic() - began
     assert took < 25, f"the step took {took:.1f} s of its 30 s, Ctrl-C 2 s after it began"

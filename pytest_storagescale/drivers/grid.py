@@ -48,10 +48,10 @@ XROOTD_CLIENT_DEFAULTS = {
 #: rounds): 200 clients in one process, 1 / 4 / 8 loops: 16.3-24.9k / 27.2-32.4k /
 #: 34.0-36.2k stat/s; 5,000 clients in 25 processes, 4 rounds each: 1 loop 13.2-16.1k
 #: (mean 14.7k), 4 loops 15.7-19.5k (mean 17.4k), 8 loops 11.6-19.9k (mean 14.1k). The
-#: pytest process keeps XrdCl's 1: with 8 there, two whole ``make test`` runs failed in
-#: suites that run in it (a stat through a redirector expired; a cluster step's Ctrl-C
-#: was not acted on), which shard processes, load clients only, do not run. Not put in
-#: the environment: a shard process must tell them from a user's XRD_PARALLELEVTLOOP
+#: pytest process keeps XrdCl's 1: with 8 there, a stat through the embedded redirector
+#: expired once in a whole ``make test`` run (not understood); shard processes run load
+#: clients only. Not put in the environment: a shard process must tell them from a
+#: user's XRD_PARALLELEVTLOOP
 XROOTD_EVENT_LOOPS = 1
 XROOTD_SHARD_EVENT_LOOPS = 4
 XROOTD_USER_EVENT_LOOPS = "XRD_PARALLELEVTLOOP" in os.environ
