@@ -77,7 +77,7 @@ class ShardProbeDriver(MemoryDriver):
 
 def test_each_shard_process_is_told(memory_spec, tmp_path, monkeypatch):
     """Driver.in_shard_process runs in every process of a sharded step (the xrootd
-    driver gives them fewer event loops there), and not in the parent."""
+    driver gives them their own count of event loops there), and not in the parent."""
     monkeypatch.setenv("SS_SHARD_PROBE_DIR", str(tmp_path))
     probe = DriverSpec(ShardProbeDriver, memory_spec.endpoint_url, "/area")
     put = {"operation": get_operation("put"), "params": {"file_size": 1000}}

@@ -193,8 +193,8 @@ class XRootDDriver(XRootDLogins, Driver):
 
     @classmethod
     def in_shard_process(cls) -> None:
-        """A shard process reads its share of the connections with fewer event loops
-        (:data:`XROOTD_SHARD_EVENT_LOOPS`), unless the user chose them."""
+        """A shard process reads its share of the connections with
+        :data:`XROOTD_SHARD_EVENT_LOOPS` event loops, unless the user chose a count."""
         if not XROOTD_USER_EVENT_LOOPS:
             client.EnvPutInt("ParallelEvtLoop", XROOTD_SHARD_EVENT_LOOPS)
 
