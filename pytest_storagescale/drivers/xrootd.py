@@ -183,13 +183,12 @@ class XRootDDriver(XRootDLogins, Driver):
                     "(C++, GIL released, stat without a thread per client; "
                     "client_loop=python for the bindings), the rest "
                     "through the XRootD Python bindings")
-        loops = client.EnvGetInt("ParallelEvtLoop")
-        return line + (f"; XrdCl reads the connections with {loops} event loop(s) per "
-                       f"process (XRD_PARALLELEVTLOOP)" if XROOTD_USER_EVENT_LOOPS else
-                       f"; XrdCl reads the connections with {loops} event loop(s) in a "
-                       f"process that runs a step alone, {XROOTD_SHARD_EVENT_LOOPS} in "
-                       f"each process of a sharded step (XRD_PARALLELEVTLOOP=8: faster "
-                       f"load from one process)")
+        where = ("per process (XRD_PARALLELEVTLOOP)" if XROOTD_USER_EVENT_LOOPS else
+                 f"in a process that runs a step alone, {XROOTD_SHARD_EVENT_LOOPS} in each "
+                 f"process of a sharded step (XRD_PARALLELEVTLOOP=8: faster load from "
+                 f"one process)")
+        return (f"{line}; XrdCl reads the connections with "
+                f"{client.EnvGetInt('ParallelEvtLoop')} event loop(s) {where}")
 
     @classmethod
     def in_shard_process(cls) -> None:
