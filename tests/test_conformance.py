@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from plans import shipped_known_issues, xrootd_plan
-from reruns import embedded_server_crashed
+from reruns import embedded_server_crashed, lost_xrdhttp_answer
 
 from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
 
@@ -28,7 +28,7 @@ def test_every_door_of_the_embedded_xrootd(pytester, tmp_path):
     args = (str(SUITE), f"--storage-thresholds={thresholds}", "-n", "2", "-p",
             "no:cacheprovider", "-rxXs", "-v")
     result = pytester.runpytest_subprocess(*args)
-    if embedded_server_crashed(result):
+    if embedded_server_crashed(result) or lost_xrdhttp_answer(result, ("test_ls[root]",)):
         result = pytester.runpytest_subprocess(*args)
     # 4 shipped known issues; ls[root] passes although listed: XPASS(strict) -> failed;
     # persist_on_close is a skip on the davs door (kXR_posc is an XRootD open flag)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from faults import OnceMeasuring
+from reruns import lost_xrdhttp_answer
 from sockets import connection_ends, connections_to
 
 from pytest_storagescale.drivers.grid import XROOTD_EVENT_LOOPS, XROOTD_SHARD_EVENT_LOOPS
@@ -294,22 +295,6 @@ def test_unreachable_endpoint_is_a_clear_error(pytester):
     assert "Traceback" not in result.stderr.str()
 
 
-def _lost_xrdhttp_answer(result) -> bool:
-    """Whether every failure of a run is a davs request that got no answer at all.
-
-    XrdHttp 5.5.3 sometimes loses an answer over TLS when the machine is busy (about 1 in
-    1,000 requests beside ``stress-ng --cpu 4``; its log says ``ssl3_write_pending:bad
-    write retry``) and the request times out with 0 bytes received. The suite reports
-    that correctly; this test is about the suite's outcomes, so it runs once more."""
-    outcomes = result.parseoutcomes()
-    if not (outcomes.get("failed", 0) + outcomes.get("errors", 0)):
-        return False
-    heads = [line for line in result.outlines
-             if line.startswith(("FAILED ", "ERROR ")) or " ERROR at " in line]
-    return (all("[davs]" in line for line in heads) and
-            "with 0 bytes received" in result.stdout.str())
-
-
 def test_xrootd_suite_against_embedded_server(pytester):
     """The shipped suite and thresholds, as `make demo` runs them, with tiny steps."""
     args = (
@@ -319,7 +304,7 @@ def test_xrootd_suite_against_embedded_server(pytester):
         "--storage-results=results.json", "-rfE",
     )
     result = pytester.runpytest(*args)
-    if _lost_xrdhttp_answer(result):
+    if lost_xrdhttp_answer(result):
         result = pytester.runpytest(*args)
     # 7 suite tests (3 logins skipped without their credentials) + the conformance checks
     # over both doors: 29 pass, 4 known issues, persist-on-close skipped on davs; and 4
