@@ -9,6 +9,7 @@ The speed it buys is measured in benchmarks/bench_engine.py, not here."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import shutil
@@ -528,6 +529,44 @@ def test_the_coordinator_drains_and_gives_up_background_clients():
     assert loop.abandoned == [loop.since] and slot.hung and accumulator.hung == 1
     group.check_hangs()
     assert accumulator.hung == 1  # once
+
+
+def test_a_background_client_still_busy_at_the_end_is_given_up_and_woken():
+    """After the drain, a background request still in flight is abandoned (its thread,
+    waiting for the loop's end, wakes at once; its answer is not measured) and the
+    client counted hung; one that ended meanwhile is counted hung all the same."""
+    run, slot = _started()
+    group = clients.ClientGroup([slot.assignment], run)
+    (slot,) = group.slots
+    slot.background = True
+    slot.loop = loop = _ScriptedBackground(since=time.perf_counter() - 1.0)
+    group.give_up()
+    assert loop.abandoned == [loop.since] and slot.hung
+    assert group.accumulators[slot.assignment.side].hung == 1
+    run, idle = _started()
+    group = clients.ClientGroup([idle.assignment], run)
+    (idle,) = group.slots
+    idle.background = True
+    idle.loop = quiet = _ScriptedBackground(since=None)
+    group.give_up()
+    assert quiet.abandoned == [] and idle.hung
+
+
+def test_background_threads_wait_long_and_not_all_alike():
+    """The safety-net wait of a background client's thread (every end wakes it): long,
+    and spread over the clients, so that thousands of threads never wake together."""
+    waits = []
+
+    class Waiting(_ScriptedBackground):
+        def wait_idle(self, seconds) -> bool:
+            waits.append(seconds)
+            return True
+
+    for index in (0, 1, 63):
+        run, slot = _started()
+        slot.assignment = dataclasses.replace(slot.assignment, index=index)
+        clients._run_background(slot, Waiting(on_start=run.stop.set), run)
+    assert min(waits) >= clients.BACKGROUND_WAIT and len(set(waits)) == 3
 
 
 def test_a_background_request_that_ended_meanwhile_is_not_a_hang():
