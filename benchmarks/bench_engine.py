@@ -259,6 +259,17 @@ def isolated(kind: str, port: int, op: str, clients: int, args, tag: str) -> Poi
     return Point(**json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+def split_cores(server: EmbeddedXRootD) -> None:
+    """Every thread of the server on the last usable core (threads it starts later
+    inherit it), this process and every contender it starts on the others."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit("--split-cores needs at least 2 usable cores")
+    for task in Path(f"/proc/{server.pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), {cores[-1]})
+    os.sched_setaffinity(0, set(cores[:-1]))
+
+
 def prepare(server: EmbeddedXRootD) -> None:
     admin = client.FileSystem(f"root://ssbench@127.0.0.1:{server.port}")
     admin.mkdir(f"{ROOT}/bare/put", 1)  # MAKEPATH
@@ -437,6 +448,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="fewer points: stat at C = 10, 200, 5000, put and get at 10")
+    parser.add_argument("--split-cores", action="store_true",
+                        help="the server on the last core, every client on the others (the "
+                             "client side's own scaling, without the server's share of "
+                             "the cores; Linux)")
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--clients", default="1,10,50,200,1000,5000")
@@ -476,6 +491,8 @@ def main() -> None:
     binary = build_loop()
     rows, counter = [], [0]
     with EmbeddedXRootD(https=False) as server:
+        if args.split_cores:
+            split_cores(server)
         prepare(server)
         for op, clients in plan:
             load = os.getloadavg()[0]
@@ -485,6 +502,9 @@ def main() -> None:
             print(f"{op} C={clients} (load {load:.1f}): " + ", ".join(
                 f"{kind} {row[f'{kind}_all']}" for kind in points), flush=True)
     mode = "--quick" if args.quick else f"{args.rounds} rounds"
+    if args.split_cores:
+        mode += (", --split-cores (the server on its own core, every client on the "
+                 f"other{'s' if len(os.sched_getaffinity(0)) > 1 else ''})")
     lines = [
         f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {os.cpu_count()} cores, xrootd "
         f"{server.version} on loopback, {mode}, {args.duration:g} s per measurement after a "
