@@ -266,8 +266,11 @@ def split_cores(server: EmbeddedXRootD) -> None:
     if len(cores) < 2:
         raise SystemExit("--split-cores needs at least 2 usable cores")
     for task in Path(f"/proc/{server.pid}/task").iterdir():
-        os.sched_setaffinity(int(task.name), {cores[-1]})
-    os.sched_setaffinity(0, set(cores[:-1]))
+        try:
+            os.sched_setaffinity(int(task.name), {cores[-1]})
+        except ProcessLookupError:
+            pass  # a thread that ended meanwhile
+    os.sched_setaffinity(0, set(cores[:-1]))  # this thread: the contenders start from it
 
 
 def prepare(server: EmbeddedXRootD) -> None:

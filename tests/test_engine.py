@@ -340,20 +340,22 @@ def test_an_operation_that_changes_the_whole_process_runs_in_client_processes(
 
 def test_a_time_bounded_step_ticks_at_the_measure_tick(spec, monkeypatch):
     """While a time-bounded step runs, the coordinator looks at its clients every
-    MEASURE_TICK, not every HANG_CHECK_INTERVAL (each tick visits every client: at
-    5,000 clients ten a second cost a quarter of a core); a count-bounded step keeps
-    looking every HANG_CHECK_INTERVAL whether its count is done."""
+    MEASURE_TICK (each tick visits every client: at 5,000 clients ten a second cost a
+    fifth of a core); a count-bounded step looks every HANG_CHECK_INTERVAL whether its
+    count is done, and the drains twice as often."""
     from pytest_storagescale.load import clients
 
-    ticks: list[float] = []
-    real_tick = clients.Coordinator.tick
+    intervals: list[list[float]] = []
+    real = clients.Coordinator.run_until
 
-    def counting(self) -> None:
-        ticks.append(time.monotonic())
-        real_tick(self)
+    def recording(self, deadline, finished, interval) -> None:
+        intervals[-1].append(interval)
+        real(self, deadline, finished, interval)
 
-    monkeypatch.setattr(clients.Coordinator, "tick", counting)
-    run_step(plan(spec(), clients=2, duration=2.0))
-    # 2 s at 0.5 s, then the drain's (the clients end at once): every 0.1 s would be
-    # about 20; a loaded machine gives fewer, never more
-    assert 1 <= len(ticks) <= 8, len(ticks)
+    monkeypatch.setattr(clients.Coordinator, "run_until", recording)
+    for bound in ({}, {"max_operations": 20}):
+        intervals.append([])
+        run_step(plan(spec(), clients=2, duration=1.0, **bound))
+    timed, counted = intervals
+    assert timed == [0.5, 0.5, 0.05], timed  # warm-up, measurement, drain
+    assert counted == [0.1, 0.1, 0.05], counted

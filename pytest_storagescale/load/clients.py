@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import itertools
 import math
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -33,12 +34,13 @@ if TYPE_CHECKING:
     from .operations import Operation
 
 #: how often the coordinator looks for hung clients and whether the clients are done
-#: (seconds): a count-bounded step, the drain after the stop, the drain after Ctrl-C
+#: (seconds) in a count-bounded step; the drains after the stop and after Ctrl-C look
+#: twice as often
 HANG_CHECK_INTERVAL = 0.1
 #: how often it ticks while a time-bounded step runs (hang checks, draining the
 #: clients' records, the per-second sample): each tick looks at every client of the
-#: process, and at 5,000 clients (25 processes of 200) ten ticks a second cost a
-#: quarter of a core (stat 21.6-23.5k/s at 41-44 us of client CPU each, against
+#: process, and at 5,000 clients (25 processes of 200) ten ticks a second cost about a
+#: fifth of a core (stat 21.5-23.5k/s at 39-44 us of client CPU each, against
 #: 23.1-25.2k at 33-35 us with 0.5 s; the async C++ loop 31-32 us; split cores)
 MEASURE_TICK = 0.5
 #: how often the login phase looks whether every client has logged in (seconds)
@@ -51,11 +53,12 @@ INTERRUPT_DRAIN = 0.5
 COMPILED_BATCH = 256
 COMPILED_SPAN = 0.05
 COMPILED_SPAN_SHARE = 0.05
-#: how long a background client's thread waits at a time for its loop to end, spread
-#: up to twice that over the clients. Every end wakes it (the stop's halt, a give-up,
-#: a refused request), so this is a safety net only: with 5 s, the 5,000 threads of a
-#: 5,000-client step woke together and convoyed on each process's GIL (80-95k context
-#: switches in that second, against 2k; stat 16-20k/s against 22-25k without)
+#: how long a background client's thread waits at a time for its loop to end, at
+#: random up to twice that. The loop's end wakes it (after the stop's halt, the end of
+#: the request in flight; a give-up; a refused request), so this is a safety net only:
+#: with 5 s, the 5,000 threads of a 5,000-client step woke together and convoyed on
+#: each process's GIL (82-95k context switches in that second, against 2k; stat
+#: 16.3-20.3k/s against 21.9-22.4k without, 3 rounds each, split cores)
 BACKGROUND_WAIT = 60.0
 #: a background loop stopped at a request the library refused to send begins again
 #: after this pause
@@ -271,7 +274,7 @@ def _run_background(slot: ClientSlot, loop: BackgroundLoop, run: StepRun) -> Non
     issue each request when the last one ended): this thread starts it and, after the
     stop, waits for its last request; the coordinator drains and watches it."""
     slot.background = True
-    wait = BACKGROUND_WAIT * (1 + slot.assignment.index % 64 / 64)
+    wait = BACKGROUND_WAIT * random.uniform(1.0, 2.0)  # never all threads at once
     while not run.stop.is_set() and loop.start():
         # until it ends: halted at the stop and its last request done, given up as hung,
         # or stopped at a request the library refused to send (then begun again after
