@@ -154,15 +154,22 @@ import os, sys
 from pytest_storagescale.drivers import grid
 if sys.argv[2] == "plugin":  # a request before the driver is imported (a redirector's)
     grid.configure_xrootd_client()
+elif sys.argv[2] == "gfal2-shard":  # gfal2's root:// plugin drives the same library
+    from pytest_storagescale.drivers import gfal2 as driver
+    driver.Gfal2Driver.in_shard_process()
 else:
     from pytest_storagescale.drivers import xrootd
     if sys.argv[2] == "shard":
         xrootd.XRootDDriver.in_shard_process()
 from XRootD import client
 before = len(os.listdir("/proc/self/task"))
-status, _ = client.FileSystem(sys.argv[1]).stat("/", timeout=10)
+if sys.argv[2] == "gfal2-shard":
+    import gfal2
+    ok = gfal2.creat_context().stat(sys.argv[1]).st_mode > 0
+else:
+    ok = client.FileSystem(sys.argv[1]).stat("/", timeout=10)[0].ok
 print(client.EnvGetInt("ParallelEvtLoop"), len(os.listdir("/proc/self/task")) - before,
-      status.ok)
+      ok)
 """
 
 
@@ -170,7 +177,8 @@ def test_each_process_reads_its_connections_with_several_event_loops(embedded_xr
     """XrdCl 5.5 starts one event loop per process unless told otherwise, and reads the
     setting only at its first request: the plugin's configuration and the driver ask
     for XROOTD_EVENT_LOOPS, a shard process for XROOTD_SHARD_EVENT_LOOPS (XrdCl starts
-    that many threads), and a user's XRD_PARALLELEVTLOOP wins in each."""
+    that many threads), through the xrootd driver or gfal2's root:// plugin, and a
+    user's XRD_PARALLELEVTLOOP wins in each."""
     plain = {k: v for k, v in os.environ.items() if k != "XRD_PARALLELEVTLOOP"}
 
     def started(where: str, **environment: str) -> tuple[int, int]:
@@ -187,6 +195,11 @@ def test_each_process_reads_its_connections_with_several_event_loops(embedded_xr
                          ("shard", XROOTD_SHARD_EVENT_LOOPS)]:
         assert started(where) == (loops, one + loops - 1), where
         assert started(where, XRD_PARALLELEVTLOOP="3") == (3, one + 2), where
+    # gfal2 in a shard process: its root:// plugin drives the same XrdCl, told alike
+    one = started("gfal2-shard", XRD_PARALLELEVTLOOP="1")[1]
+    assert started("gfal2-shard") == (XROOTD_SHARD_EVENT_LOOPS,
+                                      one + XROOTD_SHARD_EVENT_LOOPS - 1)
+    assert started("gfal2-shard", XRD_PARALLELEVTLOOP="3") == (3, one + 2)
 
 
 def test_steps_reuse_connections_until_the_driver_forgets_them(area, embedded_xrootd):

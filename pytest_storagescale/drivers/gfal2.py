@@ -41,6 +41,7 @@ from .grid import (
     SECRET_OPTIONS,
     XROOTD_SCHEMES,
     XRootDLogins,
+    configure_xrootd_shard,
     login_refusal,
 )
 
@@ -93,6 +94,12 @@ class Gfal2Driver(XRootDLogins, Driver):
         self._prefix = f"{endpoint.scheme}://{login}{endpoint.host}{port}{sep}"
         self._http = endpoint.scheme in HTTP_SCHEMES
         self._gridftp = endpoint.scheme == "gsiftp"
+
+    @classmethod
+    def in_shard_process(cls) -> None:
+        """gfal2's root:// plugin drives the process's XRootD client library: a shard
+        process gives it the xrootd driver's event loops per process."""
+        configure_xrootd_shard()
 
     def _check_descriptors(self, operation: str, path: str) -> None:
         """Refuse, with the fix, a gsiftp:// client or request whose sockets would be

@@ -77,6 +77,22 @@ def configure_xrootd_client() -> None:
             client.EnvPutInt(name, value)
     if not XROOTD_USER_EVENT_LOOPS:
         client.EnvPutInt("ParallelEvtLoop", XROOTD_EVENT_LOOPS)
+
+
+def configure_xrootd_shard() -> None:
+    """In each process of a sharded step: :data:`XROOTD_SHARD_EVENT_LOOPS` event loops
+    for the process's XRootD client library, whichever driver drives it (the xrootd
+    driver, or gfal2's root:// plugin: both use the one libXrdCl of the process),
+    unless the user chose a count; without the XRootD Python bindings, XrdCl's own."""
+    if XROOTD_USER_EVENT_LOOPS:
+        return
+    try:
+        from XRootD import client
+    except ImportError:
+        return
+    client.EnvPutInt("ParallelEvtLoop", XROOTD_SHARD_EVENT_LOOPS)
+
+
 LOGIN_NAME_LENGTH = 8
 #: a credential check is repeated when the same options come back later than this
 CREDENTIAL_CHECK_INTERVAL = 60.0

@@ -57,6 +57,7 @@ from .grid import (
     XROOTD_USER_EVENT_LOOPS,
     XRootDLogins,
     configure_xrootd_client,
+    configure_xrootd_shard,
     login_refusal,
 )
 
@@ -194,8 +195,7 @@ class XRootDDriver(XRootDLogins, Driver):
     def in_shard_process(cls) -> None:
         """A shard process reads its share of the connections with
         :data:`XROOTD_SHARD_EVENT_LOOPS` event loops, unless the user chose a count."""
-        if not XROOTD_USER_EVENT_LOOPS:
-            client.EnvPutInt("ParallelEvtLoop", XROOTD_SHARD_EVENT_LOOPS)
+        configure_xrootd_shard()
 
     @classmethod
     def before_load(cls, options) -> None:
