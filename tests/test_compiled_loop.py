@@ -510,11 +510,17 @@ def test_a_background_loop_given_up_is_not_begun_again():
     assert starts == [True] and not run.stop.is_set()
 
 
-def test_the_coordinator_drains_and_gives_up_background_clients():
+def _background_group() -> tuple[clients.StepRun, clients.ClientGroup, clients.ClientSlot]:
+    """A step's client group of one background client (its loop: the caller's)."""
     run, slot = _started()
     group = clients.ClientGroup([slot.assignment], run)
     (slot,) = group.slots
     slot.background = True
+    return run, group, slot
+
+
+def test_the_coordinator_drains_and_gives_up_background_clients():
+    run, group, slot = _background_group()
     slot.loop = loop = _ScriptedBackground(
         [_ok(run.start_perf + 0.5), _ok(run.end_perf + 0.1)],
         since=time.perf_counter() - 1.0)  # in flight for 1 s of hang_timeout's 2
@@ -535,18 +541,12 @@ def test_a_background_client_still_busy_at_the_end_is_given_up_and_woken():
     waiting for the loop's end, wakes at once: test_a_request_given_up_as_hung_is_not_
     measured; its answer is not measured) and the client counted hung; one with no
     request in flight is counted hung all the same."""
-    run, slot = _started()
-    group = clients.ClientGroup([slot.assignment], run)
-    (slot,) = group.slots
-    slot.background = True
+    _, group, slot = _background_group()
     slot.loop = loop = _ScriptedBackground(since=time.perf_counter() - 1.0)
     group.give_up()
     assert loop.abandoned == [loop.since] and slot.hung
     assert group.accumulators[slot.assignment.side].hung == 1
-    run, idle = _started()
-    group = clients.ClientGroup([idle.assignment], run)
-    (idle,) = group.slots
-    idle.background = True
+    _, group, idle = _background_group()
     idle.loop = quiet = _ScriptedBackground(since=None)
     group.give_up()
     assert quiet.abandoned == [] and idle.hung
@@ -570,10 +570,7 @@ def test_background_threads_wait_long_and_not_all_alike():
 
 
 def test_a_background_request_that_ended_meanwhile_is_not_a_hang():
-    run, slot = _started()
-    group = clients.ClientGroup([slot.assignment], run)
-    (slot,) = group.slots
-    slot.background = True
+    _, group, slot = _background_group()
     slot.loop = loop = _ScriptedBackground(since=time.perf_counter() - 5.0)
     loop.abandon = lambda since: False  # its answer came between the look and the abandon
     group.check_hangs()

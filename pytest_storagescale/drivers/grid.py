@@ -68,15 +68,9 @@ def configure_xrootd_client() -> None:
     before, with gfal2), and the event loops, which count only before its first
     request. Called by the plugin's ``pytest_configure`` (before an embedded
     redirector, an XCache or a suite makes one) and when the xrootd driver is imported."""
-    try:
-        from XRootD import client
-    except ImportError:
-        return
-    for name, value in XROOTD_CLIENT_DEFAULTS.items():
-        if name not in XROOTD_USER_SETTINGS:
-            client.EnvPutInt(name, value)
-    if not XROOTD_USER_EVENT_LOOPS:
-        client.EnvPutInt("ParallelEvtLoop", XROOTD_EVENT_LOOPS)
+    settings = {name: value for name, value in XROOTD_CLIENT_DEFAULTS.items()
+                if name not in XROOTD_USER_SETTINGS}
+    _put_xrootd_settings(settings, XROOTD_EVENT_LOOPS)
 
 
 def configure_xrootd_shard() -> None:
@@ -84,13 +78,20 @@ def configure_xrootd_shard() -> None:
     for the process's XRootD client library, whichever driver drives it (the xrootd
     driver, or gfal2's root:// plugin: both use the one libXrdCl of the process),
     unless the user chose a count; without the XRootD Python bindings, XrdCl's own."""
-    if XROOTD_USER_EVENT_LOOPS:
-        return
+    _put_xrootd_settings({}, XROOTD_SHARD_EVENT_LOOPS)
+
+
+def _put_xrootd_settings(settings: dict[str, int], event_loops: int) -> None:
+    """``settings`` and ``event_loops`` (unless the user set XRD_PARALLELEVTLOOP) into
+    the process's XRootD client library, through its Python bindings where installed."""
     try:
         from XRootD import client
     except ImportError:
         return
-    client.EnvPutInt("ParallelEvtLoop", XROOTD_SHARD_EVENT_LOOPS)
+    for name, value in settings.items():
+        client.EnvPutInt(name, value)
+    if not XROOTD_USER_EVENT_LOOPS:
+        client.EnvPutInt("ParallelEvtLoop", event_loops)
 
 
 LOGIN_NAME_LENGTH = 8
