@@ -7,7 +7,9 @@ written before doors were recorded holds steps of its main door: they match the 
 of this run's main door (``main_door``). Relative rules
 (``rate_hz >= 0.9 * baseline``) read the matched step's metric through the same
 lookup as the step's own (:meth:`StepRecord.metric`); a step the baseline does not
-have is reported (``new``), never failed. Results of the previous release (no
+have is reported (``new``), never failed. A matched baseline step that measured
+nothing (:func:`measured_nothing`) makes a step with a relative rule an ``error``:
+compared with zeros, the rule would pass whatever was measured. Results of the previous release (no
 ``format`` key) load as they are.
 """
 
@@ -103,6 +105,19 @@ class Baseline:
             rate_hz=base.metric_or_none("rate_hz") if base else None,
             rate_change=rate_change(step, base),
         )
+
+
+def measured_nothing(base: StepRecord) -> str | None:
+    """Why the baseline step ``base`` cannot be compared with, or None: it gave no
+    verdict (``error``, ``interrupted``) or no operation succeeded, so its metrics are
+    zeros or missing and a relative rule (``rate_hz >= 0.9 * baseline``) checked
+    against them would hold whatever the step measured."""
+    total = base.total
+    succeeded = total.succeeded if total is not None else 0
+    if base.verdict.value not in ("error", "interrupted") and succeeded > 0:
+        return None
+    why = f": {base.error}" if base.error else ""
+    return f"verdict {base.verdict.value}, {succeeded} succeeded{why}"
 
 
 def rate_change(step: StepRecord, base: StepRecord | None) -> float | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from .baseline import measured_nothing
 from .cluster import run_cluster_step
 from .drivers.registry import driver_class, driver_spec
 from .errors import StepError, StorageError, StorageScaleUsageError, ThresholdsError
@@ -225,6 +226,19 @@ def _undefined_metrics(derived: dict[str, float]) -> str | None:
             f"computed from measured nothing to compare; raise duration")
 
 
+def empty_baseline(run: StorageRun, base: StepRecord | None, rules: list) -> str | None:
+    """Why the step's relative rules cannot be checked against its baseline step, which
+    measured nothing (:func:`~.baseline.measured_nothing`), or None."""
+    relative = [rule.text for rule in rules if rule.relative]
+    if base is None or not relative or (why := measured_nothing(base)) is None:
+        return None
+    return (f"relative rule(s) {', '.join(map(repr, relative))} compare with the baseline's "
+            f"step {base.title} of {run.baseline.path}, which measured nothing ({why}): "
+            f"against its zeros they would pass whatever this step measured; give a "
+            f"baseline whose step measured (an earlier run that passed), or drop the "
+            f"relative rules")
+
+
 def _error(record: StepRecord, why: str) -> None:
     record.verdict, record.error = Verdict.ERROR, why
 
@@ -251,6 +265,8 @@ def judge_step(run: StorageRun, record: StepRecord, section: SectionPlan, *,
         return
     rules = section.rules_for(record.clients)
     if (why := too_few_for_percentiles(record, rules)) is not None:
+        return _error(record, why)
+    if (why := empty_baseline(run, base, rules)) is not None:
         return _error(record, why)
     judgement = evaluate(rules, record.metric,
                          baseline=base.metric_or_none if base is not None else None)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import operator
 import re
 import tomllib
@@ -46,9 +47,9 @@ if TYPE_CHECKING:
     from .load.operations import Operation
 
 __all__ = [
-    "COMPARISONS", "Check", "ClientSelector", "Expectation", "Judgement", "RecoveryPlan",
-    "Rule", "SectionPlan", "ThresholdSet", "evaluate", "load_thresholds", "parse_rule",
-    "parse_selector", "select_thresholds",
+    "COMPARISONS", "DEFAULT_RULES", "Check", "ClientSelector", "Expectation", "Judgement",
+    "RecoveryPlan", "Rule", "SectionPlan", "ThresholdSet", "evaluate", "load_thresholds",
+    "parse_rule", "parse_selector", "select_thresholds",
 ]
 
 COMPARISONS: dict[str, Callable[[float, float], bool]] = {
@@ -62,6 +63,10 @@ SECTION_KEYS = ("op", "clients", "expect", "operations", "tries", "min_operation
                 *DEFAULT_KEYS)
 #: keys of a recovery probe section (see ``StorageLoad.recovery``)
 RECOVERY_KEYS = ("overload_clients", "overload_duration", "recover_fraction", "recover_within")
+#: rules that judge every step unless an ``expect`` block selecting its concurrency
+#: names their metric (``hung <= 2`` replaces ``hung == 0``): no client may hang, no
+#: client host may be lost (a cluster step that lost a host measured fewer clients)
+DEFAULT_RULES = ("hung == 0", "lost == 0")
 #: the shortest step a scaled plan runs (a shorter unscaled one stays as it is)
 MIN_SCALED_DURATION_S = 1.0
 _NUMBER = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
@@ -120,6 +125,12 @@ def parse_rule(text: str, *, sides: tuple[str, ...] = (), where: str = "rule") -
             f"{where}: unknown side {side!r} in {text!r}. Sides: {valid}."
         )
     return Rule(metric, comparison, float(number), text.strip(), relative)
+
+
+@functools.cache
+def default_rules() -> tuple[Rule, ...]:
+    """:data:`DEFAULT_RULES`, parsed."""
+    return tuple(parse_rule(text, where="default rule") for text in DEFAULT_RULES)
 
 
 @dataclass(frozen=True)
@@ -246,9 +257,12 @@ class SectionPlan:
 
     def rules_for(self, clients: int) -> list[Rule]:
         """The rules of every expectation that selects ``clients`` (for a scaled plan:
-        the file's concurrency it stands for)."""
+        the file's concurrency it stands for), then the :data:`DEFAULT_RULES` on a
+        metric none of them names (on the step or on one of its sides)."""
         clients = self.judged_as.get(clients, clients)
-        return [r for e in self.expectations if e.clients(clients) for r in e.rules]
+        rules = [r for e in self.expectations if e.clients(clients) for r in e.rules]
+        named = {rule.metric.rpartition(".")[2] for rule in rules}
+        return rules + [rule for rule in default_rules() if rule.metric not in named]
 
     def scaled(self, factor: float) -> SectionPlan:
         """The plan shrunk for a quick run; ``factor`` 1 returns this plan.
@@ -402,8 +416,21 @@ def _read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ThresholdsError(f"{path}: cannot read thresholds file: {exc.strerror}.") from None
+    except UnicodeDecodeError as exc:
+        raise ThresholdsError(_not_utf8(path, exc)) from None
     except tomllib.TOMLDecodeError as exc:
         raise ThresholdsError(f"{path}: not valid TOML: {exc}. Fix the syntax.") from None
+
+
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
+    """Where the first byte that is not UTF-8 is: line, column and byte offset."""
+    before = exc.object[:exc.start]
+    line = before.count(b"\n") + 1
+    column = exc.start - (before.rfind(b"\n") + 1) + 1
+    byte = exc.object[exc.start:exc.start + 1]
+    return (f"{path}: line {line}, column {column} (byte {exc.start}): the byte 0x{byte.hex()} "
+            f"is not UTF-8; a thresholds file is TOML, which is UTF-8 (comments too). "
+            f"Re-save it as UTF-8, e.g. iconv -f latin1 -t utf-8.")
 
 
 def _storage(storage: Any, path: Path) -> tuple[str, tuple[str, ...]]:

@@ -152,6 +152,29 @@ def test_step_compared_with_the_same_step_of_the_baseline(pytester, tmp_path):
     ])
 
 
+def test_a_baseline_step_that_measured_nothing_is_no_baseline(pytester, tmp_path):
+    """A baseline step that gave no verdict and had 0 succeeded: checked against its
+    zeros, 'rate_hz >= 0.5 * baseline' would hold whatever the step measured."""
+    args = _file_suite(pytester, tmp_path)
+    pytester.runpytest(*args, "--storage-results=first.json").assert_outcomes(passed=2)
+    document = json.loads((pytester.path / "first.json").read_text())
+    empty = next(s for s in document["steps"] if s["clients"] == 1)
+    empty.update(verdict="error", succeeded=0, error="no operation completed in 0.3 s")
+    (pytester.path / "base.json").write_text(json.dumps(document))
+    second = pytester.runpytest(*args, "--storage-baseline=base.json",
+                                "--storage-results=second.json")
+    second.assert_outcomes(passed=1, failed=1)
+    steps = json.loads((pytester.path / "second.json").read_text())["steps"]
+    judged = {s["clients"]: s for s in steps}
+    assert judged[2]["verdict"] == "pass"
+    assert judged[1]["verdict"] == "error" and judged[1]["succeeded"] > 0
+    assert ("relative rule(s) 'rate_hz >= 0.5 * baseline', 'hung <= baseline' compare "
+            f"with the baseline's step stat at 1 clients of {pytester.path / 'base.json'}, "
+            "which measured "
+            "nothing (verdict error, 0 succeeded: no operation completed in 0.3 s)"
+            in judged[1]["error"])
+
+
 @pytest.mark.integration
 def test_throttled_server_fails_against_baseline_of_normal_run(pytester, tmp_path):
     """A real slower "version": the same xrootd with the throttle plugin."""

@@ -51,9 +51,12 @@ def test_good_file_loads(thresholds_dir):
     ls = ts.section("ls")
     assert ls.clients == (5, 50, 600)
     assert ls.duration == 2400 and ls.warmup == 10 and ls.hang_timeout == 60
-    assert [r.text for r in ls.rules_for(50)] == ["rate_hz >= 4", "failed == 0", "hung == 0"]
-    assert [r.text for r in ls.rules_for(600)] == ["hung == 0", "error_ratio <= 0.2"]
-    assert ls.rules_for(200) == []
+    # the file's rules, then the defaults on a metric they do not name (hung, lost)
+    assert [r.text for r in ls.rules_for(50)] == ["rate_hz >= 4", "failed == 0", "hung == 0",
+                                                  "lost == 0"]
+    assert [r.text for r in ls.rules_for(600)] == ["hung == 0", "error_ratio <= 0.2",
+                                                   "lost == 0"]
+    assert [r.text for r in ls.rules_for(200)] == ["hung == 0", "lost == 0"]
     assert ts.section("get").params["file_size"] == 10**7
 
 
@@ -99,6 +102,11 @@ def test_mixed_sides_in_rules(thresholds_dir):
     text = GOOD + '\n[ops.mixed]\nclients=[5]\n[[ops.mixed.expect]]\nrules=["readers.mb_s >= 1"]\n'
     ts = load_thresholds(thresholds_dir(text, system="dcache"))
     assert ts.section("mixed").rules_for(5)[0].metric == "readers.mb_s"
+    # a side's rule on hung replaces the default on the whole step (a writer may hang)
+    sided = text.replace('"readers.mb_s >= 1"', '"readers.mb_s >= 1", "writers.hung <= 2"')
+    mixed = load_thresholds(thresholds_dir(sided, system="dcache", name="s.toml"))
+    assert [r.text for r in mixed.section("mixed").rules_for(5)] == [
+        "readers.mb_s >= 1", "writers.hung <= 2", "lost == 0"]
     bad = text.replace("readers.mb_s", "pilots.mb_s")
     with pytest.raises(ThresholdsError, match="unknown side 'pilots'.*Sides: readers, writers"):
         load_thresholds(thresholds_dir(bad, system="dcache", name="bad.toml"))
@@ -373,8 +381,9 @@ def test_a_scaled_count_is_judged_by_the_rules_of_the_count_it_stands_for(thresh
     ls = load_thresholds(thresholds_dir(PLAN, system="dcache")).section("ls")
     small = ls.scaled(0.1)
     assert small.judged_as == {1: 5, 5: 50, 60: 600}
-    assert [r.text for r in small.rules_for(60)] == ["error_ratio <= 0.2"]  # not "<=100"
-    assert [r.text for r in small.rules_for(5)] == ["rate_hz >= 4", "hung == 0"]
+    assert [r.text for r in small.rules_for(60)] == [  # not "<=100"
+        "error_ratio <= 0.2", "hung == 0", "lost == 0"]
+    assert [r.text for r in small.rules_for(5)] == ["rate_hz >= 4", "hung == 0", "lost == 0"]
     assert small.expectations == ls.expectations
     # scaling a scaled plan still maps back to the file's counts
     smaller = small.scaled(0.5)

@@ -48,11 +48,13 @@ def test_mixing(storage_load, storage_clients):
 
 @pytest.fixture
 def run_plan(pytester):
-    def run(*, duration="0.5s", rules='["failed == 0"]', minimum="", options=(), k="stat"):
+    def run(*, duration="0.5s", rules='["failed == 0"]', minimum="", options=(), k="stat",
+            hang_timeout="30s"):
         folder = pytester.path / "thr" / "xrootd"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "t.toml").write_text(
-            PLAN.replace("DURATION", duration).replace("RULES", rules).replace("MIN", minimum))
+            PLAN.replace("DURATION", duration).replace("RULES", rules).replace("MIN", minimum)
+            .replace('hang_timeout = "30s"', f'hang_timeout = "{hang_timeout}"'))
         pytester.makepyfile(test_suite=SUITE)
         args = ["--storage-endpoint=memory://verdicts/area", "--storage-version=1.0",
                 "--storage-thresholds=thr", "--storage-results=r.json", "-k", k,
@@ -115,3 +117,21 @@ def test_a_failed_step_says_why(run_plan):
     # and the terminal summary repeats it under the table
     result.stdout.fnmatch_lines(["stat *fail", "why:", "  stat at 1 clients (fail):",
                                  f"    * x {error_class}: *"])
+
+
+@pytest.mark.parametrize("rules, verdict", [
+    ('["failed == 0"]', "fail"),  # no rule names hung: "hung == 0" judges the step
+    ('["failed == 0", "hung <= 1000"]', "pass"),  # a rule naming hung replaces it
+])
+def test_hung_and_lost_are_judged_unless_the_file_says_otherwise(run_plan, rules, verdict):
+    # the client's third request and every later one hang: the step has hung clients
+    result, [step] = run_plan(rules=rules, options=["hang_after=2"], hang_timeout="1s")
+    assert step["hung"] > 0 and step["verdict"] == verdict, step
+    checks = {check["rule"]: check["passed"] for check in step["checks"]}
+    assert checks["lost == 0"] is True  # the other default: one host, nothing lost
+    if verdict == "fail":
+        assert checks["hung == 0"] is False
+        result.stdout.fnmatch_lines(["*hung*== 0*VIOLATED*"])
+    else:
+        assert "hung == 0" not in checks and checks["hung <= 1000"] is True
+
