@@ -29,6 +29,7 @@ from pytest_storagescale.drivers.xrootd import XRootDDriver
 from pytest_storagescale.errors import StorageNotFound, StorageScaleUsageError
 from pytest_storagescale.load import clients
 from pytest_storagescale.load.engine import run_step
+from pytest_storagescale.load.executors import run_threads as clients_run_threads
 from pytest_storagescale.load.operations import Get, Stat, get_operation
 from pytest_storagescale.load.plan import StepPlan
 
@@ -269,6 +270,65 @@ def test_a_request_given_up_as_hung_is_not_measured(area, embedded_xrootd):
     finally:
         loop.close()
     assert before and all(o.error is None for o in before)
+
+
+def test_a_storm_of_fast_failures_pauses_at_the_backlog(area, embedded_xrootd):
+    """A missing file answered "not found" at once, never taken: the loop keeps at most
+    native.backlog() finished requests and then ends (as at a refusal: the client's
+    thread begins it again after a pause), so memory stays flat; one take hands them
+    all over with one error object for the repeats, and returns though it runs again."""
+    root, _ = area
+    missing = f"{root}/missing"
+    loop = _background(embedded_xrootd, root, RequestWalk("stat", (missing,)))
+    try:
+        assert loop.start()
+        assert loop.wait_idle(60)  # ended by itself: the backlog is full
+        assert loop.client.pending() == native.backlog()
+        assert loop.start()  # begun again
+        outcomes = loop.take()  # those there when called, not the new ones it makes
+        assert loop.client.pending() <= native.backlog()
+        loop.halt()
+        assert loop.wait_idle(10)
+    finally:
+        loop.close()
+    assert native.backlog() <= len(outcomes) <= 2 * native.backlog()
+    errors = {id(o.error): o.error for o in outcomes}
+    assert len(errors) == 1
+    error = next(iter(errors.values()))
+    assert type(error) is StorageNotFound and error.path == missing
+
+
+def test_a_step_whose_target_vanishes_ends_on_time(area, embedded_xrootd):
+    """The stat target removed server-side mid-step: "not found" at once, thousands a
+    second. The clients end by the step's end plus hang_timeout (on the step's own
+    clock), every failure counted, the memory flat (the take does not hold the
+    coordinator, the backlog is bounded)."""
+    root, _ = area
+    plan = _plan(embedded_xrootd, root, clients=3, duration=3.0, warmup=0.5,
+                 hang_timeout=3.0)
+    target = embedded_xrootd.directory / "data" / plan.workdir.strip("/") / "stat-target"
+    process = psutil.Process()
+    rss: list[int] = []
+
+    def progress(seen) -> None:  # the step's own progress, once a second
+        rss.append(process.memory_info().rss)
+        if seen.elapsed_s >= 1 and target.exists():
+            target.unlink()
+
+    late: list[float] = []  # how long after the step's end its clients returned
+
+    def threads(*args):
+        clock, *rest = clients_run_threads(*args)
+        late.append(time.time() - clock.end_at)
+        return clock, *rest
+
+    result = run_step(plan, executor=threads, progress=progress)
+    step = result.total
+    assert not target.exists() and step.errors.get("not_found", 0) > 0
+    assert step.succeeded > 0 and step.failed == step.errors["not_found"]
+    # the drain ends by hang_timeout; its last take is one of at most a backlog each
+    assert late[0] <= plan.hang_timeout + clients.MEASURE_TICK
+    assert max(rss) - rss[0] < 200 * 2**20  # before: 68 -> 826 MB in a minute
 
 
 def test_client_loop_option_is_checked():

@@ -464,17 +464,38 @@ class _CompiledLoop:
         return self.client.start(self.walk.first, self.walk.step, self.driver._timeout)
 
     def take(self) -> list[CompiledOutcome]:
+        """The finished requests waiting when called (those that finish meanwhile wait
+        for the next take: a loop answered faster than it is drained never holds its
+        caller); one error per failure's path and status, shared by its repeats."""
         outcomes: list[CompiledOutcome] = []
-        while True:
-            taken = self.client.take(_TAKE)
+        errors: dict[tuple[int, ...], Exception | None] = {}
+        budget = max(self.client.pending(), _TAKE)
+        while len(outcomes) < budget:
+            taken = self.client.take(min(_TAKE, budget - len(outcomes)))
             done = len(taken.finished)
             if not done:
-                return outcomes
-            ok = done - (taken.failed is not None)  # a take ends at a failure
-            outcomes.extend(map(CompiledOutcome, taken.finished[:ok], taken.latency[:ok],
-                                itertools.repeat(0, ok), itertools.repeat(None, ok)))
-            if taken.failed is not None:
-                outcomes.append(self._outcome(taken.index[-1], taken.failed, taken.message))
+                break
+            if not any(taken.code):
+                outcomes.extend(map(CompiledOutcome, taken.finished, taken.latency,
+                                    itertools.repeat(0, done), itertools.repeat(None, done)))
+                continue
+            for i in range(done):
+                if not taken.code[i]:
+                    outcomes.append(CompiledOutcome(taken.finished[i], taken.latency[i], 0,
+                                                    None))
+                    continue
+                outcome = native.Outcome(taken.finished[i], taken.latency[i], 0,
+                                         taken.code[i], taken.errno[i], taken.level[i])
+                key = (self._path_number(taken.index[i]), *outcome[3:])
+                if key not in errors:
+                    errors[key] = self._outcome(taken.index[i], outcome, taken.message).error
+                outcomes.append(CompiledOutcome(outcome.finished, outcome.latency, 0,
+                                                errors[key]))
+        return outcomes
+
+    def _path_number(self, iteration: int) -> int:
+        walk = self.walk
+        return (walk.first + iteration * walk.step) % len(walk.paths)
 
     def busy_since(self) -> float | None:
         return self.client.busy_since()
@@ -488,7 +509,7 @@ class _CompiledLoop:
     def _outcome(self, iteration: int, outcome: native.Outcome, message: str
                  ) -> CompiledOutcome:
         walk, error = self.walk, None
-        path = walk.paths[(walk.first + iteration * walk.step) % len(walk.paths)]
+        path = walk.paths[self._path_number(iteration)]
         if outcome.code:
             try:
                 self.driver._check(_Status(outcome, message), walk.kind, path)

@@ -324,7 +324,8 @@ class ClientGroup:
             if not records:
                 continue
             accumulator = self.accumulators[slot.assignment.side]
-            while records:
+            # those there now: a client appending faster never holds the coordinator
+            for _ in range(len(records)):
                 finished, latency, moved, error = records.popleft()
                 accumulator.record(int(finished - start_perf), latency, moved, error,
                                    counted=finished >= measure_perf)

@@ -65,17 +65,20 @@ class Outcome(NamedTuple):
 
 
 class Taken(NamedTuple):
-    """Finished requests of a background loop: ends, latencies, request numbers; the
-    last one's failure (None: all succeeded) and its text."""
+    """Finished requests of a background loop: ends, latencies, request numbers,
+    codes (0: success), and for the failures their errno, level and their one text
+    (the failures of one take share it)."""
 
     finished: list[float]
     latency: list[float]
     index: list[int]
-    failed: Outcome | None
+    code: list[int]
+    errno: list[int]
+    level: list[int]
     message: str
 
 
-_NOTHING = Taken([], [], [], None, "")
+_NOTHING = Taken([], [], [], [], [], [], "")
 
 
 def cache_dir() -> Path:
@@ -192,6 +195,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
                             ctypes.c_char_p, ctypes.c_int]
     lib.ss_take.restype = ctypes.c_int
     lib.ss_halt.argtypes, lib.ss_halt.restype = [ctypes.c_void_p], None
+    lib.ss_backlog.argtypes, lib.ss_backlog.restype = [], ctypes.c_int
     for name in ("ss_since_address", "ss_pending_address"):
         getattr(lib, name).argtypes = [ctypes.c_void_p]
         getattr(lib, name).restype = ctypes.c_void_p
@@ -200,6 +204,13 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.ss_wait_idle.argtypes = [ctypes.c_void_p, ctypes.c_double]
     lib.ss_wait_idle.restype = ctypes.c_int
     return lib
+
+
+def backlog() -> int:
+    """The most finished requests a background loop keeps until they are taken: a
+    loop that has this many pauses (as at a refused request), so that answers faster
+    than the engine drains them never grow the memory."""
+    return load(build_it=False).ss_backlog()
 
 
 class CompiledClient:
@@ -271,9 +282,9 @@ class CompiledClient:
         return done == 0
 
     def take(self, count: int) -> Taken:
-        """Up to ``count`` finished requests of the background loop, none after a
-        failure; copied under the lock (the coordinator and the client's thread may
-        both take)."""
+        """Up to ``count`` finished requests of the background loop, their failures
+        of one text (a failure of another text waits for the next take); copied under
+        the lock (the coordinator and the client's thread may both take)."""
         with self._guard:
             if not self._handle or not self._pending.value:
                 return _NOTHING
@@ -283,11 +294,18 @@ class CompiledClient:
                                      self._message, _MESSAGE_SIZE)
             if not done:
                 return _NOTHING
-            last = done - 1
-            failed = Outcome(self._finished[last], self._latency[last], 0, self._code[last],
-                             self._errno[last], self._level[last]) if self._code[last] else None
+            codes = self._code[:done]
+            if not any(codes):
+                return Taken(self._finished[:done], self._latency[:done], self._index[:done],
+                             codes, [], [], "")
             return Taken(self._finished[:done], self._latency[:done], self._index[:done],
-                         failed, self._message.value.decode(errors="replace") if failed else "")
+                         codes, self._errno[:done], self._level[:done],
+                         self._message.value.decode(errors="replace"))
+
+    def pending(self) -> int:
+        """How many finished requests of the background loop wait to be taken."""
+        with self._guard:
+            return self._pending.value if self._handle else 0
 
     def busy_since(self) -> float | None:
         """When the background request in flight began (perf_counter), or None."""

@@ -71,6 +71,12 @@ struct Done {
   std::string message;
 };
 
+// the most finished requests a background loop keeps until ss_take: a loop that has
+// this many pauses (ends, as at a refused request, and the engine begins it again
+// after a pause), so that answers faster than the engine drains them (a storm of fast
+// failures) never grow the memory
+constexpr size_t kBacklog = 1u << 15;
+
 struct Client : XrdCl::ResponseHandler {
   std::string server;  // root://<login>@host:port
   XrdCl::FileSystem fs;
@@ -96,8 +102,9 @@ struct Client : XrdCl::ResponseHandler {
   const std::string& path(long long i) const { return walk_path(paths, first, step, i); }
 
   // under the lock: the next request's number and start, or the end of the loop
+  // (halted, given up, or a full backlog)
   bool Prepare(long long& index) {
-    if (halted || abandoned) {
+    if (halted || abandoned || finished.size() >= kBacklog) {
       active = false;
       since.store(0.0);
       settled.notify_all();
@@ -284,8 +291,8 @@ int ss_run(void* handle, int op, long long first, long long step, int n, double 
 
 // The background loop (stat only): request i on paths[(first + i * step) % paths],
 // each issued when the last one ended, until ss_halt; every request has the deadline
-// `timeout`. A loop that ended at a refused request (one XrdCl would not send) may be
-// started again. Returns 0 (started), 1 (running, halted or given up: not started),
+// `timeout`. A loop that ended at a refused request (one XrdCl would not send) or at
+// a full backlog (kBacklog) may be started again. Returns 0 (started), 1 (running, halted or given up: not started),
 // or -1 without paths.
 int ss_start(void* handle, long long first, long long step, uint16_t timeout) {
   Client& c = *static_cast<Client*>(handle);
@@ -304,17 +311,29 @@ int ss_start(void* handle, long long first, long long step, uint16_t timeout) {
   return 0;
 }
 
-// Up to n finished requests of the background loop, oldest first, none after a failure
-// (whose text goes to `message`): end, latency, the request's number (i above), code,
-// errno, level. Returns how many.
+// Up to n finished requests of the background loop, oldest first: end, latency, the
+// request's number (i above), code, errno, level. The failures of one call share one
+// text (in `message`): a failure whose text differs from the first one's waits for the
+// next call. So a storm of the same fast failure (a target removed: "not found" at once)
+// costs one call per n requests, as successes do. Returns how many.
 int ss_take(void* handle, int n, double* finished, double* latency, long long* index,
             int* code, int* err, int* level, char* message, int message_size) {
   Client& c = *static_cast<Client*>(handle);
   if (message && message_size > 0) message[0] = '\0';
   std::lock_guard<std::mutex> held(c.lock);
   int taken = 0, size = static_cast<int>(c.finished.size());
+  const std::string* text = nullptr;  // the first failure's
   while (taken < n && taken < size) {
     const Done& d = c.finished[taken];
+    if (d.code != 0) {
+      if (text == nullptr) {
+        text = &d.message;
+        if (message && message_size > 0)
+          std::snprintf(message, static_cast<size_t>(message_size), "%s", d.message.c_str());
+      } else if (d.message != *text) {
+        break;
+      }
+    }
     finished[taken] = d.finished;
     latency[taken] = d.latency;
     index[taken] = d.index;
@@ -322,16 +341,14 @@ int ss_take(void* handle, int n, double* finished, double* latency, long long* i
     err[taken] = d.err;
     level[taken] = d.level;
     ++taken;
-    if (d.code != 0) {
-      if (message && message_size > 0)
-        std::snprintf(message, static_cast<size_t>(message_size), "%s", d.message.c_str());
-      break;
-    }
   }
   c.finished.erase(c.finished.begin(), c.finished.begin() + taken);
   c.pending.store(static_cast<int>(c.finished.size()));
   return taken;
 }
+
+// the most finished requests a background loop keeps (kBacklog)
+int ss_backlog() { return static_cast<int>(kBacklog); }
 
 // the background loop begins no further request (Ctrl-C, the step's end)
 void ss_halt(void* handle) {
