@@ -33,11 +33,17 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
 )
 from .reporting.allure_report import allure_dir, write_session_files
 from .reporting.benchmark_json import write_benchmark_json
+from .reporting.failures import shorten_storage_failure
 from .reporting.html import write_report
+from .reporting.outcomes import PLUGIN_NAME as OUTCOMES
+from .reporting.outcomes import TestOutcomes
 from .reporting.table import format_failures, format_table
-from .session import WORKER_INPUT_KEY, StorageRun, role_of
+from .session import WORKER_INPUT_KEY, Role, StorageRun, role_of
 from .stash import storage_run_key
 from .steps import client_host_lines
+
+#: a test using one of these needs the storage: the endpoint is checked before any test
+STORAGE_FIXTURES = frozenset({"storage_endpoint", "storage_load"})
 
 MARKERS = (
     "storagescale_op(section): a load test of this thresholds section ([ops.<section>]); "
@@ -80,6 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
     run.endpoint.check()
     if run.owns_results:  # a worker's reports tell the controller a step is logged
         config.pluginmanager.register(StepCollector(run), "storagescale-step-collector")
+        config.pluginmanager.register(TestOutcomes(run), OUTCOMES)  # the HTML's verdict
 
 
 def with_suite_embedded(settings: Settings, config: pytest.Config) -> Settings:
@@ -120,6 +127,13 @@ class StepCollector:
             (name, value) for name, value in report.user_properties if name != STEP_PROPERTY
         ]
         self.run.ledger.sync()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A test the storage's answer failed: one paragraph instead of a traceback."""
+    outcome = yield
+    shorten_storage_failure(item, call, outcome.get_result())
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -201,15 +215,28 @@ def _baseline_warnings(run: StorageRun) -> list[str]:
     return [f"storagescale: {warning}" for warning in sorted(w for w in warnings if w)]
 
 
-def pytest_collection_modifyitems(config: pytest.Config) -> None:
-    """Usage problems found while collecting, and a baseline of the wrong shape,
-    stop the session before any load runs."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Usage problems found while collecting, a baseline of the wrong shape, and an
+    endpoint the tests cannot use stop the session before any load runs."""
     run = config.stash[storage_run_key]
     if run.collection_errors:
         raise StorageScaleUsageError(run.collection_errors[0])
     _ = run.baseline  # read and checked now
     if run.owns_results:
-        run.ledger.results.check_writable()
+        run.check_outputs()  # results, report, benchmark JSON
+    if run.role is Role.SINGLE and not config.option.collectonly and any(
+            STORAGE_FIXTURES & set(getattr(item, "fixturenames", ())) for item in items):
+        run.check_endpoint()  # once, here (the xdist controller: at session start)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The xdist controller checks a given endpoint before it starts the workers
+    (xdist's own session start comes last): a usage error, once, exit code 4."""
+    run = session.config.stash.get(storage_run_key, None)
+    if run is not None and run.role is Role.CONTROLLER and run.settings.endpoint and (
+            not session.config.option.collectonly):
+        run.check_endpoint()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -223,10 +250,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             # step ended) are still in the session's shared step log
             run.ledger.sync()
         ledger = run.ledger
+        report = run.settings.report_path()
+        if run.owns_results and report is not None:  # every test's outcome, steps or not
+            outcomes = session.config.pluginmanager.get_plugin(OUTCOMES)
+            run.report_page = write_report(report, ledger.run, ledger.steps,
+                                           outcomes.summary(session.exitstatus))
         if run.owns_results and ledger.steps:
-            report = run.settings.report_path()
-            if report is not None:
-                run.report_page = write_report(report, ledger.run, ledger.steps)
             benchmark_json = run.settings.benchmark_json_path()
             if benchmark_json is not None:
                 write_benchmark_json(benchmark_json, ledger.run, ledger.steps)

@@ -31,6 +31,7 @@ from pytest_storagescale.reporting import plots
 from pytest_storagescale.reporting.allure_report import CATEGORIES, write_session_files
 from pytest_storagescale.reporting.benchmark_json import benchmark_document, write_benchmark_json
 from pytest_storagescale.reporting.html import table_csv, table_html, write_report
+from pytest_storagescale.reporting.outcomes import RunSummary, TestOutcome
 from pytest_storagescale.reporting.progress import LiveProgress
 from pytest_storagescale.reporting.results import ResultsFile
 from pytest_storagescale.reporting.table import format_table, format_violations
@@ -143,10 +144,20 @@ def test_csv_and_html():
 def test_report_page(tmp_path):
     steps = [record(clients=5), record(clients=50), mixed(),
              record("get", 3, sides={}, verdict=Verdict.ERROR)]
-    page = write_report(tmp_path / "report", RUN, steps).read_text()
+    summary = RunSummary("FAILED", 1, {"failed": 1, "passed": 1}, [
+        TestOutcome("t.py::test_put", "functional", "failed", "StorageError: <refused>"),
+        TestOutcome("t.py::test_stat[c5]", "load", "passed")], "run-1", RUN.started, "e")
+    page = write_report(tmp_path / "report", RUN, steps, summary).read_text()
     # one scan (stat: the labelled and the unmeasured steps are no scan), 3 measured x 2
     assert page.count("data:image/png;base64,") == 1 + 3 * 2
-    assert "<h1>xrootd 5.6.1</h1>" in page and "scan stat" in page
+    assert "scan stat" in page
+    # the verdict first, then the run's facts, the tests (causes escaped), the steps
+    body = page[page.index("<body>"):]
+    assert body.index("<h1 class='verdict failed'>FAILED</h1>") < body.index("<h2>Tests")
+    assert "1 failed, 1 passed (pytest exit status 1)" in page
+    for fact in ("xrootd 5.6.1 (probed)", "run-1", "2023-11-14 22:13:20 UTC", "plan scale"):
+        assert fact in body[:body.index("<h2>Tests")], fact
+    assert body.index("StorageError: &lt;refused&gt;") < body.index("<h2>Load steps")
     assert (tmp_path / "report" / "table.csv").read_text().count("\n") == 1 + 5
 
 

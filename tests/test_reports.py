@@ -3,9 +3,11 @@ self-contained --storage-report page, live progress."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -22,13 +24,31 @@ REPO = Path(__file__).resolve().parent.parent
 ALLURE = REPO / ".tools" / "node_modules" / ".bin" / "allure"
 
 
-def _run_suite(pytester, *extra):
+def _run_suite(pytester, *extra, select="stat_scan or ls_scan"):
     # the shipped plan without its speed floors: these tests are about the reports
     return pytester.runpytest_subprocess(
         str(REPO / "suites" / "xrootd"), f"--storage-thresholds={mechanism_plan(pytester.path)}",
         "--storage-clients=2,3", "--storage-duration=0.5s", "-p", "no:cacheprovider",
-        "-k", "stat_scan or ls_scan", *extra,
+        "-k", select, *extra,
     )
+
+
+@contextlib.contextmanager
+def _chromium():
+    """A headless Chromium (selenium), quit at the end."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--window-size=1400,1800"):
+        options.add_argument(argument)
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    browser = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    try:
+        yield browser
+    finally:
+        browser.quit()
 
 
 def _results(directory: Path) -> dict[str, dict]:
@@ -94,29 +114,21 @@ def test_allure_html_report_shows_the_scan_plot_in_a_browser(pytester, tmp_path)
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(report))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    options = webdriver.ChromeOptions()
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu",
-                     "--window-size=1400,1800"):
-        options.add_argument(argument)
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    browser = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
     try:
-        browser.get(f"http://127.0.0.1:{server.server_address[1]}/#testresult/{case['uid']}")
-        wait = WebDriverWait(browser, 30)
-        wait.until(lambda b: b.find_elements(By.XPATH, "//*[contains(text(), 'scan: stat')]"))[
-            0].click()
-        image = wait.until(lambda b: [i for i in b.find_elements(By.TAG_NAME, "img")
-                                      if scan["source"] in (i.get_attribute("src") or "")])[0]
-        wait.until(lambda b: b.execute_script("return arguments[0].naturalWidth", image) > 0)
-        assert browser.execute_script("return arguments[0].naturalWidth", image) > 300
-        browser.save_screenshot(str(tmp_path / "allure-step.png"))
+        with _chromium() as browser:
+            browser.get(f"http://127.0.0.1:{server.server_address[1]}/#testresult/{case['uid']}")
+            wait = WebDriverWait(browser, 30)
+            wait.until(lambda b: b.find_elements(By.XPATH, "//*[contains(text(), 'scan: stat')]"))[
+                0].click()
+            image = wait.until(lambda b: [i for i in b.find_elements(By.TAG_NAME, "img")
+                                          if scan["source"] in (i.get_attribute("src") or "")])[0]
+            wait.until(lambda b: b.execute_script("return arguments[0].naturalWidth", image) > 0)
+            assert browser.execute_script("return arguments[0].naturalWidth", image) > 300
+            browser.save_screenshot(str(tmp_path / "allure-step.png"))
     finally:
-        browser.quit()
         server.shutdown()
 
 
@@ -130,6 +142,52 @@ def test_storage_report_page(pytester):
     assert "<td>stat</td>" in page and "scan stat" in page
     csv = (pytester.path / "report" / "table.csv").read_text().splitlines()
     assert csv[0].startswith("op,clients,succeeded,rate") and len(csv) == 5
+
+
+#: a functional test beside the load steps, failing on the storage's answer
+_MISSING_FILE_TEST = """
+def test_written_file_is_there(storage_client, storage_test_dir):
+    storage_client.stat(f"{storage_test_dir}/never-written.dat")
+"""
+
+
+@pytest.mark.integration
+def test_storage_report_states_the_run_verdict_first(pytester, tmp_path):
+    """Load steps that pass and one functional test that fails (under xdist: the
+    controller writes the page from the workers' reports): the page says FAILED first,
+    as the exit status does, and lists the failure first with its cause, no traceback."""
+    pytester.makepyfile(test_functional=_MISSING_FILE_TEST)
+    result = _run_suite(pytester, "test_functional.py", "--storage-report=report", "-n", "2",
+                        select="stat_scan or written_file")
+    result.assert_outcomes(passed=2, failed=1)
+    assert result.ret == 1
+    page = pytester.path / "report" / "index.html"
+    text = page.read_text()
+    assert "Traceback" not in text and "def test_written_file_is_there" not in text
+    assert "storage_client.stat(" not in text  # the cause, not the failing source line
+    from selenium.webdriver.common.by import By
+
+    with _chromium() as browser:
+        browser.get(page.as_uri())
+        headings = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "h1, h2")]
+        assert headings[:3] == ["FAILED", "Tests", "Load steps"], headings
+        assert "1 failed, 2 passed (pytest exit status 1)" in browser.find_element(
+            By.CLASS_NAME, "counts").text
+        facts = browser.find_element(By.CLASS_NAME, "facts").text
+        assert re.search(r"storage xrootd 5\.\S+ \(", facts), facts
+        assert re.search(r"run id storagescale-run-\S+", facts), facts
+        assert re.search(r"started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", facts), facts
+        rows = [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+                for row in browser.find_elements(By.CSS_SELECTOR, "table.tests tr")[1:]]
+    assert [row[:2] for row in rows] == [["failed", "functional"], ["passed", "load"],
+                                         ["passed", "load"]], rows
+    assert rows[0][2].endswith("::test_written_file_is_there"), rows[0][2]
+    assert sorted(row[2].rpartition("::")[2] for row in rows[1:]) == [
+        "test_stat_scan[c2]", "test_stat_scan[c3]"]
+    # the storage's answer (whatever the wording around it), one paragraph
+    cause = rows[0][3]
+    assert "never-written.dat" in cause and "no such file" in cause.lower(), cause
+    assert len(cause.splitlines()) <= 3 and rows[1][3] == rows[2][3] == "", cause
 
 
 class _Terminal:
