@@ -65,6 +65,38 @@ def no_checksum_xrootd():
         yield server
 
 
+def test_a_functional_test_the_storage_fails_reads_as_one_paragraph(pytester, monkeypatch,
+                                                                     no_checksum_xrootd):
+    """A functional test that calls the driver itself (as suites/dcache's do): driver,
+    endpoint, operation, path, native status and the test's line, no traceback through
+    the plugin; a refused checksum hints at xrootd.chksum, another failure at nothing."""
+    monkeypatch.setenv("COLUMNS", "400")  # the short summary's line is not cut
+    pytester.makepyfile(test_functional="""
+        def test_put_checksum(storage_client, storage_test_dir):
+            storage_client.put(f"{storage_test_dir}/f", b"data")
+            assert storage_client.checksum(f"{storage_test_dir}/f", "adler32")
+
+        def test_stat_missing(storage_client, storage_test_dir):
+            storage_client.stat(f"{storage_test_dir}/nothing-here")
+    """)
+    result = pytester.runpytest_subprocess(
+        f"--storage-endpoint={no_checksum_xrootd.url}", "--storage-version=5.5.3",
+        "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "E   xrootd driver, endpoint root://127.0.0.1:*: checksum /storagescale/*/f: the "
+        "storage answered an error (xrootd_errno_3013): *[[]status=* errno=3013[]] (asked "
+        "at test_functional.py:3). Hint: an xrootd computes checksums only with "
+        "'xrootd.chksum adler32' in its configuration*",
+        "E   xrootd driver, endpoint root://127.0.0.1:*: stat /storagescale/*/nothing-here: "
+        "the storage answered an error (not_found): * (asked at test_functional.py:6).",
+        "FAILED test_functional.py::test_put_checksum - StorageError: xrootd driver, *",
+    ])
+    out = result.stdout.str()
+    assert "Traceback" not in out and "drivers/xrootd.py" not in out and "def _check" not in out
+    assert out.count("Hint:") == 1  # a missing file is not the checksum's fault
+
+
 def test_a_server_without_checksum_plugin_is_caught(pytester, tmp_path, no_checksum_xrootd):
     """--storage-endpoint plus a named door: both fail the checksum checks with the
     door, the operation, the path, the storage's answer and what was expected."""
@@ -91,6 +123,8 @@ def test_a_server_without_checksum_plugin_is_caught(pytester, tmp_path, no_check
                              r"error: (.*); expected success\.", out)
     assert root_failure, out[-3000:]
     assert "xrootd checksum" in root_failure.group(1)
+    assert "(hint: an xrootd computes checksums only with 'xrootd.chksum adler32'" \
+        in root_failure.group(1)
     # the HTTP door: the server refuses the digest the upload asks for (XrdHttp: 405)
     assert re.search(r"web door \(davs://127\.0\.0\.1:\d+/storagescale\): (put|checksum "
                      r"adler32) \S+/file\.dat: the storage answered an error: .+; expected "

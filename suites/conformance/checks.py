@@ -38,6 +38,7 @@ from pytest_storagescale.errors import (
     StorageScaleWarning,
     StorageTimeout,
 )
+from pytest_storagescale.reporting.failures import checksum_hint
 from pytest_storagescale.shipped import shipped_thresholds
 from pytest_storagescale.stash import storage_run_key
 from pytest_storagescale.thresholds import ThresholdSet, select_thresholds
@@ -71,7 +72,8 @@ def call(door: Door, operation: str, path: str, function: Callable[..., Any], *a
     except StorageTimeout as exc:
         did = f"gave no answer within the deadline: {exc}"
     except StorageError as exc:
-        did = f"answered an error: {exc}"
+        hint = checksum_hint(exc)  # a missing xrootd.chksum, most often
+        did = f"answered an error: {exc}" + (f" (hint: {hint})" if hint else "")
     fail(door, operation, path, did, "success")
 
 
