@@ -18,6 +18,7 @@ hand: :func:`~pytest_storagescale.drivers.registry.driver_spec` makes a
 from __future__ import annotations
 
 import abc
+import json
 import os
 import threading
 import time
@@ -32,6 +33,7 @@ from ..errors import (
     StorageUnreachable,
     UnsafePathError,
 )
+from ..redact import register_driver_options, register_url
 
 #: the owner file at the top of every run directory; its time on the storage is the
 #: run's start, below which :meth:`Driver.remove_tree` deletes no file
@@ -40,6 +42,49 @@ OWNER_FILE = ".storagescale-owner.json"
 #: times in whole seconds, or in 2 s steps on some file systems)
 MTIME_SLACK = 2.0
 _NOT_ASKED = object()
+#: how :class:`CreatedPaths` knows an entry: a directory it may list and empty, a file it
+#: may delete, or a leaf (a file, or a directory removed with ``rmdir`` only, never listed)
+CREATED_KINDS = ("dir", "file", "leaf")
+
+
+class CreatedPaths:
+    """What a run made below ``root``: the only entries its clean-up removes.
+
+    Exact paths are recorded by a driver whose :attr:`Driver.created` is set (every
+    ``mkdir``, ``put``, ``write`` and ``rename`` target, with the size written); what
+    many load clients write is recognised by ``generated(parts)``: the kind (one of
+    :data:`CREATED_KINDS`) of the path whose parts below ``root`` are ``parts``, or None
+    when no operation makes such a name. ``owner``: the owner file, removed last."""
+
+    def __init__(self, root: str, generated=None, *, owner: str | None = None) -> None:
+        self.root = root.rstrip("/")
+        self.generated = generated
+        self.owner = owner
+        self._kinds: dict[str, str] = {}
+        self.sizes: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def add(self, path: str, kind: str, size: int | None = None) -> None:
+        with self._lock:
+            self._kinds[path.rstrip("/")] = kind
+            if size is not None:
+                self.sizes[path.rstrip("/")] = size
+
+    def forget(self, path: str) -> None:
+        with self._lock:
+            self._kinds.pop(path.rstrip("/"), None)
+            self.sizes.pop(path.rstrip("/"), None)
+
+    def kind(self, path: str) -> str | None:
+        """``dir``, ``file``, ``leaf``, or None: not made by this run."""
+        path = path.rstrip("/")
+        if path == self.root:
+            return "dir"
+        if path in self._kinds:
+            return self._kinds[path]
+        if not path.startswith(self.root + "/") or self.generated is None:
+            return None
+        return self.generated(tuple(path[len(self.root) + 1:].split("/")))
 
 
 class StatInfo(NamedTuple):
@@ -132,6 +177,14 @@ class Driver(abc.ABC):
     secret_options: ClassVar[tuple[str, ...]] = ()
     #: open files (connections, sockets) one client holds: checked against ulimit -n
     files_per_client: ClassVar[int] = 2
+    #: its requests go through a compiled client library, which a malformed answer may
+    #: crash with its process: the session's first contact with an endpoint then runs
+    #: in a short-lived child process (endpoints/version.first_contact)
+    native_library: ClassVar[bool] = True
+    #: the ``auto`` executor runs its load clients in spawned processes, never in
+    #: pytest's own (load/executors.isolates_clients): a crash of its library mid-step
+    #: costs that step, not the session (xrootd, gfal2)
+    isolate_clients: ClassVar[bool] = False
     #: the most load clients one process should run (0: no limit); above it the
     #: ``auto`` and ``processes`` executors shard the clients over more processes
     clients_per_process: ClassVar[int] = 0
@@ -153,8 +206,14 @@ class Driver(abc.ABC):
         #: mutating operations are refused outside this path (None: refuse all)
         self.writable_root = writable_root
         self.options: Mapping[str, str] = options or {}
+        # in every process and on every host that builds a driver: its errors and
+        # step records never quote these credentials
+        register_url(endpoint.url)
+        register_driver_options(self.options, self.secret_options)
         self._run_started: object = _NOT_ASKED
         self._run_started_lock = threading.Lock()
+        #: where the paths this client makes are recorded (None: nowhere)
+        self.created: CreatedPaths | None = None
         for option, variable in self.option_environment.items():
             if self.options.get(option):
                 # the client libraries read credentials and CA paths from the
@@ -260,11 +319,18 @@ class Driver(abc.ABC):
             self._mkdir(path)
         else:
             self._mkdir_exclusive(path)
+        self._made(path, "dir")
+
+    def _made(self, path: str, kind: str, size: int | None = None) -> None:
+        if self.created is not None:
+            self.created.add(path, kind, size)
 
     def put(self, path: str, data: bytes) -> int:
         """Write ``data`` as the whole content of ``path`` (create or overwrite)."""
         self._guard("put", path)
-        return self._put(path, data)
+        written = self._put(path, data)
+        self._made(path, "file", len(data))
+        return written
 
     def write_sequential(self, path: str, data: bytes, block_size: int, sync: str) -> int:
         """Write ``data`` in ``block_size`` blocks with ``sync`` (``none``, ``dsync``,
@@ -290,6 +356,11 @@ class Driver(abc.ABC):
         self._guard("rename", source)
         self._guard("rename", target)
         self._rename(source, target)
+        if self.created is not None:
+            kind, size = self.created.kind(source), self.created.sizes.get(source)
+            self.created.forget(source)
+            if kind is not None:
+                self.created.add(target, kind, size)
 
     def remove_tree(self, path: str, *, not_before: float | None = None) -> int:
         """Delete ``path`` and everything below it; return entries removed.
@@ -311,17 +382,29 @@ class Driver(abc.ABC):
         return self._remove_entry(path, not_before)
 
     def run_started(self) -> float | None:
-        """When this run began on the storage's clock: the time of the owner file at
-        the top of ``writable_root`` (None: there is none, or the driver cannot tell
-        times). Asked once per driver, before its first delete."""
+        """When this run began on the storage's clock: the owner file's time as the
+        storage reported it when the file was first written (``storage_started`` in
+        it; the heartbeat rewrites the file), else the file's time (None: there is
+        none, or the driver cannot tell times). Asked once per driver, before its
+        first delete."""
         with self._run_started_lock:
             if self._run_started is _NOT_ASKED:
-                owner = f"{(self.writable_root or '').rstrip('/')}/{OWNER_FILE}"
-                try:
-                    self._run_started = self._stat(owner).modified if self.writable_root else None
-                except StorageNotFound:
-                    self._run_started = None
+                self._run_started = self._owner_started() if self.writable_root else None
             return self._run_started  # type: ignore[return-value]
+
+    def _owner_started(self) -> float | None:
+        owner = f"{(self.writable_root or '').rstrip('/')}/{OWNER_FILE}"
+        try:
+            record = json.loads(self._read(owner, 0, 64 * 1024))
+            if isinstance(record, dict) and isinstance(record.get("storage_started"),
+                                                       (int, float)):
+                return float(record["storage_started"])
+        except (StorageError, ValueError):
+            pass
+        try:
+            return self._stat(owner).modified
+        except StorageNotFound:
+            return None
 
     def _remove_entry(self, path: str, not_before: float | None) -> int:
         self._guard("delete", path)

@@ -32,14 +32,16 @@ engine's own requests). Here: probe, prepare, run, clean up.
 from __future__ import annotations
 
 import posixpath
+import re
+import threading
 import time
 from collections.abc import Callable
 
-from ..drivers.base import Driver
+from ..drivers.base import MTIME_SLACK, CreatedPaths, Driver
 from ..drivers.registry import start_early_drivers
 from ..errors import StorageError, StorageNotFound
 from .clients import LoadInterrupted
-from .executors import EXECUTORS, Accumulators, Executor
+from .executors import EXECUTORS, Accumulators, ClientsCrashed, Executor
 from .plan import StepClock, StepPlan, StepProgress
 from .stats import ClientUsage, SideAccumulator, SideResult, StepResult
 from .watch import DeadlineExceeded, RequestWatch, parallel_map, run_bounded
@@ -119,6 +121,8 @@ def _run(plan: StepPlan, execute, keep_workdir: bool,
     # client process of the processes executor runs one step: it needs none of this)
     start_early_drivers()
     coordinator = plan.driver.connect("coordinator", timeout=plan.client_timeout)
+    # what the set-up makes is recorded; the clients' files are known by their names
+    coordinator.created = CreatedPaths(plan.workdir, step_generated)
     watch = RequestWatch(coordinator)
     try:
         probe(watch, plan, "before the step's set-up")
@@ -129,18 +133,23 @@ def _run(plan: StepPlan, execute, keep_workdir: bool,
         plan.driver.driver_class.before_load(plan.driver.options)  # e.g. a build, untimed
         interrupted: LoadInterrupted | None = None
         usage: ClientUsage | None = None
+        crashed: ClientsCrashed | None = None
         try:
             clock, accumulators, *measured = execute(plan, context, progress)
             usage = measured[0] if measured else None
         except LoadInterrupted as exc:
             interrupted = exc
             clock, accumulators, usage = exc.clock, exc.accumulators, exc.usage
+        except ClientsCrashed as exc:  # the step's error, once its directory is removed
+            crashed, accumulators = exc, {}
         finally:
             operation.cleanup(context)
         hung = interrupted is None and any(a.hung for a in accumulators.values())
         cleanup_error = None if keep_workdir else _clean(watch, plan, hung)
     finally:
         coordinator.close()
+    if crashed is not None:
+        raise crashed
     result = _result(plan, clock, accumulators, cleanup_error, interrupted is not None)
     result.client = usage
     if interrupted is not None:
@@ -155,7 +164,8 @@ def _clean(watch: RequestWatch, plan: StepPlan, hung: bool) -> str | None:
     try:
         if hung:
             probe(watch, plan, "after the step's clients hung")
-        return run_bounded(lambda: cleanup_tree(watch.driver, plan.workdir), watch,
+        return run_bounded(lambda: cleanup_tree(watch.driver, plan.workdir,
+                                                created=watch.driver.created), watch,
                            service_deadline(plan), "clean-up")
     except DeadlineExceeded as exc:
         return f"{exc} (the run directory is removed at the end of the session)"
@@ -179,17 +189,23 @@ def _result(plan: StepPlan, clock: StepClock, accumulators: Accumulators,
 
 
 def cleanup_tree(driver: Driver, path: str, *, parallel: int = 16,
-                 not_before: float | None = None) -> str | None:
+                 not_before: float | None = None,
+                 created: CreatedPaths | None = None) -> str | None:
     """Remove a step's directory; the driver's guard keeps this inside the test area.
 
     The entries are removed by ``parallel`` requests in flight (a put scan leaves
     tens of thousands of files), in daemon threads: a request the library never
     ends cannot hold up the exit. Returns the error text when the storage refused,
     reported with the step. No file older than ``not_before`` (by default the run's
-    start, :meth:`~pytest_storagescale.drivers.base.Driver.run_started`) is deleted."""
+    start, :meth:`~pytest_storagescale.drivers.base.Driver.run_started`) is deleted.
+
+    With ``created`` (what the run made: :func:`remove_created`) only those entries
+    are removed; without, the whole tree as :meth:`Driver.remove_tree` does."""
     try:
         if not_before is None:  # asked before the walk deletes the owner file
             not_before = driver.run_started()
+        if created is not None:
+            return remove_created(driver, created, not_before, parallel)
         entries = [f"{path.rstrip('/')}/{name}" for name in driver.ls(path)]
         parallel_map(lambda entry: driver.remove_tree(entry, not_before=not_before),
                      entries, parallel, "cleanup")
@@ -199,3 +215,139 @@ def cleanup_tree(driver: Driver, path: str, *, parallel: int = 16,
     except StorageError as exc:
         return str(exc)
     return None
+
+
+# -- removing only what the run made -------------------------------------------------
+#: a step's directory in the run directory: ``<section>-c<clients>-<worker>-<n>``
+STEP_DIRECTORY = re.compile(r"[A-Za-z_][\w-]*-c\d+-[\w.]+-\d{3,}")
+#: what the built-in operations name what they make in a step's directory (from the
+#: client and sequence numbers, or fixed): the kinds of :class:`CreatedPaths`
+GENERATED_NAMES = (
+    ("leaf", re.compile(r"c\d{5}-\d{7}")),  # put, delete, write: files; mkdir: directories
+    ("file", re.compile(r"stat-target|read-target|file-\d{5}|entry-\d{5}")),
+    ("dir", re.compile(r"ls-dir")),
+)
+
+
+def _side_names() -> frozenset[str]:
+    from .operations import get_operation, operation_names
+
+    return frozenset(side for name in operation_names() for side in get_operation(name).sides)
+
+
+def step_generated(parts: tuple[str, ...]) -> str | None:
+    """The kind of ``parts`` below a step's directory, as the operations name them: a
+    side's directory (``readers``...), ``ls-dir``, and the names of
+    :data:`GENERATED_NAMES` in them."""
+    *parents, name = parts
+    sides = _side_names()
+    chain = parents[1:] if parents and parents[0] in sides else parents
+    if chain not in ([], ["ls-dir"]):
+        return None
+    if not parents and name in sides:
+        return "dir"
+    return next((kind for kind, pattern in GENERATED_NAMES if pattern.fullmatch(name)), None)
+
+
+def run_generated(parts: tuple[str, ...]) -> str | None:
+    """The kind of ``parts`` below a run directory: step directories and their content."""
+    if not STEP_DIRECTORY.fullmatch(parts[0]):
+        return None
+    return "dir" if len(parts) == 1 else step_generated(parts[1:])
+
+
+class _Removal:
+    """One removal of what a run made: what was removed, and what was left, and why."""
+
+    def __init__(self, driver: Driver, created: CreatedPaths, not_before: float | None,
+                 parallel: int) -> None:
+        self.driver, self.created, self.not_before = driver, created, not_before
+        self.parallel = parallel
+        self.left: list[str] = []
+        self._lock = threading.Lock()
+
+    def leave(self, path: str, why: str) -> None:
+        with self._lock:
+            self.left.append(f"{path} ({why})")
+
+    def directory(self, path: str) -> bool:
+        """Remove what the run made in ``path``, then ``path`` (rmdir); False when
+        something was left in it."""
+        before = len(self.left)
+        entries = []
+        for name in self.driver.ls(path):
+            child = f"{path.rstrip('/')}/{name}"
+            if name in (".", "..") or "/" in name or not name:
+                self.leave(child, "not a name inside the directory: refused")
+            elif child == self.created.owner:
+                continue  # removed last, once nothing else is left
+            elif (kind := self.created.kind(child)) is None:
+                self.leave(child, "not made by this run")
+            else:
+                entries.append((child, kind))
+        parallel_map(lambda entry: self.entry(*entry), entries, self.parallel, "cleanup")
+        if len(self.left) > before:
+            return False
+        if self.created.owner and posixpath.dirname(self.created.owner) == path.rstrip("/"):
+            self.driver.delete(self.created.owner)
+        self.driver.rmdir(path)
+        return True
+
+    def entry(self, path: str, kind: str) -> None:
+        try:
+            info = self.driver.stat(path)
+        except StorageNotFound:
+            return
+        if kind == "dir":
+            if not info.is_dir:
+                self.leave(path, "made as a directory, now a file: not deleted")
+            else:
+                self.directory(path)
+        elif info.is_dir:
+            self._leaf_directory(path, kind)
+        else:
+            self._file(path, info)
+
+    def _leaf_directory(self, path: str, kind: str) -> None:
+        if kind == "file":
+            self.leave(path, "written as a file, now a directory: not entered")
+            return
+        try:
+            self.driver.rmdir(path)  # never listed: rmdir only
+        except StorageNotFound:
+            pass
+        except StorageError as exc:
+            self.leave(path, f"a directory the run did not fill, not empty: not entered "
+                             f"({exc.message})")
+
+    def _file(self, path: str, info) -> None:
+        size = self.created.sizes.get(path)
+        if size is not None and info.size != size:
+            self.leave(path, f"{info.size} bytes where this run wrote {size}: not deleted")
+        elif (self.not_before is not None and info.modified is not None
+              and info.modified < self.not_before - MTIME_SLACK):
+            self.leave(path, "older than this run, possibly a link to a file outside the "
+                             "test area: not deleted")
+        else:
+            self.driver.delete(path)
+
+
+def remove_created(driver: Driver, created: CreatedPaths, not_before: float | None,
+                   parallel: int = 16) -> str | None:
+    """Remove what the run made below ``created.root``, bottom-up: a directory it made
+    is listed and emptied of the entries it made (names recorded, or generated by
+    its operations), then removed with ``rmdir``; a file it wrote is deleted when its
+    size is the size written and it is not older than ``not_before``. Anything else
+    is left and named (the text returned; None: all removed)."""
+    removal = _Removal(driver, created, not_before, parallel)
+    try:
+        removal.directory(created.root)
+    except StorageNotFound:
+        pass
+    if not removal.left:
+        return None
+    shown = "; ".join(removal.left[:10]) + (
+        f"; and {len(removal.left) - 10} more" if len(removal.left) > 10 else "")
+    return (f"{created.root} not removed: it holds {len(removal.left)} entr"
+            f"{'y' if len(removal.left) == 1 else 'ies'} this run did not make or cannot "
+            f"recognise, left untouched: {shown}. Check and remove them by hand")

@@ -2,71 +2,57 @@
 
 The test area (the endpoint's path) must exist; only the run directory is made in it,
 exclusively (a path that already exists, a link included, is never adopted, so never
-emptied), and marked at once with an owner file (host, pid, user, start). At the
-first use the test area is read for run directories of killed runs (an owner file
-whose process is gone, or older than :data:`STALE_AFTER`): they are named in the
-summary, and removed with ``--storage-clean-stale``. At the end the run directory is
-removed through a driver whose guard keeps every delete inside it and which never
-deletes through a link, nor a file older than the owner file (on the storage's clock):
-a server that follows a link to a file would delete its target with it."""
+emptied), and marked at once with an owner record (:mod:`.owner`: host, pid, user,
+start, a heartbeat renewed every few minutes, and an HMAC only this user can make).
+A directory that cannot be marked is removed again at once (``rmdir``), or named.
+
+At the first use the test area is read for run directories of killed runs: one whose
+record proves it is this user's and whose run is over (its process gone on this
+host, its heartbeat old on another) is named in the summary and removed with
+``--storage-clean-stale``; one whose record proves nothing is someone else's, and one
+without a record is unmarked: both are named and never touched.
+
+Clean-up (a step's directory, this run's directory at the end, a stale one) removes
+only what the run made (:func:`~pytest_storagescale.load.engine.remove_created`): the
+directories it made, the files it wrote or its operations' generated names, with
+the size written and not older than the run on the storage's clock, bottom-up,
+directories with ``rmdir``; a directory is entered only after its owner record was
+checked (a run directory swapped for a link is not this run's). Anything else is
+left and named; a clean-up error or Ctrl-C is said in the summary, never raised."""
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import shutil
 import socket
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..drivers.base import OWNER_FILE
+from ..drivers.base import OWNER_FILE, CreatedPaths
 from ..endpoints.url import HTTP_SCHEMES, XROOTD_SCHEMES
 from ..errors import EndpointError, StorageError, StorageNotFound
+from . import owner as records
 from .endpoint import EndpointUnderTest
+from .owner import owner_record, pid_alive, signed, stale_reason, verified
+
+__all__ = ["RunArea", "StaleRun", "create_command", "owner_record", "pid_alive",
+           "read_owner", "stale_reason"]
 
 #: deadline of the set-up and clean-up requests when no hang timeout is set
 SERVICE_TIMEOUT = 30.0
 #: every run directory's name starts so
 RUN_PREFIX = "storagescale-run-"
-#: a run directory whose process cannot be checked (another host) is stale after this
-STALE_AFTER = 3 * 24 * 3600.0
+#: a run directory without an owner record is named (never removed) after this age
+UNMARKED_AFTER = 24 * 3600.0
 #: the largest owner file read
 _OWNER_MAX_BYTES = 64 * 1024
-
-
-def owner_record(run_id: str, pid: int, started: float) -> dict:
-    """What the owner file says."""
-    return {"plugin": "pytest-storagescale", "run_id": run_id, "host": socket.gethostname(),
-            "pid": pid, "user": getpass.getuser(), "started": started}
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
-
-
-def stale_reason(owner: dict, now: float) -> str | None:
-    """Why the run that wrote ``owner`` is over (None: it may still run)."""
-    try:
-        pid, started, host = int(owner["pid"]), float(owner["started"]), str(owner["host"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    if host == socket.gethostname() and not pid_alive(pid):
-        return f"pid {pid} on this host is gone"
-    if now - started > STALE_AFTER:
-        return f"started {(now - started) / 86400:.0f} days ago on {host}"
-    return None
 
 
 def create_command(endpoint) -> str:
@@ -83,14 +69,21 @@ def create_command(endpoint) -> str:
 
 @dataclass(frozen=True)
 class StaleRun:
-    """A run directory left by a killed run."""
+    """A run directory of the test area that is not this run's: left by a killed run
+    of this user (``owner``: its verified record, removable), or someone else's or
+    unmarked (``owner`` None: named, never touched)."""
 
     path: str
     reason: str
+    owner: dict | None = None
 
     @property
     def name(self) -> str:
         return self.path.rsplit("/", 1)[-1]
+
+    @property
+    def removable(self) -> bool:
+        return self.owner is not None
 
 
 class RunArea:
@@ -112,10 +105,17 @@ class RunArea:
         self._unusable: str | None = None
         #: the summary line about stale run directories (None: none found)
         self.stale_note: str | None = None
+        #: this run's owner record (signed), once the directory is made or first used
+        self.record: dict | None = None
+        self._heartbeat: threading.Event | None = None
 
     @property
     def path(self) -> str:
         return f"{self.endpoint.url.path.rstrip('/')}/{self.run_id}"
+
+    @property
+    def owner_path(self) -> str:
+        return f"{self.path}/{OWNER_FILE}"
 
     @property
     def timeout(self) -> float:
@@ -134,6 +134,7 @@ class RunArea:
             with self._lock():
                 if not self.marker.exists():
                     self._create()
+            self._start_heartbeat()
         self._ready = True
         return self.path
 
@@ -143,21 +144,85 @@ class RunArea:
             self._require_test_area(driver)
             self._refuse_existing(driver)
             driver.mkdir(self.path, parents=False)  # exclusive: an existing path fails
-            record = owner_record(self.run_id, self.owner_pid, self.started)
-            driver.put(f"{self.path}/{OWNER_FILE}", json.dumps(record).encode())
+            self._mark(driver)
             stale = self._find_stale(driver)
         except StorageError as exc:
-            self._unusable = self.endpoint.unusable(exc)
+            self._unusable = self._unusable or self.endpoint.unusable(exc)
             raise EndpointError(self._unusable) from None
         finally:
             driver.close()
         self.marker.parent.mkdir(parents=True, exist_ok=True)
-        (self.marker.parent / OWNER_FILE).write_text(json.dumps(record))
+        (self.marker.parent / OWNER_FILE).write_text(json.dumps(self.record))
         self.marker.touch()
         removed_local = remove_stale_local_folders(self.marker.parent)
         note = self._stale_text(stale, removed_local)
         if note:
             self._note_file.write_text(note)
+
+    def _mark(self, driver) -> None:
+        """Write the owner record, then again with the time the storage gave the file
+        (the run's start on the storage's clock). Refused: the directory is removed
+        again at once (it is empty), or named in the paragraph."""
+        record = owner_record(self.run_id, self.owner_pid, self.started)
+        try:
+            driver.put(self.owner_path, json.dumps(signed(record)).encode())
+            record["storage_started"] = driver.stat(self.owner_path).modified
+            driver.put(self.owner_path, json.dumps(signed(record)).encode())
+        except StorageError as exc:
+            try:
+                driver.delete(self.owner_path)
+            except StorageError:
+                pass
+            try:
+                driver.rmdir(self.path)  # never more than rmdir: it may not be empty
+                fate = "it was removed again (rmdir)"
+            except StorageError as removal:
+                fate = (f"it could not be removed again ({removal.message}): remove "
+                        f"{self.path} by hand")
+            self._unusable = (
+                f"{self.endpoint.display}: this run's directory {self.path} was made but its "
+                f"owner file was refused ({exc}); {fate}. The plugin writes nowhere it "
+                f"cannot mark as its own: free space or grant write access in the test "
+                f"area, and rerun.")
+            raise EndpointError(self._unusable) from None
+        self.record = signed(record)
+
+    # -- the heartbeat -------------------------------------------------------------
+    def _start_heartbeat(self) -> None:
+        """Renew the owner record's heartbeat every :data:`.owner.HEARTBEAT_EVERY`
+        (a daemon thread of each process that uses the directory)."""
+        if self._heartbeat is not None:
+            return
+        self._heartbeat = threading.Event()
+        stop = self._heartbeat
+        thread = threading.Thread(target=self._beat_until, args=(stop,), daemon=True,
+                                  name="storagescale-heartbeat")
+        thread.start()
+
+    def _beat_until(self, stop: threading.Event) -> None:
+        while not stop.wait(records.HEARTBEAT_EVERY):
+            try:
+                self.beat()
+            except Exception:  # noqa: BLE001 - a missed renewal; the next one may pass
+                continue
+
+    def stop_heartbeat(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.set()
+
+    def beat(self) -> None:
+        """Write the owner record with a new heartbeat (only into this run's own,
+        existing directory, whose record it checks first)."""
+        driver = self.endpoint.driver_spec(self.path).connect("admin", timeout=self.timeout)
+        try:
+            current = read_owner(driver, self.path)
+            if not (verified(current) and current.get("run_id") == self.run_id):
+                return  # gone, or not ours any more: never written into
+            record = {**current, "heartbeat": time.time()}
+            driver.put(self.owner_path, json.dumps(signed(record)).encode())
+            self.record = signed(record)
+        finally:
+            driver.close()
 
     def _require_test_area(self, driver) -> None:
         area = self.endpoint.url.path
@@ -191,25 +256,43 @@ class RunArea:
     def _find_stale(self, driver) -> list[StaleRun]:
         area = self.endpoint.url.path.rstrip("/")
         now = time.time()
-        stale = []
         try:
             names = driver.ls(area)
         except StorageError:  # the run can go on; only the summary line is missing
             return []
-        for name in names:
-            if not name.startswith(RUN_PREFIX) or name == self.run_id:
-                continue
-            owner = read_owner(driver, f"{area}/{name}")
-            reason = stale_reason(owner, now) if owner is not None else None
-            if reason:
-                stale.append(StaleRun(f"{area}/{name}", reason))
-        return stale
+        found = (self._stale_one(driver, f"{area}/{name}", name, now) for name in names
+                 if name.startswith(RUN_PREFIX) and name != self.run_id)
+        return [run for run in found if run is not None]
+
+    @staticmethod
+    def _stale_one(driver, path: str, name: str, now: float) -> StaleRun | None:
+        owner = read_owner(driver, path)
+        if owner is None:
+            made = name_time(name)
+            if made is None or now - made <= UNMARKED_AFTER:
+                return None
+            return StaleRun(path, f"unmarked: no owner file, named {(now - made) / 86400:.0f} "
+                                  f"days ago; never removed by the plugin")
+        if not (verified(owner) and owner.get("run_id") == name):
+            return StaleRun(path, "someone else's: its owner file carries no proof of this "
+                                  "user; never removed by the plugin")
+        reason = stale_reason(owner, now)
+        return StaleRun(path, reason, owner) if reason else None
 
     def _stale_text(self, stale: list[StaleRun], removed_local: int) -> str | None:
         local = (f" ({removed_local} local folder(s) of dead runs removed from "
                  f"{tempfile.gettempdir()})" if removed_local else "")
-        if not stale:
-            return f"storagescale: {local.strip(' ()')}" if removed_local else None
+        ours = [run for run in stale if run.removable]
+        lines = [self._ours_text(ours, local) if ours else (
+            f"storagescale: {local.strip(' ()')}" if removed_local else "")]
+        others = [run for run in stale if not run.removable]
+        if others:
+            lines.append(
+                f"storagescale: left alone in {self.endpoint.display}: "
+                + ", ".join(f"{run.name} ({run.reason})" for run in others))
+        return "\n".join(line for line in lines if line) or None
+
+    def _ours_text(self, stale: list[StaleRun], local: str) -> str:
         area = self.endpoint.display
         listed = ", ".join(f"{run.name} ({run.reason})" for run in stale)
         if not self.endpoint.settings.clean_stale:
@@ -223,19 +306,39 @@ class RunArea:
         return text + (f"; not removed: {'; '.join(failed)}" if failed else "")
 
     def _remove_stale(self, run: StaleRun) -> str | None:
-        return self._clean_tree(run.path)
+        owner = run.owner or {}
+        return self._clean_tree(run.path, run.name, owner.get("storage_started"))
 
-    def _clean_tree(self, path: str) -> str | None:
-        """Remove ``path`` through a client that may write only below it; the
-        storage's refusal as text."""
-        from ..load.engine import cleanup_tree
+    def _clean_tree(self, path: str, run_id: str, not_before: float | None) -> str | None:
+        """Remove what a run made in ``path`` through a client that may write only
+        below it, once its owner record is checked again (this user's, this run id);
+        the storage's refusal or what was left, as text."""
+        from ..load.engine import remove_created, run_generated
+        from ..load.watch import RequestWatch, run_bounded
 
         try:
             driver = self.endpoint.driver_spec(path).connect("cleanup", timeout=self.timeout)
         except StorageError as exc:
             return str(exc)
+        watch = RequestWatch(driver)
+
+        def remove() -> str | None:
+            owner = read_owner(driver, path)
+            if owner is None and not _exists(driver, path):
+                return None
+            if not (verified(owner) and owner.get("run_id") == run_id):
+                return (f"{path} not removed: its owner file is not this run's (missing, "
+                        f"changed, or the directory was replaced, e.g. by a link); nothing "
+                        f"in it was deleted. Check it and remove it by hand")
+            created = CreatedPaths(path, run_generated, owner=f"{path}/{OWNER_FILE}")
+            created.add(created.owner, "file")
+            started = owner.get("storage_started")
+            return remove_created(driver, created, started if not_before is None else not_before)
+
         try:
-            return cleanup_tree(driver, path)
+            return run_bounded(remove, watch, self.timeout + 2.0, "clean-up")
+        except Exception as exc:  # noqa: BLE001 - said in the summary, never raised
+            return f"{path} not removed: {exc}"
         finally:
             driver.close()
 
@@ -245,16 +348,40 @@ class RunArea:
         return self._ready or self.marker.exists()
 
     def remove(self) -> str | None:
-        """Remove the directory and what is in it; the storage's refusal as text."""
+        """Remove the directory and what the run made in it; what was refused or left
+        as text (never raised; Ctrl-C ends it at once and says what is left)."""
+        self.stop_heartbeat()
         if self._note_file.exists():
             self.stale_note = self._note_file.read_text()
         if not self.used:
             return None
         try:
-            return self._clean_tree(self.path)
+            return self._clean_tree(self.path, self.run_id, None)
+        except KeyboardInterrupt:
+            return (f"interrupted (Ctrl-C) during the clean-up: {self.path} is left on "
+                    f"{self.endpoint.display} with its owner file; a later run on this host "
+                    f"with --storage-clean-stale removes it")
         finally:
             self._ready = False
             self.marker.unlink(missing_ok=True)
+
+
+def _exists(driver, path: str) -> bool:
+    try:
+        driver.stat(path)
+    except StorageNotFound:
+        return False
+    return True
+
+
+def name_time(name: str) -> float | None:
+    """When a run directory named ``storagescale-run-YYYYmmdd-HHMMSS-...`` was named
+    (seconds since the epoch), None for another name."""
+    try:
+        # named with the local time (make_run_id)
+        return time.mktime(time.strptime(name[len(RUN_PREFIX):][:15], "%Y%m%d-%H%M%S"))
+    except ValueError:
+        return None
 
 
 def read_owner(driver, run_dir: str) -> dict | None:
