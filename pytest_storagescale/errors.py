@@ -12,6 +12,8 @@ import signal
 
 import pytest
 
+from .redact import redact_text
+
 
 class StorageScaleUsageError(pytest.UsageError):
     """Bad input: the message names the value, what is valid and how to fix it."""
@@ -51,12 +53,14 @@ class StorageError(Exception):
         native_status: str = "",
         error_class: str = "error",
     ) -> None:
-        self.message = message
+        # the message and status quote the server or the client library, which may
+        # quote the request: no credential of the session, nor one that looks like it
+        self.message = redact_text(message)
         self.driver = driver
-        self.endpoint = endpoint
+        self.endpoint = redact_text(endpoint)
         self.operation = operation
         self.path = path
-        self.native_status = native_status
+        self.native_status = redact_text(native_status)
         #: short class name used to group failures in results, e.g. ``timeout``
         self.error_class = error_class
         super().__init__(str(self))
@@ -85,6 +89,18 @@ class StorageUnreachable(StorageError):
     """The endpoint could not be contacted (connection refused, DNS, TLS)."""
 
 
+class BadAnswer(StorageError):
+    """The storage's answer could not be read: malformed (a size that is no number, an
+    unreadable date or checksum, broken XML) or longer than the driver reads for such a
+    request (``error_class`` ``bad_answer``)."""
+
+
+class RedirectRefused(StorageError):
+    """The storage redirected a mutating request (PUT, DELETE, MKCOL, MOVE, COPY...)
+    elsewhere than the same path on another server: refused, never followed
+    (``error_class`` ``redirect_refused``)."""
+
+
 class StorageScaleWarning(UserWarning):
     """Something the run did not need for its verdict went wrong (a check's own clean-up
     failed; the run directory's removal at the end still covers it)."""
@@ -109,6 +125,16 @@ class HungClientsViolation(ThresholdViolation):
 
 class StepError(StepOutcomeError):
     """A step could not give a verdict: it could not run, or measured nothing."""
+
+
+class StorageCheckFailure(pytest.fail.Exception):
+    """A functional check found the storage's answer wrong (the conformance checks'
+    failures: door, operation, path, what the storage did, what was expected). A
+    pytest outcome (one paragraph, no traceback); Allure files it, by this class, with
+    the storage errors."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, pytrace=False)
 
 
 def exit_text(code: int) -> str:

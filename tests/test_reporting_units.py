@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_storagescale.errors import StorageScaleUsageError
+from pytest_storagescale.errors import StorageError, StorageScaleUsageError
 from pytest_storagescale.load.plan import StepProgress
 from pytest_storagescale.load.stats import SideResult, StepResult, latency_summary, new_histogram
 from pytest_storagescale.records import (
@@ -28,7 +28,11 @@ from pytest_storagescale.records import (
     Verdict,
 )
 from pytest_storagescale.reporting import plots
-from pytest_storagescale.reporting.allure_report import CATEGORIES, write_session_files
+from pytest_storagescale.reporting.allure_report import (
+    categories,
+    storage_failures,
+    write_session_files,
+)
 from pytest_storagescale.reporting.benchmark_json import benchmark_document, write_benchmark_json
 from pytest_storagescale.reporting.html import table_csv, table_html, write_report
 from pytest_storagescale.reporting.outcomes import RunSummary, TestOutcome
@@ -341,8 +345,15 @@ def test_scans_are_plain_measured_steps_by_section():
 # -- Allure ----------------------------------------------------------------------------
 
 _FAILING_TESTS = """
+from types import SimpleNamespace
+
 import pytest
+from storagescale_suites.conformance.checks import fail
+
 from pytest_storagescale import errors
+from pytest_storagescale.cluster.hosts import ClusterError
+from pytest_storagescale.plugin import pytest_configure  # every module a run imports
+from pytest_storagescale.reporting.allure_report import storage_failures
 
 def storage_error(cls, text):
     return cls(text, driver="xrootd", endpoint="root://h", operation="stat", path="/p")
@@ -360,14 +371,26 @@ def test_threshold(wording):
 def test_step_error(wording):
     raise errors.StepError(wording)
 
-@pytest.mark.parametrize("cls", ["StorageError", "StorageTimeout", "StorageNotFound",
-                                 "StoragePermissionDenied", "StorageUnreachable"])
+STORAGE_ERRORS = {cls.__name__: cls for cls in storage_failures()
+                  if issubclass(cls, errors.StorageError)}
+
+@pytest.mark.parametrize("cls", sorted(STORAGE_ERRORS))
 def test_storage(cls):
-    raise storage_error(getattr(errors, cls), "no answer")
+    raise storage_error(STORAGE_ERRORS[cls], "no answer")
 
 @pytest.mark.parametrize("wording", ["StepError: HungClientsViolation", "plain"])
-def test_assertion(wording):
+def test_assertion(wording):  # a functional test's check of the storage's answer
     assert False, wording
+
+def test_check():  # a conformance check's finding, as the checks write it
+    door = SimpleNamespace(name="root", display="root://h:1094//area")
+    fail(door, "checksum adler32", "/area/f", "answered an error: no checksum", "success")
+
+def test_client_host():
+    raise ClusterError("no client host answered", address="tcp://scheduler:8786")
+
+def test_harness_fail():
+    pytest.fail("--storage-tpc-peer 'x': not the URL of a writable area", pytrace=False)
 
 @pytest.fixture
 def broken_fixture():
@@ -383,8 +406,12 @@ def test_passes():
 EXPECTED = {
     "test_hung": "Hung clients", "test_threshold": "Threshold violations",
     "test_step_error": "Storage errors", "test_storage": "Storage errors",
-    "test_assertion": "Test infrastructure", "test_infrastructure": "Test infrastructure",
+    "test_assertion": "Storage errors", "test_check": "Storage errors",
+    "test_client_host": "Test infrastructure", "test_harness_fail": "Test infrastructure",
+    "test_infrastructure": "Test infrastructure",
 }
+#: the StorageError classes the failing tests raise (every one a run knows)
+STORAGE_ERROR_COUNT = sum(issubclass(cls, StorageError) for cls in storage_failures())
 
 
 def _categories(result: dict) -> list[str]:
@@ -392,7 +419,7 @@ def _categories(result: dict) -> list[str]:
     (full match, dot matching newlines, as Allure's Java Pattern.matches) match."""
     details = result.get("statusDetails") or {}
     names = []
-    for category in CATEGORIES:
+    for category in categories():
         statuses = category.get("matchedStatuses") or []
         if statuses and result["status"] not in statuses:
             continue
@@ -408,7 +435,7 @@ def _allure_run(pytester) -> Path:
     pytester.makepyfile(test_failing=_FAILING_TESTS)
     result = pytester.runpytest_subprocess("-p", "no:storagescale", "-p", "no:cacheprovider",
                                            "--alluredir=allure-results")
-    result.assert_outcomes(passed=1, failed=13, errors=1)
+    result.assert_outcomes(passed=1, failed=11 + STORAGE_ERROR_COUNT, errors=1)
     directory = pytester.path / "allure-results"
     write_session_files(directory, RUN)
     return directory
@@ -417,7 +444,7 @@ def _allure_run(pytester) -> Path:
 def test_allure_categories_match_failures_by_class(pytester):
     directory = _allure_run(pytester)
     results = [json.loads(p.read_text()) for p in directory.glob("*-result.json")]
-    assert len(results) == 15
+    assert len(results) == 13 + STORAGE_ERROR_COUNT
     for result in results:
         test = result["name"].split("[")[0]
         expected = [EXPECTED[test]] if test in EXPECTED else []
@@ -427,7 +454,11 @@ def test_allure_categories_match_failures_by_class(pytester):
     hung = next(r for r in results if r["name"] == "test_hung[zzz]")
     assert hung["statusDetails"]["message"] == (
         "pytest_storagescale.errors.HungClientsViolation: zzz")
-    assert json.loads((directory / "categories.json").read_text()) == CATEGORIES
+    assert json.loads((directory / "categories.json").read_text()) == categories()
+    # a conformance check's message, as allure-pytest writes it
+    check = next(r for r in results if r["name"] == "test_check")
+    assert check["statusDetails"]["message"].startswith(
+        "pytest_storagescale.errors.StorageCheckFailure: root door (root://h:1094//area)")
     environment = (directory / "environment.properties").read_text().splitlines()
     assert "storage.system=xrootd" in environment and "client.pytest=9.2.0" in environment
 
@@ -447,8 +478,8 @@ def test_allure_command_line_puts_each_failure_in_one_category(pytester, tmp_pat
              for group in tree["children"]}
     assert found == {
         "Hung clients": ["test_hung"], "Threshold violations": ["test_threshold"],
-        "Storage errors": ["test_step_error", "test_storage"],
-        "Test infrastructure": ["test_assertion", "test_infrastructure"],
+        "Storage errors": ["test_assertion", "test_check", "test_step_error", "test_storage"],
+        "Test infrastructure": ["test_client_host", "test_harness_fail", "test_infrastructure"],
     }
 
 

@@ -21,6 +21,13 @@ is the message text alone, without the class. So every category is a
 another category. Allure puts a result into *every* category that matches (not the
 first), so the regexes exclude each other: a hang is not also a threshold violation,
 and "Test infrastructure" is whatever the others do not claim.
+
+"Storage errors" is every failure the storage's answer caused, whatever test found
+it: a driver's :class:`~..errors.StorageError` (any subclass), a load step that could
+not run, a conformance check's finding (:class:`~..errors.StorageCheckFailure`) and
+an ``assert`` in a test (``AssertionError``: a functional test asserts what the storage
+answered). "Test infrastructure" is the harness and the client host: any other
+exception (Allure's *broken*), a ``pytest.fail`` of a fixture, a usage problem.
 """
 
 from __future__ import annotations
@@ -30,25 +37,40 @@ from pathlib import Path
 
 import pytest
 
+from ..cluster.hosts import ClusterError
 from ..errors import (
     HungClientsViolation,
     StepError,
+    StorageCheckFailure,
     StorageError,
-    StorageNotFound,
-    StoragePermissionDenied,
-    StorageTimeout,
-    StorageUnreachable,
     ThresholdViolation,
 )
+from ..load.executors import ClientsCrashed
 from ..records import RunInfo, StepRecord
+from ..redact import redact_html, redact_text
 from . import plots
 from .html import table_csv, table_html
 from .results import json_text
 
-#: what the storage answered (raised by a driver inside a test)
-STORAGE_ERRORS: tuple[type[BaseException], ...] = (
-    StorageError, StorageTimeout, StorageNotFound, StoragePermissionDenied, StorageUnreachable,
-)
+#: StorageError subclasses raised for the client side's fault: a client process that
+#: crashed, a cluster of client hosts that cannot run the step
+CLIENT_SIDE: tuple[type[BaseException], ...] = (ClientsCrashed, ClusterError)
+
+
+def storage_failures() -> tuple[type[BaseException], ...]:
+    """What the storage's answer caused: :class:`StorageError` and every subclass
+    (a driver's, a site's; not :data:`CLIENT_SIDE`), a step that could not run
+    (:class:`StepError`), a conformance check's finding (:class:`StorageCheckFailure`)
+    and an ``assert`` in a test (a functional test asserts what the storage answered)."""
+    found: list[type[BaseException]] = [StepError, StorageCheckFailure, AssertionError]
+    pending: list[type[BaseException]] = [StorageError]
+    while pending:
+        cls = pending.pop(0)
+        if cls not in found and cls not in CLIENT_SIDE:
+            found.append(cls)
+            pending.extend(cls.__subclasses__())
+    return tuple(found)
+
 
 #: an optional module path, then exactly one of these class names, then the message
 _CLASS_PREFIX = r"(?:[\w.]+\.)?(?:{names})"
@@ -71,19 +93,22 @@ def other_regex(*classes: type[BaseException]) -> str:
     return rf"(?s)(?!{claimed}(?::|\Z)).*"
 
 
-_CLAIMED = (HungClientsViolation, ThresholdViolation, StepError, *STORAGE_ERRORS)
-
-#: Allure categories (categories.json), matched by exception class
-CATEGORIES = [
-    {"name": "Hung clients", "matchedStatuses": ["failed"],
-     "messageRegex": class_regex(HungClientsViolation)},
-    {"name": "Threshold violations", "matchedStatuses": ["failed"],
-     "messageRegex": class_regex(ThresholdViolation)},
-    {"name": "Storage errors", "matchedStatuses": ["failed", "broken"],
-     "messageRegex": class_regex(StepError, *STORAGE_ERRORS)},
-    {"name": "Test infrastructure", "matchedStatuses": ["failed", "broken"],
-     "messageRegex": other_regex(*_CLAIMED)},
-]
+def categories() -> list[dict]:
+    """Allure's categories (categories.json), matched by exception class: the storage
+    errors are :func:`storage_failures` (known when the file is written, so a driver's
+    own :class:`StorageError` subclass is one); "Test infrastructure" is the harness
+    and the client host: whatever the others do not claim."""
+    storage = storage_failures()
+    return [
+        {"name": "Hung clients", "matchedStatuses": ["failed"],
+         "messageRegex": class_regex(HungClientsViolation)},
+        {"name": "Threshold violations", "matchedStatuses": ["failed"],
+         "messageRegex": class_regex(ThresholdViolation)},
+        {"name": "Storage errors", "matchedStatuses": ["failed", "broken"],
+         "messageRegex": class_regex(*storage)},
+        {"name": "Test infrastructure", "matchedStatuses": ["failed", "broken"],
+         "messageRegex": other_regex(HungClientsViolation, ThresholdViolation, *storage)},
+    ]
 
 
 def allure_dir(config: pytest.Config) -> Path | None:
@@ -129,9 +154,9 @@ def attach_step(record: StepRecord, run: RunInfo, scan: list[StepRecord], *,
 
     _parameters(record, run, door_parameter=door_parameter)
     title = record.title
-    allure.attach(table_html([record], run.door), f"table: {title}",
+    allure.attach(redact_html(table_html([record], run.door)), f"table: {title}",
                   allure.attachment_type.HTML)
-    allure.attach(table_csv([record], run.door), f"table: {title} (CSV)",
+    allure.attach(redact_text(table_csv([record], run.door)), f"table: {title} (CSV)",
                   allure.attachment_type.CSV)
     if record.measured:
         allure.attach(plots.timeline_png(record), f"timeline: {title}",
@@ -160,9 +185,10 @@ def write_session_files(directory: Path, run: RunInfo) -> None:
         "client.host": run.client.host,
         **{f"client.{name}": version for name, version in run.client.versions.items()},
     }
-    lines = [f"{key}={_escape(str(value))}" for key, value in properties.items() if value]
+    lines = [f"{key}={_escape(redact_text(str(value)))}"
+             for key, value in properties.items() if value]
     (directory / "environment.properties").write_text("\n".join(lines) + "\n")
-    (directory / "categories.json").write_text(json.dumps(CATEGORIES, indent=1))
+    (directory / "categories.json").write_text(json.dumps(categories(), indent=1))
 
 
 def _escape(value: str) -> str:

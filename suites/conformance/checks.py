@@ -27,12 +27,13 @@ import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
 from pytest_storagescale.drivers.base import Driver
 from pytest_storagescale.errors import (
+    StorageCheckFailure,
     StorageError,
     StorageNotFound,
     StorageScaleWarning,
@@ -59,10 +60,11 @@ def payload(size: int, seed: int = 0) -> bytes:
     return (block * (size // len(block) + 1))[:size]
 
 
-def fail(door: Door, operation: str, path: str, did: str, expected: str) -> None:
-    """Fail the check: door, operation, path, what the storage did, what was expected."""
-    pytest.fail(f"{door.name} door ({door.display}): {operation} {path}: the storage "
-                f"{did}; expected {expected}.", pytrace=False)
+def fail(door: Door, operation: str, path: str, did: str, expected: str) -> NoReturn:
+    """Fail the check: door, operation, path, what the storage did, what was expected
+    (a :class:`StorageCheckFailure`: Allure files it with the storage errors)."""
+    raise StorageCheckFailure(f"{door.name} door ({door.display}): {operation} {path}: the "
+                              f"storage {did}; expected {expected}.")
 
 
 def call(door: Door, operation: str, path: str, function: Callable[..., Any], *args) -> Any:
