@@ -393,3 +393,188 @@ def test_a_refused_rmdir_is_said_as_it_is_not_as_a_link(monkeypatch, refusal):
     with pytest.raises(type(refusal)) as raised:
         driver.remove_tree(f"{run}/step")
     assert raised.value is refusal and "link" not in str(raised.value)
+
+
+# -- the attacks of a co-tenant over file://, root:// and davs:// -------------------------
+class Area:
+    """A test area reachable over one protocol, and the same folder on this host's disk
+    (the embedded xrootd's data folder for root:// and davs://)."""
+
+    def __init__(self, url: str, local: Path, args: list[str], outside: Path) -> None:
+        self.url, self.local, self.args, self.outside = url, local, args, outside
+
+    def victim(self, name: str) -> Path:
+        """A folder outside the area, deletable by the server's user."""
+        return _server_owned(_victim(self.outside / name))
+
+
+@pytest.fixture(params=["file", "root", "davs"])
+def attack_area(request, tmp_path) -> Area:
+    if request.param == "file":
+        (tmp_path / "area").mkdir()
+        return Area(f"file://{tmp_path / 'area'}", tmp_path / "area", [], tmp_path)
+    server = request.getfixturevalue("embedded_xrootd")
+    path = f"/storagescale/attack-{request.param}-{os.urandom(4).hex()}"
+    admin = driver_spec(server.url, writable_root=path).connect("attack-setup", timeout=10)
+    admin.mkdir(path)
+    admin.close()
+    local = server.directory / "data" / path.strip("/")
+    outside = server.directory / f"outside-{local.name}"
+    outside.mkdir()
+    if request.param == "root":
+        return Area(f"{server.url.rsplit('/', 1)[0]}/{path}", local, [], outside)
+    return Area(server.https_url.rsplit("/storagescale", 1)[0] + path, local,
+                [f"--storage-driver-option=ca_dir={server.ca_dir}"], outside)
+
+
+def _backdate(*paths: Path, seconds: float = 3600) -> None:
+    when = time.time() - seconds
+    for path in paths:
+        os.utime(path, (when, when), follow_symlinks=False)
+
+
+def test_clean_stale_never_deletes_through_links(pytester, suite, attack_area, monkeypatch,
+                                                 tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    area, dead = attack_area.local, _dead_pid()
+    # a forged stale directory (backdated owner file, this host, a dead pid) holding a
+    # link to a file outside the area
+    file_victim = attack_area.victim("file-victim")
+    _backdate(file_victim / "precious.txt")
+    forged = area / "storagescale-run-20200101-000000-frgd"
+    forged.mkdir()
+    (forged / OWNER_FILE).write_text(_record(forged.name, dead))
+    os.symlink(file_victim / "precious.txt", forged / "victim-link")
+    _backdate(forged / OWNER_FILE, seconds=5 * 86400)
+    # a link named like a run directory, to a directory holding an owner file
+    dir_victim = attack_area.victim("dir-victim")
+    (dir_victim / OWNER_FILE).write_text(_record("storagescale-run-20200101-000000-link", dead))
+    os.symlink(dir_victim, area / "storagescale-run-20200101-000000-link")
+    # this user's own killed run, where a co-tenant put a link under a name the stat
+    # step makes: an old file where the run wrote a new one is not deleted
+    own = area / "storagescale-run-20200101-000000-ownd"
+    (own / "stat-c1-main-001").mkdir(parents=True)
+    (own / OWNER_FILE).write_text(_record(own.name, dead, sign=True, started=time.time() - 60))
+    os.symlink(file_victim / "precious.txt", own / "stat-c1-main-001" / "stat-target")
+    _server_owned(area)
+
+    result = pytester.runpytest(*suite(attack_area.url, "--storage-clean-stale",
+                                       *attack_area.args))
+
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "storagescale: removed 0 of 1 stale run directories * storagescale-run-20200101-"
+        "000000-ownd (pid * on this host is gone)*; not removed: *stat-target (older than "
+        "this run, possibly a link to a file outside the test area: not deleted)*",
+        "storagescale: left alone in *: storagescale-run-20200101-000000-frgd (someone "
+        "else's: *), storagescale-run-20200101-000000-link (someone else's: *)"])
+    assert (file_victim / "precious.txt").read_text() == "keep me"
+    assert sorted(os.listdir(dir_victim)) == [OWNER_FILE, "precious.txt", "sub"]
+    assert sorted(os.listdir(forged)) == [OWNER_FILE, "victim-link"]
+    assert os.path.islink(own / "stat-c1-main-001" / "stat-target")
+
+
+SWAP_SUITE = """
+import os, shutil
+
+def test_swap_the_run_directory(storage_endpoint):
+    local = {local!r} + storage_endpoint.run_dir[len({area!r}):]
+    os.rename(local, local + "-away")
+    shutil.copy(local + "-away/.storagescale-owner.json", {victim!r})  # even with its proof
+    os.symlink({victim!r}, local)
+"""
+
+
+def test_a_run_directory_swapped_for_a_link_is_not_emptied(pytester, attack_area):
+    victim = attack_area.victim("swap-victim")
+    _server_owned(attack_area.local)
+    area = EndpointURL.parse(attack_area.url).path if not attack_area.url.startswith(
+        "file://") else str(attack_area.local)
+    pytester.makepyfile(test_swap=SWAP_SUITE.format(local=str(attack_area.local), area=area,
+                                                    victim=str(victim)))
+    result = pytester.runpytest(f"--storage-endpoint={attack_area.url}", "-p",
+                                "no:cacheprovider", *attack_area.args)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "storagescale: could not remove this run's directory *: * not removed: it holds 2 "
+        "entries this run did not make or cannot recognise, left untouched: *precious.txt "
+        "(not made by this run); *sub (not made by this run)*"])
+    assert sorted(os.listdir(victim)) == [OWNER_FILE, "precious.txt", "sub"]
+    assert (victim / "sub" / "deep.txt").read_text() == "keep me too"
+
+
+# -- heartbeats and marks --------------------------------------------------------------
+def test_a_run_on_another_host_is_stale_by_its_heartbeat_not_its_start(tmp_path, monkeypatch):
+    from pytest_storagescale.session.area import RunArea
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    area = tmp_path / "area"
+    area.mkdir()
+    driver = driver_spec(f"file://{area}").connect("reader", timeout=5)
+    four_days_ago = time.time() - 4 * 86400
+    for name, heartbeat in (("storagescale-run-20200101-000000-live", time.time() - 60),
+                            ("storagescale-run-20200101-000000-gone", time.time() - 7 * 3600)):
+        (area / name).mkdir()
+        (area / name / OWNER_FILE).write_text(_record(
+            name, 1, host="another-host", sign=True, started=four_days_ago,
+            heartbeat=heartbeat))
+    live = RunArea._stale_one(driver, f"{area}/storagescale-run-20200101-000000-live",
+                              "storagescale-run-20200101-000000-live", time.time())
+    gone = RunArea._stale_one(driver, f"{area}/storagescale-run-20200101-000000-gone",
+                              "storagescale-run-20200101-000000-gone", time.time())
+    assert live is None  # started 4 days ago, but alive
+    assert gone is not None and gone.removable
+    assert gone.reason == "no heartbeat for 7 h from another-host"
+
+
+HEARTBEAT_SUITE = """
+import json, threading
+from pytest_storagescale.session.owner import verified
+from pytest_storagescale.stash import storage_run_key
+
+def test_heartbeat(storage_endpoint, request):
+    assert "storagescale-heartbeat" in [t.name for t in threading.enumerate()]
+    area = request.config.stash[storage_run_key].area
+    client = storage_endpoint.client("reader")
+    owner = storage_endpoint.run_dir + "/.storagescale-owner.json"
+    first = json.loads(client.read(owner, 0, 65536))
+    area.beat()
+    second = json.loads(client.read(owner, 0, 65536))
+    assert verified(first) and verified(second)
+    assert second["heartbeat"] > first["heartbeat"]
+    assert second["storage_started"] == first["storage_started"] is not None
+"""
+
+
+def test_a_live_run_renews_its_heartbeat(pytester, tmp_path):
+    area = tmp_path / "area"
+    area.mkdir()
+    pytester.makepyfile(test_heartbeat=HEARTBEAT_SUITE)
+    result = pytester.runpytest(f"--storage-endpoint=file://{area}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    from pytest_storagescale.session.owner import key_path
+
+    assert key_path().stat().st_mode & 0o777 == 0o600
+
+
+def test_a_run_directory_whose_owner_file_is_refused_is_removed_at_once(pytester, suite,
+                                                                        tmp_path, monkeypatch):
+    from pytest_storagescale.drivers.local import LocalDriver
+    from pytest_storagescale.errors import StoragePermissionDenied
+
+    real_put = LocalDriver._put
+
+    def refuse_owner_file(self, path, data):  # as a full disk or a door's 403 would
+        if path.endswith(OWNER_FILE):
+            raise StoragePermissionDenied("403 Forbidden", driver="local", endpoint="file://",
+                                          operation="put", path=path, error_class="permission")
+        return real_put(self, path, data)
+
+    monkeypatch.setattr(LocalDriver, "_put", refuse_owner_file)
+    area = tmp_path / "area"
+    area.mkdir()
+    result = pytester.runpytest(*suite(f"file://{area}"))
+    result.stderr.fnmatch_lines([
+        "*this run's directory */storagescale-run-* was made but its owner file was refused "
+        "(*403 Forbidden*); it was removed again (rmdir)*"])
+    assert os.listdir(area) == []
