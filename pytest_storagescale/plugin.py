@@ -31,6 +31,7 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     storage_test_dir,
     storage_thresholds,
 )
+from .redact import redact_exception, redact_report
 from .reporting.allure_report import allure_dir, write_session_files
 from .reporting.benchmark_json import write_benchmark_json
 from .reporting.failures import shorten_storage_failure
@@ -39,6 +40,7 @@ from .reporting.outcomes import PLUGIN_NAME as OUTCOMES
 from .reporting.outcomes import TestOutcomes
 from .reporting.table import format_failures, format_table
 from .session import WORKER_INPUT_KEY, Role, StorageRun, role_of
+from .shipped import pyargs_folders
 from .stash import storage_run_key
 from .steps import client_host_lines
 
@@ -74,9 +76,26 @@ def pytest_plugin_registered(plugin: object) -> None:
     extensions.register(plugin)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Under ``--pyargs``, the named packages' conftests load now, as a path argument's
+    do (pytest would load them only at collection: a shipped suite's server and options
+    would be lost). Only the list pytest reads for its initial conftests is extended."""
+    namespace = early_config.known_args_namespace
+    if not (getattr(namespace, "pyargs", False) and namespace.file_or_dir):
+        return
+    folders = pyargs_folders(namespace.file_or_dir)
+    if folders:  # pytest's own fallback when no argument is a path: where it was started
+        here = early_config.invocation_params.dir
+        paths = [here / str(arg).split("::", 1)[0] for arg in namespace.file_or_dir]
+        folders += [] if any(path.exists() for path in paths) else [here]
+        namespace.file_or_dir = [*namespace.file_or_dir, *map(str, folders)]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
+    config.pluginmanager.register(SecretRedaction(), "storagescale-redaction")
     configure_xrootd_client()  # before anything in this process makes an XRootD request
     # an xdist worker gets the controller's run id, endpoint and shared folder
     shared = getattr(config, "workerinput", {}).get(WORKER_INPUT_KEY)
@@ -127,6 +146,19 @@ class StepCollector:
             (name, value) for name, value in report.user_properties if name != STEP_PROPERTY
         ]
         self.run.ledger.sync()
+
+
+class SecretRedaction:
+    """No credential in a test's report: the exception (what the terminal, JUnit and
+    Allure build their text from) is redacted before any report is made, then the
+    report's failure text and captured output, before any other plugin reads them."""
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        if call.excinfo is not None:
+            redact_exception(call.excinfo.value)
+        outcome = yield
+        redact_report(outcome.get_result())
 
 
 @pytest.hookimpl(hookwrapper=True)

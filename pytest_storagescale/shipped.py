@@ -11,10 +11,11 @@ checkout's folders.
 
 from __future__ import annotations
 
+import importlib.util
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["SUITES_PACKAGE", "shipped_suites", "shipped_thresholds"]
+__all__ = ["SUITES_PACKAGE", "pyargs_folders", "shipped_suites", "shipped_thresholds"]
 
 #: the import name of the suites in the wheel (``suites/`` in the checkout)
 SUITES_PACKAGE = "storagescale_suites"
@@ -41,3 +42,28 @@ def shipped_thresholds() -> Path | None:
         # whose thresholds/ sit next to it rather than inside it
         folder = suites.parent / "thresholds"
     return folder if folder.is_dir() else None
+
+
+def pyargs_folders(args: list[str]) -> list[Path]:
+    """The folders of the packages (or files of the modules) that ``--pyargs``
+    arguments name (``storagescale_suites.dcache``, ``pkg.test_x::test_y``), so that
+    their ``conftest.py`` is loaded before the session is configured, as a path argument's
+    is. pytest loads a suite's conftest only at collection under ``--pyargs``: too late
+    for its ``pytest_storagescale_embedded`` (the server) and ``pytest_addoption`` (its
+    options). An argument that names no importable module is left to pytest."""
+    folders = []
+    for arg in args:
+        name = str(arg).split("::", 1)[0]
+        if not all(part.isidentifier() for part in name.split(".")):
+            continue  # a path: pytest finds its conftest itself
+        try:
+            spec = importlib.util.find_spec(name)  # imports the parent packages only
+        except Exception:  # noqa: BLE001 - pytest reports the argument in its own words
+            continue
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            folders.extend(Path(location) for location in spec.submodule_search_locations)
+        elif spec.origin and spec.has_location:
+            folders.append(Path(spec.origin))
+    return [folder for folder in folders if folder.exists()]

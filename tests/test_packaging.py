@@ -221,3 +221,68 @@ def test_installed_suite_runs_against_the_embedded_server(installed_run):
     for step in steps:  # every step measured, and judged by the shipped rules
         assert step["succeeded"] > 0 and step["failed"] == 0 and step["hung"] == 0, step
         assert step["verdict"] in ("pass", "fail") and step["checks"], step
+
+
+def _shipped_suites(site: Path) -> list[str]:
+    """Every suite the wheel ships: a folder of storagescale_suites with test files."""
+    root = site / SUITES_PACKAGE
+    return sorted(folder.name for folder in root.iterdir()
+                  if folder.is_dir() and any(folder.glob("test_*.py")))
+
+
+def _servers_their_conftests_name(site: Path, suites: list[str]) -> dict[str, str | None]:
+    """What each installed suite's own conftest answers to pytest_storagescale_embedded
+    (None: it names none), asked of the installed module itself."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+    env["PYTHONPATH"] = str(site)
+    script = ("import importlib, json, sys\n"
+              "kinds = {}\n"
+              "for suite in sys.argv[1:]:\n"
+              "    try:\n"
+              f"        module = importlib.import_module(f'{SUITES_PACKAGE}.{{suite}}.conftest')\n"
+              "    except ModuleNotFoundError:\n"
+              "        kinds[suite] = None\n"
+              "        continue\n"
+              "    hook = getattr(module, 'pytest_storagescale_embedded', None)\n"
+              "    kinds[suite] = hook(None) if hook else None\n"
+              "print(json.dumps(kinds))\n")
+    result = subprocess.run([sys.executable, "-c", script, *suites], cwd=site.parent,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def test_every_shipped_suite_runs_against_the_server_its_conftest_names(installed_run):
+    """``pytest --pyargs storagescale_suites.<suite> --co`` of the installed wheel, for
+    every shipped suite: it collects, the header names the embedded server the suite's
+    conftest chose (xrootd when it names none), and its load steps are planned from the
+    shipped thresholds of its own system, matched against that server's version. Under
+    --pyargs pytest loaded a suite's conftest only at collection, after the server was
+    chosen: the dcache suite ran against the embedded xrootd, called "dcache 5.5.3"."""
+    site, _, _, _ = installed_run
+    work = site.parent / "work"
+    suites = _shipped_suites(site)
+    assert {"ceph", "conformance", "dcache", "gpfs", "xrootd"} <= set(suites), suites
+    kinds = _servers_their_conftests_name(site, suites)
+    assert kinds["dcache"] == "webdav" and kinds["ceph"] == "ceph", kinds
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+    env["PYTHONPATH"] = str(site)
+    for suite in suites:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
+             f"{SUITES_PACKAGE}.{suite}", "--co"],
+            cwd=work, env=env, capture_output=True, text=True, timeout=300)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, f"{suite}: {output[-3000:]}"
+        assert re.search(r"collected [1-9]\d* items", output), f"{suite}: {output[-3000:]}"
+        kind = kinds[suite] or "xrootd"
+        assert f"storagescale: endpoint embedded {kind} (" in output, f"{suite}: {output}"
+        if kinds[suite]:
+            assert f"storage_embedded: {kind} (from the suite's conftest)" in output, output
+        plans = re.findall(r"^storagescale: (\S+) (\S+) \(detected from the embedded (\S+)\): "
+                           r"thresholds (\S+)", output, re.MULTILINE)
+        if (site / SUITES_PACKAGE / "thresholds" / suite).is_dir():
+            assert plans, f"{suite}: no thresholds chosen:\n{output[-3000:]}"
+        for system, _, detected_from, path in plans:
+            assert (system, detected_from) == (suite, kind), f"{suite}: {output[-3000:]}"
+            assert Path(path).is_relative_to(site / SUITES_PACKAGE / "thresholds" / suite), path
