@@ -19,7 +19,7 @@ from .drivers.registry import driver_class, driver_spec
 from .errors import StepError, StorageError, StorageScaleUsageError, ThresholdsError
 from .limits import check_open_files
 from .load.engine import StepInterrupted, run_step
-from .load.executors import planned_processes
+from .load.executors import isolates_clients, planned_processes
 from .load.operations import get_operation
 from .load.plan import StepPlan, StepProgress
 from .records import RuleCheck, RunInfo, StepRecord, Verdict
@@ -137,12 +137,16 @@ def executor_line(executor: str, driver: type | None) -> str:
     """The header's word on how a step's clients are spread over processes."""
     limit = int(getattr(driver, "clients_per_process", 0) or 0)
     name = getattr(driver, "name", "the driver")
+    isolated = executor == "auto" and isolates_clients(driver)
+    where = ("threads of one spawned process (its client library never runs in "
+             "pytest's: a crash of it costs the step, not the session)" if isolated
+             else "threads of one process")
     if executor == "threads" or not limit:
-        return (f"clients: threads of one process ({executor} executor"
+        return (f"clients: {where} ({executor} executor"
                 f"{'' if limit else f'; {name} needs no sharding'})")
     return (f"clients: at most {limit} per process ({name}'s clients_per_process; its "
             f"client library slows down with more connections in one process), "
-            f"{'threads up to that, then ' if executor == 'auto' else ''}"
+            f"{where + ' up to that, then ' if executor == 'auto' else ''}"
             f"ceil(clients / {limit}) processes, at least one per core")
 
 

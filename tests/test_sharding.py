@@ -93,7 +93,7 @@ def test_each_shard_process_is_told(memory_spec, tmp_path, monkeypatch):
 def test_header_says_how_clients_are_spread():
     line = executor_line("auto", XRootDDriver)
     assert f"at most {XRootDDriver.clients_per_process} per process" in line
-    assert "threads up to that" in line
+    assert "threads of one spawned process" in line and "a crash of it costs the step" in line
     assert "threads of one process" in executor_line("auto", MemoryDriver)
     assert "threads of one process" in executor_line("threads", XRootDDriver)
 

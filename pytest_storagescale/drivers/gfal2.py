@@ -67,6 +67,7 @@ class Gfal2Driver(XRootDLogins, Driver):
     """One gfal2 context: one client of the storage."""
 
     name = "gfal2"
+    isolate_clients = True  # its plugins (XrdCl, Globus) may crash their process
     schemes = (*HTTP_SCHEMES, *XROOTD_SCHEMES, "file", "srm", "gsiftp")
     option_names = tuple(CREDENTIAL_ENVIRONMENT)
     secret_options = SECRET_OPTIONS

@@ -1,6 +1,9 @@
 """Where a step's clients run: ``threads`` (all in this process), ``processes``
 (spread over spawned Python processes), or ``auto`` (threads while the clients fit
-in one process, else processes).
+in one process, else processes). Under ``auto``, the clients of a driver whose client
+library may crash its process (``isolate_clients``: xrootd, gfal2) always run in
+spawned processes, one while they fit: a crash there (a segfault on a garbled
+answer) is :class:`ClientsCrashed`, an error of that step, not the end of pytest.
 
 How many clients one process may hold is the driver's ``clients_per_process`` (or
 the plan's): the XRootD client's timeout bookkeeping grows with the connections of
@@ -16,6 +19,7 @@ names of :data:`EXECUTORS`, so this module imports only what the executors need.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import multiprocessing
 import os
@@ -50,6 +54,17 @@ Accumulators = dict[str, SideAccumulator]
 #: of an older shape may leave the last out)
 Measured = tuple[StepClock, Accumulators, ClientUsage | None]
 Executor = Callable[[StepPlan, dict[str, Any], Progress | None], Measured]
+
+
+class ClientsCrashed(StorageError):
+    """A client process ended mid-step without its report (killed by a signal: its
+    client library crashed): the step is an error naming how it ended; the session
+    and its other steps go on."""
+
+
+def isolates_clients(driver_class: type) -> bool:
+    """Whether ``auto`` runs this driver's load clients outside pytest's process."""
+    return bool(getattr(driver_class, "isolate_clients", False))
 
 
 def clients_per_process(plan: StepPlan) -> int:
@@ -102,10 +117,13 @@ def run_threads(plan: StepPlan, context: dict[str, Any], progress: Progress | No
 def run_auto(plan: StepPlan, context: dict[str, Any], progress: Progress | None = None
              ) -> Measured:
     """Threads while the step's clients fit in one process (the driver's
-    :func:`clients_per_process`), else processes, each within that limit."""
+    :func:`clients_per_process`), else processes, each within that limit; the threads
+    in one spawned process for a driver that :func:`isolates_clients`."""
     limit = clients_per_process(plan)
     if limit and len(plan.assignments()) > limit:
         return run_processes(plan, context, progress)
+    if isolates_clients(plan.driver.driver_class):
+        return run_processes(dataclasses.replace(plan, processes=1), context, progress)
     return run_threads(plan, context, progress)
 
 
@@ -226,7 +244,8 @@ def _receive(child: _Child, accumulators: Accumulators) -> None:
     try:
         kind, payload, *usage = child.connection.recv()
     except (EOFError, OSError):
-        child.finished = True  # died: its clients are counted hung
+        child.finished = True  # died without its report: ClientsCrashed
+        child.process.join(1.0)  # its exit status
         return
     if kind == "progress":
         child.latest = payload
@@ -310,6 +329,21 @@ def _take_partial(children: list[_Child], accumulators: Accumulators,
                 by_connection[connection].finished = True
 
 
+def _crashed(plan: StepPlan, children: list[_Child]) -> ClientsCrashed | None:
+    """The error of a step whose client process ended without its report, or None."""
+    lost = [c for c in children if c.finished and c.share and c.process.exitcode is not None]
+    if not lost:
+        return None
+    how = "; ".join(f"client process {c.process.pid} ({len(c.share)} of the "
+                    f"step's {plan.clients} clients) {exit_text(c.process.exitcode)}" for c in lost)
+    return ClientsCrashed(
+        f"{how} mid-step, without its report: its client library ({plan.driver.name}) "
+        f"crashed. The step is an error and not judged; the session and its other "
+        f"steps go on (the load clients run in child processes)",
+        driver=plan.driver.name, endpoint=plan.driver.endpoint.server,
+        operation=plan.operation.name, path=plan.workdir, error_class="client_crash")
+
+
 def _usage(children: list[_Child]) -> ClientUsage | None:
     """The client processes' CPU and memory together."""
     return ClientUsage.merged([child.usage for child in children if child.usage is not None])
@@ -339,6 +373,8 @@ def run_processes(plan: StepPlan, context: dict[str, Any], progress: Progress | 
         accumulators.update(
             (a.side, SideAccumulator(clock.seconds)) for a in plan.assignments())
         _collect(plan, clock, children, progress, accumulators)
+        if (crash := _crashed(plan, children)) is not None:
+            raise crash
         return clock, accumulators, _usage(children)
     except KeyboardInterrupt:
         raise _stop(plan, clock, children, accumulators) from None
