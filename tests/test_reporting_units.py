@@ -119,6 +119,27 @@ def test_table_baseline_column():
     assert "vs base" not in format_table([plain])[0]
 
 
+def test_derived_metrics_column():
+    """The seeds' key numbers: mix_ratio on a mixed step's first row, recovery_s
+    (infinite: never recovered) on the probe's; plain numbers in the CSV."""
+    mixing = mixed()
+    mixing.derived = {"mix_ratio": 0.8712}
+    probe = record("recovery", 1, label="probe 2", derived={"recovery_s": 12.5})
+    never = record("recovery", 1, label="probe 9", derived={"recovery_s": math.inf})
+    lines = format_table([record(), mixing, probe, never])
+    assert lines[0].split() == ["op", "clients", "succeeded", "rate", "MB/s", "failed",
+                                "hung", "p50", "p99", "derived", "verdict"]
+    at = lines[0].index("derived")  # the column's text starts under its name
+    assert [line[at:].split("  ")[0] for line in lines[1:]] == [
+        "", "mix_ratio 0.871", "", "recovery_s 12.50 s", "recovery_s never"]
+    assert "derived" not in format_table([record()])[0]
+    csv = table_csv([record(), mixing, probe, never]).splitlines()
+    assert csv[0].split(",")[9:11] == ["mix_ratio", "recovery_s"]
+    assert [line.split(",")[9:11] for line in csv[1:]] == [
+        ["", ""], ["0.8712", ""], ["", ""], ["", "12.5"], ["", "inf"]]
+    assert "<td>mix_ratio 0.871</td>" in table_html([mixing])
+
+
 def test_violations_table():
     checks = [
         RuleCheck("rate_hz >= 100", "rate_hz", ">=", 100.0, 50.0, False),
@@ -136,10 +157,13 @@ def test_violations_table():
 def test_csv_and_html():
     steps = [record(), mixed(), record("get", 3, sides={}, verdict=Verdict.ERROR)]
     csv = table_csv(steps).splitlines()
-    # the reports' table always has the client CPU column (not measured here: -)
-    assert csv[0] == "op,clients,succeeded,rate,MB/s,failed,hung,p50,p99,client CPU,verdict"
-    assert csv[1] == "stat,50,500,50.0 Hz,-,0,0,4.0 ms,12 ms,-,pass"
-    assert csv[4] == "get,3,-,-,-,-,-,-,-,-,error" and len(csv) == 5
+    # the units in the header (the results' metric names), plain numbers in the cells,
+    # empty when not measured; always the client CPU column (not measured here)
+    assert csv[0] == ("op,clients,succeeded,rate_hz,mb_s,failed,hung,p50_s,p99_s,client_cpu,"
+                      "client_saturated,verdict")
+    assert csv[1] == "stat,50,500,50,,0,0,0.004001,0.012007,,,pass"
+    assert csv[2] == "mixed/readers (mixed),4,40,4,40,0,0,0.004001,0.012007,,,pass"
+    assert csv[4] == "get,3,,,,,,,,,,error" and len(csv) == 5
     page = table_html(steps)
     assert page.count('<tr class="pass">') == 3 and page.count('<tr class="error">') == 1
     assert "<td>mixed/readers (mixed)</td>" in page

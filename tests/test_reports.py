@@ -4,9 +4,12 @@ self-contained --storage-report page, live progress."""
 from __future__ import annotations
 
 import contextlib
+import csv
 import functools
 import http.server
+import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -190,19 +193,83 @@ def test_storage_report_states_the_run_verdict_first(pytester, tmp_path):
     assert len(cause.splitlines()) <= 3 and rows[1][3] == rows[2][3] == "", cause
 
 
+_KEY_NUMBERS_PLAN = """
+[storage]
+system = "xrootd"
+versions = ["*"]
+
+[defaults]
+duration = "0.5s"
+hang_timeout = "30s"
+
+[ops.mixed]
+clients = [1]
+file_size = "1kB"
+files = 2
+
+[[ops.mixed.expect]]
+rules = ["mix_ratio > 0"]
+
+[ops.recovery]
+op = "stat"
+clients = [1]
+overload_clients = 2
+overload_duration = "0.5s"
+recover_fraction = 0.01
+recover_within = "30s"
+
+[[ops.recovery.expect]]
+rules = ["recovery_s <= 60"]
+"""
+
+_KEY_NUMBERS_SUITE = """
+import pytest
+
+@pytest.mark.storagescale_op("mixed")
+def test_mixing(storage_load, storage_clients):
+    storage_load.mixing()
+
+@pytest.mark.storagescale_op("recovery")
+def test_recovery(storage_load):
+    storage_load.recovery()
+"""
+
+
+def test_key_numbers_in_the_table_and_every_report(pytester):
+    """The seeds' mix_ratio and recovery_s (derived metrics) in the terminal table, the
+    HTML page, its CSV (plain numbers under metric-named columns) and Allure."""
+    (pytester.path / "thr" / "xrootd").mkdir(parents=True)
+    (pytester.path / "thr" / "xrootd" / "t.toml").write_text(_KEY_NUMBERS_PLAN)
+    pytester.makepyfile(test_suite=_KEY_NUMBERS_SUITE)
+    result = pytester.runpytest_subprocess(
+        "--storage-endpoint=memory://reports/area", "--storage-version=1.0",
+        "--storage-thresholds=thr", "--storage-report=report", "--alluredir=allure",
+        "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["op * p99  derived * verdict",
+                                 "mixed/readers (mixed) * mix_ratio * pass",
+                                 "recovery (probe*) * recovery_s * s * pass"])
+    page = (pytester.path / "report" / "index.html").read_text()
+    assert "<th>derived</th>" in page and "<td>mix_ratio " in page
+    assert "<td>recovery_s " in page
+    rows = list(csv.DictReader(io.StringIO(
+        (pytester.path / "report" / "table.csv").read_text())))
+    assert float(next(r["mix_ratio"] for r in rows if r["mix_ratio"])) > 0
+    assert float(next(r["recovery_s"] for r in rows if r["recovery_s"])) >= 0
+    for row in rows:  # every cell but the names and the verdict a plain number
+        for column, cell in row.items():
+            if column not in ("op", "verdict") and cell:
+                float(cell)
+    parameters = {p["name"] for path in (pytester.path / "allure").glob("*-result.json")
+                  for p in json.loads(path.read_text()).get("parameters", [])}
+    assert "mix_ratio (mixed)" in parameters
+    assert any(name.startswith("recovery_s (probe") for name in parameters), parameters
+
+
 class _Terminal:
-    """The public TerminalReporter methods LiveProgress uses, recorded."""
+    """The public TerminalReporter attributes LiveProgress uses."""
 
     isatty = True
-
-    def __init__(self):
-        self.calls = []
-
-    def ensure_newline(self):
-        self.calls.append(("ensure_newline",))
-
-    def rewrite(self, line, **markup):
-        self.calls.append(("rewrite", line, markup))
 
     def flush(self):
         pass
@@ -213,7 +280,7 @@ def _progress(elapsed_s):
                         rate_hz=5.0, succeeded=300, failed=2, hung=1)
 
 
-def test_live_progress_line(pytestconfig, monkeypatch):
+def test_live_progress_line(pytestconfig, monkeypatch, capsys):
     terminal = _Terminal()
     monkeypatch.setattr(pytestconfig.pluginmanager, "get_plugin",
                         lambda name: terminal if name == "terminalreporter" else None)
@@ -228,20 +295,97 @@ def test_live_progress_line(pytestconfig, monkeypatch):
     progress(_progress(62.2))
     progress.clear()
     progress.clear()  # nothing shown: nothing to erase
-    # pytest's line ended once, the progress rewritten in place below it, then erased
-    assert terminal.calls == [
-        ("ensure_newline",),
-        ("rewrite", LiveProgress.format(_progress(61.2)), {"erase": True}),
-        ("rewrite", LiveProgress.format(_progress(62.2)), {"erase": True}),
-        ("rewrite", "", {"erase": True}),
-        ("rewrite", "", {}),
-    ]
-    # never wider than the terminal: a wrapped line could not be rewritten in place
+    # the row below pytest's line made once, the progress written there and the cursor
+    # put back where pytest left it each time, then the row erased
+    def below(text):
+        return f"\x1b7\x1bD\r{text}\x1b[K\x1b8"
+
+    assert capsys.readouterr().out == "".join([
+        "\x1bD\x1bM", below(LiveProgress.format(_progress(61.2))),
+        below(LiveProgress.format(_progress(62.2))), below("")])
+    # never wider than the terminal: a wrapped line would overwrite pytest's next rows
     monkeypatch.setenv("COLUMNS", "40")
     progress(_progress(63.2))
-    assert terminal.calls[-1][1] == LiveProgress.format(_progress(63.2))[:39]
+    assert below(LiveProgress.format(_progress(63.2))[:39]) in capsys.readouterr().out
     terminal.isatty = False
     assert not LiveProgress(pytestconfig).enabled
+
+
+def _screen(output: str, width: int = 200) -> list[str]:
+    """What a VT100 terminal shows after ``output`` (the escapes pytest and the live
+    progress write with --color=no: CR, LF, ESC 7/8/D/M, ESC [K)."""
+    rows, row, col, saved = [[]], 0, 0, (0, 0)
+    escapes = re.compile(r"\x1b(\[[0-9;]*[A-Za-z]|[78DM])")
+    position = 0
+    while position < len(output):
+        match = escapes.match(output, position)
+        char = output[position]
+        if match:
+            code, position = match.group(1), match.end()
+            if code == "7":
+                saved = (row, col)
+            elif code == "8":
+                row, col = saved
+            elif code in ("D", "M"):
+                row = row + 1 if code == "D" else row - 1
+            elif code == "[K":
+                del rows[row][col:]
+        else:
+            position += 1
+            if char == "\r":
+                col = 0
+            elif char == "\n":
+                row, col = row + 1, 0
+            elif char.isprintable() and col < width:
+                line = rows[row]
+                line.extend(" " * (col + 1 - len(line)))
+                line[col], col = char, col + 1
+        while len(rows) <= row:
+            rows.append([])
+    return ["".join(line).rstrip() for line in rows]
+
+
+def test_live_progress_leaves_pytests_line_whole_in_a_terminal(pytester):
+    """In a real terminal (a pty): the steps' progress shows below pytest's line and
+    goes, and pytest's dots stay on one line after the file name, written once."""
+    import pty
+
+    (pytester.path / "thr" / "xrootd").mkdir(parents=True)
+    (pytester.path / "thr" / "xrootd" / "t.toml").write_text(
+        '[storage]\nsystem = "xrootd"\nversions = ["*"]\n[defaults]\nduration = "1.5s"\n'
+        'hang_timeout = "10s"\n[ops.stat]\nclients = [1, 2, 3]\n')
+    pytester.makepyfile(test_suite="""
+        import pytest
+
+        def test_before():
+            pass
+
+        @pytest.mark.storagescale_op("stat")
+        def test_stat(storage_load, storage_clients):
+            storage_load.run()
+    """)
+    leader, follower = pty.openpty()
+    command = [sys.executable, "-m", "pytest", "test_suite.py", "--color=no",
+               "--storage-endpoint=memory://progress/area", "--storage-version=1.0",
+               "--storage-thresholds=thr", "-p", "no:cacheprovider"]
+    env = {**os.environ, "COLUMNS": "200", "LINES": "50", "TERM": "xterm"}
+    with subprocess.Popen(command, cwd=pytester.path, stdin=follower, stdout=follower,
+                          stderr=follower, env=env) as process:
+        os.close(follower)
+        chunks = []
+        with contextlib.suppress(OSError):  # EIO once the process closed the pty
+            while chunk := os.read(leader, 65536):
+                chunks.append(chunk)
+        process.wait(timeout=120)
+    os.close(leader)
+    output = b"".join(chunks).decode(errors="replace")
+    assert "storagescale: stat 1 clients" in output  # the progress was shown
+    screen = _screen(output)
+    [line] = [line for line in screen if line.startswith("test_suite.py")]
+    assert re.fullmatch(r"test_suite\.py \.{4} +\[100%\]", line), screen
+    assert output.count("test_suite.py ") == 1, screen  # the file name written once
+    assert not any(line.strip() in (".", "..") for line in screen), screen
+    assert not any("storagescale: stat" in line for line in screen), screen  # erased
 
 
 @pytest.mark.integration

@@ -33,6 +33,7 @@ exception (Allure's *broken*), a ``pytest.fail`` of a fixture, a usage problem.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,7 @@ from ..redact import redact_html, redact_text
 from . import plots
 from .html import table_csv, table_html
 from .results import json_text
+from .table import format_derived
 
 #: StorageError subclasses raised for the client side's fault: a client process that
 #: crashed, a cluster of client hosts that cannot run the step
@@ -119,7 +121,8 @@ def allure_dir(config: pytest.Config) -> Path | None:
     return Path(directory) if directory else None
 
 
-#: measured numbers shown as excluded parameters; counts are whole numbers
+#: measured numbers shown as excluded parameters (and every derived metric, such as
+#: ``mix_ratio`` and ``recovery_s``); counts are whole numbers
 _SHOWN = (("rate_hz", False), ("mb_s", False), ("succeeded", True), ("failed", True),
           ("hung", True))
 
@@ -142,6 +145,11 @@ def _parameters(record: StepRecord, run: RunInfo, *, door_parameter: bool) -> No
         if value is not None:
             allure.dynamic.parameter(f"{name} ({record.label or 'step'})",
                                      int(value) if whole else round(value, 3), excluded=True)
+    for name, value in record.derived.items():  # the seeds' mix_ratio, recovery_s
+        if not math.isnan(value):  # infinite: "never" (a recovery that never came)
+            shown = round(value, 3) if math.isfinite(value) else format_derived(name, value)
+            allure.dynamic.parameter(f"{name} ({record.label or 'step'})", shown,
+                                     excluded=True)
 
 
 def attach_step(record: StepRecord, run: RunInfo, scan: list[StepRecord], *,

@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 
 from ..records import RunInfo, StepRecord
+from ..redact import redact_html, redact_text
 from . import plots
 from .outcomes import RunSummary
-from .table import format_failures, saturation_note, table_rows
+from .table import csv_rows, format_failures, saturation_note, table_rows
 
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
@@ -57,13 +58,10 @@ def table_html(steps: list[StepRecord], main_door: str = "") -> str:
 
 
 def table_csv(steps: list[StepRecord], main_door: str = "") -> str:
-    """The table as CSV, header first (with the client CPU column)."""
-    columns, per_step = table_rows(steps, main_door, client_column=True)
+    """The table as CSV, header first: plain numbers under metric-named columns
+    (:func:`~.table.csv_rows`)."""
     buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(columns)
-    for rows in per_step:
-        writer.writerows(rows)
+    csv.writer(buffer).writerows(csv_rows(steps, main_door))
     return buffer.getvalue()
 
 
@@ -141,8 +139,10 @@ def write_report(directory: Path, run: RunInfo | None, steps: list[StepRecord],
     parts += _plots(steps)
     parts.append("</body></html>")
     page = directory / "index.html"
-    page.write_text("\n".join(parts), encoding="utf-8")
-    (directory / "table.csv").write_text(table_csv(steps, main_door), encoding="utf-8")
+    # the causes quote servers and client libraries: no credential in the files
+    page.write_text(redact_html("\n".join(parts)), encoding="utf-8")
+    (directory / "table.csv").write_text(redact_text(table_csv(steps, main_door)),
+                                         encoding="utf-8")
     return page
 
 

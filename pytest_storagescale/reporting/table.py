@@ -6,6 +6,12 @@
 A step that measured nothing (it could not run) gets one row of ``-`` with its
 verdict, so a table always shows every step that was planned. When the steps ran
 over more than one door (``--storage-load-doors``), a ``door`` column follows ``op``.
+A step with derived metrics (the seeds' key numbers: ``mix_ratio`` of a mixed step,
+``recovery_s`` of a recovery probe) shows them in a ``derived`` column.
+
+:func:`csv_rows` is the same table for a spreadsheet: the columns named as the JSON's
+metrics (``rate_hz``, ``mb_s``, ``p50_s``: the unit in the name), every cell a plain
+number (empty: not measured), one column per derived metric.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ COLUMNS = ("op", "clients", "succeeded", "rate", "MB/s", "failed", "hung", "p50"
            "verdict")
 #: the column naming a step's door, when the steps used several
 DOOR_COLUMN = "door"
+#: the column of a step's derived metrics (``mix_ratio 0.87``), when a step has some
+DERIVED_COLUMN = "derived"
 
 
 def format_rate(hz: float) -> str:
@@ -38,6 +46,22 @@ def format_seconds(seconds: float | None) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.0f} ms" if seconds >= 0.01 else f"{seconds * 1e3:.1f} ms"
     return f"{seconds:.2f} s" if seconds < 100 else f"{seconds:.0f} s"
+
+
+def format_derived(name: str, value: float) -> str:
+    """A derived metric's value: seconds as the table writes them (infinite: never,
+    as a ``recovery_s`` that never recovered), else 3 significant digits."""
+    if math.isnan(value):
+        return "-"
+    if name.endswith("_s"):
+        return "never" if math.isinf(value) else format_seconds(value)
+    return f"{value:.3g}"
+
+
+def derived_cell(step: StepRecord) -> str:
+    """``mix_ratio 0.87``, ``recovery_s 12.00 s``: the step's derived metrics."""
+    return ", ".join(f"{name} {format_derived(name, float(value))}"
+                     for name, value in step.derived.items())
 
 
 def _change(step: StepRecord) -> str:
@@ -63,23 +87,27 @@ def _side_cells(side: SideResult) -> list[str]:
 
 
 def step_rows(step: StepRecord, *, with_baseline: bool = False,
-              with_door: bool = False) -> list[list[str]]:
+              with_door: bool = False, with_derived: bool = False) -> list[list[str]]:
     """Table rows for one step: one per side, or one row of ``-`` when it measured
-    nothing; ``with_door``: the step's door after its name."""
+    nothing; ``with_door``: the step's door after its name; ``with_derived``: the
+    step's derived metrics (on its first row) after p99."""
     tail = [*([_change(step)] if with_baseline else []), str(step.verdict)]
     door = [step.door or "-"] if with_door else []
+    derived = [derived_cell(step)] if with_derived else []
     sides = step.sides
     if not sides:
-        return [[step.name, *door, str(step.clients), *["-"] * 7, *tail]]
-    return [[_side_name(step, name, len(sides) > 1), *door, *_side_cells(side), *tail]
-            for name, side in sides.items()]
+        return [[step.name, *door, str(step.clients), *["-"] * 7, *derived, *tail]]
+    return [[_side_name(step, name, len(sides) > 1), *door, *_side_cells(side),
+             *(derived if index == 0 else [""] * len(derived)), *tail]
+            for index, (name, side) in enumerate(sides.items())]
 
 
 def render(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS) -> list[str]:
     """Align ``rows`` under ``columns``: text left, numbers right."""
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
               for i, c in enumerate(columns)]
-    left = {0, len(columns) - 1, *(i for i, c in enumerate(columns) if c == DOOR_COLUMN)}
+    left = {0, len(columns) - 1,
+            *(i for i, c in enumerate(columns) if c in (DOOR_COLUMN, DERIVED_COLUMN))}
 
     def line(cells: list[str] | tuple[str, ...]) -> str:
         return "  ".join(
@@ -102,6 +130,9 @@ def columns_for(steps: list[StepRecord], main_door: str = "") -> tuple[bool, tup
     ``door`` column when they ran over several doors (:func:`several_doors`)."""
     with_baseline = any(step.baseline is not None for step in steps)
     columns = COLUMNS if not with_baseline else (*COLUMNS[:-1], "vs base", COLUMNS[-1])
+    if any(step.derived for step in steps):  # after p99
+        at = COLUMNS.index("p99") + 1
+        columns = (*columns[:at], DERIVED_COLUMN, *columns[at:])
     if several_doors(steps, main_door):
         columns = (columns[0], DOOR_COLUMN, *columns[1:])
     return with_baseline, columns
@@ -113,13 +144,64 @@ def table_rows(steps: list[StepRecord], main_door: str = "", *, client_column: b
     ``client_column``, the step's client CPU (:func:`client_cell`) before the verdict."""
     with_baseline, columns = columns_for(steps, main_door)
     with_door = several_doors(steps, main_door)
-    per_step = [step_rows(s, with_baseline=with_baseline, with_door=with_door)
-                for s in steps]
+    per_step = [step_rows(s, with_baseline=with_baseline, with_door=with_door,
+                          with_derived=DERIVED_COLUMN in columns) for s in steps]
     if not client_column:
         return columns, per_step
     return (*columns[:-1], CLIENT_COLUMN, columns[-1]), [
         [[*row[:-1], client_cell(step), row[-1]] for row in rows]
         for step, rows in zip(steps, per_step, strict=True)]
+
+
+def _number(value: float | int | None) -> str:
+    """A CSV cell: the number as written (6 significant digits), empty when unknown."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value) if isinstance(value, int) else f"{value:.6g}"
+
+
+def _side_numbers(side: SideResult) -> list[str]:
+    """clients .. p99_s of one side as plain numbers."""
+    return [_number(side.clients), _number(side.succeeded), _number(side.rate_hz),
+            _number(side.mb_s) if side.bytes else "", _number(side.failed),
+            _number(side.hung), _number(side.latency_s.get("p50")),
+            _number(side.latency_s.get("p99"))]
+
+
+def _saturated(step: StepRecord) -> str:
+    """1: the step measured its client host (the table's ``saturated*``), 0: not, empty:
+    the client CPU was not measured."""
+    return "" if math.isnan(step.client_cpu) else str(int(step.client_saturated))
+
+
+def csv_rows(steps: list[StepRecord], main_door: str = "") -> list[list[str]]:
+    """The table for a spreadsheet, header first: the columns named as the results'
+    metrics (the unit in the name: ``rate_hz``, ``mb_s``, ``p50_s``; ``client_cpu``
+    and ``rate_change`` as fractions; ``client_saturated`` 1 for the table's
+    ``saturated*``), plain numbers (empty: not measured), one column per derived
+    metric; a ``door`` column when the steps used several doors."""
+    with_door = several_doors(steps, main_door)
+    with_baseline = any(step.baseline is not None for step in steps)
+    derived = list(dict.fromkeys(name for step in steps for name in step.derived))
+    header = ["op", *([DOOR_COLUMN] if with_door else []), "clients", "succeeded", "rate_hz",
+              "mb_s", "failed", "hung", "p50_s", "p99_s", *derived,
+              *(["rate_change"] if with_baseline else []), "client_cpu", "client_saturated",
+              "verdict"]
+    rows = [header]
+    for step in steps:
+        door = [step.door or ""] if with_door else []
+        change = ([_number(step.baseline.rate_change if step.baseline is not None
+                           and step.baseline.matched else None)] if with_baseline else [])
+        sides = step.sides or {"": None}
+        for index, (name, side) in enumerate(sides.items()):
+            numbers = (_side_numbers(side) if side is not None
+                       else [_number(step.clients), *[""] * 7])
+            values = [_number(step.derived.get(metric)) if index == 0 else ""
+                      for metric in derived]
+            rows.append([_side_name(step, name, len(sides) > 1), *door, *numbers, *values,
+                         *change, _number(step.client_cpu), _saturated(step),
+                         str(step.verdict)])
+    return rows
 
 
 def saturation_note(steps: list[StepRecord]) -> list[str]:
@@ -144,10 +226,33 @@ def client_cell(step: StepRecord) -> str:
     return f"{cpu:.0%} {SATURATED}" if step.client_saturated else f"{cpu:.0%}"
 
 
+def table_order(steps: list[StepRecord]) -> list[StepRecord]:
+    """``steps`` by test, then concurrency: a test function's steps together (the
+    functions in the order their first steps ran), its tests (``test_stat[c5]``,
+    ``[c50]``...) by the concurrency and door of their first step, each test's steps
+    in the order they ran (a recovery's overload stays between its probes). Under
+    ``-n`` the steps run in whatever order the workers take the tests."""
+    ran = sorted(steps, key=lambda step: step.started)
+    functions: dict[str, int] = {}
+    first: dict[str, StepRecord] = {}
+    for step in ran:
+        functions.setdefault(step.test.partition("[")[0], len(functions))
+        first.setdefault(step.test, step)
+
+    def key(step: StepRecord) -> tuple:
+        test = first[step.test]
+        return (functions[step.test.partition("[")[0]], test.clients, test.door,
+                test.started, step.started)
+
+    return sorted(ran, key=key)
+
+
 def format_table(steps: list[StepRecord], main_door: str = "") -> list[str]:
-    """The run's table as terminal lines (header first); a ``client CPU`` column and a
-    note under the table when a step saturated its client host; a ``door`` column when
-    the steps ran over several doors, or another than ``main_door``."""
+    """The run's table as terminal lines (header first), in :func:`table_order`; a
+    ``client CPU`` column and a note under the table when a step saturated its client
+    host; a ``door`` column when the steps ran over several doors, or another than
+    ``main_door``."""
+    steps = table_order(steps)
     note = saturation_note(steps)
     columns, per_step = table_rows(steps, main_door, client_column=bool(note))
     return [*render([row for rows in per_step for row in rows], columns), *note]
@@ -193,10 +298,10 @@ def format_why(step: StepRecord, *, top: int = 3) -> list[str]:
 
 def format_failures(steps: list[StepRecord], main_door: str = "") -> list[str]:
     """One block per step that did not pass, with :func:`format_why`'s lines (the
-    step's door named when the steps ran over several)."""
+    step's door named when the steps ran over several), in :func:`table_order`."""
     lines = []
     several = several_doors(steps, main_door)
-    for step in steps:
+    for step in table_order(steps):
         why = format_why(step)
         if step.verdict.value in ("fail", "error", "interrupted") or step.cleanup_error:
             if why:
