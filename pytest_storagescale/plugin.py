@@ -38,6 +38,7 @@ from .reporting.failures import shorten_storage_failure
 from .reporting.html import write_report
 from .reporting.outcomes import PLUGIN_NAME as OUTCOMES
 from .reporting.outcomes import TestOutcomes
+from .reporting.progress import StepLines
 from .reporting.table import format_failures, format_table
 from .session import WORKER_INPUT_KEY, Role, StorageRun, role_of
 from .shipped import pyargs_folders
@@ -104,7 +105,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[storage_run_key] = run
     run.endpoint.check()
     if run.owns_results:  # a worker's reports tell the controller a step is logged
-        config.pluginmanager.register(StepCollector(run), "storagescale-step-collector")
+        config.pluginmanager.register(StepCollector(run, config), "storagescale-step-collector")
         config.pluginmanager.register(TestOutcomes(run), OUTCOMES)  # the HTML's verdict
 
 
@@ -130,22 +131,43 @@ def pytest_configure_node(node) -> None:
     node.workerinput[WORKER_INPUT_KEY] = run.shared_info()
 
 
+#: a step begun on an xdist worker that died before it finished
+LOST_WORKER = ("the xdist worker {worker} was lost mid-step (it crashed or was killed "
+               "while running {test}): what it measured is lost; xdist replaced it")
+#: a step begun and never recorded as finished, at the session's end
+UNFINISHED_STEP = ("the step never finished: the process running it ({worker}) ended "
+                   "without recording it")
+
+
 class StepCollector:
     """When a test report (this process's, or on the xdist controller every worker's)
     says a step finished, takes the new steps of the shared step log into the table
-    and the results file. The note leaves the report, so JUnit XML does not carry it."""
+    and the results file. The note leaves the report, so JUnit XML does not carry it.
+    On the xdist controller (whose workers show no live progress) it prints one line
+    per finished step (:class:`StepLines`), unless ``-q``."""
 
-    def __init__(self, run: StorageRun) -> None:
+    def __init__(self, run: StorageRun, config: pytest.Config) -> None:
         self.run = run
+        self.step_lines = StepLines(config)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if not any(name == STEP_PROPERTY for name, _ in report.user_properties):
-            return
-        report.user_properties[:] = [
-            (name, value) for name, value in report.user_properties if name != STEP_PROPERTY
-        ]
-        self.run.ledger.sync()
+        new = []
+        if any(name == STEP_PROPERTY for name, _ in report.user_properties):
+            report.user_properties[:] = [
+                (name, value) for name, value in report.user_properties
+                if name != STEP_PROPERTY
+            ]
+            new = self.run.ledger.sync()
+        self.step_lines.report(report, new)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport) -> None:
+        """xdist controller: a worker died running ``crashitem``; the step it had begun
+        is an error naming it."""
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
+        if worker is not None:
+            self.run.ledger.lose(worker, LOST_WORKER.format(worker=worker, test=crashitem))
 
 
 class SecretRedaction:

@@ -196,6 +196,56 @@ def test_steps_survive_a_crashed_xdist_worker(pytester, suite):
         result.stdout.fnmatch_lines([row])
 
 
+def test_under_xdist_each_finished_step_is_a_line_and_the_table_is_in_test_order(
+        pytester, suite):
+    """The controller (no live progress under -n) says each step as it is logged, and
+    its table groups each test's scan in concurrency order, whatever order the
+    workers ran them in."""
+    plan = THRESHOLDS.replace("clients = [1, 3]", "clients = [1, 2, 3]") + (
+        '\n[ops.again]\nop = "stat"\nclients = [1, 2, 3]\n')
+    args = suite(thresholds=plan)
+    pytester.makepyfile(test_suite="""
+        import pytest
+
+        @pytest.mark.storagescale_op("stat")
+        def test_stat_scan(storage_load, storage_clients):
+            storage_load.run()
+
+        @pytest.mark.storagescale_op("again")
+        def test_again_scan(storage_load, storage_clients):
+            storage_load.run()
+    """)
+    result = pytester.runpytest_subprocess(*args, "-n", "2", "--storage-results=r.json")
+    result.assert_outcomes(passed=6)
+    out = result.stdout.lines
+    for test, section in (("test_stat_scan", "stat"), ("test_again_scan", "again")):
+        for clients in (1, 2, 3):
+            result.stdout.fnmatch_lines([
+                f"storagescale: {test}[[]c{clients}[]] {section} at {clients} clients over "
+                f"file: * Hz, failed 0, hung 0: pass"])
+    rows = [line.split()[:2] for line in out if line.split()[:1] in (["stat"], ["again"])]
+    assert len(rows) == 6, out
+    assert [clients for _, clients in rows] == ["1", "2", "3"] * 2, rows
+    assert {section for section, _ in rows[:3]} != {section for section, _ in rows[3:]}
+    assert len({section for section, _ in rows[:3]}) == 1, rows  # one scan after the other
+
+
+def test_table_order_is_by_test_then_concurrency_then_start():
+    from pytest_storagescale.records import StepRecord
+    from pytest_storagescale.reporting.table import table_order
+
+    def step(test, clients, started, label=None):
+        return StepRecord(f"s{started}", f"t.py::{test}", "stat", "stat", clients,
+                          started=started, label=label)
+
+    ran = [step("test_b[c5]", 5, 1), step("test_a[c50]", 50, 2), step("test_b[c1]", 1, 3),
+           step("test_a[c5]", 5, 4), step("test_rec", 2, 5, "before"),
+           step("test_rec", 90, 6, "overload"), step("test_rec", 2, 7, "probe 1")]
+    assert [(s.test.partition("::")[2], s.clients) for s in table_order(ran)] == [
+        ("test_b[c1]", 1), ("test_b[c5]", 5), ("test_a[c5]", 5), ("test_a[c50]", 50),
+        ("test_rec", 2), ("test_rec", 90), ("test_rec", 2)]  # a test's steps as they ran
+
+
 def test_bad_thresholds_under_xdist_is_one_clean_collection_error(pytester, suite):
     args = suite(thresholds=THRESHOLDS.replace("failed == 0", "failures == 0"))
     result = pytester.runpytest_subprocess(*args, "-n", "2")
