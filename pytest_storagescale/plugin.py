@@ -301,8 +301,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     try:
         if run.owns_results:
             # steps whose test report never arrived (a worker that crashed after the
-            # step ended) are still in the session's shared step log
+            # step ended) are still in the session's shared step log; one begun and
+            # never finished is an error naming its process
             run.ledger.sync()
+            run.ledger.lose(None, UNFINISHED_STEP)
         ledger = run.ledger
         report = run.settings.report_path()
         if run.owns_results and report is not None:  # every test's outcome, steps or not
@@ -317,7 +319,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             if allure_results is not None:
                 write_session_files(allure_results, ledger.run)
     finally:
-        run.finish()
+        run.finish()  # clean-up errors and Ctrl-C are said in the summary, never raised
+        if run.area.cleanup_interrupted:
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
 
 
 def _write_session_notes(terminalreporter, run) -> None:
@@ -327,7 +331,7 @@ def _write_session_notes(terminalreporter, run) -> None:
     if run.cleanup_error:
         terminalreporter.write_line(
             f"storagescale: could not remove this run's directory {run.run_id}: "
-            f"{run.cleanup_error}. Remove it by hand.", yellow=True,
+            f"{run.cleanup_error}", yellow=True,
         )
     if run.endpoint.exit_note:
         terminalreporter.write_line(f"storagescale: {run.endpoint.exit_note}", red=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import signal
 import shutil
 import socket
 import subprocess
@@ -578,3 +579,78 @@ def test_a_run_directory_whose_owner_file_is_refused_is_removed_at_once(pytester
         "*this run's directory */storagescale-run-* was made but its owner file was refused "
         "(*403 Forbidden*); it was removed again (rmdir)*"])
     assert os.listdir(area) == []
+
+
+# -- every area written to must exist: doors and third-party-copy peers ------------------------
+def test_a_door_whose_area_does_not_exist_is_refused_and_not_made(pytester, suite,
+                                                                  embedded_xrootd):
+    data = embedded_xrootd.directory / "data"
+    door = embedded_xrootd.https_url.rsplit("/storagescale", 1)[0] + "/typo2/deep"
+    result = pytester.runpytest(*suite(embedded_xrootd.url, f"--storage-door=davs={door}",
+                                       "--storage-load-doors=all",
+                                       f"--storage-driver-option=ca_dir={embedded_xrootd.ca_dir}"))
+    result.stdout.fnmatch_lines([
+        f"*--storage-door davs {door}: the test area /typo2/deep does not exist. The plugin "
+        f"makes only its run directory inside an existing test area*Create it first: "
+        f"gfal-mkdir -p {door}*"])
+    assert not (data / "typo2").exists()
+
+
+PEER_SUITE = """
+from storagescale_suites.conformance.fixtures import storage_doors  # noqa: F401
+from storagescale_suites.conformance.tpc import storage_tpc_peer  # noqa: F401
+
+def test_peer(storage_tpc_peer):
+    assert storage_tpc_peer.doors
+"""
+
+
+def test_a_tpc_peer_whose_area_does_not_exist_is_refused_and_not_made(pytester,
+                                                                      embedded_xrootd):
+    data = embedded_xrootd.directory / "data"
+    pytester.makepyfile(test_peer=PEER_SUITE)
+    result = pytester.runpytest(f"--storage-endpoint={embedded_xrootd.url}",
+                                f"--storage-tpc-peer=root://127.0.0.1:{embedded_xrootd.port}//typo3/x",
+                                "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines([
+        "*--storage-tpc-peer root://*//typo3/x: the test area /typo3/x does not exist*"
+        "Create it first: xrdfs root://* mkdir -p /typo3/x*"])
+    assert not (data / "typo3").exists()
+
+
+# -- the final clean-up: errors and Ctrl-C are said, never raised --------------------------
+FREEZE_CONFTEST = """
+import os, signal, threading
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    os.kill({pid}, signal.SIGSTOP)  # the storage freezes before the final clean-up
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()  # then Ctrl-C
+"""
+
+
+def _sigint_by_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def test_ctrl_c_in_the_final_clean_up_of_a_frozen_storage_says_what_it_left(pytester, suite):
+    from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+
+    with EmbeddedXRootD() as server:
+        args = suite(server.url)
+        pytester.makeconftest(FREEZE_CONFTEST.format(pid=server.pid))
+        try:
+            child = subprocess.run(
+                [sys.executable, "-m", "pytest", *args, "--storage-hang-timeout=60s"],
+                cwd=pytester.path, capture_output=True, text=True, timeout=120,
+                preexec_fn=_sigint_by_default)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        left = list((server.directory / "data" / "storagescale").glob("storagescale-run-*"))
+    output = child.stdout + child.stderr
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert (f"could not remove this run's directory {left[0].name}: interrupted (Ctrl-C) "
+            f"during the clean-up: /storagescale/{left[0].name} is left on") in output, output
+    assert "2 passed" in output and child.returncode == pytest.ExitCode.INTERRUPTED

@@ -42,8 +42,8 @@ from . import owner as records
 from .endpoint import EndpointUnderTest
 from .owner import owner_record, pid_alive, signed, stale_reason, verified
 
-__all__ = ["RunArea", "StaleRun", "create_command", "owner_record", "pid_alive",
-           "read_owner", "stale_reason"]
+__all__ = ["RunArea", "StaleRun", "create_command", "create_command_for", "owner_record",
+           "pid_alive", "read_owner", "stale_reason"]
 
 #: deadline of the set-up and clean-up requests when no hang timeout is set
 SERVICE_TIMEOUT = 30.0
@@ -57,7 +57,12 @@ _OWNER_MAX_BYTES = 64 * 1024
 
 def create_command(endpoint) -> str:
     """The command that makes the test area, in the storage's own client."""
-    url = endpoint.url
+    return create_command_for(endpoint.url)
+
+
+def create_command_for(url) -> str:
+    """The command that makes the area of the endpoint URL ``url`` (an
+    :class:`~pytest_storagescale.endpoints.url.EndpointURL`)."""
     if url.scheme in XROOTD_SCHEMES:
         return f"xrdfs {url.server} mkdir -p {url.path}"
     if url.scheme in HTTP_SCHEMES:
@@ -108,6 +113,10 @@ class RunArea:
         #: this run's owner record (signed), once the directory is made or first used
         self.record: dict | None = None
         self._heartbeat: threading.Event | None = None
+        #: door name -> why it cannot be written through (None: checked, usable)
+        self.door_checks: dict[str, str | None] = {}
+        #: Ctrl-C ended the clean-up at the end (the summary says what is left)
+        self.cleanup_interrupted = False
 
     @property
     def path(self) -> str:
@@ -358,9 +367,10 @@ class RunArea:
         try:
             return self._clean_tree(self.path, self.run_id, None)
         except KeyboardInterrupt:
+            self.cleanup_interrupted = True
             return (f"interrupted (Ctrl-C) during the clean-up: {self.path} is left on "
                     f"{self.endpoint.display} with its owner file; a later run on this host "
-                    f"with --storage-clean-stale removes it")
+                    f"with --storage-clean-stale removes it, or remove it by hand")
         finally:
             self._ready = False
             self.marker.unlink(missing_ok=True)

@@ -25,7 +25,7 @@ from ..drivers.base import Driver
 from ..drivers.registry import DriverSpec, driver_spec
 from ..endpoints.family import embedded_class
 from ..endpoints.url import HTTP_SCHEMES, XROOTD_SCHEMES
-from ..errors import StorageScaleUsageError
+from ..errors import EndpointError, StorageError, StorageNotFound, StorageScaleUsageError
 
 if TYPE_CHECKING:
     from . import StorageRun
@@ -191,7 +191,50 @@ def load_door(run: StorageRun, name: str | None) -> Door:
             f"{', '.join(urls)}."
         )
     spec, door_dir = door_spec(urls[name], main, run.run_id)
-    return Door(name, spec, door_dir, timeout)
+    door = Door(name, spec, door_dir, timeout)
+    if name not in run.area.door_checks:
+        what = (f"the embedded {run.endpoint.embedded_kind}'s {name} door"
+                if run.endpoint.is_embedded else f"--storage-door {name}")
+        run.area.door_checks[name] = door_problem(door, what, run_dir_made=True)
+    if run.area.door_checks[name]:
+        raise EndpointError(run.area.door_checks[name])
+    return door
+
+
+def door_problem(door: Door, what: str, *, run_dir_made: bool) -> str | None:
+    """Why ``door`` cannot be written through (None: it can). Its test area (the parent
+    of its run directory) must exist: the plugin makes only the run directory, never
+    an area or its parents. ``run_dir_made``: the run directory was made through the
+    endpoint, and the door (the same storage) must show it."""
+    from .area import create_command_for
+
+    area = door.run_dir.rstrip("/").rpartition("/")[0] or "/"
+    client = door.client("area-check")
+    try:
+        found = _kind(client, area)
+        if found == "directory" and run_dir_made:
+            if _kind(client, door.run_dir) != "directory":
+                return (f"{what} {door.display}: this run's directory {door.run_dir} (made "
+                        f"through the endpoint) is not there through this door. A door must "
+                        f"name the endpoint's test area over its own protocol; the plugin "
+                        f"makes no other directory.")
+    except StorageError as exc:
+        return f"{what} {door.display}: the test area {area} cannot be checked: {exc}"
+    finally:
+        client.close()
+    if found == "directory":
+        return None
+    return (f"{what} {door.display}: the test area {area} {found}. The plugin makes only its "
+            f"run directory inside an existing test area, never the area or its parents (a "
+            f"typo would leave them behind). Create it first: "
+            f"{create_command_for(door.spec.endpoint)}")
+
+
+def _kind(client: Driver, path: str) -> str:
+    try:
+        return "directory" if client.stat(path).is_dir else "is not a directory"
+    except StorageNotFound:
+        return "does not exist"
 
 
 def folder_name(nodename: str) -> str:

@@ -42,6 +42,7 @@ from pytest_storagescale.drivers.registry import DriverSpec, driver_spec
 from pytest_storagescale.endpoints.url import HTTP_SCHEMES, XROOTD_SCHEMES
 from pytest_storagescale.errors import StorageError, StorageScaleWarning
 from pytest_storagescale.redact import redact_url
+from pytest_storagescale.session.doors import door_problem
 from pytest_storagescale.stash import storage_run_key
 
 from .checks import KnownIssues, MiB, Place, call, check_adler32, fail, payload, release
@@ -161,8 +162,17 @@ def storage_tpc_peer(storage_endpoint, storage_doors: dict[str, Door],
              for protocol, url in urls.items()}
     described = peer.describe() if peer else ", ".join(d.display for d in doors.values())
     try:
+        made = False
         for door in doors.values():
-            _on(door, "mkdir", door.run_dir, lambda c, p: c.mkdir(p), door.run_dir)
+            # the peer's area must exist: only this run's directory is made, exclusively,
+            # through its first door (the others show it)
+            problem = door_problem(door, OPTION, run_dir_made=made)
+            if problem:
+                pytest.fail(problem, pytrace=False)
+            if not made:
+                _on(door, "mkdir", door.run_dir, lambda c, p: c.mkdir(p, parents=False),
+                    door.run_dir)
+                made = True
         yield TPCPeer(doors, described)
     finally:
         try:
