@@ -42,6 +42,26 @@ an entry another client creates in it meanwhile is deleted with it (only inside 
 run's own directory: every mutating call is guarded). A file is deleted with
 ``Depth: 0``, which a server such as Apache refuses for a collection.
 
+**Redirects**: a read (``GET``, ``HEAD``, ``PROPFIND``) follows a redirect anywhere the
+TLS trust allows (libcurl, at most 5; only to ``https://`` from an ``https`` door). A
+mutating request (``PUT``, ``DELETE``, ``MKCOL``, ``MOVE``, ``COPY``, ``PROPPATCH``...)
+follows one only to the same path (decoded, no ``.`` or ``..`` segment) on another
+server, as a dCache door sends a client to its pool; anything else is refused, never
+followed (:class:`~pytest_storagescale.errors.RedirectRefused`, ``redirect_refused``,
+naming the ``Location``). Credentials go to the door only: on a redirect to another
+scheme, host or port neither the ``Authorization`` header (token) nor ``user:password``
+is sent (libcurl's own rule for reads: ``UNRESTRICTED_AUTH`` is never set; the same rule
+here for mutating requests); the client certificate is presented to whichever server
+the TLS trust accepts.
+
+**Answers are bounded**: a metadata answer (a stat, the answer to a mutating request,
+an error page) is read up to :data:`ANSWER_LIMIT` (4 MiB), a listing (``PROPFIND
+Depth: 1``) and a third-party copy's markers up to :data:`LISTING_LIMIT` (64 MiB);
+a longer answer is aborted as ``bad_answer``. A listing is parsed as it arrives (an
+incremental XML parser), keeping each entry's name and kind, never the answer. Every
+field read from an answer (sizes, dates, checksums, byte ranges) is checked: a
+malformed one is ``bad_answer`` (:class:`~pytest_storagescale.errors.BadAnswer`).
+
 **Third-party copy** (HTTP TPC, WebDAV ``COPY``; XrdHttpTPC, dCache, EOS):
 :meth:`HTTPDriver.pull` sends ``COPY`` to the destination with a ``Source:`` header,
 :meth:`HTTPDriver.push` sends it to the source with a ``Destination:`` header; the
@@ -73,6 +93,8 @@ import pycurl
 from ..endpoints.url import HTTP_SCHEMES, HTTPS_SCHEMES
 from ..endpoints.version import DEFAULT_CA_DIR, version_from_server_header
 from ..errors import (
+    BadAnswer,
+    RedirectRefused,
     StorageError,
     StorageNotFound,
     StoragePermissionDenied,
@@ -80,6 +102,7 @@ from ..errors import (
     StorageTimeout,
     StorageUnreachable,
 )
+from ..redact import redact_text
 from .base import Driver, StatInfo
 
 _DAV = "{DAV:}"
@@ -101,6 +124,22 @@ _TIMEOUT_STATUSES = {408, 504}
 _PERMISSION_STATUSES = {401, 403}
 _NOT_FOUND_STATUSES = {404, 410}
 _OK_STATUSES = frozenset(range(200, 300))
+#: a redirect: a mutating request's is followed here, by the same-path rule
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+#: the methods that change the storage: redirected only to the same path
+_MUTATING_METHODS = frozenset({"PUT", "DELETE", "MKCOL", "MOVE", "COPY", "PROPPATCH",
+                               "LOCK", "UNLOCK", "POST", "PATCH"})
+_MAX_REDIRECTS = 5
+#: the most a metadata answer (a stat, a mutating request's answer, an error page) may
+#: hold; a longer one is aborted as bad_answer
+ANSWER_LIMIT = 4 * 1024 * 1024
+#: the most a listing (read as it arrives) or a third-party copy's markers may hold
+LISTING_LIMIT = 64 * 1024 * 1024
+#: a stat answer up to this size is remembered by its bytes (the fast reading)
+_REMEMBERED_ANSWER = 8192
+#: a size or byte offset: ASCII digits that fit 64 bits
+_NUMBER = re.compile(r"[0-9]{1,19}")
+_HEX_VALUE = re.compile(r"[0-9a-f]{1,128}")
 #: checksum algorithms whose Digest value is hex (RFC 3230 registry); others are base64
 _HEX_DIGESTS = {"adler32", "crc32c", "unixcksum"}
 _BUFFER = 512 * 1024
@@ -108,8 +147,8 @@ _BUFFER = 512 * 1024
 _DOOR_SERVERS: dict[str, str] = {}
 #: the fast reading of a one-entry 207 answer (stat): any namespace prefix
 _TAG = rb"<(?:[\w.-]+:)?"
-_LENGTH = re.compile(_TAG + rb"getcontentlength[^>]*>\s*(\d+)\s*<")
-_MODIFIED = re.compile(_TAG + rb"getlastmodified[^>]*>([^<]*)<")
+_LENGTH = re.compile(_TAG + rb"getcontentlength(?:\s[^>]*)?(?<!/)>([^<]*)<")
+_MODIFIED = re.compile(_TAG + rb"getlastmodified(?:\s[^>]*)?(?<!/)>([^<]*)<")
 _COLLECTION = re.compile(_TAG + rb"resourcetype[^>/]*>\s*" + _TAG + rb"collection\b")
 
 
@@ -119,7 +158,7 @@ _NO_TPC_STATUSES = {405, 501}
 _NO_TPC_WORDS = ("request unknown", "not supported", "not allowed", "unknown method")
 #: what the last line of a COPY answer starts with when the copy did not succeed
 _TPC_FAILURES = ("failure", "failed", "aborted")
-_STRIPE_BYTES = re.compile(r"Stripe Bytes Transferred:\s*(\d+)", re.IGNORECASE)
+_STRIPE_BYTES = re.compile(r"Stripe Bytes Transferred:\s*(\S+)", re.IGNORECASE)
 
 
 class CopyOutcome(NamedTuple):
@@ -154,9 +193,9 @@ class Body:
     """What a request answered: status, headers asked for, body or its size."""
 
     __slots__ = ("status", "headers", "chunks", "counted", "adler32", "keep", "digest",
-                 "writer")
+                 "writer", "limit", "overflow")
 
-    def __init__(self, keep: bool = True, digest: bool = False) -> None:
+    def __init__(self, keep: bool = True, digest: bool = False, limit: int = 0) -> None:
         self.status = 0
         self.headers: dict[str, str] = {}
         self.chunks: list[bytes] = []
@@ -165,9 +204,30 @@ class Body:
         self.adler32 = 1
         self.keep = keep
         self.digest = digest
+        #: the most the body may hold (0: no limit); more aborts the transfer
+        self.limit = limit
+        #: the body was longer than the limit (the transfer was aborted)
+        self.overflow = False
         #: what libcurl hands the body to: the list's own append (no Python frame per
         #: chunk) when the body is only kept
-        self.writer = self.chunks.append if keep and not digest else self.write
+        self.writer = (self.bounded if limit else
+                       self.chunks.append if keep and not digest else self.write)
+
+    def bounded(self, chunk: bytes) -> int | None:
+        """Keep ``chunk`` while the body stays within its limit; else abort (a write
+        callback's 0 ends libcurl's transfer with CURLE_WRITE_ERROR)."""
+        self.counted += len(chunk)
+        if self.counted > self.limit:
+            self.overflow = True
+            return 0
+        self.chunks.append(chunk)
+        return None
+
+    def reset(self) -> None:
+        """Forget the body received (a redirect's), for the next answer."""
+        self.chunks.clear()
+        self.counted = 0
+        self.adler32 = 1
 
     def write(self, chunk: bytes) -> None:
         self.counted += len(chunk)
@@ -183,15 +243,96 @@ class Body:
         elif line.startswith(b"HTTP/"):  # a new answer (after 100 Continue, a redirect)
             self.headers.clear()
 
+    def too_long(self) -> str:
+        """What the answer exceeded, once :attr:`overflow`."""
+        return f"longer than {self.limit:,} bytes, the most read for such a request"
+
     @property
     def size(self) -> int:
         """Bytes received."""
-        return sum(map(len, self.chunks)) if self.keep and not self.digest else self.counted
+        return (sum(map(len, self.chunks)) if self.keep and not self.digest and not self.limit
+                else self.counted)
 
     @property
     def data(self) -> bytes:
         chunks = self.chunks
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class _Listing(Body):
+    """A ``PROPFIND Depth: 1`` answer of directory ``own`` read as it arrives: an
+    incremental XML parser reads each ``response`` and drops it, keeping the entry's
+    name (``own``'s own entry: whether it is a directory), so a listing costs its
+    names, not its answer. The first bytes are kept for an error
+    page's words; the whole answer is bounded by ``limit``, one entry by
+    :data:`ANSWER_LIMIT` (the parser holds an entry whole until it ends)."""
+
+    __slots__ = ("parser", "own", "own_is_dir", "names", "root", "failure", "entry_began")
+
+    #: what is kept of the answer's bytes (an error page's words)
+    HEAD = 2000
+
+    def __init__(self, own: str, limit: int = LISTING_LIMIT) -> None:
+        super().__init__(limit=limit)
+        self.parser = ElementTree.XMLPullParser(events=("start", "end"))
+        self.own = "/" + own.strip("/")
+        self.own_is_dir = False
+        #: the names of the entries but ``own``'s, in the answer's order
+        self.names: list[str] = []
+        self.root: ElementTree.Element | None = None
+        #: why the answer could not be read (None: it could, so far)
+        self.failure: str | None = None
+        #: bytes received when the last entry ended
+        self.entry_began = 0
+        self.writer = self.feed
+
+    def too_long(self) -> str:
+        if self.counted - self.entry_began > ANSWER_LIMIT:
+            return f"with an entry longer than {ANSWER_LIMIT:,} bytes, the most read for one"
+        return super().too_long()
+
+    def feed(self, chunk: bytes) -> int | None:
+        self.counted += len(chunk)
+        if self.counted > self.limit or self.counted - self.entry_began > ANSWER_LIMIT:
+            self.overflow = True
+            return 0
+        if self.counted - len(chunk) < self.HEAD:
+            self.chunks.append(chunk[:self.HEAD])
+        if self.failure is None:
+            try:
+                self.parser.feed(chunk)
+                self._read_events()
+            except (ElementTree.ParseError, _Malformed) as exc:
+                self.failure = str(exc)
+        return None
+
+    def _read_events(self) -> None:
+        for event, element in self.parser.read_events():
+            if event == "start":
+                if self.root is None:
+                    self.root = element
+            elif element.tag == f"{_DAV}response":
+                href, info = _entry(element)
+                href = href.rstrip("/")
+                if href in (self.own, ""):
+                    self.own_is_dir = self.own_is_dir or info.is_dir
+                else:
+                    self.names.append(href.rpartition("/")[2])
+                self.entry_began = self.counted
+                element.clear()
+                root = self.root
+                if root is not None and len(root) and root[-1] is element:
+                    del root[-1]  # the answer's element is gone: memory stays flat
+
+    def finish(self) -> str | None:
+        """After the transfer: why the answer could not be read, or None."""
+        if self.failure is None:
+            try:
+                self.parser.close()
+                self._read_events()
+            except (ElementTree.ParseError, _Malformed) as exc:
+                self.failure = str(exc)
+        return self.failure
 
 
 class HTTPDriver(Driver):
@@ -284,8 +425,9 @@ class HTTPDriver(Driver):
     def _new_handle(self) -> pycurl.Curl:
         return self._configure(pycurl.Curl())
 
-    def _configure(self, handle: pycurl.Curl) -> pycurl.Curl:
-        """The handle's settings for every request."""
+    def _configure(self, handle: pycurl.Curl, login: bool = True) -> pycurl.Curl:
+        """The handle's settings for every request; ``login``: with the URL's
+        ``user:password`` (not for another server a request is redirected to)."""
         handle.setopt(pycurl.NOSIGNAL, 1)
         handle.setopt(pycurl.TIMEOUT_MS, self._timeout_ms)
         handle.setopt(pycurl.CONNECTTIMEOUT_MS, self._timeout_ms)
@@ -294,6 +436,9 @@ class HTTPDriver(Driver):
         handle.setopt(pycurl.FOLLOWLOCATION, 1)
         handle.setopt(pycurl.MAXREDIRS, 5)
         handle.setopt(pycurl.POSTREDIR, pycurl.REDIR_POST_ALL)  # a PUT keeps its body
+        # a read is redirected only where TLS still protects it (never https -> http)
+        handle.setopt(pycurl.REDIR_PROTOCOLS, pycurl.PROTO_HTTPS if self._secure
+                      else pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
         handle.setopt(pycurl.BUFFERSIZE, _BUFFER)
         handle.setopt(pycurl.USERAGENT, f"pytest-storagescale/{self.client_id}")
         if self._secure:
@@ -307,7 +452,7 @@ class HTTPDriver(Driver):
                 handle.setopt(pycurl.SSLCERTTYPE, "PEM")
                 handle.setopt(pycurl.SSLKEY, key or cert)
             parts = urlsplit(self.endpoint.url)
-            if parts.username:
+            if parts.username and login:
                 handle.setopt(pycurl.USERNAME, unquote(parts.username))
                 handle.setopt(pycurl.PASSWORD, unquote(parts.password or ""))
         return handle
@@ -317,9 +462,14 @@ class HTTPDriver(Driver):
 
     def _request(self, method: str, path: str, *, headers: list[str] | None = None,
                  body: bytes | None = None, sink: Body | None = None,
-                 want_headers: bool = False, operation: str = "") -> Body:
-        """One request on this client's connection, within the deadline."""
-        answer = sink or Body()
+                 want_headers: bool = False, operation: str = "",
+                 limit: int = ANSWER_LIMIT) -> Body:
+        """One request on this client's connection, within the deadline; its answer
+        read up to ``limit`` bytes (0: no limit) unless ``sink`` says otherwise. A
+        mutating request's redirect is followed only to the same path
+        (:meth:`_follow`)."""
+        answer = sink or Body(limit=limit)
+        refused: StorageError | None = None
         try:  # list.pop is atomic: threads sharing this driver each get their own handle
             handle, settings = self._idle.pop()
         except IndexError:
@@ -348,22 +498,86 @@ class HTTPDriver(Driver):
                 settings.headed = True
             handle.perform()
             answer.status = handle.getinfo(pycurl.RESPONSE_CODE)
+            if answer.status in _REDIRECT_STATUSES and method in _MUTATING_METHODS:
+                settings = _Settings()  # following sets the handle otherwise
+                refused = self._follow(handle, method, path, sent, body, answer,
+                                       want_headers, operation or method.lower())
             if want_headers and self.endpoint.server not in _DOOR_SERVERS:
                 _DOOR_SERVERS[self.endpoint.server] = answer.headers.get("server", "")
         except pycurl.error as exc:
             fresh = handle.getinfo(pycurl.NUM_CONNECTS) > 0  # failed on a new connection
+            answer.status = answer.status or handle.getinfo(pycurl.RESPONSE_CODE)
             handle.close()  # its connection is in an unknown state
+            if answer.overflow:
+                raise self._too_long(answer, method, operation or method.lower(),
+                                     path) from None
             raise self._curl_error(exc, operation or method.lower(), path, fresh) from None
         if self._closed:
             handle.close()
         else:
             self._idle.append((handle, settings))
+        if refused is not None:
+            raise refused
         return answer
+
+    def _follow(self, handle: pycurl.Curl, method: str, path: str, headers: list[str],
+                body: bytes | None, answer: Body, want_headers: bool,
+                operation: str) -> StorageError | None:
+        """Follow the redirects of a mutating request (libcurl does not: it follows
+        only reads), each only to the same path, on the door or another server (a
+        dCache door sends a transfer to a pool). Another scheme, host or port gets
+        neither the ``Authorization`` header nor ``user:password``. Returns the refusal
+        (nothing was sent there), or None with ``answer`` the last server's; the
+        handle is set for this driver's requests again after."""
+        try:
+            for _ in range(_MAX_REDIRECTS):
+                location = handle.getinfo(pycurl.REDIRECT_URL)
+                if not location:
+                    return None  # a redirect status without a Location: its status says it
+                why = _redirect_refusal(self._base, location, path)
+                if why is not None:
+                    return RedirectRefused(
+                        f"the server redirected {method} to {_shown(location)}, {why}: "
+                        f"refused, not followed (a request that changes the storage is "
+                        f"redirected only to the same path, on this or another server)",
+                        error_class="redirect_refused",
+                        **self._kwargs(operation, path, f"HTTP {answer.status}"))
+                foreign = _origin(location) != _origin(self._base)
+                handle.reset()
+                self._configure(handle, login=not foreign)
+                handle.setopt(pycurl.URL, location)
+                self._set_method(handle, method, [
+                    line for line in headers if not (
+                        foreign and line.lower().startswith("authorization:"))], body)
+                answer.reset()
+                handle.setopt(pycurl.WRITEFUNCTION, answer.writer)
+                if want_headers:
+                    handle.setopt(pycurl.HEADERFUNCTION, answer.header)
+                handle.perform()
+                answer.status = handle.getinfo(pycurl.RESPONSE_CODE)
+                if answer.status not in _REDIRECT_STATUSES:
+                    return None
+            return RedirectRefused(
+                f"more than {_MAX_REDIRECTS} redirects (the last to "
+                f"{_shown(handle.getinfo(pycurl.REDIRECT_URL) or '')}): not followed further",
+                error_class="redirect_refused",
+                **self._kwargs(operation, path, f"HTTP {answer.status}"))
+        finally:
+            handle.reset()
+            self._configure(handle)
+
+    def _too_long(self, answer: Body, method: str, operation: str, path: str) -> BadAnswer:
+        return BadAnswer(
+            f"the answer to {method} is {answer.too_long()}: not read further",
+            error_class="bad_answer",
+            **self._kwargs(operation, path, f"HTTP {answer.status}"))
 
     @staticmethod
     def _set_method(handle: pycurl.Curl, method: str, headers: list[str],
                     body: bytes | None) -> None:
         handle.setopt(pycurl.HTTPGET, 1)  # resets the method, upload and no-body
+        # a mutating request's redirect is checked before it is followed (_follow)
+        handle.setopt(pycurl.FOLLOWLOCATION, int(method not in _MUTATING_METHODS))
         if method == "HEAD":
             handle.setopt(pycurl.NOBODY, 1)
         elif body is not None:
@@ -458,46 +672,54 @@ class HTTPDriver(Driver):
         return answer
 
     # -- namespace ----------------------------------------------------------------
-    def _propfind(self, path: str, depth: str, operation: str) -> list[tuple[str, StatInfo]]:
-        answer = self._request("PROPFIND", path, headers=self._propfind_headers[depth],
-                               operation=operation)
-        return self._read_multistatus(answer, path, operation)
+    def _listing(self, path: str, operation: str) -> _Listing:
+        """Directory ``path``'s entries (``PROPFIND Depth: 1``), read as the answer
+        arrives."""
+        listing = _Listing(path)
+        self._request("PROPFIND", path, headers=self._propfind_headers["1"], sink=listing,
+                      operation=operation)
+        self._check_multistatus(listing, path, operation)
+        failure = listing.finish()
+        if failure is not None:
+            raise self._bad_answer(f"unreadable PROPFIND answer: {failure}", operation, path,
+                                   listing)
+        return listing
 
-    def _read_multistatus(self, answer: Body, path: str,
-                          operation: str) -> list[tuple[str, StatInfo]]:
-        if answer.status != 207:
-            if answer.status in _OK_STATUSES:
-                raise StorageError(
-                    f"the server answered PROPFIND with HTTP {answer.status}, not a WebDAV "
-                    f"207 Multi-Status: is this a WebDAV door?",
-                    error_class="not_webdav", **self._kwargs(operation, path, "HTTP "
-                                                             f"{answer.status}"))
-            raise self._status_error(answer, operation, path)
-        try:
-            return _multistatus(answer.data)
-        except ElementTree.ParseError as exc:
-            raise StorageError(f"unreadable PROPFIND answer: {exc}", error_class="bad_answer",
-                               **self._kwargs(operation, path, "HTTP 207")) from None
+    def _check_multistatus(self, answer: Body, path: str, operation: str) -> None:
+        if answer.status == 207:
+            return
+        if answer.status in _OK_STATUSES:
+            raise StorageError(
+                f"the server answered PROPFIND with HTTP {answer.status}, not a WebDAV "
+                f"207 Multi-Status: is this a WebDAV door?",
+                error_class="not_webdav", **self._kwargs(operation, path, "HTTP "
+                                                         f"{answer.status}"))
+        raise self._status_error(answer, operation, path)
+
+    def _bad_answer(self, why: str, operation: str, path: str, answer: Body) -> BadAnswer:
+        return BadAnswer(why, error_class="bad_answer",
+                         **self._kwargs(operation, path, f"HTTP {answer.status}"))
 
     def _stat(self, path: str) -> StatInfo:
         answer = self._request("PROPFIND", path, headers=self._propfind_headers["0"],
                                operation="stat")
-        if answer.status == 207:
-            info = _one_entry(answer.data)
-            if info is not None:
-                return info
-        entries = self._read_multistatus(answer, path, "stat")
+        self._check_multistatus(answer, path, "stat")
+        data = answer.data
+        try:
+            info = _one_entry(data) if len(data) <= _REMEMBERED_ANSWER else None
+            entries = [] if info is not None else _multistatus(data)
+        except (ElementTree.ParseError, _Malformed) as exc:
+            raise self._bad_answer(f"unreadable PROPFIND answer: {exc}", "stat", path,
+                                   answer) from None
+        if info is not None:
+            return info
         if not entries:
-            raise StorageError("the PROPFIND answer names no entry", error_class="bad_answer",
-                               **self._kwargs("stat", path, "HTTP 207"))
+            raise self._bad_answer("the PROPFIND answer names no entry", "stat", path, answer)
         return entries[0][1]
 
     def _entries(self, path: str, operation: str) -> list[str]:
         """The names in directory ``path`` (``Depth: 1``, its own entry left out)."""
-        own = "/" + path.strip("/")
-        return sorted(
-            href.rstrip("/").rpartition("/")[2] for href, _ in
-            self._propfind(path, "1", operation) if href.rstrip("/") not in (own, ""))
+        return sorted(self._listing(path, operation).names)
 
     def _ls(self, path: str) -> list[str]:
         return self._entries(path, "ls")
@@ -548,12 +770,11 @@ class HTTPDriver(Driver):
 
     def _rmdir(self, path: str) -> None:
         """Delete an empty directory; refuse a file and a directory with entries."""
-        entries = self._propfind(path, "1", "rmdir")
-        own = "/" + path.strip("/")
-        if not any(info.is_dir for href, info in entries if href.rstrip("/") == own):
+        listing = self._listing(path, "rmdir")
+        if not listing.own_is_dir:
             raise StorageError("not a directory", error_class="not_a_directory",
                                **self._kwargs("rmdir", path, ""))
-        inside = [href for href, _ in entries if href.rstrip("/") != own]
+        inside = listing.names
         if inside:
             raise StorageError(
                 f"directory not empty ({len(inside)} entries): not deleted (a WebDAV DELETE "
@@ -570,13 +791,20 @@ class HTTPDriver(Driver):
         answer = self._check(self._request(
             "HEAD", path, headers=[*self._auth, f"Want-Digest: {algorithm.lower()}"],
             want_headers=True, operation="checksum"), "checksum", path)
-        value = _digest(answer.headers.get("digest", ""), algorithm)
+        value = self._digest_of(answer, algorithm, "checksum", path)
         if value is None:
             raise StorageError(
                 f"the server offers no {algorithm} checksum (its Digest header: "
                 f"{answer.headers.get('digest', 'none')!r})", error_class="checksum_type",
                 **self._kwargs("checksum", path, f"HTTP {answer.status}"))
         return value
+
+    def _digest_of(self, answer: Body, algorithm: str, operation: str,
+                   path: str) -> str | None:
+        try:
+            return _digest(answer.headers.get("digest", ""), algorithm)
+        except _Malformed as exc:
+            raise self._bad_answer(str(exc), operation, path, answer) from None
 
     def connect(self) -> None:
         """Open this client's connection (TLS handshake, client certificate) with a
@@ -643,7 +871,7 @@ class HTTPDriver(Driver):
     def _compare(self, answer: Body, local: str, operation: str, path: str) -> None:
         """Refuse a transfer whose adler32 differs from the server's; a server that
         offers none is not asked again by this client."""
-        remote = _digest(answer.headers.get("digest", ""), "adler32")
+        remote = self._digest_of(answer, "adler32", operation, path)
         if remote is None:
             self._verify = False
             return
@@ -673,7 +901,7 @@ class HTTPDriver(Driver):
         spec = ",".join(f"{offset}-{offset + size - 1}" for offset, size in ranges)
         return self._check(self._request(
             "GET", path, headers=[*self._auth, f"Range: bytes={spec}"], want_headers=True,
-            operation=operation), operation, path)
+            operation=operation, limit=0), operation, path)
 
     def _read(self, path: str, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset``: fewer across the end of the file, none after it."""
@@ -709,7 +937,10 @@ class HTTPDriver(Driver):
         if not kind.lower().startswith("multipart/byteranges"):
             return answer.size
         boundary = kind.partition("boundary=")[2].strip().strip('"')
-        return sum(len(part) for part in _byteranges(answer.data, boundary.encode()))
+        try:
+            return sum(len(part) for part in _byteranges(answer.data, boundary.encode()))
+        except _Malformed as exc:
+            raise self._bad_answer(str(exc), "readv", path, answer) from None
 
     # -- third-party copy ---------------------------------------------------------------
     def transfer_url(self, path: str) -> str:
@@ -743,7 +974,7 @@ class HTTPDriver(Driver):
     def _copy(self, path: str, written: str, headers: list[str]) -> CopyOutcome:
         """``COPY path`` with ``headers``; an error unless its last line says success."""
         answer = self._request("COPY", path, operation="third-party copy", headers=[
-            *self._auth, *headers, "Overwrite: T", "Credential: none"])
+            *self._auth, *headers, "Overwrite: T", "Credential: none"], limit=LISTING_LIMIT)
         reason = " ".join(_text_of(answer.data).split())[:200]
         if answer.status in _NO_TPC_STATUSES or answer.status == 400 and any(
                 words in reason.lower() for words in _NO_TPC_WORDS):
@@ -756,8 +987,11 @@ class HTTPDriver(Driver):
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         last = lines[-1] if lines else ""
         sizes = _STRIPE_BYTES.findall(text)
-        outcome = CopyOutcome(answer.status, last, text.count("Perf Marker"),
-                              int(sizes[-1]) if sizes else None)
+        try:
+            reported = _number(sizes[-1], "Stripe Bytes Transferred") if sizes else None
+        except _Malformed as exc:
+            raise self._bad_answer(str(exc), "third-party copy", written, answer) from None
+        outcome = CopyOutcome(answer.status, last, text.count("Perf Marker"), reported)
         if last.lower().startswith("success"):
             return outcome
         why = (f"the copy ended with {last!r}" if last.lower().startswith(_TPC_FAILURES)
@@ -774,25 +1008,46 @@ class HTTPDriver(Driver):
 
 
 # -- answers --------------------------------------------------------------------------
+class _Malformed(Exception):
+    """A field of an answer that cannot be read; the driver raises it as BadAnswer."""
+
+
+def _number(text: str | bytes, what: str) -> int:
+    """A size or offset: ASCII digits that fit 64 bits (not a Unicode digit, not 5,000
+    digits); else :class:`_Malformed` naming ``what``."""
+    value = text.strip()
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    if not _NUMBER.fullmatch(value):
+        raise _Malformed(f"{what} {value[:40]!r}{'...' if len(value) > 40 else ''} is not a "
+                         f"number of bytes")
+    return int(value)
+
+
 def _multistatus(data: bytes) -> list[tuple[str, StatInfo]]:
     """``(href path, StatInfo)`` of each response of a 207 answer, in its order."""
-    entries = []
-    for response in ElementTree.fromstring(data).iter(f"{_DAV}response"):
+    return [_entry(response)
+            for response in ElementTree.fromstring(data).iter(f"{_DAV}response")]
+
+
+def _entry(response: ElementTree.Element) -> tuple[str, StatInfo]:
+    """``(href path, StatInfo)`` of one ``response`` element of a 207 answer."""
+    try:
         href = unquote(urlsplit(response.findtext(f"{_DAV}href", "")).path)
-        size, is_dir, modified = 0, False, None
-        for propstat in response.iter(f"{_DAV}propstat"):
-            if " 200" not in (propstat.findtext(f"{_DAV}status") or " 200"):
-                continue
-            for prop in propstat.iter(f"{_DAV}prop"):
-                length = prop.findtext(f"{_DAV}getcontentlength")
-                size = int(length) if length and length.strip().isdigit() else size
-                kind = prop.find(f"{_DAV}resourcetype")
-                is_dir = is_dir or (kind is not None and kind.find(f"{_DAV}collection")
-                                    is not None)
-                modified = _http_date(prop.findtext(f"{_DAV}getlastmodified")) or modified
-        entries.append((href, StatInfo(size=0 if is_dir else size, is_dir=is_dir,
-                                       modified=modified)))
-    return entries
+    except ValueError as exc:  # urlsplit: "Invalid IPv6 URL"
+        raise _Malformed(f"href: {exc}") from None
+    size, is_dir, modified = 0, False, None
+    for propstat in response.iter(f"{_DAV}propstat"):
+        if " 200" not in (propstat.findtext(f"{_DAV}status") or " 200"):
+            continue
+        for prop in propstat.iter(f"{_DAV}prop"):
+            length = prop.findtext(f"{_DAV}getcontentlength")
+            size = _number(length, "getcontentlength") if length and length.strip() else size
+            kind = prop.find(f"{_DAV}resourcetype")
+            is_dir = is_dir or (kind is not None and kind.find(f"{_DAV}collection")
+                                is not None)
+            modified = _http_date(prop.findtext(f"{_DAV}getlastmodified")) or modified
+    return href, StatInfo(size=0 if is_dir else size, is_dir=is_dir, modified=modified)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -810,7 +1065,11 @@ def _one_entry(data: bytes) -> StatInfo | None:
     is_dir = _COLLECTION.search(data) is not None
     length = _LENGTH.search(data)
     modified = _MODIFIED.search(data)
-    return StatInfo(size=int(length.group(1)) if length and not is_dir else 0, is_dir=is_dir,
+    if length and b"&" in length.group(1) or modified and b"&" in modified.group(1):
+        return None  # an XML reference (&#49;): the parser reads it
+    size = _number(length.group(1), "getcontentlength") if length and length.group(
+        1).strip() and not is_dir else 0
+    return StatInfo(size=size, is_dir=is_dir,
                     modified=_http_date(modified.group(1).decode("latin-1")) if modified
                     else None)
 
@@ -823,12 +1082,55 @@ def _quoted(path: str) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _http_date(text: str | None) -> float | None:
-    if not text:
+    """An HTTP date (``getlastmodified``); None when absent, :class:`_Malformed` when
+    unreadable (clean-up compares files' times: a time it cannot read is no time)."""
+    if not text or not text.strip():
         return None
     try:
         return email.utils.parsedate_to_datetime(text.strip()).timestamp()
-    except (TypeError, ValueError):
-        return None
+    except (TypeError, ValueError, OverflowError, IndexError):
+        shown = text.strip()
+        raise _Malformed(f"getlastmodified {shown[:60]!r}{'...' if len(shown) > 60 else ''} "
+                         f"is not an HTTP date") from None
+
+
+def _redirect_refusal(base: str, location: str, path: str) -> str | None:
+    """Why a mutating request to ``path`` on ``base`` may not follow ``location``;
+    None: the same path (decoded, no ``.`` or ``..`` segment), on this or another
+    server, over TLS when the door is."""
+    try:
+        target = urlsplit(location)
+    except ValueError:
+        return "not a URL"
+    if target.scheme not in ("http", "https") or not target.hostname:
+        return "not an http(s) URL"
+    if urlsplit(base).scheme == "https" and target.scheme != "https":
+        return "not over TLS (the door is https)"
+    segments = unquote(target.path).split("/")
+    if "." in segments or ".." in segments:
+        return "a path with a . or .. segment"
+    if [part for part in segments if part] != [part for part in path.split("/") if part]:
+        return "another path"
+    return None
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """Scheme, host and port: where credentials may go (libcurl's rule)."""
+    parts = urlsplit(url)
+    default = 443 if parts.scheme == "https" else 80
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+
+def _shown(location: str) -> str:
+    """A Location as shown in a message: without user:password and query (a pool's
+    URL may carry a one-time token there)."""
+    try:
+        parts = urlsplit(location)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return repr(location[:200])
+    query = "?..." if parts.query else ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path[:300]}{query}"
 
 
 def _digest(header: str, algorithm: str) -> str | None:
@@ -840,6 +1142,8 @@ def _digest(header: str, algorithm: str) -> str | None:
             continue
         value = value.strip()
         if name.strip().lower() in _HEX_DIGESTS:
+            if not _HEX_VALUE.fullmatch(value.lower()):
+                raise _Malformed(f"the Digest {name.strip()}={value[:40]!r} is not hex")
             return value.lower().rjust(8, "0")
         try:
             return base64.b64decode(value, validate=True).hex()
@@ -870,12 +1174,14 @@ def _content_range(head: bytes) -> tuple[int, int]:
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"content-range":
             first, _, rest = value.strip().partition(b" ")[2].partition(b"-")
-            return int(first), int(rest.partition(b"/")[0])
-    raise ValueError("a multipart/byteranges part without Content-Range")
+            return (_number(first, "Content-Range"),
+                    _number(rest.partition(b"/")[0], "Content-Range"))
+    raise _Malformed("a multipart/byteranges part without Content-Range")
 
 
 def _text_of(data: bytes) -> str:
-    """An error page's words, without markup."""
+    """An error page's words, without markup nor credentials (redacted before any cut:
+    a page may quote the request's ``Authorization`` header)."""
     text = data[:2000].decode("utf-8", "replace")
     out, inside = [], False
     for char in text:
@@ -886,4 +1192,4 @@ def _text_of(data: bytes) -> str:
             out.append(" ")
         elif not inside:
             out.append(char)
-    return "".join(out)
+    return redact_text("".join(out))

@@ -1,0 +1,356 @@
+"""The http driver against a hostile door (tests/hostile_http.py: a TLS proxy in front
+of the embedded xrootd's XrdHttp): redirects of mutating requests only to the same
+path, credentials only to the door, bounded answers, and malformed fields as counted
+``bad_answer`` errors; through the plugin, the victim of a redirected DELETE survives
+and the run says so."""
+
+from __future__ import annotations
+
+import json
+import threading
+from urllib.parse import quote
+
+import psutil
+import pytest
+from hostile_http import HostileDoor, Reply, Request
+
+from pytest_storagescale.drivers.http import ANSWER_LIMIT, LISTING_LIMIT
+from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.errors import (
+    BadAnswer,
+    RedirectRefused,
+    StorageNotFound,
+)
+
+pytestmark = pytest.mark.integration
+TOKEN = "eyJhbGciOiJub25lIn0.hostile-door-secret-token"
+MUTATING = {"PUT", "DELETE", "MKCOL", "MOVE", "COPY", "PROPPATCH"}
+
+
+@pytest.fixture
+def hostile(embedded_xrootd, tmp_path, request):
+    """``open_door(rule)`` opens a hostile door in front of the embedded XrdHttp; the
+    test's area ``root`` and an ``outside`` folder holding ``victim`` exist on the real
+    server, written by ``real`` (a driver that may write anywhere in the test area)."""
+    name = "".join(c if c.isalnum() else "-" for c in request.node.name)[-50:]
+    root, outside = f"/storagescale/hostile-{name}", f"/storagescale/outside-{name}"
+    real = driver_spec(embedded_xrootd.https_url, writable_root="/storagescale",
+                       options={"ca_dir": embedded_xrootd.ca_dir}).connect("functional-real",
+                                                                          timeout=20)
+    real.mkdir(root)
+    real.put(f"{outside}/victim.dat", b"precious")
+    doors: list[HostileDoor] = []
+
+    def open_door(rule=None) -> HostileDoor:
+        folder = tmp_path / f"door{len(doors)}"
+        folder.mkdir()
+        door = HostileDoor(embedded_xrootd.authority, folder,
+                           f"https://127.0.0.1:{embedded_xrootd.http_port}",
+                           embedded_xrootd.ca_dir, rule).__enter__()
+        doors.append(door)
+        return door
+
+    def client(door: HostileDoor, **options: str):
+        spec = driver_spec(door.url(root), writable_root=root,
+                           options={"ca_dir": embedded_xrootd.ca_dir, **options})
+        return spec.connect("functional-hostile", timeout=20)
+
+    yield type("Hostile", (), dict(open_door=staticmethod(open_door), real=real, root=root,
+                                   victim=f"{outside}/victim.dat", client=staticmethod(client),
+                                   embedded=embedded_xrootd))
+    for door in doors:
+        door.__exit__(None, None, None)
+    real.remove_tree(root)
+    real.remove_tree(outside)
+    real.close()
+
+
+def _inside(request: Request, root: str) -> bool:
+    return request.path.startswith(quote(root) + "/")
+
+
+# -- redirects ------------------------------------------------------------------------
+OPERATIONS = {
+    "DELETE": lambda driver, root: driver.delete(f"{root}/f"),
+    "PUT": lambda driver, root: driver.put(f"{root}/g", b"new"),
+    "MKCOL": lambda driver, root: driver.mkdir(f"{root}/d"),
+    "MOVE": lambda driver, root: driver.rename(f"{root}/f", f"{root}/h"),
+}
+LOCATIONS = {
+    "another path": lambda hostile, upstream: hostile.victim,
+    "another server": lambda hostile, upstream: f"{upstream}{hostile.victim}",
+    "encoded dots": lambda hostile, upstream: (
+        f"{hostile.root}/f/%2e%2e/%2E%2E/{hostile.victim.rpartition('/')[0].rpartition('/')[2]}"
+        f"/victim.dat"),
+}
+
+
+@pytest.mark.parametrize("where", list(LOCATIONS))
+@pytest.mark.parametrize("method", list(OPERATIONS))
+def test_a_mutating_request_redirected_elsewhere_is_refused_and_the_victim_survives(
+        hostile, method, where):
+    """The issue's attack: a door answers a request inside the run directory with
+    ``307 Location: <a victim outside>``; followed, the victim was deleted."""
+    upstream = f"https://127.0.0.1:{hostile.embedded.http_port}"
+    location = LOCATIONS[where](hostile, upstream)
+    hostile.real.put(f"{hostile.root}/f", b"mine")
+    door = hostile.open_door(lambda request: Reply(307, {"Location": location}) if (
+        request.method == method and _inside(request, hostile.root)) else None)
+    driver = hostile.client(door)
+    try:
+        with pytest.raises(RedirectRefused) as info:
+            OPERATIONS[method](driver, hostile.root)
+    finally:
+        driver.close()
+    error = info.value
+    assert error.error_class == "redirect_refused" and error.native_status == "HTTP 307"
+    assert f"redirected {method} to https://127.0.0.1:" in error.message
+    assert "refused, not followed" in error.message
+    assert hostile.real.read(hostile.victim, 0, 100) == b"precious"
+    assert hostile.real.read(f"{hostile.root}/f", 0, 100) == b"mine"
+    # nothing was sent to the Location: the door saw one request of that method
+    assert len(door.requests(method)) == 1
+
+
+@pytest.mark.parametrize("credential", ["token", "password"])
+def test_a_same_path_redirect_is_followed_to_the_pool_without_the_doors_credentials(
+        hostile, credential):
+    """As a dCache door sends a transfer to a pool: PUT, MKCOL and DELETE are redirected
+    to the same path on another port (a second door before the same server), and done
+    there; a read goes anywhere. The token or password goes to the door only."""
+    pool = hostile.open_door()
+    door = hostile.open_door(lambda request: Reply(307, {
+        "Location": f"{pool.base}{request.path}?pool-ticket=1"}) if (
+        request.method in ("PUT", "MKCOL", "DELETE", "GET") and _inside(request, hostile.root)
+    ) else None)
+    if credential == "token":
+        driver = hostile.client(door, token=TOKEN)
+        sent = f"Bearer {TOKEN}"
+    else:
+        spec = driver_spec(door.url(hostile.root).replace("//", "//alice:s3cret@", 1),
+                           writable_root=hostile.root,
+                           options={"ca_dir": hostile.embedded.ca_dir})
+        driver = spec.connect("functional-hostile", timeout=20)
+        sent = "Basic YWxpY2U6czNjcmV0"
+    data = b"payload" * 1000
+    try:
+        assert driver.put(f"{hostile.root}/f", data) == len(data)
+        driver.mkdir(f"{hostile.root}/d/e")  # MKCOL 409 -> the parent first, each redirected
+        assert driver.get(f"{hostile.root}/f") == len(data)
+        driver.delete(f"{hostile.root}/f")
+    finally:
+        driver.close()
+    with pytest.raises(StorageNotFound):
+        hostile.real.stat(f"{hostile.root}/f")
+    assert hostile.real.stat(f"{hostile.root}/d/e").is_dir
+    assert [r.body for r in pool.requests("PUT")] == [data]
+    assert {r.method for r in pool.seen} >= {"PUT", "MKCOL", "GET", "DELETE"}
+    assert all(r.path.endswith("?pool-ticket=1") for r in pool.seen)
+    assert all(r.headers.get("authorization") == sent for r in door.seen)
+    assert not [r for r in pool.seen if "authorization" in r.headers]
+
+
+def test_a_read_may_be_redirected_anywhere(hostile):
+    """Reads follow a redirect to another path (libcurl), as a namespace may send them."""
+    door = hostile.open_door(lambda request: Reply(302, {"Location": hostile.victim}) if (
+        request.method == "GET" and _inside(request, hostile.root)) else None)
+    driver = hostile.client(door)
+    try:
+        assert driver.get(f"{hostile.root}/anything") == len(b"precious")
+    finally:
+        driver.close()
+
+
+# -- bounded answers --------------------------------------------------------------------
+MB = 1024 * 1024
+RESPONSE = ("<D:response><D:href>{href}/entry-{i:06d}</D:href><D:propstat><D:prop>"
+            "<D:getcontentlength>{length}</D:getcontentlength><D:resourcetype/>"
+            "<D:getlastmodified>Tue, 15 Nov 2026 08:12:31 GMT</D:getlastmodified>"
+            "</D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>")
+HEAD = b'<?xml version="1.0" encoding="utf-8"?><D:multistatus xmlns:D="DAV:">'
+
+
+def _endless_listing(href: str, total: int):
+    """A 207 answer of ``total`` bytes of entries, made as it is sent."""
+    block = "".join(RESPONSE.format(href=href, i=i, length=i) for i in range(2000)).encode()
+    yield HEAD
+    for _ in range(total // len(block)):
+        yield block
+    yield b"</D:multistatus>"
+
+
+def _one_endless_entry(href: str, total: int):
+    yield HEAD + f"<D:response><D:href>{href}</D:href><D:propstat><D:prop>".encode()
+    yield b"<D:displayname>"
+    block = b"x" * MB
+    for _ in range(total // MB):
+        yield block
+
+
+class PeakRSS:
+    """This process's highest RSS while the block runs, sampled every 5 ms."""
+
+    def __init__(self) -> None:
+        self.process = psutil.Process()
+        self.peak = self.start = self.process.memory_info().rss
+        self._stop = threading.Event()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, self.process.memory_info().rss)
+
+    def __enter__(self) -> PeakRSS:
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def growth_mb(self) -> float:
+        return (self.peak - self.start) / MB
+
+
+@pytest.mark.parametrize("answer", ["entries", "one entry"])
+def test_a_400_mb_listing_is_a_bad_answer_and_memory_stays_flat(hostile, answer):
+    """The issue's 400 MB PROPFIND answer took 3 GB for one client. A listing is read
+    as it arrives and aborted at LISTING_LIMIT; one entry at ANSWER_LIMIT."""
+    make = _endless_listing if answer == "entries" else _one_endless_entry
+    door = hostile.open_door(lambda request: Reply(207, {
+        "Content-Type": "application/xml"}, make(quote(hostile.root), 400 * MB)) if (
+        request.method == "PROPFIND") else None)
+    driver = hostile.client(door)
+    try:
+        with PeakRSS() as rss, pytest.raises(BadAnswer) as info:
+            driver.ls(hostile.root)
+        with pytest.raises(BadAnswer) as stat:
+            driver.stat(hostile.root)
+    finally:
+        driver.close()
+    limit = LISTING_LIMIT if answer == "entries" else ANSWER_LIMIT
+    assert info.value.error_class == "bad_answer" and info.value.operation == "ls"
+    assert f"longer than {limit:,} bytes" in info.value.message
+    assert rss.growth_mb < 100, f"RSS grew by {rss.growth_mb:.0f} MB"
+    assert stat.value.error_class == "bad_answer"
+    assert f"longer than {ANSWER_LIMIT:,} bytes" in stat.value.message
+
+
+# -- malformed fields -------------------------------------------------------------------
+ONE = ('<?xml version="1.0" encoding="utf-8"?><D:multistatus xmlns:D="DAV:"><D:response>'
+       "<D:href>{href}</D:href><D:propstat><D:prop>{props}<D:resourcetype/></D:prop>"
+       "<D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response></D:multistatus>")
+MALFORMED = {
+    "5000 digits": "<D:getcontentlength>" + "7" * 5000 + "</D:getcontentlength>",
+    "arabic digits": "<D:getcontentlength>\u0661\u0662\u0663</D:getcontentlength>",
+    "superscript": "<D:getcontentlength>\u00b2</D:getcontentlength>",
+    "negative": "<D:getcontentlength>-1</D:getcontentlength>",
+    "character reference": "<D:getcontentlength>&#1633;</D:getcontentlength>",
+    "date": "<D:getlastmodified>the day before yesterday</D:getlastmodified>",
+}
+
+
+@pytest.mark.parametrize("field", list(MALFORMED))
+def test_a_malformed_field_is_a_bad_answer(hostile, field):
+    """Each used to be a raw ValueError (or, for a date, silently no time)."""
+    door = hostile.open_door(lambda request: Reply(207, {"Content-Type": "application/xml"},
+                                                   ONE.format(href=request.path,
+                                                              props=MALFORMED[field]).encode())
+                             if request.method == "PROPFIND" else None)
+    driver = hostile.client(door)
+    try:
+        for call in (lambda: driver.stat(f"{hostile.root}/f"), lambda: driver.ls(hostile.root)):
+            with pytest.raises(BadAnswer) as info:
+                call()
+            assert info.value.error_class == "bad_answer"
+            assert "getlastmodified" in info.value.message or (
+                "getcontentlength" in info.value.message)
+            assert len(info.value.message) < 300
+    finally:
+        driver.close()
+
+
+def test_a_malformed_checksum_is_a_bad_answer(hostile):
+    door = hostile.open_door(lambda request: Reply(200, {"Digest": "adler32=not-hex!"}) if (
+        request.method == "HEAD" and _inside(request, hostile.root)) else None)
+    driver = hostile.client(door, checksum="adler32")
+    try:
+        with pytest.raises(BadAnswer) as info:
+            driver.checksum(f"{hostile.root}/f")
+    finally:
+        driver.close()
+    assert "the Digest adler32='not-hex!' is not hex" in info.value.message
+
+
+# -- through the plugin -----------------------------------------------------------------
+SUITE = """
+import pytest
+
+@pytest.mark.storagescale_op("{op}")
+def test_{op}(storage_load, storage_clients):
+    storage_load.run()
+"""
+PLAN = """
+[storage]
+system = "xrootd"
+versions = ["*"]
+
+[defaults]
+duration = "1s"
+warmup = "0s"
+hang_timeout = "30s"
+
+[ops.{op}]
+clients = [1]
+[[ops.{op}.expect]]
+clients = "*"
+rules = ["failed == 0"]
+"""
+
+
+def _run(pytester, thresholds_dir, door, hostile, op: str):
+    thresholds_dir(PLAN.format(op=op))
+    pytester.makepyfile(test_suite=SUITE.format(op=op))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", f"--storage-endpoint={door.url(hostile.root)}",
+        f"--storage-driver-option=ca_dir={hostile.embedded.ca_dir}",
+        f"--storage-thresholds={thresholds_dir.root}", "--storage-results=results.json",
+        timeout=300)
+    [step] = json.loads((pytester.path / "results.json").read_text())["steps"]
+    return result, step
+
+
+def test_a_run_whose_deletes_are_redirected_outside_keeps_the_victim_and_says_so(
+        pytester, thresholds_dir, hostile):
+    """The issue's run: every DELETE inside the run's area is answered ``307 Location:
+    <victim>``. The victim survives; the step counts the refusals, the run fails and
+    names the Location."""
+    door = hostile.open_door(lambda request: Reply(307, {"Location": hostile.victim}) if (
+        request.method == "DELETE" and _inside(request, hostile.root)) else None)
+    result, step = _run(pytester, thresholds_dir, door, hostile, "delete")
+    output = result.stdout.str() + result.stderr.str()
+    assert hostile.real.read(hostile.victim, 0, 100) == b"precious"
+    assert not [r for r in door.seen if r.path == quote(hostile.victim)]
+    assert step["failed"] > 0 and set(step["errors"]) == {"redirect_refused"}, step
+    result.assert_outcomes(failed=1)
+    assert "redirect_refused" in output and f"{hostile.victim}" in output
+
+
+def test_a_malformed_size_is_a_counted_bad_answer_and_the_step_is_recorded(
+        pytester, thresholds_dir, hostile):
+    """The issue's run: the stat target's getcontentlength has 5,000 digits. The step is
+    in the table and the JSON with its bad_answer errors; no traceback."""
+    def rule(request: Request) -> Reply | None:
+        if request.method == "PROPFIND" and request.path.endswith("/stat-target"):
+            return Reply(207, {"Content-Type": "application/xml"}, ONE.format(
+                href=request.path, props=MALFORMED["5000 digits"]).encode())
+        return None
+
+    door = hostile.open_door(rule)
+    result, step = _run(pytester, thresholds_dir, door, hostile, "stat")
+    assert step["op"] == "stat" and step["failed"] > 0, step
+    assert set(step["errors"]) == {"bad_answer"}, step
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*stat*1*fail*", "*bad_answer*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
