@@ -285,6 +285,8 @@ def run_load_step(run: StorageRun, request: StepRequest, *, judge: Judge = True,
     thresholds = run.thresholds(request.system)
     section = section_plan(thresholds, request.section)
     plan, record = plan_step(run, request, section)
+    # logged as begun: a process killed mid-step (an xdist worker) still leaves its step
+    run.ledger.begin(run.run_info(request.system, thresholds), record)
     measure(run, plan, record, progress, clients_per_host=section.clients_per_host)
     if record.verdict is not Verdict.INTERRUPTED:
         judge_step(run, record, section, judge=judge, derive=derive)

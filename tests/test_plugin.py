@@ -196,6 +196,50 @@ def test_steps_survive_a_crashed_xdist_worker(pytester, suite):
         result.stdout.fnmatch_lines([row])
 
 
+#: a conftest that kills its own xdist worker (SIGKILL) once, from the step's own
+#: progress (the live progress, quiet without a terminal, replaced): mid-step
+KILLING_CONFTEST = """
+import os
+import signal
+from pathlib import Path
+
+import pytest_storagescale.fixtures as fixtures
+from pytest_storagescale.reporting.progress import LiveProgress
+
+
+class Killing(LiveProgress):
+    def __init__(self, config):
+        super().__init__(config)
+        self.enabled = True
+
+    def __call__(self, state):
+        if state.succeeded > 0 and not Path("killed").exists():
+            Path("killed").write_text(os.environ["PYTEST_XDIST_WORKER"])
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def clear(self):
+        pass
+
+
+fixtures.LiveProgress = Killing
+"""
+
+
+def test_a_step_whose_xdist_worker_is_killed_is_an_error_naming_it(pytester, suite):
+    args = suite()
+    pytester.makeconftest(KILLING_CONFTEST)
+    result = pytester.runpytest_subprocess(*args, "-k", "stat", "-n", "2",
+                                           "--storage-duration=3s", "--storage-results=r.json")
+    killed = (pytester.path / "killed").read_text()
+    result.stdout.fnmatch_lines([f"*worker '{killed}' crashed while running*test_stat_scan*"])
+    steps = json.loads((pytester.path / "r.json").read_text())["steps"]
+    assert sorted(step["verdict"] for step in steps) == ["error", "pass"], steps
+    [lost] = [step for step in steps if step["verdict"] == "error"]
+    assert lost["worker"] == killed
+    assert f"the xdist worker {killed} was lost mid-step" in lost["error"]
+    result.stdout.fnmatch_lines(["stat *error*"])
+
+
 def test_under_xdist_each_finished_step_is_a_line_and_the_table_is_in_test_order(
         pytester, suite):
     """The controller (no live progress under -n) says each step as it is logged, and

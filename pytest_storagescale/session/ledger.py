@@ -6,17 +6,24 @@ step travels: the process that owns the results (a plain session, or the xdist
 controller) reads what is new in it whenever a test report says a step finished,
 and once more at the end (a worker that crashed after a step loses nothing), then
 rewrites the results file. A scan's plot reads the same log (any worker's steps).
+
+A step is logged when it begins too (``begin``: its plan, a ``started`` line): one
+whose process dies before it is logged as finished (an xdist worker killed mid-step)
+is recorded by the owner as an ``error`` naming that process (:meth:`lose`: when
+xdist reports the crashed worker, and at the end for any step left begun).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-from ..records import RunInfo, StepRecord
+from ..records import RunInfo, StepRecord, Verdict
 from ..reporting.results import ResultsFile, json_text
 
 
@@ -29,6 +36,8 @@ class StepLedger:
         self.run: RunInfo | None = None
         self.steps: list[StepRecord] = []
         self._seen: set[str] = set()
+        #: steps begun and not finished yet (owner): step id -> what the log said
+        self._begun: dict[str, tuple[RunInfo, StepRecord]] = {}
         self._read_offset = 0
         self._counter = 0
 
@@ -55,18 +64,26 @@ class StepLedger:
         self._counter += 1
         return f"{worker}-{self._counter:03d}"
 
+    def begin(self, run: RunInfo, step: StepRecord) -> None:
+        """Log that a step begins (its plan known): should its process die before
+        :meth:`append`, the owner records it as an error (:meth:`lose`)."""
+        self._write({"run_info": run.to_json(), "step": step.to_json(), "started": True})
+
     def append(self, run: RunInfo, step: StepRecord) -> None:
         """Log a finished step for whoever owns the results."""
+        self._write({"run_info": run.to_json(), "step": step.to_json()})
+
+    def _write(self, entry: dict) -> None:
         # strict JSON, as the results file: NaN and infinity are written as null
-        line = json_text({"run_info": run.to_json(), "step": step.to_json()}, indent=None)
+        line = json_text(entry, indent=None)
         with self._flock("log.lock"), open(self.log_path, "a") as log:
             log.write(line + "\n")
 
     def logged(self) -> list[tuple[RunInfo, StepRecord]]:
-        """Every step of the session so far, from any process."""
-        return list(self._entries(0)[0])
+        """Every finished step of the session so far, from any process."""
+        return [(run, step) for run, step, begun in self._entries(0)[0] if not begun]
 
-    def _entries(self, offset: int) -> tuple[list[tuple[RunInfo, StepRecord]], int]:
+    def _entries(self, offset: int) -> tuple[list[tuple[RunInfo, StepRecord, bool]], int]:
         try:
             with open(self.log_path, "rb") as log:
                 log.seek(offset)
@@ -79,20 +96,43 @@ class StepLedger:
             if line.strip():
                 entry = json.loads(line)
                 entries.append((RunInfo.from_json(entry["run_info"]),
-                                StepRecord.from_json(entry["step"])))
+                                StepRecord.from_json(entry["step"]),
+                                bool(entry.get("started"))))
         return entries, offset + len(complete)
 
     def sync(self) -> list[StepRecord]:
         """Take the new steps of the log into the results (owner only); return them."""
         entries, self._read_offset = self._entries(self._read_offset)
         new = []
-        for run, step in entries:
+        for run, step, begun in entries:
             if step.step_id in self._seen:
                 continue
+            if begun:
+                self._begun[step.step_id] = (run, step)
+                continue
+            self._begun.pop(step.step_id, None)
             self._seen.add(step.step_id)
             self.run = self.run or run
             new.append(step)
+        return self._take(new)
+
+    def _take(self, new: list[StepRecord]) -> list[StepRecord]:
         if new:
             self.steps = sorted([*self.steps, *new], key=lambda step: step.started)
             self.results.write(self.run, self.steps)
         return new
+
+    def lose(self, worker: str | None, why: str) -> list[StepRecord]:
+        """Steps begun and never finished (by ``worker``; None: by any process) are
+        recorded as errors saying ``why`` (owner only, after what is new is read)."""
+        self.sync()
+        lost = []
+        for step_id, (run, step) in list(self._begun.items()):
+            if worker is not None and step.worker != worker:
+                continue
+            del self._begun[step_id]
+            self._seen.add(step_id)
+            self.run = self.run or run
+            lost.append(dataclasses.replace(step, verdict=Verdict.ERROR, ended=time.time(),
+                                            error=why.format(worker=step.worker)))
+        return self._take(lost)
