@@ -6,17 +6,22 @@ xrootd (whose data folder the test, running as root, can put links into)."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from email.utils import formatdate
 from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 
@@ -654,3 +659,117 @@ def test_ctrl_c_in_the_final_clean_up_of_a_frozen_storage_says_what_it_left(pyte
     assert (f"could not remove this run's directory {left[0].name}: interrupted (Ctrl-C) "
             f"during the clean-up: /storagescale/{left[0].name} is left on") in output, output
     assert "2 passed" in output and child.returncode == pytest.ExitCode.INTERRUPTED
+
+
+class _DotDotDAV(http.server.BaseHTTPRequestHandler):
+    """A small WebDAV server over a local folder (plain HTTP), hostile in one way: its
+    listing of a run directory has a ``..`` entry."""
+
+    protocol_version = "HTTP/1.1"
+    root: Path
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _local(self) -> Path:
+        return Path(str(self.root) + unquote(urlsplit(self.path).path))
+
+    def _answer(self, status: int, body: bytes = b"", **headers: str) -> None:
+        self.send_response(status)
+        for name, value in {"Server": "Hostile/1.0", **headers}.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def do_HEAD(self) -> None:
+        self._answer(200 if self._local().exists() else 404)
+
+    def do_GET(self) -> None:
+        local = self._local()
+        if not local.is_file():
+            return self._answer(404)
+        data = local.read_bytes()
+        wanted = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
+        if wanted:
+            first, last = int(wanted[1]), int(wanted[2])
+            return self._answer(206, data[first:last + 1], **{
+                "Content-Range": f"bytes {first}-{min(last, len(data) - 1)}/{len(data)}"})
+        self._answer(200, data)
+
+    def do_PUT(self) -> None:
+        data, local = self._body(), self._local()
+        if not local.parent.is_dir():
+            return self._answer(409)
+        local.write_bytes(data)
+        self._answer(201)
+
+    def do_MKCOL(self) -> None:
+        local = self._local()
+        self._answer(405 if local.exists() else 409 if not local.parent.is_dir() else 201)
+        if not local.exists() and local.parent.is_dir():
+            local.mkdir()
+
+    def do_DELETE(self) -> None:
+        local = self._local()
+        if local.is_dir():
+            local.rmdir()
+        elif local.exists():
+            local.unlink()
+        else:
+            return self._answer(404)
+        self._answer(204)
+
+    def do_PROPFIND(self) -> None:
+        self._body()
+        local, path = self._local(), unquote(urlsplit(self.path).path).rstrip("/")
+        if not local.exists():
+            return self._answer(404)
+        entries = [(path, local)]
+        if self.headers.get("Depth") == "1" and local.is_dir():
+            entries += [(f"{path}/{child.name}", child) for child in sorted(local.iterdir())]
+            if local.name.startswith("storagescale-run-"):
+                entries.append((f"{path}/..", local / OWNER_FILE))
+        self._answer(207, _multistatus(entries), **{"Content-Type": "application/xml"})
+
+
+def _multistatus(entries: list[tuple[str, Path]]) -> bytes:
+    responses = []
+    for href, local in entries:
+        info = local.stat()
+        kind = "<D:collection/>" if local.is_dir() else ""
+        responses.append(
+            f"<D:response><D:href>{quote(href)}</D:href><D:propstat><D:prop>"
+            f"<D:resourcetype>{kind}</D:resourcetype>"
+            f"<D:getcontentlength>{0 if local.is_dir() else info.st_size}</D:getcontentlength>"
+            f"<D:getlastmodified>{formatdate(info.st_mtime, usegmt=True)}</D:getlastmodified>"
+            f"</D:prop><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>")
+    return (f'<?xml version="1.0"?><D:multistatus xmlns:D="DAV:">{"".join(responses)}'
+            f"</D:multistatus>").encode()
+
+
+def test_a_dotdot_entry_in_the_run_directory_is_said_not_raised(pytester, suite, tmp_path):
+    area = tmp_path / "area"
+    area.mkdir()
+    handler = type("Handler", (_DotDotDAV,), {"root": tmp_path})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        result = pytester.runpytest(*suite(f"http://127.0.0.1:{server.server_port}/area",
+                                           "--storage-driver-option=checksum=none"))
+    finally:
+        server.shutdown()
+        server.server_close()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "storagescale: could not remove this run's directory storagescale-run-*: "
+        "*/area/storagescale-run-* not removed: it holds 1 entry this run did not make or "
+        "cannot recognise, left untouched: */area/storagescale-run-*/.. (not a name inside "
+        "the directory: refused)*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert [path.name for path in area.iterdir()] == [
+        path.name for path in area.glob("storagescale-run-*")]
