@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,14 @@ import pytest
 
 from .errors import StorageScaleUsageError
 from .limits import check_clients
-from .redact import redact_option, redact_url
+from .redact import (
+    redact_option,
+    redact_url,
+    register_driver_options,
+    register_file,
+    register_url,
+    secret_option,
+)
 from .shipped import shipped_thresholds
 from .units import parse_duration
 
@@ -224,7 +231,7 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
     "storage_thresholds": (
         "--storage-thresholds", None, None,
         "thresholds file, or folder laid out as <system>/*.toml. Default: thresholds/ "
-        "under the rootdir, else the thresholds shipped with the plugin.",
+        "in the folder pytest is started from, else the thresholds shipped with the plugin.",
     ),
     "storage_clients": (
         "--storage-clients", parse_clients, None,
@@ -359,6 +366,22 @@ REPEATABLE = ("storage_driver_options", "storage_doors", "storage_tpc_peer")
 FLAGS = ("storage_clean_stale",)
 #: settings whose values are credentials or may hold them: the header shows no value
 SECRET_SETTINGS = ("storage_driver_options",)
+#: settings of the embedded server, which does not run when an endpoint is given
+EMBEDDED_SETTINGS = ("storage_embedded", "storage_embedded_protocol",
+                     "storage_embedded_login")
+
+
+def register_credentials(values: dict[str, Any]) -> None:
+    """Every credential the settings hold (URL passwords, driver option secrets, token
+    files) is taken out of every text this process prints or stores (redact.py)."""
+    doors = values.get("storage_doors") or {}
+    peers = values.get("storage_tpc_peer") or ()
+    for url in (values.get("storage_endpoint"), *doors.values(),
+                *(peers.splitlines() if isinstance(peers, str) else peers)):
+        register_url(str(url).strip() if url else None)
+    register_driver_options(values.get("storage_driver_options") or {}, ("token",))
+    for name in ("storage_token_readonly", "storage_token_expired"):
+        register_file(values.get(name))
 
 
 def _env_name(name: str) -> str:
@@ -384,19 +407,20 @@ class Settings:
     """All ``storage_*`` settings of a session, resolved and validated once."""
 
     values: dict[str, Setting] = field(default_factory=dict)
-    rootpath: Path = Path(".")
+    #: where pytest was started: relative paths and the default thresholds/ are from here
     invocation_path: Path = Path(".")
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
         values = {name: resolve_setting(config, name) for name in OPTIONS}
-        return cls(values, Path(config.rootpath), Path(config.invocation_params.dir))
+        register_credentials({name: setting.value for name, setting in values.items()})
+        return cls(values, Path(config.invocation_params.dir))
 
     def with_value(self, name: str, value: Any, source: str) -> Settings:
         """These settings with ``storage_<name>`` set from ``source``."""
         values = dict(self.values)
         values[f"storage_{name}"] = Setting(value, source)
-        return Settings(values, self.rootpath, self.invocation_path)
+        return Settings(values, self.invocation_path)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -409,14 +433,26 @@ class Settings:
 
     def thresholds_path(self) -> Path:
         """The thresholds file or folder: relative paths from where pytest was run."""
-        if self.thresholds is None:
-            checkout = self.rootpath / "thresholds"
-            if checkout.is_dir():
-                return checkout
-            shipped = shipped_thresholds()
-            return shipped if shipped is not None else checkout
-        path = Path(self.thresholds).expanduser()
-        return path if path.is_absolute() else self.invocation_path / path
+        return self.thresholds_origin()[0]
+
+    def thresholds_origin(self) -> tuple[Path, str]:
+        """The thresholds file or folder and why it is that one.
+
+        Without ``--storage-thresholds``: ``thresholds/`` in the folder pytest was
+        started from, else the folder shipped with the plugin. Never pytest's rootdir,
+        which moves with any argument naming an existing path (``--storage-results
+        out/r.json``, space form, made ``out/`` the rootdir once the file existed)."""
+        if self.thresholds is not None:
+            path = Path(self.thresholds).expanduser()
+            path = path if path.is_absolute() else self.invocation_path / path
+            return path, f"from {self.source('thresholds')}"
+        here = self.invocation_path / "thresholds"
+        if here.is_dir():
+            return here, "thresholds/ of the folder pytest was started in"
+        shipped = shipped_thresholds()
+        if shipped is not None:
+            return shipped, f"shipped with the plugin: no thresholds/ in {self.invocation_path}"
+        return here, "thresholds/ of the folder pytest was started in (missing)"
 
     def _user_path(self, value: str | None) -> Path | None:
         if value is None:
@@ -436,20 +472,32 @@ class Settings:
     def baseline_path(self) -> Path | None:
         return self._user_path(self.baseline)
 
-    def header_lines(self) -> list[str]:
-        """``name: value (from source)`` for every setting not left at its default;
-        credentials are never shown (option names only, URLs without passwords)."""
+    def header_lines(self, *, verbose: bool = False,
+                     secret_options: Iterable[str] = ()) -> list[str]:
+        """``name: value (from source)`` for every setting given (``verbose``: the
+        defaults too); the embedded server's settings only when no endpoint is given.
+        Credentials are never shown: a driver option that is one (``secret_options``,
+        :func:`~.redact.secret_option`) as ``key=***``, URLs without passwords."""
         lines = []
+        remote = self.values.get("storage_endpoint", Setting(None, "default")).value
         for name, setting in self.values.items():
-            if setting.value is None and setting.source == "default":
+            if setting.source == "default" and (setting.value is None or not verbose):
                 continue
-            lines.append(f"{name}: {_shown(name, setting.value)} (from {setting.source})")
+            if remote is not None and name in EMBEDDED_SETTINGS:
+                continue  # no embedded server runs
+            shown = _shown(name, setting.value, tuple(secret_options))
+            lines.append(f"{name}: {shown} (from {setting.source})")
+        thresholds = self.values.get("storage_thresholds")
+        if thresholds is not None and thresholds.value is None:  # which folder, and why
+            folder, why = self.thresholds_origin()
+            lines.append(f"storage_thresholds: {folder} ({why})")
         return lines
 
 
-def _shown(name: str, value: Any) -> str:
+def _shown(name: str, value: Any, secret_options: tuple[str, ...] = ()) -> str:
     if name in SECRET_SETTINGS and isinstance(value, dict):
-        return ", ".join(f"{key}=***" for key in value)
+        return ", ".join(f"{key}=***" if secret_option(key, secret_options) else
+                         f"{key}={option}" for key, option in value.items())
     if name == "storage_endpoint":
         return redact_url(str(value))
     if name == "storage_doors" and isinstance(value, dict):

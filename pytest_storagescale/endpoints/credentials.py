@@ -49,6 +49,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 
 from ..errors import EndpointError
+from ..redact import register_secret
 
 #: the organisation every throwaway DN is under (the CA's signing policy allows it)
 ORGANISATION = "pytest-storagescale"
@@ -574,6 +575,7 @@ class TokenIssuer:
             serialized = ctypes.c_char_p()
             code = lib.scitoken_serialize(token, ctypes.byref(serialized), ctypes.byref(error))
             self._library.check(code, error, "sign the token")
+            register_secret(serialized.value.decode())  # never printed, in any output
             return serialized.value.decode()
         finally:
             lib.scitoken_destroy(token)

@@ -19,6 +19,8 @@ from typing import Any
 import psutil
 from hdrh.histogram import HdrHistogram
 
+from ..redact import redact_text
+
 _LOWEST_US, _HIGHEST_US, _DIGITS = 1, 3_600_000_000, 3
 #: the latency summary's keys (``latency_s``), in seconds
 LATENCIES = ("mean", "p50", "p90", "p99", "max")
@@ -68,7 +70,8 @@ class SideAccumulator:
             self.failed += 1
             cls = getattr(error, "error_class", None) or type(error).__name__
             self.errors[cls] += 1
-            self.error_examples.setdefault(cls, str(error)[:300])
+            if cls not in self.error_examples:  # credentials out before the cut
+                self.error_examples[cls] = redact_text(str(error))[:300]
 
     def to_wire(self) -> dict[str, Any]:
         """A picklable, JSON-able form, for the process executor."""

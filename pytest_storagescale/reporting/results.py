@@ -25,11 +25,14 @@ from typing import Any
 
 from ..errors import StorageScaleUsageError
 from ..records import FORMAT, RunInfo, StepRecord
+from ..redact import redact_text
 
 
 def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, str):  # causes and examples quote servers: no credential
+        return redact_text(value)
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
