@@ -43,7 +43,7 @@ from .reporting.table import format_failures, format_table
 from .session import WORKER_INPUT_KEY, Role, StorageRun, role_of
 from .shipped import pyargs_folders
 from .stash import storage_run_key
-from .steps import client_host_lines, endpoint_driver
+from .steps import client_host_lines
 
 #: a test using one of these needs the storage: the endpoint is checked before any test
 STORAGE_FIXTURES = frozenset({"storage_endpoint", "storage_load"})
@@ -194,12 +194,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     run = config.stash.get(storage_run_key, None)
     if run is None:
         return []
-    verbose = config.get_verbosity() > 0  # -v: the defaults and how clients run too
-    secrets = getattr(endpoint_driver(run), "secret_options", ())
     lines = [f"storagescale: endpoint {run.endpoint.display}"]
-    lines += [f"  {line}" for line in run.settings.header_lines(verbose=verbose,
-                                                                 secret_options=secrets)]
-    lines += [f"  {line}" for line in client_host_lines(run)] if verbose else []
+    lines += [f"  {line}" for line in run.settings.header_lines()]
+    lines += [f"  {line}" for line in client_host_lines(run)]
     return lines + cluster_header_lines(run.settings.cluster)  # hosts and clock offsets
 
 
@@ -279,6 +276,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if run.collection_errors:
         raise StorageScaleUsageError(run.collection_errors[0])
     _ = run.baseline  # read and checked now
+    if run.owns_results:
+        run.check_outputs()  # results, report, benchmark JSON
     if run.role is Role.SINGLE and not config.option.collectonly and any(
             STORAGE_FIXTURES & set(getattr(item, "fixturenames", ())) for item in items):
         run.check_endpoint()  # once, here (the xdist controller: at session start)
@@ -286,14 +285,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Before anything runs: the output paths (results, HTML report, benchmark JSON),
-    and on the xdist controller a given endpoint, before it starts the workers
-    (xdist's own session start comes last). A usage error, once, exit code 4."""
+    """The xdist controller checks a given endpoint before it starts the workers
+    (xdist's own session start comes last): a usage error, once, exit code 4."""
     run = session.config.stash.get(storage_run_key, None)
-    if run is None or not run.owns_results:
-        return
-    run.check_outputs()
-    if run.role is Role.CONTROLLER and run.settings.endpoint and (
+    if run is not None and run.role is Role.CONTROLLER and run.settings.endpoint and (
             not session.config.option.collectonly):
         run.check_endpoint()
 
