@@ -359,3 +359,26 @@ def test_a_time_bounded_step_ticks_at_the_measure_tick(spec, monkeypatch):
     timed, counted = intervals
     assert timed == [0.5, 0.5, 0.05], timed  # warm-up, measurement, drain
     assert counted == [0.1, 0.1, 0.05], counted
+
+
+@pytest.mark.parametrize("raised", ["SystemExit", "Failed"])
+def test_an_operation_raising_a_base_exception_is_a_counted_failure(spec, raised):
+    """A SystemExit (a library's exit()) or pytest.fail from an operation is no
+    Exception: it ended its client's thread unrecorded, and the step measured nothing.
+    Every exception but Ctrl-C is a counted failure of its class."""
+    class Exiting(memory.MemoryDriver):
+        calls = 0
+
+        def _stat(self, path):
+            if self._load_client:
+                self.calls += 1
+                if self.calls % 2 == 0 and raised == "SystemExit":
+                    raise SystemExit("a client library called exit()")
+                if self.calls % 2 == 0:
+                    pytest.fail("an operation called pytest.fail")
+            return super()._stat(path)
+
+    driver = DriverSpec(Exiting, spec().endpoint_url, "/area")
+    result, _ = timed(plan(driver, clients=1, duration=60.0, max_operations=10))
+    assert (result.total.succeeded, result.total.failed) == (5, 5)
+    assert result.total.errors == {raised: 5}

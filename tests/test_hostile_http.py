@@ -1,13 +1,15 @@
 """The http driver against a hostile door (tests/hostile_http.py: a TLS proxy in front
 of the embedded xrootd's XrdHttp): redirects of mutating requests only to the same
 path, credentials only to the door, bounded answers, and malformed fields as counted
-``bad_answer`` errors; through the plugin, the victim of a redirected DELETE survives
-and the run says so."""
+``bad_answer`` errors (names that are not UTF-8 on the xrootd and gfal2 drivers too);
+through the plugin, the victim of a redirected DELETE survives and the run says so."""
 
 from __future__ import annotations
 
 import json
+import os
 import threading
+from pathlib import Path
 from urllib.parse import quote
 
 import psutil
@@ -281,6 +283,31 @@ def test_a_malformed_checksum_is_a_bad_answer(hostile):
     finally:
         driver.close()
     assert "the Digest adler32='not-hex!' is not hex" in info.value.message
+
+
+@pytest.mark.parametrize("driver", ["http", "xrootd", "gfal2"])
+def test_a_name_that_is_not_utf8_in_a_listing_is_a_bad_answer_on_every_driver(
+        embedded_xrootd, driver):
+    """A file named with bytes that are not UTF-8, made on the server's side: XrdHttp
+    sends them raw (XML that is not well-formed), and pyxrootd and gfal2's bindings
+    failed to decode them (a SystemError, a raw UnicodeDecodeError)."""
+    root = f"/storagescale/not-utf8-{driver}"
+    url = embedded_xrootd.https_url if driver == "http" else embedded_xrootd.url
+    client = driver_spec(url, driver="auto" if driver != "gfal2" else "gfal2",
+                         writable_root=root, options={"ca_dir": embedded_xrootd.ca_dir} if (
+                             driver == "http") else {}).connect("functional-utf8", timeout=20)
+    client.mkdir(root)
+    folder = os.fsencode(Path(embedded_xrootd.directory) / "data" / root.lstrip("/"))
+    odd = os.path.join(folder, b"bad-\xff\xfe-name")
+    Path(os.fsdecode(odd)).write_bytes(b"x")
+    try:
+        with pytest.raises(BadAnswer) as info:
+            client.ls(root)
+    finally:
+        os.unlink(odd)
+        client.remove_tree(root)
+        client.close()
+    assert info.value.error_class == "bad_answer" and info.value.operation == "ls"
 
 
 # -- through the plugin -----------------------------------------------------------------

@@ -28,6 +28,7 @@ from urllib.parse import quote
 import gfal2
 
 from ..errors import (
+    BadAnswer,
     StorageError,
     StorageNotFound,
     StoragePermissionDenied,
@@ -165,6 +166,11 @@ class Gfal2Driver(XRootDLogins, Driver):
             return function(*args)
         except gfal2.GError as exc:
             raise self._error(exc, operation, path) from None
+        except UnicodeDecodeError as exc:  # the bindings decode names and values as UTF-8
+            raise BadAnswer(f"the answer holds {exc.object[:80]!r}, not UTF-8 text",
+                            driver=self.name, endpoint=self.endpoint.server,
+                            operation=operation, path=path,
+                            error_class="bad_answer") from None
 
     # -- namespace -----------------------------------------------------------
     def _stat(self, path: str) -> StatInfo:

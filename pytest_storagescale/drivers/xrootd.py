@@ -40,6 +40,7 @@ from XRootD.client.flags import (
 )
 
 from ..errors import (
+    BadAnswer,
     StorageError,
     StorageNotFound,
     StoragePermissionDenied,
@@ -261,9 +262,29 @@ class XRootDDriver(XRootDLogins, Driver):
         return flat.listing(self, path) if self.flat_namespace else self._server_ls(path)
 
     def _server_ls(self, path: str) -> list[str]:
-        status, listing = self._fs.dirlist(path, timeout=self._timeout)
+        try:
+            status, listing = self._fs.dirlist(path, timeout=self._timeout)
+        except (UnicodeDecodeError, SystemError) as exc:
+            # pyxrootd decodes names as UTF-8, failing (a SystemError) on any other
+            cause = exc if isinstance(exc, UnicodeDecodeError) else exc.__cause__
+            if not isinstance(cause, UnicodeDecodeError):
+                raise
+            raise self._bad_answer(f"a name in the listing is not UTF-8: "
+                                   f"{cause.object[:80]!r}", "ls", path) from None
         self._check(status, "ls", path)
         return [entry.name for entry in listing]
+
+    def _text(self, answer: bytes, operation: str, path: str) -> str:
+        """A query's answer as text; not UTF-8 is a bad answer."""
+        try:
+            return answer.decode().strip("\x00\n ")
+        except UnicodeDecodeError:
+            raise self._bad_answer(f"the answer {answer[:80]!r} is not UTF-8 text",
+                                   operation, path) from None
+
+    def _bad_answer(self, message: str, operation: str, path: str) -> BadAnswer:
+        return BadAnswer(message, driver=self.name, endpoint=self.endpoint.server,
+                         operation=operation, path=path, error_class="bad_answer")
 
     def _mkdir(self, path: str) -> None:
         status, _ = self._fs.mkdir(path, MkDirFlags.MAKEPATH, timeout=self._timeout)
@@ -293,7 +314,7 @@ class XRootDDriver(XRootDLogins, Driver):
     def _checksum(self, path: str, algorithm: str) -> str:
         status, answer = self._fs.query(QueryCode.CHECKSUM, path, timeout=self._timeout)
         self._check(status, "checksum", path)
-        name, _, value = answer.decode().strip("\x00\n ").partition(" ")
+        name, _, value = self._text(answer, "checksum", path).partition(" ")
         if name.lower() != algorithm.lower():
             raise StorageError(
                 f"server answered a {name} checksum, {algorithm} was asked for",
@@ -305,7 +326,7 @@ class XRootDDriver(XRootDLogins, Driver):
     def _version(self) -> str:
         status, answer = self._fs.query(QueryCode.CONFIG, "version", timeout=self._timeout)
         self._check(status, "version", "/")
-        return answer.decode().strip("\x00\n ").lstrip("v")
+        return self._text(answer, "version", "/").lstrip("v")
 
     # -- data ----------------------------------------------------------------
     def _open(self, path: str, flags: int, operation: str, mode: int = 0) -> client.File:

@@ -20,12 +20,14 @@ import collections
 import itertools
 import math
 import random
+import resource
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..drivers.base import CompiledOutcome
+from ..errors import StorageError
 from .plan import ClientAssignment, StepClock, StepPlan, StepProgress
 from .stats import ClientUsage, CpuMeter, SideAccumulator
 
@@ -86,7 +88,7 @@ class ClientSlot:
     """What the coordinator sees of one client thread."""
 
     __slots__ = ("assignment", "busy_since", "hung", "done", "ready", "records", "loop",
-                 "background")
+                 "background", "started")
 
     def __init__(self, assignment: ClientAssignment) -> None:
         self.assignment = assignment
@@ -102,6 +104,8 @@ class ClientSlot:
         #: the loop runs on its own (BackgroundLoop): the coordinator drains and
         #: watches it, not this slot's records and busy_since
         self.background = False
+        #: its thread was started
+        self.started = False
 
     def in_flight_since(self) -> float | None:
         """When the client's request in flight began (perf_counter), None between."""
@@ -163,7 +167,9 @@ def run_client(slot: ClientSlot, run: StepRun) -> None:
             _repeat_compiled(slot, loop, run)
         else:
             _repeat(slot, driver, run)
-    except Exception as exc:  # noqa: BLE001 - a client that cannot even start failed
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a client that cannot even start failed
         slot.ready = True
         run.wait_for_start()
         # counted even before the measurement began: the client never measured anything
@@ -208,7 +214,10 @@ def _repeat(slot: ClientSlot, driver: Driver, run: StepRun) -> None:
             operation.before(driver, index, iteration, context)
             began = perf_counter()
             moved = operation.run(driver, index, iteration, context)
-        except Exception as exc:  # noqa: BLE001 - every failure is a measurement
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every failure is a measurement
+            # (SystemExit or pytest.fail from an operation too: never a lost step)
             error = exc
         finished = perf_counter()
         slot.busy_since = None
@@ -253,7 +262,9 @@ def _repeat_compiled(slot: ClientSlot, loop: CompiledLoop, run: StepRun) -> None
         slot.busy_since = began = perf_counter()
         try:
             outcomes = loop.run(iteration, count, min(began + span, end_perf))
-        except Exception as exc:  # noqa: BLE001 - every failure is a measurement
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every failure is a measurement
             finished = perf_counter()
             outcomes = [CompiledOutcome(finished, finished - began, 0, exc)]
         slot.busy_since = None
@@ -309,6 +320,7 @@ class ClientGroup:
                 name=f"storagescale-client-{slot.assignment.index}",
                 daemon=True,  # a hung client must never keep the session alive
             ).start()
+            slot.started = True
 
     def collect(self) -> None:
         """Move every client's finished operations into its side's accumulator."""
@@ -449,7 +461,14 @@ def run_clients(
     group = ClientGroup(assignments, run)
     meter = meter or CpuMeter(len(assignments))
     coordinator = Coordinator(group, progress, meter)
-    group.start()
+    try:
+        group.start()
+    except RuntimeError as exc:  # "can't start new thread": ulimit -u, or memory
+        run.stop.set()  # the clients started so far end at once
+        group.halt()
+        run.set_clock(plan.clock(time.time()))
+        started = sum(slot.started for slot in group.slots)
+        raise _no_threads(plan, started, len(group.slots), exc) from None
     try:
         _wait_for_logins(run, group)
         try:
@@ -470,6 +489,24 @@ def run_clients(
     group.sample(min(int(time.time() - run.clock.start_at), run.clock.seconds - 1))
     group.give_up()
     return run.clock, group.accumulators
+
+
+def _no_threads(plan: StepPlan, started: int, clients: int, exc: BaseException
+                ) -> StorageError:
+    """The step's error when this process could not start a client's thread."""
+    return StorageError(
+        f"could not start the thread of client {started + 1} of this process's "
+        f"{clients} ({exc}): the user's thread limit (ulimit -u, which counts every "
+        f"thread of the user; soft {_nproc()}) or the memory is exhausted. The step "
+        f"was not run; raise 'ulimit -u' before pytest (or nproc in "
+        f"/etc/security/limits.conf), or lower the clients",
+        driver=plan.driver.name, endpoint=plan.driver.endpoint.server,
+        operation=plan.operation.name, path=plan.workdir, error_class="client_threads")
+
+
+def _nproc() -> str:
+    soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    return "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
 
 
 def _wait_for_logins(run: StepRun, group: ClientGroup) -> None:
