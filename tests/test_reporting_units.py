@@ -337,12 +337,61 @@ def test_timeline_clients_on_their_own_axis():
     rate_axes, client_axes = figure.axes
     assert rate_axes.get_ylabel() == "operations per second"
     assert client_axes.get_ylabel() == "clients"
-    assert [line.get_label() for line in client_axes.get_lines()] == [
+    assert [patch.get_label() for patch in client_axes.patches] == [
         "clients in flight", "hung clients"]
-    assert [list(line.get_xdata()) for line in rate_axes.get_lines()] == [[0, 1, 2, 3]] * 2
+    # each second a bin: completed/s and failed/s over the warm-up and the window
+    assert [list(patch.get_data().edges) for patch in rate_axes.patches
+            if patch.get_label().endswith("/s")] == [[0, 1, 2, 3, 4]] * 2
     assert plots.timeline_png(step).startswith(b"\x89PNG")
     assert plots.ecdf_png(step).startswith(b"\x89PNG")
     assert plots.timeline_png(mixed()).startswith(b"\x89PNG")
+
+
+def _rates(step: StepRecord) -> list[float]:
+    return [round(rate, 1) for rate in plots.timeline_rates(step)["stat"]["completions"]]
+
+
+def test_timeline_has_no_fake_drop_in_its_last_part_second():
+    # a count-bounded step that ended 0.32 s into its second second: that part second
+    # (437 operations) is no drop to 437/s; it is left out (shorter than half a second)
+    step = record(clients=2, started=100.0, ended=101.4, sides={"stat": side(
+        2, duration_s=1.32, timeline=_timeline({"completions": [1563, 437]}, 35))})
+    assert plots.rate_bins(step) == [0, 1] and _rates(step) == [1563]
+    # 0.7 s of a second: drawn as its rate (its count over its length)
+    step = record(clients=2, started=100.0, ended=101.8, sides={"stat": side(
+        2, duration_s=1.7, timeline=_timeline({"completions": [1000, 700]}, 35))})
+    assert plots.rate_bins(step) == [0, 1, 1.7] and _rates(step) == [1000, 1000]
+    # a time-bounded step: the drain's second (the operations still in flight) is no
+    # rate; the clients in flight are drawn through it
+    step = record(clients=2, started=100.0, ended=103.5, sides={"stat": side(2, duration_s=3.0,
+        timeline=_timeline({"completions": [9, 9, 9, 2], "in_flight": [2, 2, 2, 1]}, 35))})
+    assert _rates(step) == [9, 9, 9] and plots.timeline_seconds(step) == 4
+    figure = plots.timeline_figure(step)
+    rate_axes, client_axes = figure.axes
+    assert rate_axes.get_ylim()[0] == 0 and rate_axes.get_xlim() == (0, 4)
+    assert list(client_axes.patches[0].get_data().edges) == [0, 1, 2, 3, 4]
+
+
+def test_a_step_shorter_than_a_second_has_a_timeline():
+    # 450 operations in 0.1 s (a count-bounded step): one bin of 4500/s, not an empty plot
+    step = record(clients=10, started=100.0, ended=100.15, sides={"stat": side(
+        10, duration_s=0.1, timeline=_timeline({"completions": [450]}, 35))})
+    assert plots.rate_bins(step) == [0, 0.1] and _rates(step) == [4500]
+    rate_axes = plots.timeline_figure(step).axes[0]
+    completed = next(p for p in rate_axes.patches if p.get_label() == "completed/s")
+    assert list(completed.get_data().values) == [4500]
+    assert rate_axes.get_ylim()[1] > 4500
+
+
+def test_scan_axes_start_at_zero_and_count_whole_failures():
+    scan = [record(clients=c, sides={"stat": side(c, succeeded=500 + c)}) for c in (5, 50)]
+    rate_axes, error_axes = plots.scan_figure(scan).axes[:2]
+    assert rate_axes.get_ylim()[0] == 0
+    # nothing failed or hung: 0 ... 1 with whole ticks, not -0.05 ... 0.05
+    assert error_axes.get_ylim() == (0, 1)
+    assert all(float(tick).is_integer() for tick in error_axes.get_yticks())
+    hung = [record(clients=5, sides={"stat": side(5, hung=3)})]
+    assert plots.scan_figure(hung).axes[1].get_ylim() == (0, pytest.approx(3.3))
 
 
 def test_scan_plot_has_a_logarithmic_concurrency_axis():

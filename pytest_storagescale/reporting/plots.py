@@ -4,14 +4,20 @@
   clients with an operation in flight and hung clients (right axis). The timeline
   ends with the step: the measured window, plus the drain after it only while
   something still happened there (see :func:`timeline_seconds`), so an idle tail
-  never looks like a dead server;
+  never looks like a dead server. The rates are drawn over the warm-up and the
+  measured window only (:func:`rate_bins`): the drain's second holds only the
+  operations still in flight, and a window that ends mid-second (a count-bounded
+  step) would show a drop that never happened; such a last part second is drawn as
+  its count over its length, or left out when shorter than half a second (unless it
+  is the whole step: a step shorter than a second is one bin, never an empty plot);
 - :func:`ecdf_png`: one step's latency distribution (ECDF, from its HdrHistogram),
   like seed 002's readv ECDFs and seed 003's ``transfertimex.jpg``;
 - :func:`scan_png`: rate (and MB/s) vs clients with the thresholds drawn on it, and
   failed and hung vs clients, like seed 003's ``writerate.jpg``. The concurrency
   axis is logarithmic whenever a scan has more than one concurrency: the seeds scan
   5 ... 1,000 clients, and a linear axis squeezes the first half of the table into
-  its left edge.
+  its left edge. Every count and rate axis starts at zero; failed and hung are
+  whole numbers (an axis of 0 ... 1 when all are 0).
 
 matplotlib is imported when a picture is drawn, never at plugin start.
 """
@@ -19,6 +25,7 @@ matplotlib is imported when a picture is drawn, never at plugin start.
 from __future__ import annotations
 
 import io
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -94,30 +101,75 @@ def timeline_series(record: StepRecord) -> dict[str, dict[str, list[int]]]:
     return cut
 
 
+#: a last part second shorter than this is left out of the rates (too few operations
+#: to be a rate), unless it is the whole step
+MIN_PART_SECOND = 0.5
+
+
+def rate_bins(record: StepRecord) -> list[float]:
+    """The bin edges of the drawn rates: the whole seconds of the warm-up and the
+    measured window, then the window's last part second when it is at least
+    :data:`MIN_PART_SECOND` long or the step's only bin (``[0, 1, 2, 2.6]``: three
+    bins, the last 0.6 s long). Empty when nothing was measured."""
+    result = record.result
+    if result is None:
+        return []
+    window = min(result.warmup_s + result.duration_s, float(timeline_seconds(record)))
+    whole = math.floor(window + 1e-6)
+    edges = [float(second) for second in range(whole + 1)]
+    part = window - whole
+    if part > 1e-6 and (part >= MIN_PART_SECOND or whole == 0):
+        edges.append(window)
+    return edges if len(edges) > 1 else []
+
+
+def timeline_rates(record: StepRecord) -> dict[str, dict[str, list[float]]]:
+    """Each side's completions and failures per second over :func:`rate_bins`: each
+    bin's count over the bin's length."""
+    edges = rate_bins(record)
+    widths = [right - left for left, right in itertools.pairwise(edges)]
+    rates = {}
+    for name, side in timeline_series(record).items():
+        rates[name] = {
+            series: [(side[series][i] if i < len(side[series]) else 0) / width
+                     for i, width in enumerate(widths)]
+            for series in ("completions", "failures")}
+    return rates
+
+
 def timeline_figure(record: StepRecord) -> Any:
-    """The timeline as a matplotlib figure (rate axis left, clients axis right)."""
+    """The timeline as a matplotlib figure (rate axis left, clients axis right), each
+    second drawn as a step (a bin) so that a one-second step shows."""
     from matplotlib.ticker import MaxNLocator
 
     plt = _pyplot()
     figure, rate_axes = plt.subplots(figsize=(7, 3.2))
     client_axes = rate_axes.twinx()
     series = timeline_series(record)
+    rates = timeline_rates(record)
     end = timeline_seconds(record)
-    seconds = list(range(end))
+    edges, seconds = rate_bins(record), list(range(end + 1))
     for index, (name, side) in enumerate(series.items()):
         prefix = f"{name} " if len(series) > 1 else ""
         done, failed, busy, hung = _COLOURS[index % len(_COLOURS)]
-        rate_axes.plot(seconds, side["completions"], color=done, label=f"{prefix}completed/s")
-        rate_axes.plot(seconds, side["failures"], color=failed, label=f"{prefix}failed/s")
-        client_axes.plot(seconds, side["in_flight"], color=busy, linestyle="--",
-                         label=f"{prefix}clients in flight")
-        client_axes.plot(seconds, side["hung"], color=hung, linestyle=":",
-                         label=f"{prefix}hung clients")
+        if edges:
+            # baseline None: no edge down to 0 where the drawn seconds end
+            rate_axes.stairs(rates[name]["completions"], edges, color=done, baseline=None,
+                             label=f"{prefix}completed/s")
+            rate_axes.stairs(rates[name]["failures"], edges, color=failed, baseline=None,
+                             label=f"{prefix}failed/s")
+        if end:
+            client_axes.stairs(side["in_flight"], seconds, color=busy, linestyle="--",
+                               baseline=None, label=f"{prefix}clients in flight")
+            client_axes.stairs(side["hung"], seconds, color=hung, linestyle=":",
+                               baseline=None, label=f"{prefix}hung clients")
     warmup = record.result.warmup_s if record.result is not None else 0
     if warmup:
         rate_axes.axvspan(0, warmup, color="0.9", label="warm-up")
-    rate_axes.set_xlim(0, max(end - 1, 1))
-    rate_axes.set_ylim(bottom=0)
+    rate_axes.set_xlim(0, max(end, 1))
+    highest = max((value for side in rates.values() for values in side.values()
+                   for value in values), default=0)
+    rate_axes.set_ylim(0, highest * 1.1 or 1)
     top = max([record.clients, 1, *(side.clients for side in record.sides.values())])
     client_axes.set_ylim(0, top * 1.05)
     client_axes.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -198,11 +250,13 @@ def _draw_rate(axes: Any, steps: list[StepRecord], clients: list[int]) -> None:
         axes.plot(*zip(*baseline, strict=True), marker="x", linestyle=":", color="0.4",
                   label=f"baseline ({version})")
     axes.set_ylabel("operations per second")
+    axes.set_ylim(bottom=0)
     if any(s.total is not None and s.total.bytes for s in steps):
         mb_axes = axes.twinx()
         mb_axes.plot(clients, [s.metric("mb_s") for s in steps], marker="s",
                      color="tab:green", label="MB/s")
         mb_axes.set_ylabel("MB/s")
+        mb_axes.set_ylim(bottom=0)
         mb_axes.legend(loc="upper right", fontsize="small")
     axes.legend(loc="upper left", fontsize="small")
     axes.set_title(f"scan: {steps[0].section}")
@@ -231,11 +285,14 @@ def scan_figure(steps: list[StepRecord]) -> Any:
     figure, (rate_axes, error_axes) = plt.subplots(
         2, 1, figsize=(7, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     _draw_rate(rate_axes, steps, clients)
+    # not clipped: a count of 0 sits on the axis
     error_axes.plot(clients, [s.metric("failed") for s in steps], marker="o",
-                    color="tab:orange", label="failed")
+                    color="tab:orange", label="failed", clip_on=False)
     error_axes.plot(clients, [s.metric("hung") for s in steps], marker="^", color="tab:red",
-                    label="hung")
+                    label="hung", clip_on=False)
     error_axes.set_ylabel("count")
+    counts = [s.metric(name) for s in steps for name in ("failed", "hung")]
+    error_axes.set_ylim(0, max([1, *(c * 1.1 for c in counts if not math.isnan(c))]))
     error_axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     error_axes.legend(fontsize="small")
     error_axes.grid(True, alpha=0.3)
