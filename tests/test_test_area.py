@@ -6,6 +6,7 @@ xrootd (whose data folder the test, running as root, can put links into)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -563,29 +564,6 @@ def test_a_live_run_renews_its_heartbeat(pytester, tmp_path):
     assert key_path().stat().st_mode & 0o777 == 0o600
 
 
-def test_a_run_directory_whose_owner_file_is_refused_is_removed_at_once(pytester, suite,
-                                                                        tmp_path, monkeypatch):
-    from pytest_storagescale.drivers.local import LocalDriver
-    from pytest_storagescale.errors import StoragePermissionDenied
-
-    real_put = LocalDriver._put
-
-    def refuse_owner_file(self, path, data):  # as a full disk or a door's 403 would
-        if path.endswith(OWNER_FILE):
-            raise StoragePermissionDenied("403 Forbidden", driver="local", endpoint="file://",
-                                          operation="put", path=path, error_class="permission")
-        return real_put(self, path, data)
-
-    monkeypatch.setattr(LocalDriver, "_put", refuse_owner_file)
-    area = tmp_path / "area"
-    area.mkdir()
-    result = pytester.runpytest(*suite(f"file://{area}"))
-    result.stderr.fnmatch_lines([
-        "*this run's directory */storagescale-run-* was made but its owner file was refused "
-        "(*403 Forbidden*); it was removed again (rmdir)*"])
-    assert os.listdir(area) == []
-
-
 # -- every area written to must exist: doors and third-party-copy peers ------------------------
 def test_a_door_whose_area_does_not_exist_is_refused_and_not_made(pytester, suite,
                                                                   embedded_xrootd):
@@ -667,6 +645,7 @@ class _DotDotDAV(http.server.BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     root: Path
+    dotdot = True
 
     def log_message(self, *args) -> None:
         pass
@@ -732,7 +711,7 @@ class _DotDotDAV(http.server.BaseHTTPRequestHandler):
         entries = [(path, local)]
         if self.headers.get("Depth") == "1" and local.is_dir():
             entries += [(f"{path}/{child.name}", child) for child in sorted(local.iterdir())]
-            if local.name.startswith("storagescale-run-"):
+            if self.dotdot and local.name.startswith("storagescale-run-"):
                 entries.append((f"{path}/..", local / OWNER_FILE))
         self._answer(207, _multistatus(entries), **{"Content-Type": "application/xml"})
 
@@ -755,15 +734,8 @@ def _multistatus(entries: list[tuple[str, Path]]) -> bytes:
 def test_a_dotdot_entry_in_the_run_directory_is_said_not_raised(pytester, suite, tmp_path):
     area = tmp_path / "area"
     area.mkdir()
-    handler = type("Handler", (_DotDotDAV,), {"root": tmp_path})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        result = pytester.runpytest(*suite(f"http://127.0.0.1:{server.server_port}/area",
-                                           "--storage-driver-option=checksum=none"))
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _dav_server(_DotDotDAV, tmp_path) as url:
+        result = pytester.runpytest(*suite(f"{url}/area", "--storage-driver-option=checksum=none"))
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([
         "storagescale: could not remove this run's directory storagescale-run-*: "
@@ -773,3 +745,39 @@ def test_a_dotdot_entry_in_the_run_directory_is_said_not_raised(pytester, suite,
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
     assert [path.name for path in area.iterdir()] == [
         path.name for path in area.glob("storagescale-run-*")]
+
+
+class _RefusingOwnerFiles(_DotDotDAV):
+    """A WebDAV door that refuses to store owner files (as a quota or an ACL would)."""
+
+    dotdot = False
+
+    def do_PUT(self) -> None:
+        if self.path.endswith(OWNER_FILE):
+            self._body()
+            return self._answer(403)
+        super().do_PUT()
+
+
+@contextlib.contextmanager
+def _dav_server(handler: type, root: Path):
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), type("Handler", (handler,), {"root": root}))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_run_directory_whose_owner_file_is_refused_is_removed_at_once(pytester, suite,
+                                                                        tmp_path):
+    area = tmp_path / "area"
+    area.mkdir()
+    with _dav_server(_RefusingOwnerFiles, tmp_path) as url:
+        result = pytester.runpytest(*suite(f"{url}/area", "--storage-driver-option=checksum=none"))
+    output = result.stdout.str() + result.stderr.str()
+    assert "was made but its owner file was refused" in output, output
+    assert "403" in output and "it was removed again (rmdir)" in output
+    assert os.listdir(area) == []
