@@ -276,8 +276,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if run.collection_errors:
         raise StorageScaleUsageError(run.collection_errors[0])
     _ = run.baseline  # read and checked now
-    if run.owns_results:
-        run.check_outputs()  # results, report, benchmark JSON
     if run.role is Role.SINGLE and not config.option.collectonly and any(
             STORAGE_FIXTURES & set(getattr(item, "fixturenames", ())) for item in items):
         run.check_endpoint()  # once, here (the xdist controller: at session start)
@@ -285,10 +283,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """The xdist controller checks a given endpoint before it starts the workers
-    (xdist's own session start comes last): a usage error, once, exit code 4."""
+    """Before anything runs: the output paths (results, HTML report, benchmark JSON),
+    and on the xdist controller a given endpoint, before it starts the workers
+    (xdist's own session start comes last). A usage error, once, exit code 4."""
     run = session.config.stash.get(storage_run_key, None)
-    if run is not None and run.role is Role.CONTROLLER and run.settings.endpoint and (
+    if run is None or not run.owns_results:
+        return
+    run.check_outputs()
+    if run.role is Role.CONTROLLER and run.settings.endpoint and (
             not session.config.option.collectonly):
         run.check_endpoint()
 

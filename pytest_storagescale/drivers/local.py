@@ -25,6 +25,7 @@ class LocalDriver(Driver):
 
     name = "local"
     files_per_client = 1
+    native_library = False
     schemes = ("file",)
 
     def _fail(self, exc: OSError, operation: str, path: str):

@@ -149,6 +149,7 @@ class MemoryDriver(Driver):
 
     name = "memory"
     files_per_client = 0
+    native_library = False  # and its store lives in this process
     schemes = ("memory",)
     option_names = ("ca_dir", "latency", "login_latency", "fail_every", "hang_after",
                     "fault_operations", "version")

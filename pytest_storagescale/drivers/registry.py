@@ -19,8 +19,8 @@ import importlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
+from ..endpoints.url import split_url
 from ..errors import StorageScaleUsageError
 from ..redact import redact_url
 from .base import Driver
@@ -143,7 +143,7 @@ def driver_spec(
 ) -> DriverSpec:
     """The driver for ``url`` (by scheme, or ``driver`` when not ``auto``) with its
     options checked; raises :class:`StorageScaleUsageError` naming the fix."""
-    scheme = urlsplit(url).scheme.lower()
+    scheme = split_url(url).scheme.lower()  # a malformed host is one paragraph too
     cls = _class_for(scheme, url) if driver == "auto" else driver_class(driver)
     if scheme not in cls.schemes:
         raise StorageScaleUsageError(_cannot_speak(cls, scheme))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from ..errors import EndpointError
 from ..redact import redact_url
@@ -34,8 +34,10 @@ class EndpointURL:
     @classmethod
     def parse(cls, url: str) -> EndpointURL:
         shown = redact_url(url)  # errors name the URL, never its password
-        parts = urlsplit(url)
+        parts = split_url(url)
         scheme = parts.scheme.lower()
+        if scheme == "file":
+            _check_file_url(parts, shown)
         path = parts.path
         if scheme in XROOTD_SCHEMES and path.startswith("//"):
             path = path[1:]
@@ -68,6 +70,31 @@ class EndpointURL:
         """The URL without user or password, for headers, tables and results."""
         sep = "/" if self.scheme in XROOTD_SCHEMES else ""
         return f"{self.server}{sep}{self.path}" if self.scheme != "file" else f"file://{self.path}"
+
+
+def split_url(url: str) -> SplitResult:
+    """``urlsplit``, with a malformed host (``root://[::1//area``: an IPv6 address
+    without its ``]``) as one paragraph instead of a ``ValueError``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise EndpointError(
+            f"--storage-endpoint: {redact_url(url)!r} cannot be read as a URL ({exc}). Write "
+            f"scheme://host:port//path, an IPv6 host in brackets: root://[::1]:1094//data/area."
+        ) from None
+    return parts
+
+
+def _check_file_url(parts: SplitResult, shown: str) -> None:
+    """``file://relative/area`` names the host ``relative``, not a folder: refused."""
+    if parts.netloc in ("", "localhost") and parts.path.startswith("/"):
+        return
+    host = f" ({parts.netloc!r} after file:// is read as a host name)" if parts.netloc else ""
+    raise EndpointError(
+        f"--storage-endpoint: {shown!r} is not an absolute file URL{host}. A file URL names "
+        f"an absolute folder after three slashes: file:///abs/path/to/area (file://$PWD/area "
+        f"for a folder here)."
+    )
 
 
 def is_inside(path: str, root: str) -> bool:

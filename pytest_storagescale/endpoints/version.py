@@ -13,12 +13,22 @@ own protocol, through a ``version`` connection (:func:`detect_version`):
 from __future__ import annotations
 
 import http.client
+import multiprocessing
 import os
 import re
 import ssl
+import traceback
 from typing import TYPE_CHECKING
 
-from ..errors import StorageError, StorageUnreachable
+from .. import errors
+from ..errors import (
+    StorageError,
+    StorageNotFound,
+    StorageScaleUsageError,
+    StorageTimeout,
+    StorageUnreachable,
+    exit_text,
+)
 from .url import HTTPS_SCHEMES, EndpointURL
 
 if TYPE_CHECKING:
@@ -40,6 +50,117 @@ def detect_version(spec: DriverSpec, *, timeout: float = 15) -> str:
     driver = spec.connect("version", timeout=timeout)
     try:
         return driver.version()
+    finally:
+        driver.close()
+
+
+def first_contact(spec: DriverSpec, *, want_version: bool, timeout: float) -> str | None:
+    """The session's first requests to an endpoint: log in, stat the test area and,
+    when ``want_version``, ask the version (returned; else None). A test area that
+    does not exist is not an error here (the run area says so, with its command).
+
+    A driver whose requests go through a compiled client library
+    (``Driver.native_library``) makes them in a short-lived spawned process: a server
+    answering garbage may crash that library (XrdCl aborts on some malformed frames),
+    and the crash becomes a :class:`StorageError` naming the endpoint and the signal,
+    not the end of the session. Each request has a deadline of ``timeout`` + 2 s,
+    kept even by a library that ignores its own timeout (the child is killed)."""
+    if not spec.driver_class.native_library:
+        return _contact(spec, want_version, timeout)
+    spawn = multiprocessing.get_context("spawn")  # the XRootD client breaks after fork
+    parent_end, child_end = spawn.Pipe(duplex=False)
+    child = spawn.Process(target=_contact_main, name="storagescale-first-contact",
+                          args=(spec, want_version, timeout, child_end), daemon=True)
+    child.start()
+    child_end.close()
+    try:
+        answer = _answer(parent_end, timeout)
+    finally:
+        parent_end.close()
+        if child.is_alive():
+            child.kill()
+        child.join(5)
+    return _outcome(answer, child.exitcode, spec, timeout)
+
+
+#: how long the child may take to start and import the client library
+CONTACT_START_TIMEOUT = 60.0
+#: the child's requests: login, version, stat
+_CONTACT_REQUESTS = 3
+
+
+def _answer(connection, timeout: float) -> tuple | None:
+    """The child's answer, or None when it died or outlived its deadline."""
+    try:
+        if not connection.poll(CONTACT_START_TIMEOUT) or connection.recv() != "started":
+            return None
+        deadline = _CONTACT_REQUESTS * (timeout + 2)
+        return connection.recv() if connection.poll(deadline) else ("deadline", deadline)
+    except (EOFError, OSError):  # the child died (the pipe closed with it)
+        return None
+
+
+def _outcome(answer: tuple | None, exitcode: int | None, spec: DriverSpec,
+             timeout: float) -> str | None:
+    where = dict(driver=spec.name, endpoint=spec.endpoint.server, path=spec.endpoint.path)
+    if answer is None:
+        how = "did not start" if exitcode is None else exit_text(exitcode)
+        raise StorageError(
+            f"the {spec.name} client library crashed while talking to the server for the "
+            f"first time ({how}, in a child process made for that). The server at "
+            f"{spec.endpoint.server} may not speak this protocol, or answered something "
+            f"the library cannot read", operation="first contact", error_class="crash",
+            **where)
+    kind, *rest = answer
+    if kind == "ok":
+        return rest[0]
+    if kind == "deadline":
+        raise StorageTimeout(f"no answer within {rest[0]:g} s (the request was abandoned)",
+                             operation="first contact", error_class="deadline", **where)
+    if kind == "usage":
+        raise StorageScaleUsageError(rest[0])
+    if kind == "storage":
+        name, message, operation, path, status, error_class = rest
+        cls = getattr(errors, name, StorageError)
+        cls = cls if isinstance(cls, type) and issubclass(cls, StorageError) else StorageError
+        raise cls(message, driver=spec.name, endpoint=spec.endpoint.server,
+                  operation=operation, path=path, native_status=status,
+                  error_class=error_class)
+    raise RuntimeError(f"the first contact with the storage failed:\n{rest[0]}")
+
+
+def _contact_main(spec: DriverSpec, want_version: bool, timeout: float, connection) -> None:
+    """The child process of :func:`first_contact`: one answer on ``connection``."""
+    connection.send("started")  # the client library is imported: the deadline starts
+    try:
+        connection.send(("ok", _contact(spec, want_version, timeout)))
+    except StorageError as exc:
+        connection.send(("storage", type(exc).__name__, exc.message, exc.operation,
+                         exc.path, exc.native_status, exc.error_class))
+    except StorageScaleUsageError as exc:
+        connection.send(("usage", str(exc)))
+    except Exception:  # noqa: BLE001 - a bug: the parent raises it with this traceback
+        connection.send(("bug", traceback.format_exc()))
+    finally:
+        connection.close()
+        os._exit(0)  # a hung request's thread, or the library's exit, must not matter
+
+
+def _contact(spec: DriverSpec, want_version: bool, timeout: float) -> str | None:
+    from ..load.watch import RequestWatch, run_bounded
+
+    driver = spec.connect("version", timeout=timeout)
+
+    def requests() -> str | None:
+        version = driver.version() if want_version else None
+        try:
+            driver.stat(spec.endpoint.path)
+        except StorageNotFound:
+            pass  # said by the run area, with the command that makes it
+        return version
+
+    try:
+        return run_bounded(requests, RequestWatch(driver), timeout + 2, "first contact")
     finally:
         driver.close()
 

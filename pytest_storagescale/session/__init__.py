@@ -31,9 +31,11 @@ from typing import Any
 
 from ..baseline import Baseline
 from ..config import Settings
+from ..errors import StorageScaleUsageError
 from ..records import ClientInfo, RunInfo
 from ..redact import redact_argv
 from ..reporting.results import ResultsFile
+from ..reporting.results import _unwritable as unwritable
 from ..roles import Role, role_of
 from ..thresholds import ThresholdSet, select_thresholds
 from .area import RunArea
@@ -51,6 +53,23 @@ WORKER_INPUT_KEY = "storagescale"
 
 def make_run_id() -> str:
     return f"storagescale-run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def unwritable_file(path: Path | None) -> str | None:
+    """Why the file ``path`` cannot be written (None: it can, or no path)."""
+    return None if path is None else unwritable(path)
+
+
+def unwritable_folder(path: Path | None) -> str | None:
+    """Why files cannot be written into the folder ``path`` (made if missing)."""
+    if path is None:
+        return None
+    try:
+        if path.exists() and not path.is_dir():
+            return f"{path} is a file, not a folder"
+    except OSError as exc:
+        return f"cannot look at {exc.filename or path} ({exc.strerror or exc})"
+    return unwritable(path / "index.html")
 
 
 def client_versions() -> dict[str, str]:
@@ -99,6 +118,34 @@ class StorageRun:
         return {"run_id": self.run_id, "started": self.started,
                 "shared_dir": str(self.shared_dir), "owner_pid": self.area.owner_pid,
                 **self.endpoint.shared_info()}
+
+    def check_endpoint(self) -> None:
+        """Before any test: the endpoint's first contact (login, the test area, the
+        version) and this run's directory. What makes the storage unusable (a test area
+        that does not exist, a server that speaks another protocol, a client library
+        that crashed on its answer) is one usage error here, said once, instead of a
+        failure repeated by every test that needs the storage."""
+        self.endpoint.first_contact()
+        self.area.ensure()
+
+    def check_outputs(self) -> None:
+        """Refuse, before any load, an output path that cannot be written: the results
+        and pytest-benchmark files, the HTML report's folder (one paragraph each)."""
+        self.ledger.results.check_writable()
+        settings = self.settings
+        for flag, path, reason, what, example in (
+            ("--storage-benchmark-json", settings.benchmark_json_path(),
+             unwritable_file(settings.benchmark_json_path()),
+             "the pytest-benchmark JSON file", "a file, e.g. results/benchmark.json"),
+            ("--storage-report", settings.report_path(),
+             unwritable_folder(settings.report_path()),
+             "the HTML report's folder", "a folder (made if missing), e.g. report"),
+        ):
+            if reason is not None:
+                raise StorageScaleUsageError(
+                    f"{flag} {path}: {what} cannot be written there: {reason}. Give {flag} "
+                    f"{example}, in a place you can write."
+                )
 
     @functools.cached_property
     def baseline(self) -> Baseline | None:
@@ -158,6 +205,7 @@ class StorageRun:
         """Remove this run's directory and stop the embedded server (idempotent); a
         directory the storage refused to remove is kept in ``cleanup_error``."""
         if self.is_worker:
+            self.area.stop_heartbeat()
             return  # the controller removes the run directory once every worker is done
         try:
             self.cleanup_error = self.area.remove() or self.cleanup_error

@@ -9,8 +9,8 @@ from ..config import Settings
 from ..drivers.registry import DriverSpec, driver_class, driver_spec
 from ..endpoints.family import DEFAULT_KIND, check_embedded_choice, start_embedded
 from ..endpoints.url import EndpointURL
-from ..endpoints.version import detect_version
-from ..errors import EndpointError, StorageError
+from ..endpoints.version import first_contact
+from ..errors import EndpointError, StorageError, StorageScaleUsageError
 from ..redact import redact_url
 
 #: deadline of the version query (a shorter hang timeout shortens it)
@@ -31,7 +31,9 @@ class EndpointUnderTest:
         #: why the embedded server died during the run ("" when it did not), see stop()
         self.exit_note = ""
         self._url: EndpointURL | None = None
-        self._version: str | None = None
+        self._version: str | None = (shared or {}).get("version")
+        #: the first contact's verdict: None not yet, "" usable, else why not (said once)
+        self._contact: str | None = "" if (shared or {}).get("contacted") else None
         self._tokens: dict[str, str] | None = None
 
     def check(self) -> None:
@@ -138,8 +140,9 @@ class EndpointUnderTest:
 
     def shared_info(self) -> dict[str, Any]:
         """What an xdist worker needs to reach the same endpoint."""
-        if not self.is_embedded:
-            return {"endpoint_url": None, "driver_options": {}}
+        if not self.is_embedded:  # the controller's first contact, made once for all
+            return {"endpoint_url": None, "driver_options": {}, "version": self._version,
+                    "contacted": self._contact == ""}
         url = self.url.url  # starts the server, once
         return {"endpoint_url": url, "embedded_version": self.version,
                 "driver_options": self._server.driver_options() if self._server else {},
@@ -200,20 +203,37 @@ class EndpointUnderTest:
             _ = self.url  # starts it: a server knows its version once it runs
             if self._server is not None:
                 return self._server.version
-        from ..load.watch import call_with_deadline
+        self.first_contact()
+        return self._version
 
-        # one query: a deadline of its own, kept even by a library that ignores its timeout
+    def first_contact(self) -> None:
+        """Log in, stat the test area and (without ``--storage-version``) detect the
+        version, once per session: in a child process for a compiled client library
+        (its crash on a hostile server is one paragraph, not the session's end; see
+        :func:`~pytest_storagescale.endpoints.version.first_contact`). An endpoint
+        found unusable stays unusable: the paragraph is raised again, nothing is
+        asked again (a door that never answers costs its deadline once). The embedded
+        server is ours: nothing to check."""
+        if self._contact == "" or self.is_embedded:
+            return
+        if self._contact is not None:
+            raise EndpointError(self._contact)
+        want_version = self._version is None and not self.settings.version
+        # a deadline of its own per request, kept even by a library that ignores its timeout
         timeout = min(self.settings.hang_timeout or VERSION_TIMEOUT, VERSION_TIMEOUT)
-        spec = self.driver_spec(None)
         try:
-            return call_with_deadline(lambda: detect_version(spec, timeout=timeout),
-                                      timeout + 2, what="version", driver=spec.name,
-                                      endpoint=spec.endpoint.server)
+            version = first_contact(self.driver_spec(None), want_version=want_version,
+                                    timeout=timeout)
         except StorageError as exc:
-            raise EndpointError(
-                f"{self.unusable(exc)} (The version is detected to choose the thresholds "
-                f"file; --storage-version VERSION skips the detection.)"
-            ) from None
+            hint = (" (The version is detected to choose the thresholds file; "
+                    "--storage-version VERSION skips the detection.)" if want_version else "")
+            self._contact = f"{self.unusable(exc)}{hint}"
+            raise EndpointError(self._contact) from None
+        except StorageScaleUsageError as exc:
+            self._contact = str(exc)
+            raise
+        self._version = version if want_version else self._version
+        self._contact = ""
 
     def unusable(self, exc: Exception) -> str:
         """One paragraph for an endpoint that refused us."""
