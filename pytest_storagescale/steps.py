@@ -17,7 +17,7 @@ from .baseline import measured_nothing
 from .cluster import run_cluster_step
 from .drivers.registry import driver_class, driver_spec
 from .errors import StepError, StorageError, StorageScaleUsageError, ThresholdsError
-from .limits import check_open_files
+from .limits import check_open_files, check_threads
 from .load.engine import StepInterrupted, run_step
 from .load.executors import isolates_clients, planned_processes
 from .load.operations import get_operation
@@ -85,13 +85,14 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan
         params = {k: v for k, v in params.items() if k in operation.param_names}
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     step_id = run.ledger.next_step_id(worker)
-    try:  # before the step's load: one paragraph naming ulimit -n
+    try:  # before the step's load: one paragraph naming ulimit -n or ulimit -u
         driver_class = run.endpoint.driver_spec(None).driver_class
         clients = request.clients * max(1, len(operation.sides))
         if not getattr(settings, "cluster", None):  # a cluster's clients are on its hosts
+            processes = planned_processes(settings.executor, clients, driver_class)
             check_open_files(clients, getattr(driver_class, "files_per_client", 2),
-                             processes=planned_processes(settings.executor, clients,
-                                                         driver_class))
+                             processes=processes)
+            check_threads(clients, processes=processes)
     except StorageScaleUsageError as exc:
         raise StepError(f"{request.section} step at {request.clients} clients: {exc}") \
             from None
@@ -114,23 +115,31 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan
     return plan, record
 
 
-def client_host_lines(run: StorageRun) -> list[str]:
-    """:func:`executor_line` for the session's endpoint, and its driver's word on how it
-    makes the requests (the embedded server is not started for it: its driver is found
-    by the URL scheme alone)."""
+def endpoint_driver(run: StorageRun) -> type | None:
+    """The driver class of the session's endpoint, found by ``--storage-driver`` or the
+    URL scheme alone (the embedded server is not started for it); None for a bad URL,
+    which the endpoint's own check reports."""
     settings = run.settings
     try:
         if settings.driver != "auto":
-            driver = driver_class(settings.driver)
-        else:
-            endpoint = run.endpoint
-            scheme = (endpoint.protocol if endpoint.is_embedded
-                      else urlsplit(settings.endpoint).scheme)
-            driver = driver_spec(f"{scheme}://127.0.0.1//storagescale").driver_class
-        requests = driver.request_line(settings.driver_options or {})
+            return driver_class(settings.driver)
+        endpoint = run.endpoint
+        scheme = (endpoint.protocol if endpoint.is_embedded
+                  else urlsplit(settings.endpoint).scheme)
+        return driver_spec(f"{scheme}://127.0.0.1//storagescale").driver_class
     except Exception:  # noqa: BLE001 - the endpoint's own check reports a bad URL
-        driver = requests = None
-    return [executor_line(settings.executor, driver), *([requests] if requests else [])]
+        return None
+
+
+def client_host_lines(run: StorageRun) -> list[str]:
+    """:func:`executor_line` for the session's endpoint, and its driver's word on how it
+    makes the requests."""
+    driver = endpoint_driver(run)
+    try:
+        requests = driver.request_line(run.settings.driver_options or {}) if driver else None
+    except Exception:  # noqa: BLE001 - the endpoint's own check reports bad options
+        requests = None
+    return [executor_line(run.settings.executor, driver), *([requests] if requests else [])]
 
 
 def executor_line(executor: str, driver: type | None) -> str:

@@ -139,6 +139,8 @@ class _Child:
     finished: bool = False
     #: what its clients cost (its own CPU over the measured window)
     usage: ClientUsage | None = None
+    #: its own error, the step's: message and error class
+    failure: tuple[str, str] | None = None
 
 
 def _stop_once(signum: int, frame: Any) -> None:
@@ -184,6 +186,8 @@ def _process_main(plan: StepPlan, context: dict[str, Any], share: list[ClientAss
         connection.send((kind, {side: a.to_wire() for side, a in accumulators.items()}, usage))
     except KeyboardInterrupt:  # stopped before its clients ran: nothing measured
         connection.send(("interrupted", {}, None))
+    except StorageError as exc:  # e.g. no thread for a client: the step's error
+        connection.send(("failed", exc.message, exc.error_class))
     except Exception:  # noqa: BLE001 - a bug: the parent raises it with this traceback
         connection.send(("error", traceback.format_exc()))
     finally:
@@ -202,16 +206,36 @@ def _spawn(plan: StepPlan, context: dict[str, Any], children: list[_Child]) -> N
         bound = math.ceil(plan.max_operations * len(share) / len(assignments))
         process = spawn.Process(target=_process_main, name="storagescale-clients",
                                 args=(plan, context, share, bound, child_end), daemon=True)
-        process.start()
-        child_end.close()
+        try:
+            process.start()
+        except OSError as exc:  # EAGAIN: the user's process limit (ulimit -u)
+            raise _failed(plan, f"could not start client process {len(children) + 1} of "
+                                f"{count} ({exc}): the user's process and thread limit "
+                                f"(ulimit -u) or the memory is exhausted; raise 'ulimit -u' "
+                                f"before pytest, or lower the clients",
+                          "client_threads") from None
+        finally:
+            child_end.close()
         children.append(_Child(process, parent_end, share))
 
 
-def _says_ready(child: _Child, timeout: float) -> bool:
+def _failed(plan: StepPlan, message: str, error_class: str) -> StorageError:
+    return StorageError(message, driver=plan.driver.name,
+                        endpoint=plan.driver.endpoint.server, operation=plan.operation.name,
+                        path=plan.workdir, error_class=error_class)
+
+
+def _says_ready(plan: StepPlan, child: _Child, timeout: float) -> bool:
+    """Whether ``child`` said it is ready; its own error (:class:`StorageError`)
+    when it could not get there."""
     try:
-        return child.connection.poll(timeout) and child.connection.recv() == "ready"
+        said = child.connection.recv() if child.connection.poll(timeout) else None
     except (EOFError, OSError):  # it died while starting
         return False
+    if isinstance(said, tuple) and said[0] == "failed":
+        child.finished = True
+        raise _failed(plan, *said[1:])
+    return said == "ready"
 
 
 def _handshake(plan: StepPlan, children: list[_Child]) -> StepClock:
@@ -219,7 +243,7 @@ def _handshake(plan: StepPlan, children: list[_Child]) -> StepClock:
     the same clock."""
     deadline = time.time() + _START_TIMEOUT + plan.hang_timeout
     for child in children:
-        if not _says_ready(child, max(0.0, deadline - time.time())):
+        if not _says_ready(plan, child, max(0.0, deadline - time.time())):
             child.process.join(0.5)
             code = child.process.exitcode
             what = (f"did not start within {_START_TIMEOUT + plan.hang_timeout:.0f} s"
@@ -253,6 +277,10 @@ def _receive(child: _Child, accumulators: Accumulators) -> None:
     child.finished = True
     if kind == "error":
         raise RuntimeError(f"client process {child.process.pid} failed:\n{payload}")
+    if kind == "failed":  # its error is the step's (run_processes raises it)
+        child.failure = (payload, *usage)
+        child.share = []
+        return
     for side, wire in payload.items():
         accumulators[side].merge_wire(wire)
     if usage and usage[0] is not None:
@@ -375,6 +403,9 @@ def run_processes(plan: StepPlan, context: dict[str, Any], progress: Progress | 
         _collect(plan, clock, children, progress, accumulators)
         if (crash := _crashed(plan, children)) is not None:
             raise crash
+        for child in children:
+            if child.failure is not None:
+                raise _failed(plan, *child.failure)
         return clock, accumulators, _usage(children)
     except KeyboardInterrupt:
         raise _stop(plan, clock, children, accumulators) from None
