@@ -235,6 +235,15 @@ def _strip_userinfo(text: str) -> str:
         if cut is not None:
             shown.append(text[position:start])
             position = cut
+            continue
+        # "user:pass" with no @ after it (a text cut, a URL split at a # or /):
+        # whatever follows the colon may be a password, never a port
+        end = _AUTHORITY_END.search(text, start, max(stop, start))
+        authority = text[start:end.start() if end else max(stop, start)]
+        if not _PLAIN_AUTHORITY.fullmatch(authority) and not authority.startswith("["):
+            colon = start + authority.index(":") + 1
+            shown.append(text[position:colon] + "***")
+            position = colon + len(authority.partition(":")[2])
     shown.append(text[position:])
     return "".join(shown)
 

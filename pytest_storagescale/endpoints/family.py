@@ -116,12 +116,15 @@ class EmbeddedServer(abc.ABC):
 
 def log_tail(path, lines: int = 15) -> str:
     """The last ``lines`` lines of a server's log ("(no log)" when there is none), for
-    the error that says it did not start."""
+    the error that says it did not start; without credentials (a server may log the
+    requests it refused)."""
+    from ..redact import redact_text
+
     try:
         text = "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
-    return text or "(empty)"
+    return redact_text(text) or "(empty)"
 
 
 def embedded_kinds() -> tuple[str, ...]:
