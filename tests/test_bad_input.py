@@ -254,3 +254,19 @@ def test_a_client_library_crash_at_first_contact_is_one_paragraph(pytester, vers
                            f"the storage: xrootd first contact root://127.0.0.1:{port}/data/area:"
                            f" the xrootd client library crashed while talking to the server "
                            f"for the first time (killed by SIG*")
+
+
+# -- 8. a local Dask cluster whose worker dies while starting ---------------------------------
+def test_a_local_cluster_whose_worker_dies_while_starting_is_one_paragraph(pytester, area,
+                                                                           monkeypatch):
+    """Each worker of ``--storage-cluster local:2`` runs a preload that ends it: Dask's
+    "Nanny failed to start" is one paragraph naming the option, not an INTERNALERROR."""
+    _suite(pytester)
+    dying = pytester.path / "die_at_start.py"
+    dying.write_text("import os\nos._exit(3)\n")
+    monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PRELOAD", f'["{dying}"]')
+    result = pytester.runpytest_subprocess(
+        f"--storage-endpoint=file://{area}", "--storage-version=1.0",
+        "--storage-cluster=local:2", "-p", "no:cacheprovider")
+    _one_paragraph(result, "--storage-cluster local:2: the cluster's hosts did not start: "
+                           "RuntimeError: Nanny failed to start*")

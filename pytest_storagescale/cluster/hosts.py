@@ -96,7 +96,7 @@ class ClusterConnection:
                     f"its own cluster. Start it once (dask scheduler / dask worker, or "
                     f"dask-jobqueue) and give its scheduler address, e.g. "
                     f"--storage-cluster tcp://head:8786.")
-            self.cluster = target = _start_recipe(address)
+            self.cluster = target = _started_recipe(address)
         try:
             self.client = Client(target, timeout=_CONNECT_TIMEOUT, set_as_default=False)
         except OSError as exc:
@@ -172,6 +172,35 @@ class ClusterConnection:
 
 def _scheduler_workers(dask_scheduler: Any) -> list[str]:
     return list(dask_scheduler.workers)
+
+
+def _started_recipe(address: ClusterAddress) -> Any:
+    """The recipe's cluster; one that fails to start (a local worker that dies while
+    starting: a preload, memory, a broken environment) is one paragraph."""
+    try:
+        return _start_recipe(address)
+    except StorageScaleUsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Dask raises RuntimeError, OSError, ...
+        raise StorageScaleUsageError(
+            f"--storage-cluster {address}: the cluster's hosts did not start: "
+            f"{_causes(exc)}. A worker died while starting; its own error, if any, is "
+            f"above in stderr (a worker preload, memory, or a Python environment the "
+            f"workers cannot import the plugin from). Run 'dask worker' by hand to see "
+            f"it, or leave out --storage-cluster to run the clients here."
+        ) from None
+
+
+def _causes(exc: BaseException) -> str:
+    """``exc`` and what caused it, innermost last, each said once."""
+    said: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(said) < 4:
+        text = f"{type(seen).__name__}: {str(seen).rstrip('.')}"
+        if text not in said:
+            said.append(text)
+        seen = seen.__cause__ or seen.__context__
+    return "; caused by ".join(said)
 
 
 def _start_recipe(address: ClusterAddress) -> Any:
