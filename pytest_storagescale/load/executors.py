@@ -123,7 +123,8 @@ def run_auto(plan: StepPlan, context: dict[str, Any], progress: Progress | None 
     if limit and len(plan.assignments()) > limit:
         return run_processes(plan, context, progress)
     if isolates_clients(plan.driver.driver_class):
-        return run_processes(dataclasses.replace(plan, processes=1), context, progress)
+        return run_processes(dataclasses.replace(plan, processes=1), context, progress,
+                             shard=False)
     return run_threads(plan, context, progress)
 
 
@@ -162,7 +163,8 @@ def _no_stop(signum: int, frame: Any) -> None:
 
 
 def _process_main(plan: StepPlan, context: dict[str, Any], share: list[ClientAssignment],
-                  max_operations: int, connection: mp_connection.Connection) -> None:
+                  max_operations: int, connection: mp_connection.Connection,
+                  shard: bool = True) -> None:
     """Entry point of a spawned client process (the driver class was imported while
     its arguments were unpickled, before the clock runs). Stopped early, it sends
     what its clients measured so far as ``interrupted``."""
@@ -174,7 +176,8 @@ def _process_main(plan: StepPlan, context: dict[str, Any], share: list[ClientAss
 
     try:
         kind, meter = "result", CpuMeter(len(share))
-        plan.driver.driver_class.in_shard_process()
+        if shard:  # not the one process of a step kept out of pytest's (run_auto)
+            plan.driver.driver_class.in_shard_process()
         try:
             _, accumulators = run_clients(plan, context, share, start, max_operations,
                                           lambda state: connection.send(("progress", state)),
@@ -195,7 +198,8 @@ def _process_main(plan: StepPlan, context: dict[str, Any], share: list[ClientAss
         os._exit(0)  # hung client threads must not keep the process alive
 
 
-def _spawn(plan: StepPlan, context: dict[str, Any], children: list[_Child]) -> None:
+def _spawn(plan: StepPlan, context: dict[str, Any], children: list[_Child],
+           shard: bool = True) -> None:
     """One process per share of the clients (:func:`process_count`), added to
     ``children`` as started; a count bound is split by the shares."""
     assignments = plan.assignments()
@@ -205,7 +209,8 @@ def _spawn(plan: StepPlan, context: dict[str, Any], children: list[_Child]) -> N
         parent_end, child_end = spawn.Pipe()
         bound = math.ceil(plan.max_operations * len(share) / len(assignments))
         process = spawn.Process(target=_process_main, name="storagescale-clients",
-                                args=(plan, context, share, bound, child_end), daemon=True)
+                                args=(plan, context, share, bound, child_end, shard),
+                                daemon=True)
         try:
             process.start()
         except OSError as exc:  # EAGAIN: the user's process limit (ulimit -u)
@@ -386,17 +391,18 @@ def _reap(children: list[_Child]) -> None:
         child.connection.close()
 
 
-def run_processes(plan: StepPlan, context: dict[str, Any], progress: Progress | None = None
-                  ) -> Measured:
+def run_processes(plan: StepPlan, context: dict[str, Any], progress: Progress | None = None,
+                  *, shard: bool = True) -> Measured:
     """The clients spread over spawned processes (:func:`process_count`), each running
     its share as threads; their accumulators are merged here, and a process that
     hangs is killed. Ctrl-C stops them and raises :class:`LoadInterrupted` with what
-    they measured."""
+    they measured. ``shard`` False: one process that runs the step alone (its client
+    library set up as for the threads executor, not :meth:`Driver.in_shard_process`)."""
     children: list[_Child] = []
     clock: StepClock | None = None
     accumulators: Accumulators = {}
     try:
-        _spawn(plan, context, children)
+        _spawn(plan, context, children, shard)
         clock = _handshake(plan, children)
         accumulators.update(
             (a.side, SideAccumulator(clock.seconds)) for a in plan.assignments())
