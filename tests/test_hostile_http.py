@@ -16,7 +16,12 @@ import psutil
 import pytest
 from hostile_http import HostileDoor, Reply, Request
 
-from pytest_storagescale.drivers.http import ANSWER_LIMIT, LISTING_LIMIT
+from pytest_storagescale.drivers.http import (
+    ANSWER_LIMIT,
+    LISTING_LIMIT,
+    _redirect_refusal,
+    _shown,
+)
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.errors import (
     BadAnswer,
@@ -150,6 +155,24 @@ def test_a_same_path_redirect_is_followed_to_the_pool_without_the_doors_credenti
     assert all(r.path.endswith("?pool-ticket=1") for r in pool.seen)
     assert all(r.headers.get("authorization") == sent for r in door.seen)
     assert not [r for r in pool.seen if "authorization" in r.headers]
+
+
+def test_the_same_path_rule_of_mutating_redirects():
+    door, path = "https://door:2880", "/pnfs/area/run/f 1"
+    for same in ("https://pool:20000/pnfs/area/run/f%201?dcache-http-uuid=1",
+                 "https://door:2880/pnfs//area/run/f%201", "https://POOL/pnfs/area/run/f 1/"):
+        assert _redirect_refusal(door, same, path) is None, same
+    for location, why in [
+            ("https://pool/pnfs/area/outside/victim.dat", "another path"),
+            ("https://pool/pnfs/area/run/x/../f%201", "a path with a . or .. segment"),
+            ("https://pool/pnfs/area/run/%2e%2e/run/f%201", "a path with a . or .. segment"),
+            ("https://pool/pnfs/area/run/./f%201", "a path with a . or .. segment"),
+            ("http://pool/pnfs/area/run/f%201", "not over TLS (the door is https)"),
+            ("ftp://pool/pnfs/area/run/f%201", "not an http(s) URL"),
+            ("https://[::1/pnfs/area/run/f%201", "not a URL")]:
+        assert _redirect_refusal(door, location, path) == why, location
+    assert _redirect_refusal("http://door", "http://pool/pnfs/area/run/f%201", path) is None
+    assert _shown("https://u:p@pool:1/a/b?authz=secret") == "https://pool:1/a/b?..."
 
 
 def test_a_read_may_be_redirected_anywhere(hostile):
