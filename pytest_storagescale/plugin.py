@@ -34,7 +34,7 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
 from .redact import redact_exception, redact_report
 from .reporting.allure_report import allure_dir, write_session_files
 from .reporting.benchmark_json import write_benchmark_json
-from .reporting.failures import shorten_storage_failure
+from .reporting.failures import fold_storage_skip, shorten_storage_failure
 from .reporting.html import write_report
 from .reporting.outcomes import PLUGIN_NAME as OUTCOMES
 from .reporting.outcomes import TestOutcomes
@@ -43,7 +43,7 @@ from .reporting.table import format_failures, format_table
 from .session import WORKER_INPUT_KEY, Role, StorageRun, role_of
 from .shipped import pyargs_folders
 from .stash import storage_run_key
-from .steps import client_host_lines
+from .steps import client_host_lines, endpoint_driver
 
 #: a test using one of these needs the storage: the endpoint is checked before any test
 STORAGE_FIXTURES = frozenset({"storage_endpoint", "storage_load"})
@@ -185,18 +185,23 @@ class SecretRedaction:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """A test the storage's answer failed: one paragraph instead of a traceback."""
+    """A test the storage's answer failed: one paragraph instead of a traceback; its
+    skip folded with those of the same reason."""
     outcome = yield
     shorten_storage_failure(item, call, outcome.get_result())
+    fold_storage_skip(item, outcome.get_result())
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     run = config.stash.get(storage_run_key, None)
     if run is None:
         return []
+    verbose = config.get_verbosity() > 0  # -v: the defaults and how clients run too
+    secrets = getattr(endpoint_driver(run), "secret_options", ())
     lines = [f"storagescale: endpoint {run.endpoint.display}"]
-    lines += [f"  {line}" for line in run.settings.header_lines()]
-    lines += [f"  {line}" for line in client_host_lines(run)]
+    lines += [f"  {line}" for line in run.settings.header_lines(verbose=verbose,
+                                                                 secret_options=secrets)]
+    lines += [f"  {line}" for line in client_host_lines(run)] if verbose else []
     return lines + cluster_header_lines(run.settings.cluster)  # hosts and clock offsets
 
 

@@ -410,13 +410,13 @@ def test_the_header_says_which_loop_and_a_bad_value_starts_no_server(pytester, m
     request_cleanup()
     monkeypatch.delenv("XRD_PARALLELEVTLOOP", raising=False)  # the header's own count
     python = pytester.runpytest_subprocess(thresholds, "--storage-driver-option",
-                                           "client_loop=python", "--co")
+                                           "client_loop=python", "--co", "-v")
     python.stdout.fnmatch_lines(["*requests: through the XRootD Python bindings "
                                  "(client_loop=python); XrdCl reads the connections with "
                                  f"{XROOTD_EVENT_LOOPS} event loop(s) in a process that runs "
                                  f"a step alone, {XROOTD_SHARD_EVENT_LOOPS} in each process "
                                  "of a sharded step*"])
-    compiled = pytester.runpytest_subprocess(thresholds, "--co")
+    compiled = pytester.runpytest_subprocess(thresholds, "--co", "-v")  # -v: how clients run
     compiled.stdout.fnmatch_lines(["*requests: stat and get by the xrootd driver's compiled "
                                    "client loop*"])
 

@@ -79,14 +79,34 @@ def test_driver_options_from_flags_and_ini_lines():
             parse_driver_options(bad)
 
 
-def test_header_never_shows_option_values_or_url_passwords():
+def test_header_never_shows_credentials_or_url_passwords():
     from pytest_storagescale.config import Setting, Settings
 
+    options = {"token": "s3cr3t", "ca_dir": "/x", "sig": "0xfeed", "my_password": "pw",
+               "x509_proxy": "/tmp/x509up_u1", "latency": "0.1"}
     settings = Settings({
-        "storage_driver_options": Setting({"token": "s3cr3t", "ca_dir": "/x"}, "--storage-driver-option"),
+        "storage_driver_options": Setting(options, "--storage-driver-option"),
         "storage_endpoint": Setting("davs://alice:hunter2@door:2880/pnfs/area", "ini storage_endpoint"),
+        "storage_embedded": Setting("webdav", "the suite's conftest"),
     })
-    text = "\n".join(settings.header_lines())
-    assert "s3cr3t" not in text and "hunter2" not in text and "/x" not in text
-    assert "storage_driver_options: token=***, ca_dir=*** (from --storage-driver-option)" in text
+    # the driver in use says "sig" is a secret of its own
+    text = "\n".join(settings.header_lines(secret_options=("sig",)))
+    assert "s3cr3t" not in text and "hunter2" not in text and "0xfeed" not in text
+    # paths and settings are no secrets (a proxy's path is shown, never its contents)
+    assert ("storage_driver_options: token=***, ca_dir=/x, sig=***, my_password=***, "
+            "x509_proxy=/tmp/x509up_u1, latency=0.1 (from --storage-driver-option)") in text
     assert "davs://door:2880/pnfs/area" in text
+    assert "storage_embedded" not in text  # the endpoint is given: no embedded server
+
+
+def test_header_shows_defaults_only_when_verbose():
+    from pytest_storagescale.config import Setting, Settings
+
+    settings = Settings({"storage_executor": Setting("auto", "default"),
+                         "storage_version": Setting("1.0", "--storage-version"),
+                         "storage_embedded": Setting("xrootd", "default"),
+                         "storage_duration": Setting(None, "default")})
+    assert settings.header_lines() == ["storage_version: 1.0 (from --storage-version)"]
+    assert settings.header_lines(verbose=True) == [
+        "storage_executor: auto (from default)", "storage_version: 1.0 (from --storage-version)",
+        "storage_embedded: xrootd (from default)"]  # no endpoint: the embedded server runs

@@ -124,6 +124,45 @@ def test_header_names_each_setting_and_its_source(pytester, suite, monkeypatch):
     ])
 
 
+def test_header_shows_the_defaults_and_how_clients_run_only_under_v(pytester, suite):
+    args = suite()
+    quiet = pytester.runpytest(*args, "--collect-only")
+    header = [line for line in quiet.stdout.lines if line.startswith("  ")]
+    assert header and not any("(from default)" in line for line in header), header
+    assert not any(line.startswith("  clients:") for line in header), header
+    assert all(len(line) < 200 for line in header), header
+    verbose = pytester.runpytest(*args, "--collect-only", "-v")
+    verbose.stdout.fnmatch_lines(["  storage_executor: auto (from default)",
+                                  "  clients: threads of one process*"])
+
+
+def test_skips_of_one_reason_are_one_summary_line(pytester, suite):
+    """Tests that use the storage and skip for the same reason at different lines: one
+    "SKIPPED [n]" line (pytest folds by line); a test without storage keeps its line."""
+    args = suite()
+    pytester.makepyfile(test_suite="""
+        import pytest
+
+        def test_one(storage_endpoint):
+            pytest.skip("no redirector here")
+
+        def test_two(storage_endpoint):
+            x = 1
+            pytest.skip("no redirector here")
+
+        @pytest.mark.parametrize("n", [1, 2])
+        def test_more(storage_endpoint, n):
+            pytest.skip("no redirector here")
+
+        def test_plain():
+            pytest.skip("not about storage")
+    """)
+    result = pytester.runpytest(*args, "-rs")
+    result.assert_outcomes(skipped=5)
+    result.stdout.fnmatch_lines(["SKIPPED [[]4[]] test_suite.py: no redirector here",
+                                 "SKIPPED [[]1[]] test_suite.py:15: not about storage"])
+
+
 @pytest.mark.parametrize(
     "option, message",
     [

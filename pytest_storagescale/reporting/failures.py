@@ -8,6 +8,10 @@ does: driver, endpoint, operation, path, the storage's answer with its native
 status, the test's line that asked, and for a refused checksum what usually lacks.
 The exception is kept (its class decides the Allure category); only the report's
 text changes. ``--tb=long`` or ``--full-trace`` keep pytest's traceback.
+
+A skip of a storage test is folded by file and reason, not by line
+(:func:`fold_storage_skip`): the ten authorization checks that one missing login
+skips are one ``SKIPPED [10]`` line of ``-rs``, not five.
 """
 
 from __future__ import annotations
@@ -104,3 +108,16 @@ def shorten_storage_failure(item: pytest.Item, call: pytest.CallInfo,
     text = storage_failure_text(excinfo.value, f"{path}:{line}" if line else "")
     report.longrepr = StorageFailureRepr(text, _Crash(
         str(item.path), line, f"{type(excinfo.value).__name__}: {text}"))
+
+
+def fold_storage_skip(item: pytest.Item, report: pytest.TestReport) -> None:
+    """A skipped test that uses the storage: its skip's line dropped from the report, so
+    pytest's summary counts the tests one reason skipped in a file on one line."""
+    longrepr = report.longrepr
+    if (not report.skipped or hasattr(report, "wasxfail")
+            or not isinstance(longrepr, tuple) or len(longrepr) != 3):
+        return
+    if any(name.startswith("storage_") for name in getattr(item, "fixturenames", ())):
+        path, _, reason = longrepr
+        report.longrepr = (path, None, reason)
+

@@ -51,10 +51,9 @@ IDENTITY_OPTIONS = ("token", "x509_proxy", "x509_user_cert", "x509_user_key", "k
 #: variables a probe's process must not inherit (it would log in as the session)
 IDENTITY_VARIABLES = (*CREDENTIAL_ENVIRONMENT.values(), "BEARER_TOKEN_FILE",
                       "X509_USER_CERT", "X509_USER_KEY")
-RUN_HINT = ("run 'pytest suites/xrootd --storage-embedded-login token' (the embedded "
-            "xrootd's token issuer mints the tokens), or give a remote storage's tokens "
-            "with --storage-token-readonly FILE and --storage-token-expired FILE (its write "
-            "token is --storage-driver-option token)")
+RUN_HINT = ("run 'pytest suites/xrootd --storage-embedded-login token', or give a remote "
+            "storage's tokens (--storage-token-readonly/-expired FILE, "
+            "--storage-driver-option token=...)")
 
 _PROBE = r"""
 import json, pickle, sys, time, zlib

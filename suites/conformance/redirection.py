@@ -126,10 +126,9 @@ def redirector_of(door: Door, folder: str, embedded_redirector: bool) -> Redirec
         if embedded_redirector:
             fail(door, "locate", folder, did, "its data servers (the embedded cluster's "
                  "manager serves no file itself)")
-        pytest.skip(f"{door.name} door ({door.display}): locate of {folder} {did}: the door "
-                    f"serves its files itself, there is no data server to redirect to (the "
-                    f"redirection checks apply to an XRootD redirector: a cmsd manager, an "
-                    f"EOS MGM, a redirecting dCache door)")
+        pytest.skip(f"{door.name} door: locate of the test area {did}: the door serves its "
+                    f"files itself, there is no data server to redirect to (the checks need "
+                    f"an XRootD redirector)")
     return Redirector(door, endpoint.host, port, servers)
 
 

@@ -78,9 +78,9 @@ def _auth_scan(login: str, storage_endpoint, storage_load) -> None:
                "the session does not force a security protocol (the server picks it)")
         pytest.skip(
             f"the {login} authentication-rate scan needs {login} logins and {how}: run "
-            f"'pytest suites/xrootd --storage-embedded-login {login}' (the embedded server), "
-            f"or against your storage force it with --storage-driver-option "
-            f"security_protocol={LOGIN_PROTOCOLS[login]} and that login's credential")
+            f"'pytest suites/xrootd --storage-embedded-login {login}', or force it with "
+            f"--storage-driver-option security_protocol={LOGIN_PROTOCOLS[login]} and its "
+            f"credential")
     driver = storage_load.door.spec.driver_class  # the door the steps use
     if not hasattr(driver, "new_login"):
         pytest.skip(
