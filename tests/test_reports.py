@@ -248,7 +248,7 @@ def test_key_numbers_in_the_table_and_every_report(pytester):
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["op * p99  derived * verdict",
                                  "mixed/readers (mixed) * mix_ratio * pass",
-                                 "recovery (probe*) * recovery_s * s * pass"])
+                                 "recovery (probe*) * recovery_s * pass"])
     page = (pytester.path / "report" / "index.html").read_text()
     assert "<th>derived</th>" in page and "<td>mix_ratio " in page
     assert "<td>recovery_s " in page
