@@ -315,12 +315,12 @@ class RunArea:
         return text + (f"; not removed: {'; '.join(failed)}" if failed else "")
 
     def _remove_stale(self, run: StaleRun) -> str | None:
-        owner = run.owner or {}
-        return self._clean_tree(run.path, run.name, owner.get("storage_started"))
+        return self._clean_tree(run.path, run.name)
 
-    def _clean_tree(self, path: str, run_id: str, not_before: float | None) -> str | None:
+    def _clean_tree(self, path: str, run_id: str) -> str | None:
         """Remove what a run made in ``path`` through a client that may write only
-        below it, once its owner record is checked again (this user's, this run id);
+        below it, once its owner record is checked again (this user's, this run id;
+        no file older than the run's start on the storage's clock, which it names);
         the storage's refusal or what was left, as text."""
         from ..load.engine import remove_created, run_generated
         from ..load.watch import RequestWatch, run_bounded
@@ -341,8 +341,7 @@ class RunArea:
                         f"in it was deleted. Check it and remove it by hand")
             created = CreatedPaths(path, run_generated, owner=f"{path}/{OWNER_FILE}")
             created.add(created.owner, "file")
-            started = owner.get("storage_started")
-            return remove_created(driver, created, started if not_before is None else not_before)
+            return remove_created(driver, created, owner.get("storage_started"))
 
         try:
             return run_bounded(remove, watch, self.timeout + 2.0, "clean-up")
@@ -365,7 +364,7 @@ class RunArea:
         if not self.used:
             return None
         try:
-            return self._clean_tree(self.path, self.run_id, None)
+            return self._clean_tree(self.path, self.run_id)
         except KeyboardInterrupt:
             self.cleanup_interrupted = True
             return (f"interrupted (Ctrl-C) during the clean-up: {self.path} is left on "
