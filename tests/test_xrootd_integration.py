@@ -337,9 +337,10 @@ def test_xrootd_suite_against_embedded_server(pytester):
     ])
 
 
-def test_read_only_test_area_is_one_clear_failure_per_test(pytester):
+def test_read_only_test_area_is_one_usage_error_before_any_test(pytester):
     """Writes refused (read-only export, like a wrong credential's permission error):
-    every test fails at once with one paragraph, and no traceback."""
+    the run directory cannot be made, said once before any test (exit code 4), with
+    no traceback."""
     from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
 
     pytester.makepyfile(test_s="""
@@ -358,15 +359,16 @@ def test_read_only_test_area_is_one_clear_failure_per_test(pytester):
                                     f"--storage-thresholds={REPO / 'thresholds'}",
                                     "--storage-clients=2")
         elapsed = time.monotonic() - began
-    result.assert_outcomes(failed=1, errors=1)  # the fixture: a set-up error
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert elapsed < 20
-    result.stdout.fnmatch_lines([
-        f"*--storage-endpoint root://127.0.0.1:{server.port}//storagescale: cannot use the "
-        f"storage: *read/only*writable by this identity (credentials, proxy, token*",
+    result.stderr.fnmatch_lines([
+        f"ERROR: --storage-endpoint root://127.0.0.1:{server.port}//storagescale: cannot use "
+        f"the storage: *read/only*writable by this identity (credentials, proxy, token*",
     ])
-    assert "Traceback" not in result.stdout.str()
-    assert "During handling of the above exception" not in result.stdout.str()
-    assert "def run_dir" not in result.stdout.str()
+    output = result.stdout.str() + result.stderr.str()
+    assert output.count("cannot use the storage") == 1
+    assert "Traceback" not in output and "def run_dir" not in output
+    assert "During handling of the above exception" not in output
 
 
 def test_an_embedded_server_that_died_mid_run_is_named_in_the_summary(pytester):
