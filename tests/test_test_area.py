@@ -572,8 +572,9 @@ def test_a_door_whose_area_does_not_exist_is_refused_and_not_made(pytester, suit
     result = pytester.runpytest(*suite(embedded_xrootd.url, f"--storage-door=davs={door}",
                                        "--storage-load-doors=all",
                                        f"--storage-driver-option=ca_dir={embedded_xrootd.ca_dir}"))
-    result.stdout.fnmatch_lines([
-        f"*--storage-door davs {door}: the test area /typo2/deep does not exist. The plugin "
+    assert result.ret == pytest.ExitCode.USAGE_ERROR  # once, before any test
+    result.stderr.fnmatch_lines([
+        f"ERROR: --storage-door davs {door}: the test area /typo2/deep does not exist. The plugin "
         f"makes only its run directory inside an existing test area*Create it first: "
         f"gfal-mkdir -p {door}*"])
     assert not (data / "typo2").exists()

@@ -127,6 +127,8 @@ class StorageRun:
         failure repeated by every test that needs the storage."""
         self.endpoint.first_contact()
         self.area.ensure()
+        for name in self.load_doors:  # --storage-load-doors: each door's area, now too
+            self.door(name)
 
     def check_outputs(self) -> None:
         """Refuse, before any load, an output path that cannot be written: the results
