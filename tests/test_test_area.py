@@ -782,3 +782,41 @@ def test_a_run_directory_whose_owner_file_is_refused_is_removed_at_once(pytester
     assert "was made but its owner file was refused" in output, output
     assert "403" in output and "it was removed again (rmdir)" in output
     assert os.listdir(area) == []
+
+
+def test_step_clean_up_removes_only_what_the_step_made(attack_area):
+    """A put step's directory after a co-tenant's visit: the set-up's files and the
+    clients' generated names go; a planted file, a link under a generated name and a
+    link to a directory stay, named, and nothing outside is touched."""
+    from pytest_storagescale.drivers.base import CreatedPaths
+    from pytest_storagescale.load.engine import step_generated
+
+    victim = attack_area.victim("step-victim")
+    _backdate(victim / "precious.txt")
+    url = EndpointURL.parse(attack_area.url)
+    run = f"{url.path.rstrip('/')}/storagescale-run-20990101-000000-step"
+    workdir = f"{run}/put-c2-main-001"
+    options = dict(arg.split("=", 1)[1].split("=", 1) for arg in attack_area.args)
+    driver = driver_spec(attack_area.url, writable_root=run, options=options).connect(
+        "coordinator", timeout=10)
+    driver.mkdir(run, parents=False)
+    driver.put(f"{run}/{OWNER_FILE}", b"{}")
+    driver.created = CreatedPaths(workdir, step_generated)
+    driver.mkdir(workdir)  # the set-up, recorded
+    driver.put(f"{workdir}/stat-target", b"x" * 10)
+    created, driver.created = driver.created, None
+    driver.put(f"{workdir}/c00001-0000007", b"y" * 5)  # as a load client: not recorded
+    local = attack_area.local / run.rsplit("/", 1)[1] / "put-c2-main-001"
+    (local / "notes.txt").write_text("a co-tenant's")
+    os.symlink(victim / "precious.txt", local / "c00001-0000008")  # a generated name
+    os.symlink(victim, local / "ls-dir")  # a generated directory name
+    _server_owned(attack_area.local)
+
+    error = cleanup_tree(driver, workdir, created=created)
+
+    assert (victim / "precious.txt").read_text() == "keep me"
+    assert (victim / "sub" / "deep.txt").read_text() == "keep me too"
+    assert sorted(os.listdir(local)) == ["c00001-0000008", "ls-dir", "notes.txt"]
+    assert error is not None and "notes.txt (not made by this run)" in error
+    assert "c00001-0000008 (older than this run" in error
+    assert "ls-dir/precious.txt (not made by this run)" in error  # entered, nothing taken

@@ -223,16 +223,27 @@ STEP_DIRECTORY = re.compile(r"[A-Za-z_][\w-]*-c\d+-[\w.]+-\d{3,}")
 #: what the built-in operations name what they make in a step's directory (from the
 #: client and sequence numbers, or fixed): the kinds of :class:`CreatedPaths`
 GENERATED_NAMES = (
-    ("leaf", re.compile(r"c\d{5}-\d{7}")),  # put, delete, write: files; mkdir: directories
+    ("leaf", re.compile(r"c\d+-\d+")),  # put, delete, write: files; mkdir: directories
     ("file", re.compile(r"stat-target|read-target|file-\d{5}|entry-\d{5}")),
     ("dir", re.compile(r"ls-dir")),
 )
 
 
-def _side_names() -> frozenset[str]:
+def _registered() -> list:
     from .operations import get_operation, operation_names
 
-    return frozenset(side for name in operation_names() for side in get_operation(name).sides)
+    return [get_operation(name) for name in operation_names()]
+
+
+def _side_names() -> frozenset[str]:
+    return frozenset(side for operation in _registered() for side in operation.sides)
+
+
+def _site_kind(name: str) -> str | None:
+    """The kind a registered operation's ``made_names`` gives ``name`` (None: none)."""
+    return next((kind for operation in _registered()
+                 for pattern, kind in operation.made_names.items()
+                 if re.fullmatch(pattern, name)), None)
 
 
 def step_generated(parts: tuple[str, ...]) -> str | None:
@@ -246,7 +257,8 @@ def step_generated(parts: tuple[str, ...]) -> str | None:
         return None
     if not parents and name in sides:
         return "dir"
-    return next((kind for kind, pattern in GENERATED_NAMES if pattern.fullmatch(name)), None)
+    return next((kind for kind, pattern in GENERATED_NAMES if pattern.fullmatch(name)),
+                None) or _site_kind(name)
 
 
 def run_generated(parts: tuple[str, ...]) -> str | None:

@@ -122,6 +122,11 @@ class Operation:
     #: its clients change settings of the whole client process, so they always run in
     #: spawned client processes (the ``processes`` executor), never in pytest's own
     own_processes: ClassVar[bool] = False
+    #: what :meth:`run` names the entries it makes in the step's directory, beside the
+    #: built-in ``c<client>-<iteration>``: regular expression -> kind (``file``; ``dir``,
+    #: listed and emptied; ``leaf``, a file or an empty directory). The clean-up removes
+    #: only what the set-up made and names matching these (``load.engine.remove_created``)
+    made_names: ClassVar[Mapping[str, str]] = {}
 
     @property
     def defaults(self) -> dict[str, Any]:
