@@ -185,9 +185,11 @@ def _silent(connection: socket.socket) -> None:
             pass
 
 
-def test_an_endpoint_that_never_answers_is_asked_once(pytester):
+@pytest.mark.parametrize("workers", [None, "2"])
+def test_an_endpoint_that_never_answers_is_asked_once(pytester, workers):
     """A door that accepts and never answers: the version is asked once for the
-    session, not once per test function (3 here), and the session says it once."""
+    session, not once per test function (3 here) nor once per xdist worker (the
+    controller asks before it starts them), and the session says it once."""
     _suite(pytester)
     pytester.makepyfile(test_more="""
         import pytest
@@ -203,7 +205,7 @@ def test_an_endpoint_that_never_answers_is_asked_once(pytester):
     with _server(_silent) as (port, accepted):
         result = pytester.runpytest_subprocess(
             f"--storage-endpoint=davs://127.0.0.1:{port}/area", "--storage-hang-timeout=1s",
-            "-p", "no:cacheprovider")
+            "-p", "no:cacheprovider", *(["-n", workers] if workers else []))
         connections = len(accepted)
     _one_paragraph(result, f"--storage-endpoint davs://127.0.0.1:{port}/area: cannot use the "
                            f"storage: *--storage-version VERSION skips the detection.)")
