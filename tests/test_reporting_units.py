@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -35,7 +36,7 @@ from pytest_storagescale.reporting.allure_report import (
 )
 from pytest_storagescale.reporting.benchmark_json import benchmark_document, write_benchmark_json
 from pytest_storagescale.reporting.html import table_csv, table_html, write_report
-from pytest_storagescale.reporting.outcomes import RunSummary, TestOutcome
+from pytest_storagescale.reporting.outcomes import RunSummary, TestOutcome, TestOutcomes
 from pytest_storagescale.reporting.progress import LiveProgress
 from pytest_storagescale.reporting.results import ResultsFile
 from pytest_storagescale.reporting.table import format_table, format_violations
@@ -187,6 +188,76 @@ def test_report_page(tmp_path):
         assert fact in body[:body.index("<h2>Tests")], fact
     assert body.index("StorageError: &lt;refused&gt;") < body.index("<h2>Load steps")
     assert (tmp_path / "report" / "table.csv").read_text().count("\n") == 1 + 5
+
+
+_OUTCOMES = """
+import pytest
+
+@pytest.mark.storagescale_op("stat")
+def test_load():
+    pass
+
+class TestSiteConformance:
+    def test_check(self):
+        pytest.fail("root door (root://h//a): checksum adler32 /a/f: the storage answered "
+                    "an error; expected success.", pytrace=False)
+
+def test_assert():
+    answer = ["b"]
+    assert answer == ["a", "b"]
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("no client certificate in /tmp/x")
+
+def test_error(broken):
+    pass
+
+def test_missing_fixture(no_such_fixture):
+    pass
+
+def test_skip():
+    pytest.skip("no davs door")
+
+@pytest.mark.xfail(reason="known issue", strict=True)
+def test_xpass():
+    pass
+
+@pytest.mark.xfail(reason="known issue")
+def test_xfail():
+    assert False
+"""
+
+
+def test_every_test_outcome_and_its_cause(pytester):
+    """What the HTML report lists: each test's kind, outcome (as pytest counts it) and
+    cause (the message, not the traceback), failures first."""
+    pytester.makepyfile(test_outcomes=_OUTCOMES)
+    run = SimpleNamespace(run_id="run-1", started=1.0, endpoint=SimpleNamespace(display="e"))
+    outcomes = TestOutcomes(run)
+    pytester.inline_run("-p", "no:storagescale", "-p", "no:cacheprovider", plugins=[outcomes])
+    summary = outcomes.summary(1)
+    found = {t.nodeid.rpartition("::")[2]: (t.kind, t.outcome, t.cause) for t in summary.tests}
+    assert found["test_load"] == ("load", "passed", "")
+    assert found["test_check"] == ("conformance", "failed", "root door (root://h//a): checksum "
+                                   "adler32 /a/f: the storage answered an error; expected "
+                                   "success.")
+    kind, outcome, cause = found["test_assert"]
+    assert (kind, outcome) == ("functional", "failed")
+    assert cause.removeprefix("AssertionError: ").startswith("assert ['b'] == ['a', 'b']")
+    assert found["test_error"] == ("functional", "error",
+                                   "RuntimeError: no client certificate in /tmp/x")
+    assert found["test_missing_fixture"][1:] == ("error", "fixture 'no_such_fixture' not found")
+    assert found["test_skip"][1:] == ("skipped", "no davs door")
+    assert found["test_xpass"][1] == "failed" and "XPASS(strict)" in found["test_xpass"][2]
+    assert found["test_xfail"][1] == "xfailed"
+    assert [t.outcome for t in summary.tests] == [
+        "failed", "failed", "failed", "error", "error", "skipped", "xfailed", "passed"]
+    assert summary.verdict == "FAILED" and summary.counts_text == (
+        "3 failed, 2 error, 1 skipped, 1 xfailed, 1 passed")
+    assert outcomes.summary(0).verdict == "FAILED"  # never green beside a red test
+    assert all("Traceback" not in t.cause and "def test_" not in t.cause
+               for t in summary.tests)
 
 
 # -- benchmark export ------------------------------------------------------------------
