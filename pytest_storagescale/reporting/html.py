@@ -31,7 +31,7 @@ tr.fail td:last-child, tr.error td:last-child { color: #b00; font-weight: bold; 
 tr.pass td:last-child { color: #070; }
 h1.verdict { padding: 0.2em 0.5em; color: #fff; background: #b00; display: inline-block; }
 h1.verdict.passed { background: #070; }
-table.facts th, table.facts td, table.tests td { text-align: left; }
+table.facts th, table.facts td, table.tests th, table.tests td { text-align: left; }
 table.tests tr.failed td:first-child, table.tests tr.error td:first-child,
 table.tests tr.xpassed td:first-child { color: #b00; font-weight: bold; }
 table.tests tr.passed td:first-child { color: #070; }
