@@ -29,6 +29,7 @@ Allure files. Command lines go through :func:`redact_argv`.
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import json
 import os
@@ -48,20 +49,25 @@ _PLAIN_AUTHORITY = re.compile(r"(?:\[[^\]]*\]?|[^:@]*)(?::\d*)?")
 #: query parameters that carry a bearer token or an XRootD authorization
 _SECRET_QUERY = re.compile(
     r"(?i)([?&](?:authz|access_token|bearer_token|token|xrd\.gsiusrpxy)=)[^&#\s]*")
-#: credential-looking text a server or library may quote
+#: credential-looking text a server or library may quote, each with the words (lower
+#: case) without which it cannot match: checked first, as errors come by the thousand
 _PATTERNS = (
     # Authorization: Bearer <x>  /  "Proxy-Authorization": "Basic <x>"
-    (re.compile(r"(?i)(\b(?:proxy-)?authorization\b[\"']?\s*[:=]\s*[\"']?)"
+    (("authorization",),
+     re.compile(r"(?i)(\b(?:proxy-|transferheader)?authorization\b[\"']?\s*[:=]\s*[\"']?)"
                 r"((?:bearer|basic|negotiate|digest|token|aws4-hmac-sha256)\s+)?[^\s\"',;]+"),
      r"\1\2***"),
-    (re.compile(r"(?i)(\b(?:x-auth-token|cookie|set-cookie)\b\s*:\s*)[^\s\"',;]+"), r"\1***"),
-    (re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{12,}"), r"\1***"),
+    (("cookie", "x-auth-token"),
+     re.compile(r"(?i)(\b(?:x-auth-token|cookie|set-cookie)\b\s*:\s*)[^\s\"',;]+"), r"\1***"),
+    (("bearer",), re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{12,}"), r"\1***"),
     # "access_token": "<x>", password=<x>
-    (re.compile(r"(?i)([\"']?\b(?:access_token|refresh_token|id_token|bearer_token|"
+    (("_token", "secret", "passw"),
+     re.compile(r"(?i)([\"']?\b(?:access_token|refresh_token|id_token|bearer_token|"
                 r"client_secret|password|passwd)\b[\"']?\s*[:=]\s*[\"']?)[^\s\"'&,;}]+"),
      r"\1***"),
     # a PEM block (a private key, a proxy), cut or whole
-    (re.compile(r"(-----BEGIN ([A-Z0-9 ]+)-----).*?(?:-----END \2-----|\Z)", re.S),
+    (("-----begin",),
+     re.compile(r"(-----BEGIN ([A-Z0-9 ]+)-----).*?(?:-----END \2-----|\Z)", re.S),
      r"\1 *** -----END \2-----"),
 )
 _DRIVER_OPTION = "--storage-driver-option"
@@ -92,6 +98,8 @@ class SecretRegistry:
         self._values: set[str] = set()
         self._lock = threading.Lock()
         self._pattern: re.Pattern[str] | None = None
+        #: counts the changes (a cached redaction is of one generation)
+        self.generation = 0
 
     def add(self, value: str | None) -> None:
         value = (value or "").strip()
@@ -104,11 +112,13 @@ class SecretRegistry:
             self._values |= forms
             longest_first = sorted(self._values, key=len, reverse=True)
             self._pattern = re.compile("|".join(map(re.escape, longest_first)))
+            self.generation += 1
 
     def clear(self) -> None:
         with self._lock:
             self._values.clear()
             self._pattern = None
+            self.generation += 1
 
     def sub(self, text: str) -> str:
         pattern = self._pattern
@@ -250,7 +260,9 @@ def _strip_userinfo(text: str) -> str:
 
 def redact_url(text: str) -> str:
     """``text`` without URL userinfo and with token query values as ``***``."""
-    return _SECRET_QUERY.sub(r"\1***", _strip_userinfo(text))
+    if "://" in text:
+        text = _strip_userinfo(text)
+    return _SECRET_QUERY.sub(r"\1***", text) if "=" in text else text
 
 
 def redact_text(text: str) -> str:
@@ -258,10 +270,25 @@ def redact_text(text: str) -> str:
     credential the session holds and every credential-looking part as ``***``."""
     if not text:
         return text
+    if len(text) > _CACHED_LENGTH:
+        return _redacted(text, SECRETS.generation)
+    return _redacted_cached(text, SECRETS.generation)
+
+
+def _redacted(text: str, generation: int) -> str:
+    """:func:`redact_text` with the registry as it is at ``generation``."""
     text = redact_url(SECRETS.sub(text))
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)
+    lower = text.lower()
+    for words, pattern, replacement in _PATTERNS:
+        if any(word in lower for word in words):
+            text = pattern.sub(replacement, text)
     return text
+
+
+#: errors come by the thousand with the same few texts (the step's endpoint, a
+#: status): each is redacted once per registry generation
+_redacted_cached = functools.lru_cache(maxsize=4096)(_redacted)
+_CACHED_LENGTH = 1000
 
 
 def redact_html(page: str) -> str:
