@@ -123,6 +123,8 @@ def test_ceph_suite_on_the_gateway(ceph_gateway, pytester):
         "--storage-scale=0.1", "--storage-duration=3s",
         "--storage-results=r.json", "--storage-report=report", "-p", "no:cacheprovider",
     )
+    # a daemon that died mid-run (mon, OSD, gateway, XCache) is named, with how and when
+    assert not ceph_gateway.exit_note(), ceph_gateway.exit_note()
     result.assert_outcomes(passed=11)
     result.stdout.fnmatch_lines(["*thresholds: *ceph/embedded.toml*plan scale 0.1*"])
     steps = json.loads((pytester.path / "r.json").read_text())["steps"]

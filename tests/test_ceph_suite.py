@@ -7,6 +7,7 @@ loaded 2-core CI box."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,34 @@ def test_ceph_suite(pytester, tmp_path):
     assert same["derived"]["hot_ratio"] > 0
     assert same["checks"][-1]["rule"] == "hot_ratio <= 100"
     assert same["checks"][-1]["observed"] == same["derived"]["hot_ratio"]
+
+
+@pytest.mark.slow_server
+def test_a_ceph_daemon_killed_mid_run_is_named_in_the_summary(pytester):
+    """The embedded Ceph gateway's monitor is killed during the run: the terminal
+    summary names it, its pid, the signal and when, with its log's last lines (on a
+    busy machine the gateway and its XCache once stopped answering mid-run and
+    nothing said why)."""
+    pytester.makepyfile(test_kill="""
+        import os, signal
+
+        def test_kill_the_monitor(storage_endpoint):
+            server = storage_endpoint.embedded
+            monitor = next(d for d in server.daemons if d.name == "mon.a")
+            print("KILLED", monitor.pid)
+            os.kill(monitor.pid, signal.SIGKILL)
+            monitor.process.wait(timeout=60)
+    """)
+    result = pytester.runpytest_subprocess(
+        "--storage-embedded=ceph", "-s", "-p", "no:cacheprovider",
+        f"--storage-thresholds={REPO / 'thresholds'}")
+    result.assert_outcomes(passed=1)
+    pid = re.search(r"KILLED (\d+)", result.stdout.str()).group(1)
+    result.stdout.fnmatch_lines([
+        f"storagescale: the embedded ceph lost a daemon during the run: mon.a (pid {pid}) "
+        "ended at *:*:* UTC, * s after it started: killed by SIGKILL; every storage call "
+        "it served after that failed. The last lines of its logs:",
+        "--- mon.a: mon.a.log",
+    ])
+    summary = result.stdout.str().split("lost a daemon", 1)[1]
+    assert "osd.0 (pid" not in summary and "gateway (pid" not in summary

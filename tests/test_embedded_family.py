@@ -161,3 +161,41 @@ def test_a_group_stop_kills_what_the_leader_left_behind(tmp_path):
     assert _running_members(group.pid) == []
     _, alive = psutil.wait_procs([child], timeout=5)
     assert all(process.status() == psutil.STATUS_ZOMBIE for process in alive), alive
+
+
+@pytest.mark.slow_server
+@pytest.mark.parametrize("kind, daemon", [
+    ("xcache", "xcache"),
+    ("webdav", "apache"),
+    ("gridftp", "globus-gridftp-server"),
+    ("redirector", "data server 2's cmsd"),
+])
+def test_a_daemon_that_dies_mid_run_is_named_with_its_signal_and_log(kind, daemon):
+    """Every member says which of its daemons died, when, how (the signal) and the
+    last lines of its logs; nothing while they run, nothing once it stopped them. Only
+    the embedded xrootd said so before: a Ceph gateway and its XCache that vanished
+    mid-run on a busy machine left no word."""
+    import os
+    import re
+    import signal
+
+    from pytest_storagescale.endpoints.family import start_embedded
+
+    server = start_embedded(kind, "unix")
+    try:
+        assert server.exit_note() == ""
+        names = [process.name for process in server.server_processes()]
+        assert daemon in names, names
+        victim = next(p for p in server.server_processes() if p.name == daemon)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.process.wait(timeout=60)
+        note = server.exit_note()
+        assert note.startswith(f"the embedded {kind} lost a daemon during the run: "), note
+        assert re.search(rf"{re.escape(daemon)} \(pid {victim.pid}\) ended at "
+                         r"\d\d:\d\d:\d\d UTC, \d+ s after it started: killed by SIGKILL",
+                         note), note
+        assert f"The last lines of its logs:\n--- {daemon}: " in note, note
+        assert not [name for name in names if name != daemon and f"{name} (pid" in note]
+    finally:
+        server.stop()
+    assert server.exit_note() == ""

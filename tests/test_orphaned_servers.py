@@ -225,3 +225,83 @@ def test_a_registry_that_is_not_this_users_folder_is_ignored(private_tmp, tmp_pa
     finally:
         victim.kill()
         victim.wait()
+
+
+def _with_terminal(cwd: Path) -> subprocess.Popen:
+    """A person's shell stand-in: a session leader with a controlling terminal."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    name = os.ttyname(terminal)
+    os.close(terminal)
+
+    def take_terminal() -> None:  # in the child: a session leader opening a tty owns it
+        os.close(os.open(name, os.O_RDWR))
+
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                               cwd=cwd, start_new_session=True, preexec_fn=take_terminal)
+    process.controller = controller  # kept open: the terminal lives while the test does
+    return process
+
+
+def test_a_live_runs_process_and_a_persons_shell_in_an_orphans_directory_are_spared(
+        private_tmp):
+    """In an orphan's directory: its server (killed); a process a live run started in a
+    session of its own (a live owner's server that names or works in that path: its
+    parent is the live owner, where an orphan's is whatever reaps orphans); and a shell
+    with a controlling terminal that a person ``cd``-ed there (a session leader working
+    in it: the session rule alone killed it). Only the server is killed."""
+    live_owner = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time\n"
+         "from pytest_storagescale.endpoints.orphans import server_directory\n"
+         "print(server_directory('apache'), flush=True)\n"
+         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],"
+         " cwd=sys.stdin.readline().strip(), start_new_session=True)\n"
+         "print(child.pid, flush=True)\ntime.sleep(120)"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    live_owner.stdout.readline()  # its record is made (and its own start cleaned)
+    orphan = server_directory("xrootd")
+    _orphan_it(orphan)
+    live_owner.stdin.write(f"{orphan}\n")
+    live_owner.stdin.flush()
+    live_child = int(live_owner.stdout.readline())
+    shell = _with_terminal(orphan)
+    server = _sleeper(orphan)
+    try:
+        tty_nr = Path(f"/proc/{shell.pid}/stat").read_text().rsplit(")", 1)[1].split()[4]
+        assert tty_nr != "0", "no controlling terminal: nothing to test"
+        stopped = stop_orphaned_servers()
+        assert [(o.directory, o.killed) for o in stopped] == [(str(orphan), (server.pid,))]
+        server.wait(timeout=10)
+        assert shell.poll() is None and not _gone(live_child)
+    finally:
+        for process in (server, shell, live_owner):
+            process.kill()
+            process.wait()
+        psutil.Process(live_child).kill() if not _gone(live_child) else None
+        os.close(shell.controller)
+    for directory in private_tmp.glob("storagescale-apache-*"):
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_server_whose_daemons_a_cleaner_stopped_says_who(private_tmp):
+    """The note of a server whose directory was judged orphaned names the cleaner's
+    stopped.log line beside the signal: a server killed by another run's cleaner is
+    told apart from a crash."""
+    from pytest_storagescale.endpoints.xcache import EmbeddedXCache
+
+    server = EmbeddedXCache().start()
+    try:
+        for directory in (server.directory, server.origin.directory):
+            _orphan_it(directory)  # their owner looks gone to the next cleaner
+        stopped = stop_orphaned_servers()
+        assert {o.directory for o in stopped} == {str(server.directory),
+                                                  str(server.origin.directory)}
+        server.proxy.process.wait(timeout=30)
+        note = server.exit_note()
+        assert "xcache (pid" in note and "killed by SIGKILL" in note, note
+        assert re.search(rf"An orphan cleaner stopped its directory, judging its owner "
+                         rf"gone \(stopped.log in .*\): .* pid {os.getpid()} stopped "
+                         rf"{re.escape(str(server.directory))} \(", note), note
+    finally:
+        server.stop()

@@ -36,7 +36,7 @@ from .credentials import CertificateFiles, ThrowawayCA
 from .embedded import free_port
 from .family import EmbeddedServer, log_tail
 from .orphans import server_directory
-from .processes import ProcessGroup, find_daemon
+from .processes import ProcessGroup, ServerProcess, find_daemon
 
 #: the test area inside the door
 AREA = "/storagescale"
@@ -153,6 +153,10 @@ class EmbeddedApacheWebDAV(EmbeddedServer):
         assert self.directory is not None
         return self.directory / "logs" / "error.log"
 
+    def server_processes(self) -> list[ServerProcess]:
+        """Apache's parent (its workers come and go with the load)."""
+        return [self.group.watched] if self.group is not None else []
+
     def rss_bytes(self) -> int:
         """Resident memory of the parent and its workers."""
         return self.group.rss_bytes() if self.group is not None else 0
@@ -175,7 +179,8 @@ class EmbeddedApacheWebDAV(EmbeddedServer):
             config = self._write_config()
             self.group = ProcessGroup([self.binary, "-f", str(config), "-DFOREGROUND"],
                                       cwd=self.directory, env=self._environment(),
-                                      output=self.directory / "logs" / "console.log")
+                                      output=self.directory / "logs" / "console.log",
+                                      name="apache", log=self.log_path)
             last_error = self._wait_ready()
             if not last_error:
                 self.start_seconds = time.monotonic() - began

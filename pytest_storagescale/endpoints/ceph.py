@@ -34,13 +34,13 @@ import signal
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EndpointError
 from .embedded import free_port, unprivileged_user, xrootd_binary, xrootd_version
 from .family import EmbeddedServer, log_tail
 from .orphans import server_directory
+from .processes import ServerProcess
 from .xcache import XCacheProxy, plugin_library, plugin_path
 
 #: the pool the gateway stores into (``xrootd@<pool>``)
@@ -56,13 +56,13 @@ MEMSTORE_BYTES = 1 << 30
 CEPH_COMMAND_TIMEOUT = 60
 
 
-@dataclass
-class Daemon:
-    """One process this server started."""
+class Daemon(ServerProcess):
+    """One process this server started (``log``: its console output; the note quotes
+    the daemon's own log beside it), watched for its end."""
 
-    name: str
-    process: subprocess.Popen
-    log: Path
+    def __init__(self, name: str, process: subprocess.Popen, log: Path) -> None:
+        super().__init__(name, process, (log.with_suffix(".log"), log))
+        self.log = log
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -77,6 +77,7 @@ class Daemon:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout`` (a frozen process is thawed first)."""
+        self.stopping()
         if not self.alive():
             return
         try:
@@ -167,6 +168,11 @@ class EmbeddedCephGateway(EmbeddedServer):
         return (f"embedded Ceph {self.ceph_version or '16'} ({self.osds} memstore OSD"
                 f"{'s' if self.osds > 1 else ''}) behind an XRootD libXrdCeph gateway{cache}")
 
+    def server_processes(self) -> list[ServerProcess]:
+        """The monitor, the OSDs, the gateway and the XCache door."""
+        door = [self.xcache.watched] if self.xcache and self.xcache.watched else []
+        return [*self.daemons, *door]
+
     def rss_bytes(self) -> dict[str, int]:
         """Resident memory of each process now (name -> bytes)."""
         sizes = {daemon.name: daemon.rss_bytes() for daemon in self.daemons}
@@ -198,10 +204,12 @@ class EmbeddedCephGateway(EmbeddedServer):
             raise
         return self
 
-    def _fail(self, what: str, daemon: Daemon | None = None) -> EndpointError:
-        tail = log_tail(daemon.log) if daemon is not None and daemon.log.exists() else ""
+    def _fail(self, what: str, daemon: Daemon | None = None, log: Path | None = None
+              ) -> EndpointError:
+        log = log or (daemon.log if daemon is not None else None)
+        tail = log_tail(log) if log is not None and log.exists() else ""
         return EndpointError(f"the embedded Ceph gateway did not start: {what}."
-                             + (f" Log tail ({daemon.log.name}):\n{tail}" if tail else ""))
+                             + (f" Log tail ({log.name}):\n{tail}" if log and tail else ""))
 
     # the cluster ------------------------------------------------------------------------
     @property
@@ -441,8 +449,8 @@ class EmbeddedCephGateway(EmbeddedServer):
                 return
             gateway.stop()
             self.daemons.remove(gateway)
-        raise self._fail(f"the XRootD gateway did not answer: {last}",
-                         Daemon("gateway", gateway.process, d / "log" / "gateway.log"))
+        raise self._fail(f"the XRootD gateway did not answer: {last}", gateway,
+                         log=d / "log" / "gateway.log")
 
     def _probe_gateway(self, gateway: Daemon) -> str:
         """'' once one object was written, stat-ed and read back through the gateway."""

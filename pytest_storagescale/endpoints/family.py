@@ -18,9 +18,12 @@ from __future__ import annotations
 import abc
 import importlib
 import shutil
-from typing import ClassVar, Self, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Self, TypeVar
 
 from ..errors import EndpointError, StorageScaleUsageError
+
+if TYPE_CHECKING:
+    from .processes import ServerProcess
 
 #: kind -> "module:Class" of the server the session starts
 EMBEDDED_SERVERS: dict[str, str] = {
@@ -93,10 +96,29 @@ class EmbeddedServer(abc.ABC):
     def url_for(self, scheme: str) -> str:
         """The test area's URL over ``scheme`` (one of :attr:`schemes`)."""
 
+    def server_processes(self) -> list[ServerProcess]:
+        """Its daemons, each watched for its end (:class:`~.processes.ServerProcess`);
+        those it stopped on purpose are not listed or say nothing."""
+        return []
+
     def exit_note(self) -> str:
-        """Why the server is gone when it died during the run, with its log's last
-        lines ("" while it runs); asked just before the session stops it."""
-        return ""
+        """Why the server is gone when one of its daemons died during the run: which,
+        when, its exit status or signal, whether an orphan cleaner stopped it, and the
+        last lines of its logs ("" while all run); asked just before the session
+        stops it."""
+        dead = [process for process in self.server_processes() if process.death()]
+        if not dead:
+            return ""
+        from ..redact import redact_text
+        from .orphans import stopped_by
+
+        cleaner = stopped_by(getattr(self, "directory", None))
+        return (f"the embedded {self.kind} lost a daemon during the run: "
+                f"{'; '.join(process.death() for process in dead)}; every storage call it "
+                f"served after that failed."
+                + (f" {cleaner}" if cleaner else "")
+                + " The last lines of its logs:\n"
+                + redact_text("\n".join(process.log_tails() for process in dead)))
 
     def driver_options(self) -> dict[str, str]:
         """The driver options a client needs: CA folder, proxy, token, ccache...

@@ -42,7 +42,7 @@ from .credentials import CertificateFiles, ThrowawayCA, write_grid_mapfile
 from .embedded import free_port, unprivileged_user
 from .family import EmbeddedServer, log_tail
 from .orphans import server_directory
-from .processes import ProcessGroup, find_daemon
+from .processes import ProcessGroup, ServerProcess, find_daemon
 
 #: the test area's folder inside the private directory's data folder
 AREA_NAME = "storagescale"
@@ -155,6 +155,10 @@ class EmbeddedGridFTP(EmbeddedServer):
         assert self.directory is not None
         return self.directory / "gridftp.log"
 
+    def server_processes(self) -> list[ServerProcess]:
+        """The daemon (each connection's process ends with its connection)."""
+        return [self.group.watched] if self.group is not None else []
+
     def rss_bytes(self) -> int:
         """Resident memory of the daemon and its connections' processes."""
         return self.group.rss_bytes() if self.group is not None else 0
@@ -176,7 +180,8 @@ class EmbeddedGridFTP(EmbeddedServer):
             self.port = free_port()
             self.group = ProcessGroup(self._command(binary), cwd=self.directory,
                                       env=self._environment(),
-                                      output=self.directory / "console.log")
+                                      output=self.directory / "console.log",
+                                      name="globus-gridftp-server", log=self.log_path)
             last_error = self._wait_ready()
             if not last_error:
                 self.start_seconds = time.monotonic() - began

@@ -22,8 +22,17 @@ What it may touch, and nothing else:
   own, so a command started from a shell elsewhere, an editor or a ``less`` of a log
   there, is left alone), and which are neither this process, its ancestors nor in its
   session;
+- never a process with a controlling terminal (a person's shell that ``cd``-ed into the
+  directory, and what it runs: servers start in a session of their own, without one),
+  nor one descending from a live owner of a record (a live run's server is its
+  owner's child until that owner dies, whatever paths it names);
 - a record is claimed by renaming it first, so two cleaners never act on one orphan;
   a directory is removed (never following links) only once its processes are gone.
+
+A live owner's record is never claimed: its owner is named by pid, boot id and start
+ticks, so neither a reused pid nor a stepped clock makes a running pytest look gone.
+Every stop is logged in the registry's ``stopped.log``; :func:`stopped_by` finds the
+line of a directory, so that a server that lost its daemons says who stopped them.
 """
 
 from __future__ import annotations
@@ -93,10 +102,10 @@ def stop_orphaned_servers() -> list[OrphanedServer]:
     if registry is None:
         return []
     _release_abandoned_claims(registry)
-    claims = []
+    claims, live_owners = [], set()
     for path in registry.glob("storagescale-*.json"):
         try:
-            claim = _claim(path)
+            claim = _claim(path, live_owners)
         except Exception:  # noqa: BLE001, S112 - a bad record is not acted on
             continue
         if claim is not None:
@@ -104,7 +113,7 @@ def stop_orphaned_servers() -> list[OrphanedServer]:
     if not claims:
         return []
     try:
-        victims = _processes_inside([claim.directory for claim in claims])
+        victims = _processes_inside([claim.directory for claim in claims], live_owners)
     except Exception:  # noqa: BLE001 - cannot tell what runs there: act on nothing
         for claim in claims:
             _give_back(claim)
@@ -136,6 +145,24 @@ def _log_stopped(registry: Path, stopped: list[OrphanedServer]) -> None:
                 log.write(f"{when} pid {os.getpid()} stopped {orphan.describe()}\n")
     except OSError:
         pass
+
+
+def stopped_by(directory: str | os.PathLike[str] | None) -> str:
+    """The ``stopped.log`` line of the cleaner that stopped what ran in ``directory``
+    (a server that lost its daemons asks), as a sentence; '' when none did."""
+    registry = _registry()
+    if directory is None or registry is None:
+        return ""
+    try:
+        lines = (registry / "stopped.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    mark = f" stopped {os.fspath(directory)} ("
+    found = [line for line in lines if mark in line]
+    if not found:
+        return ""
+    return (f"An orphan cleaner stopped its directory, judging its owner gone "
+            f"(stopped.log in {registry}): {found[-1]}.")
 
 
 # -- the registry ------------------------------------------------------------------
@@ -170,10 +197,11 @@ def _record(directory: Path) -> None:
         pass
 
 
-def _claim(path: Path) -> _Claim | None:
+def _claim(path: Path, live_owners: set[int]) -> _Claim | None:
     """The record at ``path`` if its owner is gone, renamed so that no other cleaner
-    acts on it; None if its owner runs, it is not ours to judge, or another took it.
-    A record whose directory is gone or replaced is forgotten."""
+    acts on it; None if its owner runs (its pid is added to ``live_owners``), it is
+    not ours to judge, or another took it. A record whose directory is gone or
+    replaced is forgotten."""
     record = json.loads(path.read_text())
     directory, pid, identity = record["directory"], record["pid"], record["identity"]
     device, inode = record["device"], record["inode"]
@@ -187,6 +215,7 @@ def _claim(path: Path) -> _Claim | None:
     if record.get("host") != socket.gethostname() or record.get("namespace") != _pid_namespace():
         return None  # another host or pid namespace: its owner cannot be seen from here
     if _identity(pid) == identity:
+        live_owners.add(pid)
         return None  # the owner runs
     claimed = path.with_name(f"{path.name}.claimed-{os.getpid()}")
     try:
@@ -258,7 +287,9 @@ def _pid_namespace() -> int:
         return 0
 
 
-def _processes_inside(directories: list[Path]) -> dict[Path, list[psutil.Process]]:
+def _processes_inside(directories: list[Path],
+                      live_owners: set[int] | frozenset[int] = frozenset()
+                      ) -> dict[Path, list[psutil.Process]]:
     """The processes working in each directory or naming a path inside it, that are
     not ours to spare (see the module's doc)."""
     forms = {}
@@ -278,10 +309,11 @@ def _processes_inside(directories: list[Path]) -> dict[Path, list[psutil.Process
     candidates: dict[int, tuple[psutil.Process, Path]] = {}
     for process in psutil.process_iter(["cwd", "cmdline", "uids"]):
         info = process.info
-        if process.pid in spared or info["uids"] is None or info["uids"].real not in uids:
-            continue
+        if (process.pid in spared or info["uids"] is None or info["uids"].real not in uids
+                or _has_terminal(process.pid)):
+            continue  # ours, someone else's, or a person's (a controlling terminal)
         directory = _inside(info["cwd"], info["cmdline"] or [], forms)
-        if directory is not None:
+        if directory is not None and not _descends_from(process, live_owners):
             candidates[process.pid] = (process, directory)
     found: dict[Path, list[psutil.Process]] = {directory: [] for directory in directories}
     for pid, (process, directory) in candidates.items():
@@ -294,6 +326,27 @@ def _processes_inside(directories: list[Path]) -> dict[Path, list[psutil.Process
         if session in candidates or session == pid or _identity(session) is None:
             found[directory].append(process)
     return found
+
+
+def _has_terminal(pid: int) -> bool:
+    """Whether ``pid`` has a controlling terminal (``tty_nr`` of /proc: psutil's
+    ``terminal()`` maps it through a table made once per process, blind to a later
+    terminal). Gone or unreadable: no."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            return int(stat_file.read().rsplit(")", 1)[1].split()[4]) != 0
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+def _descends_from(process: psutil.Process, owners: set[int] | frozenset[int]) -> bool:
+    """Whether a live owner of a record started ``process`` (or its parent...): a live
+    run's server, whatever directory it works in. An orphan's parent is whatever
+    reaps orphans here, never its dead owner."""
+    try:
+        return any(parent.pid in owners for parent in process.parents())
+    except psutil.Error:
+        return False
 
 
 def _entries(directory: Path) -> list[Path]:

@@ -1,8 +1,10 @@
 """Server processes the embedded endpoints start: each in a session of its own,
-stopped with everything it forked, and never a process that merely got its pid again.
+stopped with everything it forked, and never a process that merely got its pid again;
+each watched for its end, so that a server that dies mid-run says when and how.
 
-Used by the Apache WebDAV door, the GridFTP server and the XRootD cluster
-(``xrootd`` + ``cmsd``); the embedded xrootd keeps its own single process.
+:class:`ProcessGroup` is used by the Apache WebDAV door, the GridFTP server and the
+XRootD cluster (``xrootd`` + ``cmsd``); :class:`ServerProcess` by every daemon of the
+family but the embedded xrootd, which keeps its own single process and note.
 """
 
 from __future__ import annotations
@@ -11,8 +13,76 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
+
+from ..errors import exit_text
+from .family import log_tail
+
+#: the lines of each log a death note quotes
+NOTE_LINES = 12
+
+
+class ServerProcess:
+    """One daemon of an embedded server (a child of this process), watched for its end:
+    a thread waits for it to exit without reaping it (``waitid`` with ``WNOWAIT``: the
+    owner's own ``wait``/``poll`` still collects its status) and records the time.
+
+    :meth:`death` says when and how it ended, unless its server stopped it
+    (:meth:`stopping`): that is not a death."""
+
+    def __init__(self, name: str, process: subprocess.Popen, logs: tuple[Path, ...]) -> None:
+        self.name = name
+        self.process = process
+        #: its log files, quoted by the note (the daemon's own log, its console output)
+        self.logs = logs
+        self.started_at = time.time()
+        self.ended_at: float | None = None
+        #: its exit status as ``Popen.returncode`` gives it (a signal: negative), read by
+        #: the watch: whoever reaps it (a cleaner's ``wait`` in this process) cannot lose it
+        self.status: int | None = None
+        self.stopped = False
+        threading.Thread(target=self._watch, name=f"storagescale-watch-{process.pid}",
+                         daemon=True).start()
+
+    def _watch(self) -> None:
+        try:
+            ended = os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            ended = None  # reaped already by its owner's poll(): it ended just now
+        if ended is not None:
+            exited = ended.si_code == os.CLD_EXITED
+            self.status = ended.si_status if exited else -ended.si_status
+        self.ended_at = time.time()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stopping(self) -> None:
+        """Its server stops it now: its end is not a death."""
+        self.stopped = True
+
+    def death(self) -> str:
+        """'' while it runs or once its server stopped it; else one sentence: pid, exit
+        status or signal, when (UTC) and how long after its start."""
+        if self.stopped:
+            return ""
+        code = self.process.poll()
+        if code is None:
+            return ""
+        code = self.status if self.status is not None else code
+        ended = self.ended_at or time.time()
+        when = time.strftime("%H:%M:%S", time.gmtime(ended))
+        return (f"{self.name} (pid {self.pid}) ended at {when} UTC, "
+                f"{ended - self.started_at:.0f} s after it started: {exit_text(code)}")
+
+    def log_tails(self, lines: int = NOTE_LINES) -> str:
+        """The last lines of each of its logs that has any."""
+        parts = [f"--- {self.name}: {log.name}\n{log_tail(log, lines)}"
+                 for log in self.logs if log.is_file() and log.stat().st_size]
+        return "\n".join(parts) or f"--- {self.name}: no log left (its directory is gone)"
 
 
 class ProcessGroup:
@@ -20,10 +90,13 @@ class ProcessGroup:
     forked (SIGTERM to the leader, then SIGKILL to the group)."""
 
     def __init__(self, command: list[str], *, cwd: Path, env: dict[str, str],
-                 output: Path) -> None:
+                 output: Path, name: str = "", log: Path | None = None) -> None:
         with open(output, "ab") as stream:
             self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=stream,
                                             stderr=subprocess.STDOUT, start_new_session=True)
+        #: the leader, watched for a death mid-run (``log``: the daemon's own log)
+        self.watched = ServerProcess(name or Path(command[0]).name, self.process,
+                                     (*([log] if log else []), output))
 
     @property
     def pid(self) -> int:
@@ -56,6 +129,7 @@ class ProcessGroup:
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM the leader (a graceful stop of its workers), then SIGKILL the whole
         group: nothing it forked outlives it (idempotent)."""
+        self.watched.stopping()
         if self.process.poll() is None:
             try:
                 self.process.send_signal(signal.SIGTERM)

@@ -72,7 +72,7 @@ from .embedded import (
 )
 from .family import EmbeddedServer, log_tail
 from .orphans import server_directory
-from .processes import ProcessGroup, find_daemon
+from .processes import ProcessGroup, ServerProcess, find_daemon
 
 #: the manager's delays (``cms.delay``, seconds; the least that worked, see above):
 #: ``startup`` until it serves (default 90; 1 is the least it takes), ``lookup`` how
@@ -204,7 +204,8 @@ class ClusterNode:
         command = [binary, "-c", str(self.config()), "-l", str(self.log(daemon)),
                    *(["-R", user] if user else [])]
         group = ProcessGroup(command, cwd=self.directory, env=dict(os.environ),
-                             output=self.directory / f"{daemon}.out")
+                             output=self.directory / f"{daemon}.out",
+                             name=f"{self.name}'s {daemon}", log=self.log(daemon))
         setattr(self, daemon, group)
 
     def exited(self) -> str:
@@ -429,6 +430,13 @@ class EmbeddedXRootDCluster(EmbeddedServer):
         self._start_node(node, same_ports=True)
         running = [i for i, other in enumerate(self.data_servers) if other.running]
         return self.wait_for_data_servers(running)
+
+    def server_processes(self) -> list[ServerProcess]:
+        """Every running node's cmsd and xrootd (a data server taken away on purpose
+        is not listed)."""
+        groups = [getattr(node, daemon) for node in self._nodes()
+                  for daemon in ("cmsd", "xrootd")]
+        return [group.watched for group in groups if group is not None]
 
     def _nodes(self) -> list[ClusterNode]:
         return [node for node in (self.manager, *self.data_servers) if node is not None]

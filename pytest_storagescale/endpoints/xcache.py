@@ -33,6 +33,7 @@ from ..errors import EndpointError
 from .embedded import AREA, EmbeddedXRootD, free_port, unprivileged_user, xrootd_binary
 from .family import EmbeddedServer, log_tail
 from .orphans import server_directory
+from .processes import ServerProcess
 
 #: memory the cache keeps blocks in while they are written to its disk
 CACHE_RAM = "1g"  # the least pfc accepts; a limit, not an allocation
@@ -122,6 +123,8 @@ class XCacheProxy:
         self.startup_timeout = startup_timeout
         self.port = 0
         self.process: subprocess.Popen | None = None
+        #: the door's process, watched for a death mid-run
+        self.watched: ServerProcess | None = None
 
     @property
     def url(self) -> str:
@@ -205,6 +208,7 @@ class XCacheProxy:
             self.process = subprocess.Popen(
                 command, cwd=self.directory, stdout=subprocess.DEVNULL,
                 stderr=subprocess.STDOUT, start_new_session=True)
+            self.watched = ServerProcess("xcache", self.process, (self.log_path,))
             last = self._wait_ready()
             if not last:
                 return self
@@ -237,6 +241,8 @@ class XCacheProxy:
         return last
 
     def _terminate(self) -> None:
+        if self.watched is not None:
+            self.watched.stopping()
         if self.process is None or self.process.poll() is not None:
             return
         self.process.terminate()
@@ -250,6 +256,7 @@ class XCacheProxy:
         """Stop the door (its directory is the caller's)."""
         self._terminate()
         self.process = None
+        self.watched = None
 
 
 class EmbeddedXCache(EmbeddedServer):
@@ -298,6 +305,15 @@ class EmbeddedXCache(EmbeddedServer):
 
     def describe(self) -> str:
         return f"embedded XCache (pss + pfc) in front of an embedded xrootd ({self.login} login)"
+
+    def server_processes(self) -> list[ServerProcess]:
+        """The caching door (the origin xrootd says its own note)."""
+        return [self.proxy.watched] if self.proxy and self.proxy.watched else []
+
+    def exit_note(self) -> str:
+        """The door's death and the origin's, each said as its own server says it."""
+        origin = self.origin.exit_note() if self.origin is not None else ""
+        return "\n".join(note for note in (super().exit_note(), origin) if note)
 
     def start(self) -> EmbeddedXCache:
         self.directory = server_directory("xcache")
