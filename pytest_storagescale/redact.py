@@ -83,7 +83,7 @@ _PLAIN_OPTIONS = ("ca_dir", "krb5ccname", "krb5_config", "security_protocol",
 _SECRET_KEY_WORDS = re.compile(r"(?i)token|pass|secret|auth|cred|key|cookie")
 #: environment variables holding a credential, and those naming a file holding one
 _SECRET_ENVIRONMENT = ("BEARER_TOKEN",)
-_CREDENTIAL_FILE_ENVIRONMENT = ("BEARER_TOKEN_FILE", "X509_USER_PROXY")
+_CREDENTIAL_FILE_ENVIRONMENT = ("BEARER_TOKEN_FILE", "X509_USER_PROXY", "X509_USER_KEY")
 #: shorter values are not registered: replacing them everywhere would garble text
 MIN_SECRET_LENGTH = 4
 _PEM_BODY = re.compile(r"-----BEGIN [A-Z0-9 ]+-----(.*?)-----END [A-Z0-9 ]+-----", re.S)

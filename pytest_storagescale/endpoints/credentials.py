@@ -387,8 +387,9 @@ class KerberosRealm:
         self.port = free_port()
         self._write_profiles()
         kadmin = _tool("kadmin.local")
-        self._run(_tool("kdb5_util"), "create", "-s", "-r", self.realm,
-                  "-P", secrets.token_urlsafe(24))
+        master = secrets.token_urlsafe(24)
+        register_secret(master)  # the KDC database's password: in no message or log
+        self._run(_tool("kdb5_util"), "create", "-s", "-r", self.realm, "-P", master)
         for principal, keytab in ((self.service, self.service_keytab),
                                   (self.user, self.user_keytab)):
             self._run(kadmin, "-r", self.realm, "-q", f"addprinc -randkey {principal}")
