@@ -10,8 +10,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -463,6 +466,96 @@ def test_ctrl_c_stops_the_clients_on_every_host(server, four_hosts, run_root, mo
     print(*format_hosts(record.hosts), *[h.lost_reason for h in record.hosts], took, sep="\n")
     assert all(h.succeeded > 0 and h.lost_reason is None for h in record.hosts)
     assert sum(h.succeeded for h in record.hosts) == result.total.succeeded
+
+
+#: a step of 30 s on a local cluster's two hosts
+LOCAL_PLAN = """
+[storage]
+system = "xrootd"
+versions = ["*"]
+
+[ops.stat]
+clients = [4]
+duration = "30s"
+hang_timeout = "5s"
+
+[[ops.stat.expect]]
+rules = ["failed == 0"]
+"""
+
+LOCAL_SUITE = """
+import pytest
+
+@pytest.mark.storagescale_op("stat")
+def test_stat(storage_load, storage_clients):
+    storage_load.run()
+
+def test_after():
+    pass
+"""
+
+#: a file appears 1 s into the step's measurement, on the step's own clock (a cluster
+#: step has no live progress: the coordinator's wait is wrapped)
+LOCAL_CONFTEST = """
+import threading
+import time
+from pathlib import Path
+
+from pytest_storagescale.cluster.coordinator import ClusterExecutor
+
+_wait = ClusterExecutor._wait
+
+
+def wait(self, plan, clock, futures):
+    marker = Path.cwd() / "measuring"
+    timer = threading.Timer(max(0.0, clock.measure_from + 1 - time.time()), marker.touch)
+    timer.start()
+    try:
+        return _wait(self, plan, clock, futures)
+    finally:
+        timer.cancel()
+
+
+ClusterExecutor._wait = wait
+"""
+
+
+def test_ctrl_c_in_a_terminal_keeps_what_the_local_hosts_measured(tmp_path):
+    """--storage-cluster local:2 and Ctrl-C from a terminal: the SIGINT reaches the
+    whole process group, the LocalCluster's worker processes too. They must not die of
+    it (they were started with SIGINT ignored): they stop by the coordinator's event and
+    report, so the step is interrupted with what both hosts measured (before: 0
+    operations, and pytest ended 4-10 s later)."""
+    (tmp_path / "thr" / "xrootd").mkdir(parents=True)
+    (tmp_path / "thr" / "xrootd" / "t.toml").write_text(LOCAL_PLAN)
+    (tmp_path / "test_suite.py").write_text(LOCAL_SUITE)
+    (tmp_path / "conftest.py").write_text(LOCAL_CONFTEST)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "test_suite.py", "--storage-thresholds=thr", "--storage-results=r.json",
+         "--storage-cluster=local:2"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,  # its own process group, as a terminal's job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 240
+        while (not (tmp_path / "measuring").exists() and child.poll() is None
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+        assert (tmp_path / "measuring").exists(), "the step never measured"
+        os.killpg(child.pid, signal.SIGINT)  # the terminal's Ctrl-C: the whole group
+        output, _ = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    assert child.returncode == 2, output[-3000:]  # pytest's "interrupted"
+    [step] = json.loads((tmp_path / "r.json").read_text())["steps"]
+    assert step["verdict"] == "interrupted", step
+    assert step["succeeded"] > 0 and 0 < step["duration_s"] < 30, step
+    assert len(step["hosts"]) == 2, step
+    assert all(host["succeeded"] > 0 for host in step["hosts"]), step["hosts"]
 
 
 # -- seed 001's cross-node check -----------------------------------------------------------

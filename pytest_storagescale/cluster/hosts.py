@@ -11,9 +11,13 @@ host whose offset exceeds :data:`MAX_CLOCK_OFFSET_S` is refused before the load 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import resource
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,12 +207,31 @@ def _causes(exc: BaseException) -> str:
     return "; caused by ".join(said)
 
 
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored meanwhile (in the main thread; elsewhere it cannot be changed)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:  # None: a handler not set from Python, which Python cannot put back
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None
+                      else previous)
+
+
 def _start_recipe(address: ClusterAddress) -> Any:
     if address.recipe == "local":
         from distributed import LocalCluster
 
-        return LocalCluster(n_workers=address.hosts, threads_per_worker=1, processes=True,
-                            dashboard_address=None)
+        # its workers are this process's children, in the terminal's process group: a
+        # Ctrl-C would kill them before they report what they measured. Started with
+        # SIGINT ignored (which they inherit), they stop as remote hosts do: by the
+        # coordinator's stop event, within about a second, and report
+        with _sigint_ignored():
+            return LocalCluster(n_workers=address.hosts, threads_per_worker=1,
+                                processes=True, dashboard_address=None)
     import dask_jobqueue
 
     kind = address.recipe or ""
