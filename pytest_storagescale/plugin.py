@@ -135,8 +135,8 @@ def pytest_configure_node(node) -> None:
 LOST_WORKER = ("the xdist worker {worker} was lost mid-step (it crashed or was killed "
                "while running {test}): what it measured is lost; xdist replaced it")
 #: a step begun and never recorded as finished, at the session's end
-UNFINISHED_STEP = ("the step never finished: the process running it ({worker}) ended "
-                   "without recording it")
+UNFINISHED_STEP = ("the step never finished: the process running it ({worker}) stopped "
+                   "before recording it (it died, or an error outside the measurement)")
 
 
 class StepCollector:
@@ -180,6 +180,11 @@ class SecretRedaction:
         if call.excinfo is not None:
             redact_exception(call.excinfo.value)
         outcome = yield
+        redact_report(outcome.get_result())
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector):
+        outcome = yield  # a module that cannot be imported: its error, redacted
         redact_report(outcome.get_result())
 
 
