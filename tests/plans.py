@@ -38,3 +38,14 @@ def mechanism_plan(tmp_path: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "5.x.toml").write_text(text)
     return folder.parent
+
+
+def one_step_plan(op: str, rules: tuple[str, ...] = ("failed == 0",), clients: int = 1,
+                  duration: str = "1s") -> str:
+    """A thresholds file (for ``thresholds_dir``) with one section ``op``: ``clients``
+    clients for ``duration``, no warm-up, judged by ``rules``."""
+    listed = ", ".join(f'"{rule}"' for rule in rules)
+    return (f'[storage]\nsystem = "xrootd"\nversions = ["*"]\n\n[defaults]\n'
+            f'duration = "{duration}"\nwarmup = "0s"\nhang_timeout = "30s"\n\n'
+            f'[ops.{op}]\nclients = [{clients}]\n[[ops.{op}.expect]]\nclients = "*"\n'
+            f'rules = [{listed}]\n')

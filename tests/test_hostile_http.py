@@ -15,6 +15,7 @@ from urllib.parse import quote
 import psutil
 import pytest
 from hostile_http import HostileDoor, Reply, Request
+from plans import one_step_plan
 
 from pytest_storagescale.drivers.http import (
     ANSWER_LIMIT,
@@ -341,26 +342,10 @@ import pytest
 def test_{op}(storage_load, storage_clients):
     storage_load.run()
 """
-PLAN = """
-[storage]
-system = "xrootd"
-versions = ["*"]
-
-[defaults]
-duration = "1s"
-warmup = "0s"
-hang_timeout = "30s"
-
-[ops.{op}]
-clients = [1]
-[[ops.{op}.expect]]
-clients = "*"
-rules = ["failed == 0"]
-"""
 
 
 def _run(pytester, thresholds_dir, door, hostile, op: str):
-    thresholds_dir(PLAN.format(op=op))
+    thresholds_dir(one_step_plan(op))
     pytester.makepyfile(test_suite=SUITE.format(op=op))
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", f"--storage-endpoint={door.url(hostile.root)}",
@@ -399,8 +384,9 @@ def test_a_malformed_size_is_a_counted_bad_answer_and_the_step_is_recorded(
 
     door = hostile.open_door(rule)
     result, step = _run(pytester, thresholds_dir, door, hostile, "stat")
-    assert step["op"] == "stat" and step["failed"] > 0, step
+    assert step["op"] == "stat" and step["failed"] > 0, (step, result.stdout.str())
     assert set(step["errors"]) == {"bad_answer"}, step
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*stat*1*fail*", "*bad_answer*"])
-    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    output = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in output, output
