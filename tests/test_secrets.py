@@ -315,3 +315,17 @@ def test_a_token_the_embedded_server_minted_is_in_no_output(pytester):
     _assert_every_output_written(outputs)
     _assert_no_secret(outputs, (token, *token.split(".")[1:]))
     result.stdout.fnmatch_lines(["*RuntimeError: the door said: [*][*][*] is refused*"])
+
+
+@pytest.mark.integration
+def test_a_collection_error_quoting_a_credential_shows_none(pytester, embedded_xrootd):
+    """A module whose import fails with a message quoting the session's token (a
+    library's error at import time): the collection error shows ``***``."""
+    pytester.makepyfile(test_broken=f'raise RuntimeError("refused: " + {TOKEN[:5]!r} + '
+                                    f'{TOKEN[5:]!r})')
+    result = pytester.runpytest_subprocess(
+        f"--storage-endpoint={embedded_xrootd.url}", "--storage-driver-option",
+        f"token={TOKEN}", "--junitxml=junit.xml", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*RuntimeError: refused: [*][*][*]*"])
+    _assert_no_secret(_outputs(pytester, result), (TOKEN,))
