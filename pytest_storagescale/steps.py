@@ -186,6 +186,13 @@ def measure(run: StorageRun, plan: StepPlan, record: StepRecord,
     except StorageError as exc:
         record.ended, record.verdict, record.error = time.time(), Verdict.ERROR, str(exc)
         return
+    except StorageScaleUsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an operation's own code (a site's): the
+        # step is recorded as an error naming it, never lost from the table and JSON
+        record.ended, record.verdict = time.time(), Verdict.ERROR
+        record.error = f"{type(exc).__name__} in {plan.operation.name}'s step: {exc}"
+        return
     except StepInterrupted as interrupted:
         record.result = interrupted.result
         record.verdict = Verdict.INTERRUPTED

@@ -98,3 +98,29 @@ def test_a_name_taken_twice_is_one_paragraph(pytester):
     outcome = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     outcome.stderr.fnmatch_lines(["*pytest_storagescale_operations*stat*"])
     assert "Traceback" not in outcome.stderr.str()
+
+
+def test_an_operation_whose_set_up_raises_is_a_recorded_error_step(pytester):
+    """A site's operation raising something other than a StorageError in its set-up
+    (here a ValueError) used to escape the step: a traceback, and the step missing from
+    the table and the JSON. It is the step's error, naming the exception."""
+    pytester.makeconftest(CONFTEST.replace(
+        "    def run(self, driver, client, iteration, context):",
+        "    def prepare(self, driver, workdir, params, clients):\n"
+        "        raise ValueError('the site set-up read a malformed answer')\n\n"
+        "    def run(self, driver, client, iteration, context):"))
+    (pytester.path / "thresholds" / "site").mkdir(parents=True)
+    (pytester.path / "thresholds" / "site" / "default.toml").write_text(THRESHOLDS)
+    pytester.makepyfile(test_site=SUITE)
+    results = pytester.path / "r.json"
+    outcome = pytester.runpytest_subprocess(
+        "--storage-endpoint", "sitestore://site/area", "--storage-version", "1.0",
+        f"--storage-results={results}", "-p", "no:cacheprovider",
+    )
+    outcome.assert_outcomes(passed=1, failed=1)
+    outcome.stdout.fnmatch_lines(["touch *2 *error"])
+    [step] = json.loads(results.read_text())["steps"]
+    assert step["operation"] == "touch" and step["verdict"] == "error"
+    assert step["error"] == ("ValueError in touch's step: the site set-up read a malformed "
+                             "answer")
+    assert "Traceback" not in outcome.stdout.str() + outcome.stderr.str()
