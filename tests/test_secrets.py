@@ -186,10 +186,11 @@ def _assert_every_output_written(outputs: dict[str, str]) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("how", ["options", "ini override", "override-ini"])
+@pytest.mark.parametrize("how", ["options", "ini override", "override-ini", "-n 2"])
 def test_no_output_of_a_run_holds_a_secret(pytester, embedded_xrootd, how):
     """Each variant through every output: a password with ``@`` and a space, a token
-    given as ``--storage-driver-option``, ``-o`` or ``--override-ini``."""
+    given as ``--storage-driver-option``, ``-o`` or ``--override-ini``; under xdist
+    (the workers' reports and steps, the controller's files)."""
     _suite(pytester, SUITE)
     password = PASSWORD if how == "options" else HARD_PASSWORD
     url = embedded_xrootd.url.replace("root://", f"root://alice:{password}@")
@@ -199,6 +200,8 @@ def test_no_output_of_a_run_holds_a_secret(pytester, embedded_xrootd, how):
                          "-o", f"storage_driver_options=token={TOKEN}"],
         "override-ini": [f"--override-ini=storage_endpoint={url}",
                          f"--override-ini=storage_driver_options=token={TOKEN}"],
+        "-n 2": ["-n", "2", f"--storage-endpoint={url}",
+                 f"--storage-driver-option=token={TOKEN}"],
     }[how]
     result = pytester.runpytest_subprocess(*given, "--storage-thresholds=thr", *OUTPUT_ARGS)
     # the rate rule cannot hold: the failure message and the table are printed too
