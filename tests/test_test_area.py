@@ -820,3 +820,27 @@ def test_step_clean_up_removes_only_what_the_step_made(attack_area):
     assert error is not None and "notes.txt (not made by this run)" in error
     assert "c00001-0000008 (older than this run" in error
     assert "ls-dir/precious.txt (not made by this run)" in error  # entered, nothing taken
+
+
+def test_an_unusable_key_leaves_the_record_unprovable_not_the_run_broken(tmp_path,
+                                                                        monkeypatch):
+    from pytest_storagescale.session import owner
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    record = owner.owner_record("storagescale-run-x", os.getpid(), time.time())
+    assert owner.verified(owner.signed(record))
+    owner.key_path().chmod(0o644)  # readable by others: not used
+    assert owner.PROOF not in owner.signed(record)
+    assert not owner.verified(owner.signed(record))
+
+
+def test_a_run_without_a_usable_key_still_removes_its_own_directory(pytester, suite, tmp_path,
+                                                                   monkeypatch):
+    not_a_folder = tmp_path / "cache-is-a-file"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(not_a_folder))
+    area = tmp_path / "area"
+    area.mkdir()
+    result = pytester.runpytest(*suite(f"file://{area}"))
+    result.assert_outcomes(passed=2)
+    assert os.listdir(area) == []

@@ -225,7 +225,8 @@ class RunArea:
         driver = self.endpoint.driver_spec(self.path).connect("admin", timeout=self.timeout)
         try:
             current = read_owner(driver, self.path)
-            if not (verified(current) and current.get("run_id") == self.run_id):
+            if not (current is not None and (verified(current) or current == self.record)
+                    and current.get("run_id") == self.run_id):
                 return  # gone, or not ours any more: never written into
             record = {**current, "heartbeat": time.time()}
             driver.put(self.owner_path, json.dumps(signed(record)).encode())
@@ -335,7 +336,10 @@ class RunArea:
             owner = read_owner(driver, path)
             if owner is None and not _exists(driver, path):
                 return None
-            if not (verified(owner) and owner.get("run_id") == run_id):
+            # this user's proof, or (no key to sign with) the very record this run wrote
+            ours = owner is not None and (
+                verified(owner) or (path == self.path and owner == self.record))
+            if not (ours and owner.get("run_id") == run_id):
                 return (f"{path} not removed: its owner file is not this run's (missing, "
                         f"changed, or the directory was replaced, e.g. by a link); nothing "
                         f"in it was deleted. Check it and remove it by hand")

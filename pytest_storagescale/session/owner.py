@@ -80,8 +80,13 @@ def _digest(record: dict) -> str:
 
 
 def signed(record: dict) -> dict:
-    """``record`` with its proof."""
-    return {**record, PROOF: _digest(record)}
+    """``record`` with its proof; without one when the key cannot be made or read (a
+    read-only home, a key with loose modes): the run goes on, and its directory, should
+    it be left behind, is named as unprovable, never removed by a later run."""
+    try:
+        return {**record, PROOF: _digest(record)}
+    except OSError:
+        return {key: value for key, value in record.items() if key != PROOF}
 
 
 def verified(record: object) -> bool:
