@@ -311,21 +311,28 @@ def redact_data(value: Any) -> Any:
 
 def redact_exception(exc: BaseException | None) -> None:
     """Redact, in place, the message of ``exc`` and of the exceptions it was raised from
-    or during: what every report of it (terminal, JUnit, Allure) is built from."""
+    or during: what every report of it (terminal, JUnit, Allure) is built from. An
+    attribute an exception class does not let be set is left (its report's text is
+    still redacted by :func:`redact_report`)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        message = getattr(exc, "msg", None)  # pytest.fail and the step outcomes
-        if isinstance(message, str):
-            exc.msg = redact_text(message)  # type: ignore[attr-defined]
-        message = getattr(exc, "message", None)  # StorageError
-        if isinstance(message, str):
-            exc.message = redact_text(message)  # type: ignore[attr-defined]
-        exc.args = tuple(redact_text(a) if isinstance(a, str) else a for a in exc.args)
+        for name in ("msg", "message"):  # pytest.fail and the step outcomes; StorageError
+            message = getattr(exc, name, None)
+            if isinstance(message, str):
+                _set(exc, name, redact_text(message))
+        _set(exc, "args", tuple(redact_text(a) if isinstance(a, str) else a for a in exc.args))
         notes = getattr(exc, "__notes__", None)
         if isinstance(notes, list):
             notes[:] = [redact_text(n) if isinstance(n, str) else n for n in notes]
         exc = exc.__cause__ or exc.__context__
+
+
+def _set(exc: BaseException, name: str, value: Any) -> None:
+    try:
+        setattr(exc, name, value)
+    except (AttributeError, TypeError):
+        pass
 
 
 def redact_report(report: Any) -> None:

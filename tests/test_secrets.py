@@ -13,9 +13,11 @@ from hostile_http import HostileDoor, Reply, Request
 from pytest_storagescale.errors import StorageError
 from pytest_storagescale.redact import (
     redact_argv,
+    redact_exception,
     redact_text,
     redact_url,
     register_driver_options,
+    register_secret,
 )
 
 PASSWORD, TOKEN = "S3cr3tPW", "T0kenS3cret"
@@ -148,6 +150,29 @@ def test_the_credential_files_are_registered(tmp_path, monkeypatch):
     shown = redact_text(f"line {lines[1]} of {lines[0]} with TokenFromTheFile1234 in "
                         f"/etc/grid-security")
     assert shown == "line *** of *** with *** in /etc/grid-security"
+
+
+def test_an_exception_is_redacted_in_place_with_its_chain():
+    """What the reports are built from: the exception, its cause and context, its
+    notes; an attribute its class will not let be set is left, never an error."""
+    register_secret(TOKEN)
+
+    class ReadOnly(Exception):
+        @property
+        def message(self) -> str:
+            return f"refused {TOKEN}"
+
+    try:
+        try:
+            raise KeyError(f"Authorization: Bearer {TOKEN}")
+        except KeyError as cause:
+            error = ReadOnly(f"refused {TOKEN}")
+            error.add_note(f"token {TOKEN}")
+            raise error from cause
+    except ReadOnly as caught:
+        redact_exception(caught)
+        assert caught.args == ("refused ***",) and caught.__notes__ == ["token ***"]
+        assert caught.__cause__.args == ("Authorization: Bearer ***",)
 
 
 def _suite(pytester, suite: str, plan: str = PLAN) -> None:
