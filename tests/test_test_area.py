@@ -505,7 +505,8 @@ def test_a_run_directory_swapped_for_a_link_is_not_emptied(pytester, attack_area
     result.stdout.fnmatch_lines([
         "storagescale: could not remove this run's directory *: * not removed: it holds 2 "
         "entries this run did not make or cannot recognise, left untouched: *precious.txt "
-        "(not made by this run); *sub (not made by this run)*"])
+        "(not made by this run); *sub (not made by this run, not removable with rmdir: not "
+        "entered*"])
     assert sorted(os.listdir(victim)) == [OWNER_FILE, "precious.txt", "sub"]
     assert (victim / "sub" / "deep.txt").read_text() == "keep me too"
 
@@ -844,3 +845,16 @@ def test_a_run_without_a_usable_key_still_removes_its_own_directory(pytester, su
     result = pytester.runpytest(*suite(f"file://{area}"))
     result.assert_outcomes(passed=2)
     assert os.listdir(area) == []
+
+
+def test_an_emptied_folder_of_a_test_goes_with_rmdir_and_the_run_directory_with_it(
+        pytester, tmp_path):
+    area = tmp_path / "area"
+    area.mkdir()
+    pytester.makepyfile(test_dir="""
+        def test_dir(storage_test_dir, storage_client):
+            storage_client.put(storage_test_dir + "/x", b"1")
+    """)
+    result = pytester.runpytest(f"--storage-endpoint=file://{area}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert os.listdir(area) == []  # <run>/functional/ was left empty by the fixture
