@@ -3,6 +3,8 @@ the default a suite's conftest names."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pytest_storagescale.endpoints.family import (
@@ -199,3 +201,28 @@ def test_a_daemon_that_dies_mid_run_is_named_with_its_signal_and_log(kind, daemo
     finally:
         server.stop()
     assert server.exit_note() == ""
+
+
+def test_a_dead_leader_keeps_its_groups_number_until_stop_kills_the_group(tmp_path):
+    """A leader that exited is not reaped by asking whether it exited: a zombie keeps
+    its pid, and so its group's number, from being handed to another process (another
+    xdist worker's server, which would lead a group of that number) until stop() has
+    killed what it left behind. Reaping it first left a window in which the stop's
+    SIGKILL to the group could reach the process that got the number."""
+    import psutil
+
+    from pytest_storagescale.endpoints.processes import ProcessGroup, _running_members
+
+    group = ProcessGroup(["sh", "-c", "sleep 300 & echo $! > child.pid; exit 3"],
+                         cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+                         output=tmp_path / "leader.log", name="leader")
+    assert group.exited(wait=60) == 3
+    child = psutil.Process(int((tmp_path / "child.pid").read_text()))
+    assert psutil.Process(group.pid).status() == psutil.STATUS_ZOMBIE  # not reaped
+    assert child.is_running() and os.getpgid(child.pid) == group.pid
+    group.stop(grace=2)
+    assert _running_members(group.pid) == []
+    assert not psutil.pid_exists(group.pid) or psutil.Process(group.pid).ppid() != os.getpid()
+    _, alive = psutil.wait_procs([child], timeout=5)
+    assert all(process.status() == psutil.STATUS_ZOMBIE for process in alive), alive
+    assert group.watched.death() == ""  # stopped by its server: not a death

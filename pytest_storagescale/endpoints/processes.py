@@ -39,6 +39,8 @@ class ServerProcess:
         self.logs = logs
         self.started_at = time.time()
         self.ended_at: float | None = None
+        #: set once it exited (it may not be reaped yet: its pid stays reserved till then)
+        self.ended = threading.Event()
         #: its exit status as ``Popen.returncode`` gives it (a signal: negative), read by
         #: the watch: whoever reaps it (a cleaner's ``wait`` in this process) cannot lose it
         self.status: int | None = None
@@ -55,10 +57,19 @@ class ServerProcess:
             exited = ended.si_code == os.CLD_EXITED
             self.status = ended.si_status if exited else -ended.si_status
         self.ended_at = time.time()
+        self.ended.set()
 
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    def exit_status(self) -> int | None:
+        """Its exit status once it ended, None while it runs; it is not reaped here."""
+        if self.process.returncode is not None:
+            return self.process.returncode
+        if not self.ended.is_set():
+            return None
+        return self.status if self.status is not None else self.process.poll()
 
     def stopping(self) -> None:
         """Its server stops it now: its end is not a death."""
@@ -67,12 +78,9 @@ class ServerProcess:
     def death(self) -> str:
         """'' while it runs or once its server stopped it; else one sentence: pid, exit
         status or signal, when (UTC) and how long after its start."""
-        if self.stopped:
+        code = self.exit_status()
+        if self.stopped or code is None:
             return ""
-        code = self.process.poll()
-        if code is None:
-            return ""
-        code = self.status if self.status is not None else code
         ended = self.ended_at or time.time()
         when = time.strftime("%H:%M:%S", time.gmtime(ended))
         return (f"{self.name} (pid {self.pid}) ended at {when} UTC, "
@@ -103,11 +111,12 @@ class ProcessGroup:
         return self.process.pid
 
     def exited(self, wait: float = 0.0) -> int | None:
-        """The exit code once the leader is gone (waiting up to ``wait`` s), else None."""
-        try:
-            return self.process.wait(timeout=wait) if wait > 0 else self.process.poll()
-        except subprocess.TimeoutExpired:
-            return None
+        """The exit code once the leader is gone (waiting up to ``wait`` s), else None.
+        The leader is not reaped here: until :meth:`stop` reaps it, its pid, and so its
+        group's number, cannot be handed to another process."""
+        if wait > 0:
+            self.watched.ended.wait(wait)
+        return self.watched.exit_status()
 
     def rss_bytes(self) -> int:
         """Resident memory of the leader and every process it forked (0 when gone)."""
@@ -128,37 +137,48 @@ class ProcessGroup:
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGTERM the leader (a graceful stop of its workers), then SIGKILL the whole
-        group: nothing it forked outlives it (idempotent)."""
+        group: nothing it forked outlives it (idempotent). The group is killed while
+        the leader is not reaped yet (alive, or a zombie: its pid, the group's number,
+        is still ours), and reaped after: no other process can have that number then."""
         self.watched.stopping()
-        if self.process.poll() is None:
+        # reaped by another wait already (Popen's, or a psutil wait: no status left)
+        reaped = self.process.returncode is not None or (
+            self.watched.ended.is_set() and self.watched.status is None)
+        if not reaped:
+            if not self.watched.ended.is_set():
+                os.kill(self.pid, signal.SIGTERM)  # not reaped: this pid is the leader's
+                self.watched.ended.wait(grace)
+            self._kill_group()
             try:
-                self.process.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
+                self.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
                 pass
-            self.exited(grace)
+            return
         self._kill_left_behind()
-        if self.process.poll() is None:
-            self.process.kill()
-        self.exited(grace)
 
-    def _kill_left_behind(self) -> None:
-        """SIGKILL the workers the leader left behind: its process group, whose id is
-        the leader's pid. Once the leader is reaped and no member is left, Linux hands
-        that number out again (pid_max is often 32,768 and a load step makes thousands
-        of threads); a process that now has it belongs to someone else (another test's
-        server, started in a session of its own, is a group of that id too) and is
-        never signalled. While a member lives, the number is not handed out."""
-        if self.process.poll() is not None and Path(f"/proc/{self.pid}").exists():
-            return  # the pid was recycled: the group is gone, whatever has it is not ours
+    def _kill_group(self) -> None:
+        """SIGKILL the group while its leader is not reaped, and wait (bounded) until no
+        member runs: SIGKILL takes effect as the kernel gets to it (a busy machine, a
+        worker with many threads), and a stopped server must be gone."""
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             return
-        # SIGKILL takes effect as the kernel gets to it (a busy machine, a worker with many
-        # threads): wait, bounded, until no member runs, so that a stopped server is gone
         deadline = time.monotonic() + _KILL_WAIT
         while _running_members(self.pid) and time.monotonic() < deadline:
             time.sleep(0.02)
+
+    def _kill_left_behind(self) -> None:
+        """The leader was reaped before stop() (by another wait on it): SIGKILL the
+        workers it left behind, its process group, whose id is the leader's pid. Once
+        the leader is reaped and no member is left, Linux hands that number out again
+        (pid_max is often 32,768 and a load step makes thousands of threads); a process
+        that now has it belongs to someone else (another test's server, started in a
+        session of its own, is a group of that id too) and is never signalled. While a
+        member lives, the number is not handed out."""
+        if Path(f"/proc/{self.pid}").exists():
+            return  # the pid was recycled: the group is gone, whatever has it is not ours
+        self._kill_group()
 
 
 #: the most a stop waits for its killed group to be gone (seconds)
