@@ -66,9 +66,22 @@ def test_a_ceph_daemon_killed_mid_run_is_named_in_the_summary(pytester):
     """The embedded Ceph gateway's monitor is killed during the run: the terminal
     summary names it, its pid, the signal and when, with its log's last lines (on a
     busy machine the gateway and its XCache once stopped answering mid-run and
-    nothing said why)."""
+    nothing said why). Before, its daemons run without the self-abort timeouts a
+    starved machine can trip."""
     pytester.makepyfile(test_kill="""
-        import os, signal
+        import json, os, signal, subprocess
+
+        def test_the_daemons_never_abort_themselves(storage_endpoint):
+            # a starved box: no OSD suicide on a slow op thread, no monitor shutdown
+            # on a filling /tmp (both their own defaults)
+            run = storage_endpoint.embedded.directory / "run"
+            for name, key in (("osd.0", "osd_op_thread_suicide_timeout"),
+                              ("osd.0", "osd_command_thread_suicide_timeout"),
+                              ("mon.a", "mon_data_avail_crit")):
+                answer = subprocess.run(
+                    ["ceph", "--admin-daemon", str(run / f"{name}.asok"), "config",
+                     "get", key], capture_output=True, text=True, timeout=60)
+                assert json.loads(answer.stdout)[key] == "0", (name, key, answer)
 
         def test_kill_the_monitor(storage_endpoint):
             server = storage_endpoint.embedded
@@ -80,7 +93,7 @@ def test_a_ceph_daemon_killed_mid_run_is_named_in_the_summary(pytester):
     result = pytester.runpytest_subprocess(
         "--storage-embedded=ceph", "-s", "-p", "no:cacheprovider",
         f"--storage-thresholds={REPO / 'thresholds'}")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
     pid = re.search(r"KILLED (\d+)", result.stdout.str()).group(1)
     result.stdout.fnmatch_lines([
         f"storagescale: the embedded ceph lost a daemon during the run: mon.a (pid {pid}) "

@@ -54,6 +54,13 @@ GATEWAY_USER = "xrootd"
 MEMSTORE_BYTES = 1 << 30
 #: each request to the monitor (``ceph ...``) gives up after this many seconds
 CEPH_COMMAND_TIMEOUT = 60
+#: what a throwaway cluster on a busy machine does not do to itself (0: never)
+STARVATION_SETTINGS = (
+    "osd op thread suicide timeout = 0",
+    "osd command thread suicide timeout = 0",
+    "osd recovery thread suicide timeout = 0",
+    "mon data avail crit = 0",
+)
 
 
 class Daemon(ServerProcess):
@@ -254,6 +261,10 @@ class EmbeddedCephGateway(EmbeddedServer):
             "osd crush chooseleaf type = 0",
             "ms bind ipv4 = true",
             "ms bind ipv6 = false",
+            # a starved CI box (the tests beside stress-ng) must not make the throwaway
+            # cluster abort itself: an OSD whose op thread waits for a CPU longer than
+            # 150 s kills itself by default, a monitor whose /tmp fills shuts down
+            *STARVATION_SETTINGS,
             "[mon]",
             f"mon data = {d}/mon/$name",
             f"keyring = {d}/mon/keyring",
