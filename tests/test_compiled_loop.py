@@ -25,7 +25,7 @@ from pytest_storagescale.drivers import native
 from pytest_storagescale.drivers.base import CompiledOutcome, RequestWalk
 from pytest_storagescale.drivers.grid import XROOTD_EVENT_LOOPS, XROOTD_SHARD_EVENT_LOOPS
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.drivers.xrootd import XRootDDriver
+from pytest_storagescale.drivers.xrootd import XRootDDriver, _CompiledLoop
 from pytest_storagescale.errors import StorageNotFound, StorageScaleUsageError
 from pytest_storagescale.load import clients
 from pytest_storagescale.load.engine import run_step
@@ -276,7 +276,7 @@ def test_a_storm_of_fast_failures_pauses_at_the_backlog(area, embedded_xrootd):
     """A missing file answered "not found" at once, never taken: the loop keeps at most
     native.backlog() finished requests and then ends (as at a refusal: the client's
     thread begins it again after a pause), so memory stays flat; one take hands them
-    all over with one error object for the repeats, and returns though it runs again."""
+    all over with one error object for the repeats, and the loop begins again."""
     root, _ = area
     missing = f"{root}/missing"
     loop = _background(embedded_xrootd, root, RequestWalk("stat", (missing,)))
@@ -284,18 +284,45 @@ def test_a_storm_of_fast_failures_pauses_at_the_backlog(area, embedded_xrootd):
         assert loop.start()
         assert loop.wait_idle(60)  # ended by itself: the backlog is full
         assert loop.client.pending() == native.backlog()
-        assert loop.start()  # begun again
-        outcomes = loop.take()  # those there when called, not the new ones it makes
-        assert loop.client.pending() <= native.backlog()
+        outcomes = loop.take()
+        assert loop.client.pending() == 0
+        assert loop.start()  # begun again, as the client's thread does after a pause
+        deadline = time.monotonic() + 30
+        while loop.client.pending() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert loop.client.pending() > 0
         loop.halt()
         assert loop.wait_idle(10)
     finally:
         loop.close()
-    assert native.backlog() <= len(outcomes) <= 2 * native.backlog()
+    assert len(outcomes) == native.backlog()
     errors = {id(o.error): o.error for o in outcomes}
     assert len(errors) == 1
     error = next(iter(errors.values()))
     assert type(error) is StorageNotFound and error.path == missing
+
+
+class _EndlessClient:
+    """A background loop's C side that always has more: 300 waiting when asked, and
+    every take finds a full batch (requests finish faster than they are taken)."""
+
+    def __init__(self) -> None:
+        self.takes = 0
+
+    def pending(self) -> int:
+        return 300
+
+    def take(self, count: int) -> native.Taken:
+        self.takes += 1
+        assert self.takes < 100, "the take chased the new requests and never returned"
+        return native.Taken([1.0] * count, [1e-4] * count, list(range(count)), [0] * count,
+                            [], [], "")
+
+
+def test_a_take_hands_over_what_was_waiting_and_returns():
+    loop = object.__new__(_CompiledLoop)  # its C client scripted: no server needed
+    loop.walk, loop.client = RequestWalk("stat", ("/a",)), _EndlessClient()
+    assert len(loop.take()) == 300 and loop.client.takes == 2  # 256, then the 44 left
 
 
 def test_a_step_whose_target_vanishes_ends_on_time(area, embedded_xrootd):
