@@ -34,3 +34,34 @@ class OnceMeasuring:
         self.thread.join()
         if self.error is not None:
             raise self.error
+
+
+_PROGRESS_CONFTEST = """
+{imports}
+import pytest_storagescale.fixtures as fixtures
+from pytest_storagescale.reporting.progress import LiveProgress
+
+
+class FromProgress(LiveProgress):
+    def __init__(self, config):
+        super().__init__(config)
+        self.enabled = True
+
+    def __call__(self, state):
+{body}
+
+    def clear(self):
+        pass
+
+
+fixtures.LiveProgress = FromProgress
+"""
+
+
+def progress_conftest(body: str, imports: str = "") -> str:
+    """A conftest for a pytest run of its own whose steps' live progress (quiet without
+    a terminal) is replaced by ``body``: Python lines run at each progress report of a
+    step, ``state`` its :class:`~pytest_storagescale.load.plan.StepProgress`. A fault
+    from the step's own progress, in a run a test starts."""
+    indented = "\n".join(f"        {line}" if line else "" for line in body.splitlines())
+    return _PROGRESS_CONFTEST.format(imports=imports, body=indented)

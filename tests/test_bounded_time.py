@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from faults import OnceMeasuring
+from faults import OnceMeasuring, progress_conftest
 
 from pytest_storagescale.drivers import memory
 from pytest_storagescale.drivers.registry import driver_spec
@@ -202,28 +202,9 @@ def test_after():
 
 #: the child's conftest: a file appears once its step has measured a success (the live
 #: progress, quiet without a terminal, is replaced by one that says so on disk)
-MARKING_CONFTEST = """
-from pathlib import Path
-
-import pytest_storagescale.fixtures as fixtures
-from pytest_storagescale.reporting.progress import LiveProgress
-
-
-class Marking(LiveProgress):
-    def __init__(self, config):
-        super().__init__(config)
-        self.enabled = True
-
-    def __call__(self, state):
-        if state.succeeded > 0:
-            Path("measuring").touch()
-
-    def clear(self):
-        pass
-
-
-fixtures.LiveProgress = Marking
-"""
+MARKING_CONFTEST = progress_conftest("""\
+if state.succeeded > 0:
+    Path("measuring").touch()""", imports="from pathlib import Path")
 
 
 def _default_sigint() -> None:

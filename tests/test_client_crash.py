@@ -12,7 +12,7 @@ import signal
 
 import psutil
 import pytest
-from faults import OnceMeasuring
+from faults import OnceMeasuring, progress_conftest
 
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.load.engine import run_step
@@ -88,34 +88,15 @@ def test_after(storage_load, storage_clients):
 
 #: the step's own progress (the live progress, quiet without a terminal, replaced):
 #: once the crashing step measured, its client process gets a SIGSEGV
-CONFTEST = """
+CONFTEST = progress_conftest("""\
+if state.succeeded > 0 and state.total_s > 20 and not Path("crashed").exists():
+    Path("crashed").touch()
+    segfault_clients()""", imports="""\
 import sys
-
-import pytest_storagescale.fixtures as fixtures
-from pytest_storagescale.reporting.progress import LiveProgress
+from pathlib import Path
 
 sys.path.insert(0, {tests!r})
-from test_client_crash import segfault_clients
-
-
-class Crashing(LiveProgress):
-    done = False
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.enabled = True
-
-    def __call__(self, state):
-        if state.succeeded > 0 and state.total_s > 20 and not Crashing.done:
-            Crashing.done = True
-            segfault_clients()
-
-    def clear(self):
-        pass
-
-
-fixtures.LiveProgress = Crashing
-"""
+from test_client_crash import segfault_clients""")
 
 
 def test_a_crash_mid_step_costs_the_step_not_the_session(pytester):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from faults import progress_conftest
 
 THRESHOLDS = """
 [storage]
@@ -237,31 +238,10 @@ def test_steps_survive_a_crashed_xdist_worker(pytester, suite):
 
 #: a conftest that kills its own xdist worker (SIGKILL) once, from the step's own
 #: progress (the live progress, quiet without a terminal, replaced): mid-step
-KILLING_CONFTEST = """
-import os
-import signal
-from pathlib import Path
-
-import pytest_storagescale.fixtures as fixtures
-from pytest_storagescale.reporting.progress import LiveProgress
-
-
-class Killing(LiveProgress):
-    def __init__(self, config):
-        super().__init__(config)
-        self.enabled = True
-
-    def __call__(self, state):
-        if state.succeeded > 0 and not Path("killed").exists():
-            Path("killed").write_text(os.environ["PYTEST_XDIST_WORKER"])
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    def clear(self):
-        pass
-
-
-fixtures.LiveProgress = Killing
-"""
+KILLING_CONFTEST = progress_conftest("""\
+if state.succeeded > 0 and not Path("killed").exists():
+    Path("killed").write_text(os.environ["PYTEST_XDIST_WORKER"])
+    os.kill(os.getpid(), signal.SIGKILL)""", imports="import os\nimport signal\nfrom pathlib import Path")
 
 
 def test_a_step_whose_xdist_worker_is_killed_is_an_error_naming_it(pytester, suite):
