@@ -43,6 +43,14 @@ def pytest_collection_finish(session):
 """
 
 
+def _installed_env(site: Path) -> dict[str, str]:
+    """The environment of a session that imports only the installed wheel in ``site``:
+    a session of its own, none of this session's xdist or PYTEST_ADDOPTS settings."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+    env["PYTHONPATH"] = str(site)
+    return env
+
+
 def _installed_name(path: Path) -> str:
     """Where a checkout file lands in the wheel (pyproject's package-dir mapping)."""
     relative = path.relative_to(REPO)
@@ -114,9 +122,7 @@ def installed_run(wheel, tmp_path_factory):
                     str(site), str(wheel)], check=True, capture_output=True, timeout=300)
     work.mkdir()
     (work / "storagescale_probe.py").write_text(PROBE)
-    # a session of its own: none of this session's xdist or PYTEST_ADDOPTS settings
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
-    env["PYTHONPATH"] = str(site)
+    env = _installed_env(site)
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "storagescale_probe", "-p", "no:cacheprovider",
          "--pyargs", f"{SUITES_PACKAGE}.xrootd", "--co", "-q"],
@@ -177,8 +183,7 @@ def test_installed_suites_conftests_import(installed_run):
     conftests = sorted((site / SUITES_PACKAGE).glob("*/conftest.py"))
     names = [f"{SUITES_PACKAGE}.{path.parent.name}.conftest" for path in conftests]
     assert f"{SUITES_PACKAGE}.ceph.conftest" in names
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
-    env["PYTHONPATH"] = str(site)
+    env = _installed_env(site)
     script = ("import importlib, sys\n"
               "for name in sys.argv[1:]:\n"
               "    print(name, importlib.import_module(name).__file__)\n")
@@ -194,8 +199,7 @@ def test_installed_suite_runs_against_the_embedded_server(installed_run):
     with the shipped thresholds: every scan step measured and judged."""
     site, _, _, _ = installed_run
     work = site.parent / "work"
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
-    env["PYTHONPATH"] = str(site)
+    env = _installed_env(site)
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
          f"{SUITES_PACKAGE}.xrootd", "--storage-scale=0.1", "--storage-results=r.json",
@@ -233,8 +237,7 @@ def _shipped_suites(site: Path) -> list[str]:
 def _servers_their_conftests_name(site: Path, suites: list[str]) -> dict[str, str | None]:
     """What each installed suite's own conftest answers to pytest_storagescale_embedded
     (None: it names none), asked of the installed module itself."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
-    env["PYTHONPATH"] = str(site)
+    env = _installed_env(site)
     script = ("import importlib, json, sys\n"
               "kinds = {}\n"
               "for suite in sys.argv[1:]:\n"
@@ -265,8 +268,7 @@ def test_every_shipped_suite_runs_against_the_server_its_conftest_names(installe
     assert {"ceph", "conformance", "dcache", "gpfs", "xrootd"} <= set(suites), suites
     kinds = _servers_their_conftests_name(site, suites)
     assert kinds["dcache"] == "webdav" and kinds["ceph"] == "ceph", kinds
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
-    env["PYTHONPATH"] = str(site)
+    env = _installed_env(site)
     for suite in suites:
         result = subprocess.run(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
