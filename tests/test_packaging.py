@@ -269,10 +269,12 @@ def test_every_shipped_suite_runs_against_the_server_its_conftest_names(installe
     kinds = _servers_their_conftests_name(site, suites)
     assert kinds["dcache"] == "webdav" and kinds["ceph"] == "ceph", kinds
     env = _installed_env(site)
+    # a suite's own option is known too (its conftest's pytest_addoption, read early)
+    options = {"ceph": ["--storage-ceph-xcache=root://127.0.0.1:1//storagescale"]}
     for suite in suites:
         result = subprocess.run(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
-             f"{SUITES_PACKAGE}.{suite}", "--co"],
+             f"{SUITES_PACKAGE}.{suite}", "--co", *options.get(suite, [])],
             cwd=work, env=env, capture_output=True, text=True, timeout=300)
         output = result.stdout + result.stderr
         assert result.returncode == 0, f"{suite}: {output[-3000:]}"
