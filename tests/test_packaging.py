@@ -258,8 +258,9 @@ def _servers_their_conftests_name(site: Path, suites: list[str]) -> dict[str, st
 def test_every_shipped_suite_runs_against_the_server_its_conftest_names(installed_run):
     """``pytest --pyargs storagescale_suites.<suite> --co`` of the installed wheel, for
     every shipped suite: it collects, the header names the embedded server the suite's
-    conftest chose (xrootd when it names none), and its load steps are planned from the
-    shipped thresholds of its own system, matched against that server's version. Under
+    conftest chose (xrootd when it names none), its own options are known, and its load
+    steps are planned from the shipped thresholds of its own system, matched against
+    that server's version. Under
     --pyargs pytest loaded a suite's conftest only at collection, after the server was
     chosen: the dcache suite ran against the embedded xrootd, called "dcache 5.5.3"."""
     site, _, _, _ = installed_run
