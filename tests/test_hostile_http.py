@@ -58,8 +58,8 @@ def hostile(embedded_xrootd, tmp_path, request):
         doors.append(door)
         return door
 
-    def client(door: HostileDoor, **options: str):
-        spec = driver_spec(door.url(root), writable_root=root,
+    def client(door: HostileDoor, driver: str = "auto", **options: str):
+        spec = driver_spec(door.url(root), driver=driver, writable_root=root,
                            options={"ca_dir": embedded_xrootd.ca_dir, **options})
         return spec.connect("functional-hostile", timeout=20)
 
@@ -93,23 +93,27 @@ LOCATIONS = {
 }
 
 
+@pytest.mark.parametrize("driver", ["http", "gfal2"])
 @pytest.mark.parametrize("where", list(LOCATIONS))
 @pytest.mark.parametrize("method", list(OPERATIONS))
 def test_a_mutating_request_redirected_elsewhere_is_refused_and_the_victim_survives(
-        hostile, method, where):
+        hostile, method, where, driver):
     """The issue's attack: a door answers a request inside the run directory with
-    ``307 Location: <a victim outside>``; followed, the victim was deleted."""
+    ``307 Location: <a victim outside>``; followed, the victim was deleted. gfal2's HTTP
+    plugin follows every redirect (no setting stops it): the gfal2 driver makes its
+    writes through the http driver, so they are refused the same way."""
     upstream = f"https://127.0.0.1:{hostile.embedded.http_port}"
     location = LOCATIONS[where](hostile, upstream)
     hostile.real.put(f"{hostile.root}/f", b"mine")
     door = hostile.open_door(lambda request: Reply(307, {"Location": location}) if (
         request.method == method and _inside(request, hostile.root)) else None)
-    driver = hostile.client(door)
+    client = hostile.client(door, driver)
     try:
+        assert client.name == driver and client.stat(f"{hostile.root}/f").size == 4
         with pytest.raises(RedirectRefused) as info:
-            OPERATIONS[method](driver, hostile.root)
+            OPERATIONS[method](client, hostile.root)
     finally:
-        driver.close()
+        client.close()
     error = info.value
     assert error.error_class == "redirect_refused" and error.native_status == "HTTP 307"
     assert f"redirected {method} to https://127.0.0.1:" in error.message
@@ -126,11 +130,7 @@ def test_a_same_path_redirect_is_followed_to_the_pool_without_the_doors_credenti
     """As a dCache door sends a transfer to a pool: PUT, MKCOL and DELETE are redirected
     to the same path on another port (a second door before the same server), and done
     there; a read goes anywhere. The token or password goes to the door only."""
-    pool = hostile.open_door()
-    door = hostile.open_door(lambda request: Reply(307, {
-        "Location": f"{pool.base}{request.path}?pool-ticket=1"}) if (
-        request.method in ("PUT", "MKCOL", "DELETE", "GET") and _inside(request, hostile.root)
-    ) else None)
+    pool, door = _door_and_pool(hostile, ("PUT", "MKCOL", "DELETE", "GET"))
     if credential == "token":
         driver = hostile.client(door, token=TOKEN)
         sent = f"Bearer {TOKEN}"
@@ -148,14 +148,51 @@ def test_a_same_path_redirect_is_followed_to_the_pool_without_the_doors_credenti
         driver.delete(f"{hostile.root}/f")
     finally:
         driver.close()
+    _done_at_the_pool(hostile, pool, data, f"{hostile.root}/d/e")
+    assert {r.method for r in pool.seen} >= {"PUT", "MKCOL", "GET", "DELETE"}
+    assert all(r.headers.get("authorization") == sent for r in door.seen)
+
+
+def _door_and_pool(hostile, methods: tuple[str, ...]):
+    """A pool (a second door before the same server) and a door that redirects
+    ``methods`` inside the test's area to the same path there."""
+    pool = hostile.open_door()
+    door = hostile.open_door(lambda request: Reply(307, {
+        "Location": f"{pool.base}{request.path}?pool-ticket=1"}) if (
+        request.method in methods and _inside(request, hostile.root)) else None)
+    return pool, door
+
+
+def _done_at_the_pool(hostile, pool, data: bytes, directory: str) -> None:
+    """``f`` was written (``data``) and deleted and ``directory`` made, all at the pool,
+    which got no credential."""
     with pytest.raises(StorageNotFound):
         hostile.real.stat(f"{hostile.root}/f")
-    assert hostile.real.stat(f"{hostile.root}/d/e").is_dir
+    assert hostile.real.stat(directory).is_dir
     assert [r.body for r in pool.requests("PUT")] == [data]
-    assert {r.method for r in pool.seen} >= {"PUT", "MKCOL", "GET", "DELETE"}
     assert all(r.path.endswith("?pool-ticket=1") for r in pool.seen)
-    assert all(r.headers.get("authorization") == sent for r in door.seen)
     assert not [r for r in pool.seen if "authorization" in r.headers]
+
+
+def test_gfal2_on_an_http_door_follows_a_same_path_redirect_to_the_pool(hostile):
+    """PUT, MKCOL and DELETE of the gfal2 driver (made by the http driver) redirected to
+    the same path on a second door (a dCache pool) are done there, the token sent to
+    the door only; its reads stay with gfal2 (not redirected here: gfal2 would send
+    the door's token to the pool)."""
+    pool, door = _door_and_pool(hostile, ("PUT", "MKCOL", "DELETE"))
+    driver = hostile.client(door, "gfal2", token=TOKEN)
+    data = b"payload" * 1000
+    try:
+        assert driver.put(f"{hostile.root}/f", data) == len(data)
+        driver.mkdir(f"{hostile.root}/d")
+        assert driver.get(f"{hostile.root}/f") == len(data)  # gfal2's own read
+        assert hostile.real.read(f"{hostile.root}/f", 0, len(data)) == data
+        driver.delete(f"{hostile.root}/f")
+    finally:
+        driver.close()
+    _done_at_the_pool(hostile, pool, data, f"{hostile.root}/d")
+    assert {r.method for r in pool.seen} == {"PUT", "MKCOL", "DELETE"}
+    assert door.requests("GET")
 
 
 def test_the_same_path_rule_of_mutating_redirects():
@@ -344,32 +381,37 @@ def test_{op}(storage_load, storage_clients):
 """
 
 
-def _run(pytester, thresholds_dir, door, hostile, op: str):
+def _run(pytester, thresholds_dir, door, hostile, op: str, *options: str):
     thresholds_dir(one_step_plan(op))
     pytester.makepyfile(test_suite=SUITE.format(op=op))
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", f"--storage-endpoint={door.url(hostile.root)}",
         f"--storage-driver-option=ca_dir={hostile.embedded.ca_dir}",
         f"--storage-thresholds={thresholds_dir.root}", "--storage-results=results.json",
-        timeout=300)
+        *options, timeout=300)
     [step] = json.loads((pytester.path / "results.json").read_text())["steps"]
     return result, step
 
 
+@pytest.mark.parametrize("driver", ["http", "gfal2"])
 def test_a_run_whose_deletes_are_redirected_outside_keeps_the_victim_and_says_so(
-        pytester, thresholds_dir, hostile):
+        pytester, thresholds_dir, hostile, driver):
     """The issue's run: every DELETE inside the run's area is answered ``307 Location:
     <victim>``. The victim survives; the step counts the refusals, the run fails and
-    names the Location."""
+    names the Location. With ``--storage-driver gfal2`` (whose HTTP plugin followed the
+    redirect and deleted the victim) too, and its header says how it writes."""
     door = hostile.open_door(lambda request: Reply(307, {"Location": hostile.victim}) if (
         request.method == "DELETE" and _inside(request, hostile.root)) else None)
-    result, step = _run(pytester, thresholds_dir, door, hostile, "delete")
+    result, step = _run(pytester, thresholds_dir, door, hostile, "delete",
+                        f"--storage-driver={driver}", "-v")
     output = result.stdout.str() + result.stderr.str()
     assert hostile.real.read(hostile.victim, 0, 100) == b"precious"
     assert not [r for r in door.seen if r.path == quote(hostile.victim)]
     assert step["failed"] > 0 and set(step["errors"]) == {"redirect_refused"}, step
     result.assert_outcomes(failed=1)
     assert "redirect_refused" in output and f"{hostile.victim}" in output
+    header = "through the http driver (libcurl), which follows its redirects only"
+    assert (header in output) == (driver == "gfal2")
 
 
 def test_a_malformed_size_is_a_counted_bad_answer_and_the_step_is_recorded(

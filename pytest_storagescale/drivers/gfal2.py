@@ -13,6 +13,33 @@ plugin and by XRootD's ``ztn``), ``krb5ccname``, ``security_protocol``.
 On ``root://`` each context logs in as its client's own name (the XRootD client
 would otherwise share one connection among all contexts of a process), with the
 ``xrootd`` driver's naming rule.
+
+**Writes on HTTP doors go through the http driver.** gfal2's HTTP plugin (davix)
+follows every redirect itself, and gfal2 offers no setting to stop it: a door that
+answered a ``DELETE`` inside the run directory with ``307 Location: /outside/victim``
+had the victim deleted. So on ``davs://``, ``https://``, ``dav://`` and ``http://``
+every request that writes or removes (``mkdir``, the exclusive ``mkdir`` of the run
+directory, ``put``, ``delete``, ``rmdir``, ``rename``, and clean-up through them) is
+made by an :class:`~pytest_storagescale.drivers.http.HTTPDriver` of the same endpoint
+URL, with this driver's client name, timeout, writable root and the options it takes
+(``ca_dir``, ``x509_proxy``, ``token``; the same environment): its redirects are
+followed only to the same path, anything else is
+:class:`~pytest_storagescale.errors.RedirectRefused` (``redirect_refused``), and its
+uploads are checked by its adler32 rule (``checksum=auto``). Reads (``stat``, ``ls``,
+``get``, ``read``, ``readv``, ``checksum``, copies to local disk) stay with gfal2, and
+may be redirected anywhere the TLS trust allows, as the http driver's reads may; but
+gfal2 sends the door's bearer token along to the server a read is redirected to
+(seen with 2.21: a ``GET`` sent to another port carried it), where the http driver
+does not. Errors of the requests the http driver makes name the ``http`` driver.
+
+**srm://**: the namespace requests (``srmMkdir``, ``srmRm``, ``srmRmdir``, ``srmMv``)
+name the SURL, which the guard checks, and are carried out by the SRM server, with no
+redirect the client sees. A ``put``/``get`` asks the SRM server for a transfer URL
+(TURL) on another door (a pool's ``gsiftp://`` or ``https://``), which gfal2's SRM
+plugin uses as given: its path is the server's choice and is not checked against the
+test area, and gfal2's HTTP plugin follows that door's redirects. What the driver
+guarantees there is the SURL's path only; a TURL elsewhere is trusted to the SRM
+server.
 """
 
 from __future__ import annotations
@@ -27,6 +54,7 @@ from urllib.parse import quote
 
 import gfal2
 
+from ..endpoints.url import HTTPS_SCHEMES
 from ..errors import (
     BadAnswer,
     StorageError,
@@ -45,6 +73,7 @@ from .grid import (
     configure_xrootd_shard,
     login_refusal,
 )
+from .http import HTTPDriver
 
 # gfal2's gridftp plugin (Globus) aborts the whole process ("bit out of range 0 -
 # FD_SETSIZE on fd_set") when it is first activated in a process holding descriptors
@@ -96,6 +125,25 @@ class Gfal2Driver(XRootDLogins, Driver):
         self._prefix = f"{endpoint.scheme}://{login}{endpoint.host}{port}{sep}"
         self._http = endpoint.scheme in HTTP_SCHEMES
         self._gridftp = endpoint.scheme == "gsiftp"
+        #: on HTTP doors what writes or removes goes through the http driver (module doc)
+        self._writer = self._http_writer() if self._http else None
+
+    def _http_writer(self) -> HTTPDriver:
+        """The http driver that makes this client's mutating requests on an HTTP door:
+        the same URL, client name, timeout and writable root, the options it takes (a
+        token only over TLS, where it is sent)."""
+        secure = self.endpoint.scheme in HTTPS_SCHEMES
+        options = {key: value for key, value in self.options.items()
+                   if key in HTTPDriver.option_names and (secure or key != "token")}
+        return HTTPDriver(self.endpoint, client_id=self.client_id, timeout=self.timeout,
+                          writable_root=self.writable_root, options=options)
+
+    @classmethod
+    def request_line(cls, options) -> str | None:
+        return ("requests: through gfal2; on davs://, https://, dav:// and http:// doors "
+                "what writes or removes (mkdir, put, delete, rmdir, rename) through the "
+                "http driver (libcurl), which follows its redirects only to the same path "
+                "(gfal2's HTTP plugin follows every redirect)")
 
     @classmethod
     def in_shard_process(cls) -> None:
@@ -183,25 +231,36 @@ class Gfal2Driver(XRootDLogins, Driver):
         return sorted(n for n in names if n not in (".", ".."))
 
     def _mkdir(self, path: str) -> None:
+        if self._writer is not None:
+            return self._writer.mkdir(path)
         self._call("mkdir", path, self._context.mkdir_rec, self._url(path), 0o755)
 
-    @staticmethod
-    def _not_empty(exc: StorageError) -> bool:
+    def _not_empty(self, exc: StorageError) -> bool:
+        if self._writer is not None:  # the http driver's refusal (not_empty)
+            return super()._not_empty(exc)
         # gfal2 reports rmdir of a non-empty directory as EIO (davs: HTTP 500) or ENODEV
         # (root), as it would a link's refusal; only ENOTDIR says it is no directory
         return "ENOTDIR" not in exc.native_status
 
     def _mkdir_exclusive(self, path: str) -> None:
+        if self._writer is not None:
+            return self._writer.mkdir(path, parents=False)
         # gfal2's plain mkdir: fails when the path exists or its parent does not
         self._call("mkdir", path, self._context.mkdir, self._url(path), 0o755)
 
     def _delete(self, path: str) -> None:
+        if self._writer is not None:
+            return self._writer.delete(path)
         self._call("delete", path, self._context.unlink, self._url(path))
 
     def _rmdir(self, path: str) -> None:
+        if self._writer is not None:
+            return self._writer.rmdir(path)
         self._call("rmdir", path, self._context.rmdir, self._url(path))
 
     def _rename(self, source: str, target: str) -> None:
+        if self._writer is not None:
+            return self._writer.rename(source, target)
         self._call("rename", source, self._context.rename, self._url(source), self._url(target))
 
     def _checksum(self, path: str, algorithm: str) -> str:
@@ -233,7 +292,9 @@ class Gfal2Driver(XRootDLogins, Driver):
     def _put(self, path: str, data: bytes) -> int:
         """Upload like ``gfal-copy``/``lcg-cr``: a local file copied to the storage,
         overwriting, ADLER32 verified end to end. (gfal2's streaming ``open('w')``
-        cannot overwrite over WebDAV.)"""
+        cannot overwrite over WebDAV.) On an HTTP door: the http driver's ``PUT``."""
+        if self._writer is not None:
+            return self._writer.put(path, data)
         params = self._context.transfer_parameters()
         params.overwrite = True
         params.create_parent = True
@@ -306,6 +367,8 @@ class Gfal2Driver(XRootDLogins, Driver):
 
     def close(self) -> None:
         self._context = None
+        if self._writer is not None:
+            self._writer.close()
         with self._stage_lock:
             for _, local in self._stage.values():
                 os.unlink(local)
