@@ -31,6 +31,7 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     storage_test_dir,
     storage_thresholds,
 )
+from .records import Verdict
 from .redact import redact_exception, redact_report
 from .reporting.allure_report import allure_dir, write_session_files
 from .reporting.benchmark_json import write_benchmark_json
@@ -137,6 +138,9 @@ LOST_WORKER = ("the xdist worker {worker} was lost mid-step (it crashed or was k
 #: a step begun and never recorded as finished, at the session's end
 UNFINISHED_STEP = ("the step never finished: the process running it ({worker}) stopped "
                    "before recording it (it died, or an error outside the measurement)")
+#: the same after Ctrl-C (an xdist worker stopped mid-step)
+INTERRUPTED_STEP = ("interrupted (Ctrl-C) before the step finished; what the process "
+                    "running it ({worker}) measured is lost")
 
 
 class StepCollector:
@@ -314,9 +318,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if run.owns_results:
             # steps whose test report never arrived (a worker that crashed after the
             # step ended) are still in the session's shared step log; one begun and
-            # never finished is an error naming its process
+            # never finished is an error naming its process (interrupted after Ctrl-C)
             run.ledger.sync()
-            run.ledger.lose(None, UNFINISHED_STEP)
+            if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+                run.ledger.lose(None, INTERRUPTED_STEP, Verdict.INTERRUPTED)
+            else:
+                run.ledger.lose(None, UNFINISHED_STEP)
         ledger = run.ledger
         report = run.settings.report_path()
         if run.owns_results and report is not None:  # every test's outcome, steps or not

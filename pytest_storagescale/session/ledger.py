@@ -122,9 +122,11 @@ class StepLedger:
             self.results.write(self.run, self.steps)
         return new
 
-    def lose(self, worker: str | None, why: str) -> list[StepRecord]:
+    def lose(self, worker: str | None, why: str, verdict: Verdict = Verdict.ERROR
+             ) -> list[StepRecord]:
         """Steps begun and never finished (by ``worker``; None: by any process) are
-        recorded as errors saying ``why`` (owner only, after what is new is read)."""
+        recorded with ``verdict`` (an error) saying ``why`` (owner only, after what is
+        new is read)."""
         self.sync()
         lost = []
         for step_id, (run, step) in list(self._begun.items()):
@@ -133,6 +135,6 @@ class StepLedger:
             del self._begun[step_id]
             self._seen.add(step_id)
             self.run = self.run or run
-            lost.append(dataclasses.replace(step, verdict=Verdict.ERROR, ended=time.time(),
+            lost.append(dataclasses.replace(step, verdict=verdict, ended=time.time(),
                                             error=why.format(worker=step.worker)))
         return self._take(lost)
