@@ -13,18 +13,22 @@ can replace any of them:
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any
 
 import pytest
 
 from . import scenarios
-from .drivers.base import Driver
+from .drivers.base import CreatedPaths, Driver
 from .errors import (
     HungClientsViolation,
     StepError,
+    StorageError,
     StorageScaleUsageError,
+    StorageScaleWarning,
     ThresholdViolation,
 )
+from .load.engine import remove_created
 from .records import StepRecord, Verdict
 from .reporting.allure_report import allure_dir, attach_step
 from .reporting.plots import scan_of
@@ -59,6 +63,9 @@ class StorageEndpoint:
     def __init__(self, run: StorageRun, run_dir: str) -> None:
         self._run = run
         self.run_dir = run_dir
+        #: what this process's clients made (every ``mkdir``, ``put``...): the only
+        #: entries a test's folder's removal removes
+        self.created = CreatedPaths(run_dir)
 
     @property
     def url(self) -> str:
@@ -91,7 +98,9 @@ class StorageEndpoint:
         """A new client (own connection and login) named ``name`` for the storage's
         logs; the driver turns the name into a login it accepts."""
         timeout = timeout or self._run.settings.hang_timeout or CLIENT_TIMEOUT
-        return self.driver_spec.connect(name, timeout=timeout)
+        client = self.driver_spec.connect(name, timeout=timeout)
+        client.created = self.created
+        return client
 
     driver = client  # the previous release's name
 
@@ -133,12 +142,28 @@ def storage_client(storage_endpoint: StorageEndpoint, request: pytest.FixtureReq
 @pytest.fixture
 def storage_test_dir(storage_endpoint: StorageEndpoint, storage_client: Driver,
                      request: pytest.FixtureRequest) -> str:
-    """A fresh directory for this test inside the run directory, removed after it."""
+    """A fresh directory for this test inside the run directory, removed after it:
+    what the endpoint's clients made in it (a file only as written, not older than the
+    run), bottom-up; anything else is left, named in a warning."""
     name = re.sub(r"[^\w.-]+", "-", request.node.name).strip("-")
     folder = storage_endpoint.path("functional", name)
+    if storage_client.created is None:  # a site's own storage_client
+        storage_client.created = storage_endpoint.created
     storage_client.mkdir(folder)
     yield folder
-    storage_client.remove_tree(folder)
+    remove_folder(storage_client, folder)
+
+
+def remove_folder(client: Driver, folder: str, *, who: str = "clean-up") -> None:
+    """Remove what ``client``'s recorder saw made in ``folder`` (:func:`remove_created`);
+    what is left, or a refusal, is a warning naming it: the test's verdict stands, and
+    the run directory's removal names what is still there at the end."""
+    try:
+        left = remove_created(client, client.created.below(folder), client.run_started())
+    except StorageError as exc:
+        left = f"{folder} not removed: {exc}"
+    if left:
+        warnings.warn(StorageScaleWarning(f"{who}: {left}"), stacklevel=2)
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 
+from pytest_storagescale.drivers.base import CreatedPaths
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.endpoints.url import EndpointURL
 from pytest_storagescale.endpoints.version import server_header_version
@@ -94,58 +95,74 @@ def suite(pytester):
 
 
 # -- links inside the run directory ------------------------------------------------------
-def test_local_cleanup_removes_links_not_their_targets(tmp_path):
+def _recording(url: str, run: str, timeout: float = 5):
+    """A client of ``url`` writing in ``run`` that records what it makes."""
+    driver = driver_spec(url, writable_root=run).connect("cleanup", timeout=timeout)
+    driver.created = CreatedPaths(run)
+    return driver
+
+
+def test_local_cleanup_leaves_links_and_their_targets(tmp_path):
+    """What the run made goes; links a co-tenant put in are left, named, targets whole."""
     victim = _victim(tmp_path / "victim")
     area = tmp_path / "area"
     area.mkdir()
     run = f"{area}/storagescale-run-x"
-    driver = driver_spec(f"file://{area}", writable_root=run).connect("cleanup", timeout=5)
+    driver = _recording(f"file://{area}", run)
     driver.mkdir(run)
     driver.put(f"{run}/step/data.bin", b"x" * 10)
     os.symlink(victim, f"{run}/step/dir-link")
     os.symlink(victim / "precious.txt", f"{run}/step/file-link")
     os.symlink(victim, f"{run}/top-link")
 
-    error = cleanup_tree(driver, run)
+    error = cleanup_tree(driver, run, created=driver.created)
 
     assert (victim / "precious.txt").read_text() == "keep me"
     assert (victim / "sub" / "deep.txt").exists()
-    assert error is None and not os.path.lexists(run)
+    assert sorted(os.listdir(run)) == ["step", "top-link"]
+    assert sorted(os.listdir(f"{run}/step")) == ["dir-link", "file-link"]
+    assert error is not None and "step/dir-link (not made by this run: not entered)" in error
+    assert "step/file-link (not made by this run)" in error
+    assert "top-link (not made by this run, not removable with rmdir" in error
 
 
 def test_local_cleanup_never_walks_through_a_linked_run_directory(tmp_path):
-    """A run directory replaced by a link (after it was made) is unlinked, not emptied."""
+    """A run directory replaced by a link (after it was made) is not emptied: rmdir, which
+    a link refuses as not a directory, is asked before any listing."""
     victim = _victim(tmp_path / "victim")
     area = tmp_path / "area"
     area.mkdir()
     run = f"{area}/storagescale-run-y"
     os.symlink(victim, run)
-    driver = driver_spec(f"file://{area}", writable_root=run).connect("cleanup", timeout=5)
-    error = cleanup_tree(driver, run)
+    driver = _recording(f"file://{area}", run)
+    error = cleanup_tree(driver, run, created=driver.created)
     assert sorted(os.listdir(victim)) == ["precious.txt", "sub"]
-    assert error is None and not os.path.lexists(run)
+    assert error is not None and "possibly a link to a directory outside" in error
 
 
 def test_xrootd_cleanup_does_not_descend_into_a_server_side_link(embedded_xrootd, tmp_path):
     data = embedded_xrootd.directory / "data"
     run = "/storagescale/storagescale-run-link"
-    driver = driver_spec(embedded_xrootd.url, writable_root=run).connect("cleanup", timeout=10)
+    driver = _recording(embedded_xrootd.url, run, timeout=10)
     driver.mkdir(run)
     driver.put(f"{run}/step/data.bin", b"x" * 10)
     # outside the run directory and writable by the server's user: deletable if followed
     victim = _server_owned(_victim(embedded_xrootd.directory / "victim"))
     os.symlink(victim, data / run.strip("/") / "step" / "dir-link")
+    os.symlink(victim, data / run.strip("/") / "top-link")
     assert driver.stat(f"{run}/step/dir-link").is_dir  # the server follows it
 
-    error = cleanup_tree(driver, run)
+    error = cleanup_tree(driver, run, created=driver.created)
 
     assert (victim / "precious.txt").read_text() == "keep me"
     assert (victim / "sub" / "deep.txt").exists()
-    # the link itself cannot be removed over XRootD: said, naming it
-    assert error is not None and "dir-link" in error and "link" in error
+    # the links cannot be removed over XRootD: said, naming them
+    assert error is not None and "step/dir-link (not made by this run: not entered)" in error
+    assert "top-link (not made by this run, not removable with rmdir: not entered" in error
     assert not (data / run.strip("/") / "step" / "data.bin").exists()
     (data / run.strip("/") / "step" / "dir-link").unlink()
-    assert cleanup_tree(driver, run) is None
+    (data / run.strip("/") / "top-link").unlink()
+    assert cleanup_tree(driver, run, created=driver.created) is None
 
 
 def test_xrootd_cleanup_never_deletes_through_a_link_to_a_file(embedded_xrootd):
@@ -153,26 +170,28 @@ def test_xrootd_cleanup_never_deletes_through_a_link_to_a_file(embedded_xrootd):
     deletes its target too: a file older than the run's owner file is not deleted."""
     data = embedded_xrootd.directory / "data"
     run = "/storagescale/storagescale-run-filelink"
-    driver = driver_spec(embedded_xrootd.url, writable_root=run).connect("cleanup", timeout=10)
+    driver = _recording(embedded_xrootd.url, run, timeout=10)
     driver.mkdir(run, parents=False)
     driver.put(f"{run}/{OWNER_FILE}", b"{}")
     driver.put(f"{run}/step/data.bin", b"x" * 10)
+    driver.put(f"{run}/step/file-link", b"x" * 7)  # a name the run wrote, 7 bytes ...
     victim = _server_owned(_victim(embedded_xrootd.directory / "victim-file"))
     hour_ago = time.time() - 3600
     os.utime(victim / "precious.txt", (hour_ago, hour_ago))
     link = data / run.strip("/") / "step" / "file-link"
+    link.unlink()  # ... replaced by a link to an older file of that size
     os.symlink(victim / "precious.txt", link)
     info = driver.stat(f"{run}/step/file-link")
     assert not info.is_dir and info.size == len("keep me")  # looks like the file
 
-    error = cleanup_tree(driver, run)
+    error = cleanup_tree(driver, run, created=driver.created)
 
     assert (victim / "precious.txt").read_text() == "keep me"
     assert error is not None and f"{run}/step/file-link" in error
     assert "older than this run" in error and "link to a file outside" in error
     assert not (data / run.strip("/") / "step" / "data.bin").exists()  # the run's own
     link.unlink()
-    assert cleanup_tree(driver, run) is None
+    assert cleanup_tree(driver, run, created=driver.created) is None
     assert not (data / run.strip("/")).exists()
     assert (victim / "precious.txt").read_text() == "keep me"
 
@@ -400,6 +419,8 @@ def test_a_refused_rmdir_is_said_as_it_is_not_as_a_link(monkeypatch, refusal):
     with pytest.raises(type(refusal)) as raised:
         driver.remove_tree(f"{run}/step")
     assert raised.value is refusal and "link" not in str(raised.value)
+    error = cleanup_tree(driver, f"{run}/step", created=CreatedPaths(f"{run}/step"))
+    assert refusal.message in error and "link" not in error
 
 
 # -- the attacks of a co-tenant over file://, root:// and davs:// -------------------------
@@ -492,21 +513,31 @@ def test_swap_the_run_directory(storage_endpoint):
 """
 
 
-def test_a_run_directory_swapped_for_a_link_is_not_emptied(pytester, attack_area):
-    victim = attack_area.victim("swap-victim")
+def _attack(pytester, attack_area: Area, suite: str, victim_name: str):
+    """Run ``suite`` on the area, its ``{local}``, ``{area}`` and ``{victim}`` filled in
+    (the area on this host's disk, as the endpoint names it, a new victim folder
+    outside): the run's result and the victim."""
+    victim = attack_area.victim(victim_name)
     _server_owned(attack_area.local)
     area = EndpointURL.parse(attack_area.url).path if not attack_area.url.startswith(
         "file://") else str(attack_area.local)
-    pytester.makepyfile(test_swap=SWAP_SUITE.format(local=str(attack_area.local), area=area,
-                                                    victim=str(victim)))
-    result = pytester.runpytest(f"--storage-endpoint={attack_area.url}", "-p",
-                                "no:cacheprovider", *attack_area.args)
+    pytester.makepyfile(test_attack=suite.format(local=str(attack_area.local), area=area,
+                                                 victim=str(victim)))
+    return pytester.runpytest(f"--storage-endpoint={attack_area.url}", "-p",
+                              "no:cacheprovider", *attack_area.args), victim
+
+
+def test_a_run_directory_swapped_for_a_link_is_not_emptied(pytester, attack_area):
+    result, victim = _attack(pytester, attack_area, SWAP_SUITE, "swap-victim")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
         "storagescale: could not remove this run's directory *: * not removed: it holds 2 "
         "entries this run did not make or cannot recognise, left untouched: *precious.txt "
         "(not made by this run); *sub (not made by this run, not removable with rmdir: not "
-        "entered*"])
+        "entered*"] if attack_area.url.startswith("davs") else [  # listed through the link
+        "storagescale: could not remove this run's directory *: *storagescale-run-* not "
+        "removed: made as a directory, not removable as one (*), possibly a link to a "
+        "directory outside: not entered. Check it by hand*"])  # rmdir: "not a directory"
     assert sorted(os.listdir(victim)) == [OWNER_FILE, "precious.txt", "sub"]
     assert (victim / "sub" / "deep.txt").read_text() == "keep me too"
 
@@ -789,7 +820,6 @@ def test_step_clean_up_removes_only_what_the_step_made(attack_area):
     """A put step's directory after a co-tenant's visit: the set-up's files and the
     clients' generated names go; a planted file, a link under a generated name and a
     link to a directory stay, named, and nothing outside is touched."""
-    from pytest_storagescale.drivers.base import CreatedPaths
     from pytest_storagescale.load.engine import step_generated
 
     victim = attack_area.victim("step-victim")
@@ -820,7 +850,13 @@ def test_step_clean_up_removes_only_what_the_step_made(attack_area):
     assert sorted(os.listdir(local)) == ["c00001-0000008", "ls-dir", "notes.txt"]
     assert error is not None and "notes.txt (not made by this run)" in error
     assert "c00001-0000008 (older than this run" in error
-    assert "ls-dir/precious.txt (not made by this run)" in error  # entered, nothing taken
+    if attack_area.url.startswith("davs"):  # a PROPFIND lists through the link ...
+        assert "ls-dir/precious.txt (not made by this run)" in error  # ... nothing taken
+        assert "ls-dir/sub (not made by this run: not entered)" in error  # not even rmdir
+    else:  # rmdir, asked first, answers "not a directory": never listed
+        assert re.search(r"ls-dir \(made as a directory, not removable as one \(.*not a "
+                         r"directory.*\), possibly a link to a directory outside: not "
+                         r"entered\)", error, re.IGNORECASE), error
 
 
 def test_an_unusable_key_leaves_the_record_unprovable_not_the_run_broken(tmp_path,
@@ -858,3 +894,65 @@ def test_an_emptied_folder_of_a_test_goes_with_rmdir_and_the_run_directory_with_
     result = pytester.runpytest(f"--storage-endpoint=file://{area}", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     assert os.listdir(area) == []  # <run>/functional/ was left empty by the fixture
+
+
+FUNCTIONAL_LINK_SUITE = """
+import os, time
+
+def test_functional(storage_test_dir, storage_client, storage_endpoint):
+    storage_client.put(storage_test_dir + "/mine.dat", b"12345")
+    storage_client.put(storage_test_dir + "/made/deep.dat", b"1")  # its parent made by put
+    other = storage_endpoint.client("functional-other")  # another client of the test's
+    other.put(storage_test_dir + "/other.dat", b"22")
+    other.close()
+    local = {local!r} + storage_test_dir[len({area!r}):]
+    now = time.time()  # the victim's files changed after the run started
+    for name in ("precious.txt", "sub/deep.txt"):
+        os.utime({victim!r} + "/" + name, (now, now))
+    os.symlink({victim!r} + "/precious.txt", local + "/file-link")  # a co-tenant's links
+    os.symlink({victim!r}, local + "/link-dir")
+"""
+
+
+def test_a_link_planted_in_a_functional_tests_folder_is_left_and_named(pytester,
+                                                                      attack_area):
+    """storage_test_dir's removal takes what the test's clients made (the put's parent
+    too) and leaves a co-tenant's links to a directory and to a file outside, named,
+    with their targets whole, though changed after the run started."""
+    result, victim = _attack(pytester, attack_area, FUNCTIONAL_LINK_SUITE,
+                             "functional-victim")
+
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*StorageScaleWarning: clean-up: */functional/test_functional not removed: it holds "
+        "2 entries this run did not make or cannot recognise, left untouched: *file-link (not "
+        "made by this run); *link-dir (not made by this run, not removable with rmdir: not "
+        "entered*"])
+    assert (victim / "precious.txt").read_text() == "keep me"
+    assert (victim / "sub" / "deep.txt").read_text() == "keep me too"
+    (run,) = (path for path in attack_area.local.iterdir() if path.name.startswith(
+        "storagescale-run-"))
+    assert sorted(os.listdir(run / "functional" / "test_functional")) == [
+        "file-link", "link-dir"]
+
+
+def test_a_client_records_what_it_makes_with_the_parents_a_put_makes(tmp_path):
+    """Every put, mkdir, sequential write and rename of a client with a recorder is
+    recorded with the size written, and so are the directories between the recorder's
+    root and the path; a folder's view sees only those records."""
+    run = f"{tmp_path}/storagescale-run-r"
+    driver = _recording(f"file://{tmp_path}", run)
+    driver.mkdir(f"{run}/t/made")
+    driver.put(f"{run}/t/a/b/f.dat", b"12345")
+    driver.write_sequential(f"{run}/t/w.dat", b"x" * 10, 4, "none")
+    driver.rename(f"{run}/t/a/b/f.dat", f"{run}/t/g.dat")
+    view = driver.created.below(f"{run}/t")
+    assert [view.kind(f"{run}/t/{name}") for name in ("made", "a", "a/b", "f.dat")] == [
+        "dir", "dir", "dir", None]
+    assert (view.kind(f"{run}/t/g.dat"), view.sizes[f"{run}/t/g.dat"]) == ("file", 5)
+    assert view.sizes[f"{run}/t/w.dat"] == 8  # the whole blocks written
+    assert view.kind(run) is None and view.kind(f"{run}/other") is None
+    os.symlink(tmp_path, f"{run}/t/planted")
+    error = cleanup_tree(driver, f"{run}/t", created=view)
+    assert sorted(os.listdir(f"{run}/t")) == ["planted"]
+    assert error is not None and "planted (not made by this run" in error

@@ -34,6 +34,10 @@ def test_tpc_checks_pass_between_two_embedded_xrootd(pytester):
     result.assert_outcomes(passed=4)
     for check in CHECKS:
         result.stdout.fnmatch_lines([f"*::test_{check} PASSED*"])
+    # the copies' targets were recorded as made: both sides' folders and the peer's run
+    # directory went, nothing left and named
+    out = result.stdout.str()
+    assert "StorageScaleWarning" not in out and "could not remove" not in out, out
 
 
 @pytest.fixture(scope="module")

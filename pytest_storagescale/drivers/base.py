@@ -36,7 +36,7 @@ from ..errors import (
 from ..redact import register_driver_options, register_url
 
 #: the owner file at the top of every run directory; its time on the storage is the
-#: run's start, below which :meth:`Driver.remove_tree` deletes no file
+#: run's start, below which no clean-up deletes a file
 OWNER_FILE = ".storagescale-owner.json"
 #: a file this much older than the run's start is still taken as the run's own (file
 #: times in whole seconds, or in 2 s steps on some file systems)
@@ -65,10 +65,26 @@ class CreatedPaths:
         self._lock = threading.Lock()
 
     def add(self, path: str, kind: str, size: int | None = None) -> None:
+        """Record ``path`` as made, and the directories between :attr:`root` and it
+        that are not recorded yet as directories (a ``put`` or ``mkdir -p`` makes its
+        parents; the clean-up lists one only after ``rmdir`` called it not empty,
+        which a link to a directory never answers)."""
+        path = path.rstrip("/")
         with self._lock:
-            self._kinds[path.rstrip("/")] = kind
+            self._kinds[path] = kind
             if size is not None:
-                self.sizes[path.rstrip("/")] = size
+                self.sizes[path] = size
+            parent = path.rpartition("/")[0]
+            while parent.startswith(self.root + "/"):
+                self._kinds.setdefault(parent, "dir")
+                parent = parent.rpartition("/")[0]
+
+    def below(self, root: str) -> CreatedPaths:
+        """The same records seen from ``root`` (a test's folder), without generated
+        names: what removing ``root`` may remove. Later records show in both."""
+        view = CreatedPaths(root)
+        view._kinds, view.sizes, view._lock = self._kinds, self.sizes, self._lock
+        return view
 
     def forget(self, path: str) -> None:
         with self._lock:
@@ -342,7 +358,9 @@ class Driver(abc.ABC):
                 driver=self.name, endpoint=self.endpoint.server, operation="write", path=path,
                 error_class="unsupported",
             )
-        return self._put(path, data)
+        written = self._put(path, data)
+        self._made(path, "file", len(data))
+        return written
 
     def delete(self, path: str) -> None:
         self._guard("delete", path)
@@ -365,7 +383,11 @@ class Driver(abc.ABC):
     def remove_tree(self, path: str, *, not_before: float | None = None) -> int:
         """Delete ``path`` and everything below it; return entries removed.
 
-        Never through a link: servers follow links on ``stat`` (a link to a directory
+        Not used by the plugin nor the suites: what they made is removed with
+        :func:`~pytest_storagescale.load.engine.remove_created` (only what a
+        :attr:`created` recorder saw made). This walk removes what it finds, anyone's:
+        kept for emptying a throwaway server's area (the plugin's own tests). Even so,
+        never through a link: servers follow links on ``stat`` (a link to a directory
         outside the run looks like a directory), but not on ``rmdir``. So a directory
         is first removed as it is: that succeeds when it is empty, and is refused as
         *not empty* only for a real directory; only then are its entries listed and
@@ -433,11 +455,7 @@ class Driver(abc.ABC):
         except StorageNotFound:
             return 0
         except StorageError as exc:
-            # refused, timed out, unreachable, bounced between redirectors (a cmsd
-            # manager's rmdir reaches one data server): not a link's answer
-            if (isinstance(exc, (StorageTimeout, StorageUnreachable))
-                    or exc.error_class in ("permission", "auth")
-                    or "redirect limit" in exc.message.lower()):
+            if not self.may_be_a_link(exc):
                 raise
             if not self._not_empty(exc):
                 raise StorageError(
@@ -452,6 +470,15 @@ class Driver(abc.ABC):
             removed += self._remove_entry(f"{path.rstrip('/')}/{name}", not_before)
         self._rmdir(path)
         return removed + 1
+
+    @staticmethod
+    def may_be_a_link(exc: StorageError) -> bool:
+        """Whether ``rmdir``'s refusal may be a link's answer: not when it timed out,
+        found no server, was refused (login, permission) or bounced between redirectors
+        (a cmsd manager's rmdir reaches one data server)."""
+        return not (isinstance(exc, (StorageTimeout, StorageUnreachable))
+                    or exc.error_class in ("permission", "auth")
+                    or "redirect limit" in exc.message.lower())
 
     @staticmethod
     def _not_empty(exc: StorageError) -> bool:

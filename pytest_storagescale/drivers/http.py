@@ -959,6 +959,7 @@ class HTTPDriver(Driver):
         ``path`` must be in this client's ``writable_root``. Its directory must exist
         (XrdHttpTPC makes no parents)."""
         self._guard("third-party copy", path)
+        self._made(path, "file")  # the run's, whole or partial (size unknown here)
         return self._copy(path, path, [f"Source: {source.transfer_url(source_path)}",
                                        *source.transfer_headers()])
 
@@ -968,6 +969,7 @@ class HTTPDriver(Driver):
         ``Destination:``). Guarded on the side written: ``target_path`` must be in
         ``target``'s ``writable_root`` (this server's file is only read)."""
         target._guard("third-party copy", target_path)
+        target._made(target_path, "file")
         return self._copy(path, target_path, [
             f"Destination: {target.transfer_url(target_path)}", *target.transfer_headers()])
 

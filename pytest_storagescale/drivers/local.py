@@ -161,7 +161,9 @@ class LocalDriver(Driver):
                 buffer.close()
                 os.close(descriptor)
             return written
-        return self._call("write", path, write)
+        written = self._call("write", path, write)
+        self._made(path, "file", written)
+        return written
 
     def _get(self, path: str, local_path: str | None) -> int:
         def copy() -> int:

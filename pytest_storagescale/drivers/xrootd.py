@@ -401,6 +401,7 @@ class XRootDDriver(XRootDLogins, Driver):
         ``writable_root``; the source is only read. A server that offers no TPC (either
         side) is an error of class ``tpc_not_supported``."""
         self._guard("third-party copy", path)
+        self._made(path, "file")  # the run's, whole or partial (size unknown here)
         # the source with this client's login name: the source lets the destination's
         # copy program in only when the rendezvous key came from the same client identity
         # (user.pid@host) as the copy asked of the destination; with another login name

@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 from ..drivers.base import MTIME_SLACK, CreatedPaths, Driver
 from ..drivers.registry import start_early_drivers
-from ..errors import StorageError, StorageNotFound
+from ..errors import StorageError, StorageNotFound, StorageTimeout, StorageUnreachable
 from .clients import LoadInterrupted
 from .executors import EXECUTORS, Accumulators, ClientsCrashed, Executor
 from .plan import StepClock, StepPlan, StepProgress
@@ -199,17 +199,13 @@ def cleanup_tree(driver: Driver, path: str, *, parallel: int = 16,
     reported with the step. No file older than ``not_before`` (by default the run's
     start, :meth:`~pytest_storagescale.drivers.base.Driver.run_started`) is deleted.
 
-    With ``created`` (what the run made: :func:`remove_created`) only those entries
-    are removed; without, the whole tree as :meth:`Driver.remove_tree` does."""
+    Only what the run made is removed (:func:`remove_created`): the entries
+    ``created`` recorded, or by default the names the operations generate."""
     try:
         if not_before is None:  # asked before the walk deletes the owner file
             not_before = driver.run_started()
-        if created is not None:
-            return remove_created(driver, created, not_before, parallel)
-        entries = [f"{path.rstrip('/')}/{name}" for name in driver.ls(path)]
-        parallel_map(lambda entry: driver.remove_tree(entry, not_before=not_before),
-                     entries, parallel, "cleanup")
-        driver.remove_tree(path, not_before=not_before)
+        return remove_created(driver, created or CreatedPaths(path, step_generated),
+                              not_before, parallel)
     except StorageNotFound:
         return None
     except StorageError as exc:
@@ -282,10 +278,30 @@ class _Removal:
         with self._lock:
             self.left.append(f"{path} ({why})")
 
+    def _left_below(self, path: str) -> bool:
+        prefix = path.rstrip("/") + "/"
+        with self._lock:
+            return any(left.startswith(prefix) for left in self.left)
+
     def directory(self, path: str) -> bool:
         """Remove what the run made in ``path``, then ``path`` (rmdir); False when
-        something was left in it."""
-        before = len(self.left)
+        something was left in it. ``rmdir`` first: only a real directory is refused as
+        *not empty* (a link to one answers *not a directory*), and only then listed."""
+        try:
+            self.driver.rmdir(path)
+            return True
+        except StorageNotFound:
+            return True
+        except StorageError as exc:
+            if isinstance(exc, (StorageTimeout, StorageUnreachable)):
+                raise
+            if not self.driver.may_be_a_link(exc):
+                self.leave(path, f"rmdir refused: {exc.message}: not entered")
+                return False
+            if not self.driver._not_empty(exc):
+                self.leave(path, f"made as a directory, not removable as one ({exc.message}),"
+                                 f" possibly a link to a directory outside: not entered")
+                return False
         entries = []
         for name in self.driver.ls(path):
             child = f"{path.rstrip('/')}/{name}"
@@ -296,7 +312,7 @@ class _Removal:
             else:  # an unknown directory may still go with rmdir (a test's emptied one)
                 entries.append((child, self.created.kind(child) or "unknown"))
         parallel_map(lambda entry: self.entry(*entry), entries, self.parallel, "cleanup")
-        if len(self.left) > before:
+        if self._left_below(path):  # (what other directories' threads left is not its)
             return False
         if self.created.owner and posixpath.dirname(self.created.owner) == path.rstrip("/"):
             self.driver.delete(self.created.owner)
@@ -323,6 +339,12 @@ class _Removal:
     def _leaf_directory(self, path: str, kind: str) -> None:
         if kind == "file":
             self.leave(path, "written as a file, now a directory: not entered")
+            return
+        if kind == "unknown" and posixpath.dirname(path) != self.created.root:
+            # only a folder a test emptied (functional/, conformance/) is tried; deeper
+            # down it may be reached through a link a server followed (davs:// lists
+            # through one): never even rmdir there
+            self.leave(path, "not made by this run: not entered")
             return
         try:
             self.driver.rmdir(path)  # never listed: rmdir only (a link is not removed)
@@ -359,6 +381,9 @@ def remove_created(driver: Driver, created: CreatedPaths, not_before: float | No
         pass
     if not removal.left:
         return None
+    root = created.root.rstrip("/")
+    if removal.left[0].startswith(f"{root} ("):  # refused at once: nothing was listed
+        return f"{root} not removed: {removal.left[0][len(root) + 2:-1]}. Check it by hand"
     shown = "; ".join(sorted(removal.left)[:10]) + (
         f"; and {len(removal.left) - 10} more" if len(removal.left) > 10 else "")
     return (f"{created.root} not removed: it holds {len(removal.left)} entr"

@@ -181,10 +181,14 @@ def session_tokens(config: pytest.Config) -> AuthzTokens:
 
 
 def probe(door: Door, credential: Credential, operations: list[tuple[str, str, int]],
-          data: bytes = b"") -> list[Outcome]:
+          data: bytes = b"", *, place: Place | None = None) -> list[Outcome]:
     """Run ``operations`` (``put``/``read``/``stat``, path, size) as ``credential`` through
     ``door``, in a process of its own; its options are not checked here (an expired
-    token reaches the storage)."""
+    token reaches the storage). A file it may write is recorded as ``place``'s."""
+    if place is not None:
+        for operation, path, size in operations:
+            if operation == "put":
+                place.made(path, size)
     spec = DriverSpec(door.spec.driver_class, door.spec.endpoint_url, door.spec.writable_root,
                       credential.options(door))
     request = pickle.dumps({"spec": spec, "timeout": door.timeout, "operations": operations,
@@ -252,7 +256,8 @@ class AuthorizationChecks(ConformanceChecks):
         is left."""
         reader = authz_tokens.need("readonly")
         path = place.path("forbidden.dat")
-        (outcome,) = probe(place.door, reader, [("put", path, 1000)], payload(1000))
+        (outcome,) = probe(place.door, reader, [("put", path, 1000)], payload(1000),
+                           place=place)
         expect_refused(place.door, "put as the read-only token", path, outcome,
                        f"the token's only scope is {READ_SCOPE}")
         expect_missing(place.door, place.client, path, "the write was refused")
@@ -263,7 +268,7 @@ class AuthorizationChecks(ConformanceChecks):
         writer = authz_tokens.need("write")
         data = payload(self.authz_file_size, seed=22)
         path = place.path("written.dat")
-        (outcome,) = probe(place.door, writer, [("put", path, len(data))], data)
+        (outcome,) = probe(place.door, writer, [("put", path, len(data))], data, place=place)
         if not outcome.ok:
             fail(place.door, "put as the write token", path, outcome.said(),
                  f"success (the token has {WRITE_SCOPE})")
@@ -283,7 +288,8 @@ class AuthorizationChecks(ConformanceChecks):
                         f"without one may write is the storage's policy, not checked here")
         nobody = Credential("no")
         path = place.path("anonymous.dat")
-        (outcome,) = probe(place.door, nobody, [("put", path, 1000)], payload(1000))
+        (outcome,) = probe(place.door, nobody, [("put", path, 1000)], payload(1000),
+                           place=place)
         expect_refused(place.door, "put with no credential", path, outcome,
                        "no token was presented" + (", only the unix identity"
                                                    if place.door.is_xrootd else ""),
@@ -296,7 +302,7 @@ class AuthorizationChecks(ConformanceChecks):
         the refusal's message (a server answers only "Auth failed" or 403)."""
         expired = authz_tokens.need("expired")
         door, path = place.door, place.path("expired.dat")
-        (outcome,) = probe(door, expired, [("put", path, 1000)], payload(1000))
+        (outcome,) = probe(door, expired, [("put", path, 1000)], payload(1000), place=place)
         expect_refused(door, "put as an expired token", path, outcome,
                        "the token has expired")
         expect_missing(door, place.client, path, "the write was refused")

@@ -23,7 +23,6 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,14 +30,14 @@ from typing import Any, NoReturn
 
 import pytest
 
-from pytest_storagescale.drivers.base import Driver
+from pytest_storagescale.drivers.base import CreatedPaths, Driver
 from pytest_storagescale.errors import (
     StorageCheckFailure,
     StorageError,
     StorageNotFound,
-    StorageScaleWarning,
     StorageTimeout,
 )
+from pytest_storagescale.fixtures import remove_folder
 from pytest_storagescale.reporting.failures import checksum_hint
 from pytest_storagescale.shipped import shipped_thresholds
 from pytest_storagescale.stash import storage_run_key
@@ -156,6 +155,12 @@ class Place:
                  f"(stat after the put)", f"{len(data)}")
         return path
 
+    def made(self, path: str, size: int | None = None) -> None:
+        """Record ``path`` as this run's, written by another process or by the storage
+        (a third-party copy), so that :func:`release` removes it."""
+        if self.client.created is not None:
+            self.client.created.add(path, "file", size)
+
     def read_all(self, client: Driver, door: Door, path: str) -> bytes:
         """The whole file, fetched with ``get`` (a plain read of the whole object)."""
         with tempfile.TemporaryDirectory(prefix="storagescale-conformance-") as local:
@@ -165,16 +170,23 @@ class Place:
                 return copy.read()
 
 
+def open_place(door: Door, client_name: str, relative: str) -> Place:
+    """A new client of ``door`` that records what it makes (``Driver.created``), for a
+    check working in ``relative`` (not made here)."""
+    client = door.client(client_name)
+    client.created = CreatedPaths(door.path(relative))
+    return Place(door, client, relative)
+
+
 def release(place: Place) -> None:
-    """Remove a check's directory and close its client. A failed removal is not the
-    check's subject: its verdict stands, the failure is a warning, and the run
-    directory's removal at the end of the run covers it."""
+    """Remove what the check made in its directory, then the directory, and close its
+    client. What is left (not made by the check, or changed since) or a failed removal
+    is not the check's subject: its verdict stands, a warning names it, and the run
+    directory's removal at the end of the run names what is still there."""
     try:
-        place.client.remove_tree(place.folder)
-    except StorageError as exc:
-        warnings.warn(StorageScaleWarning(
-            f"{place.door.name}: clean-up of {place.folder} failed ({exc}); the run "
-            f"directory's removal at the end of the run removes it"), stacklevel=2)
+        if place.client.created is None:
+            place.client.created = CreatedPaths(place.folder)
+        remove_folder(place.client, place.folder, who=f"{place.door.name} door")
     finally:
         place.client.close()
 
@@ -238,10 +250,9 @@ class ConformanceChecks(KnownIssues):
 
     @pytest.fixture
     def place(self, door: Door, request: pytest.FixtureRequest):
-        client = door.client(f"conformance-{door.name}")
-        relative = f"conformance/{folder_name(request.node.name)}"
-        call(door, "mkdir", door.path(relative), client.mkdir, door.path(relative))
-        place = Place(door, client, relative)
+        place = open_place(door, f"conformance-{door.name}",
+                           f"conformance/{folder_name(request.node.name)}")
+        call(door, "mkdir", place.folder, place.client.mkdir, place.folder)
         yield place
         release(place)
 
@@ -564,6 +575,7 @@ class PersistOnCloseChecks(ConformanceChecks):
             pytest.skip(f"{place.door.name} door: persist-on-close is asked for with the "
                         f"XRootD open flag kXR_posc; this door speaks {place.door.scheme}://")
         path = place.path("killed-upload.dat")
+        place.made(path)  # if the storage keeps it, the run's to remove
         place.door.client("conformance-env").close()  # the door's credentials
         url = f"{place.door.spec.endpoint.server}/{path}"
         writer = subprocess.Popen(

@@ -38,14 +38,26 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from pytest_storagescale.drivers.base import CreatedPaths, Driver
 from pytest_storagescale.drivers.registry import DriverSpec, driver_spec
 from pytest_storagescale.endpoints.url import HTTP_SCHEMES, XROOTD_SCHEMES
 from pytest_storagescale.errors import StorageError, StorageScaleWarning
+from pytest_storagescale.fixtures import remove_folder
 from pytest_storagescale.redact import redact_url
 from pytest_storagescale.session.doors import door_problem
 from pytest_storagescale.stash import storage_run_key
 
-from .checks import KnownIssues, MiB, Place, call, check_adler32, fail, payload, release
+from .checks import (
+    KnownIssues,
+    MiB,
+    Place,
+    call,
+    check_adler32,
+    fail,
+    open_place,
+    payload,
+    release,
+)
 from .doors import DOOR_TIMEOUT, Door, folder_name
 
 #: the protocols of the checks: a door and a peer URL belong to one by their scheme
@@ -176,12 +188,18 @@ def storage_tpc_peer(storage_endpoint, storage_doors: dict[str, Door],
         yield TPCPeer(doors, described)
     finally:
         try:
-            for door in doors.values():
-                _on(door, "remove", door.run_dir, lambda c, p: c.remove_tree(p), door.run_dir,
-                    clean_up=True)
+            for door in doors.values():  # the first removes it, the others see it gone
+                _on(door, "remove", door.run_dir, _remove_run_dir, door.run_dir, clean_up=True)
         finally:
             if peer is not None:
                 peer.stop()
+
+
+def _remove_run_dir(client: Driver, run_dir: str) -> None:
+    """The peer's run directory and the folders the checks emptied in it (``tpc/``),
+    each with ``rmdir`` only: anything a check left is left and named."""
+    client.created = CreatedPaths(run_dir)
+    remove_folder(client, run_dir, who="TPC peer")
 
 
 def _on(door: Door, operation: str, path: str, action: Callable[..., Any], *args,
@@ -251,8 +269,8 @@ class ThirdPartyCopyChecks(KnownIssues):
                             f"door: name one with {OPTION} URL")
             relative = f"tpc/{folder_name(request.node.name)}"
             for side in (door, other):
-                client = side.client(f"tpc-{side.name}")
-                made.append(Place(side, client, relative))
+                made.append(open_place(side, f"tpc-{side.name}", relative))
+                client = made[-1].client
                 if not hasattr(client, "pull"):
                     pytest.skip(f"{side.name} door: the {client.name} driver has no "
                                 f"third-party copy (the xrootd and http drivers have)")
