@@ -44,6 +44,9 @@ _SCHEME = re.compile(r"[A-Za-z][\w+.-]*://")
 #: what ends a URL's authority for the client libraries (and for text around it)
 _AUTHORITY_END = re.compile(r"[/?#\s'\"<>\\]")
 _WHITESPACE = re.compile(r"\s")
+#: what may follow a URL in a sentence without being part of it
+_SENTENCE_END = ".,;:!)]}"
+
 #: an authority without userinfo: a host (or ``[IPv6]``) and an optional numeric port
 _PLAIN_AUTHORITY = re.compile(r"(?:\[[^\]]*\]?|[^:@]*)(?::\d*)?")
 #: query parameters that carry a bearer token or an XRootD authorization
@@ -210,6 +213,12 @@ def register_driver_options(options: Mapping[str, str],
         register_file(os.environ.get(variable))
 
 
+def _plain_authority(authority: str) -> bool:
+    """Whether ``authority`` is a host and an optional numeric port, the punctuation of
+    the sentence around it aside (``root://host:1094),`` keeps its port)."""
+    return _PLAIN_AUTHORITY.fullmatch(authority.rstrip(_SENTENCE_END)) is not None
+
+
 def _userinfo_end(text: str, start: int, stop: int) -> int | None:
     """Where the userinfo of the URL whose authority starts at ``start`` ends (just
     after its last ``@``), or None when it has none. ``stop``: the next URL or the end.
@@ -220,7 +229,7 @@ def _userinfo_end(text: str, start: int, stop: int) -> int | None:
     authority: a space inside the password)."""
     end = _AUTHORITY_END.search(text, start, stop)
     authority = text[start:end.start() if end else stop]
-    if "@" not in authority and _PLAIN_AUTHORITY.fullmatch(authority):
+    if "@" not in authority and _plain_authority(authority):
         return None
     line_end = text.find("\n", start, stop)
     limit = stop if line_end < 0 else line_end
@@ -250,7 +259,7 @@ def _strip_userinfo(text: str) -> str:
         # whatever follows the colon may be a password, never a port
         end = _AUTHORITY_END.search(text, start, max(stop, start))
         authority = text[start:end.start() if end else max(stop, start)]
-        if not _PLAIN_AUTHORITY.fullmatch(authority) and not authority.startswith("["):
+        if not _plain_authority(authority) and not authority.startswith("["):
             colon = start + authority.index(":") + 1
             shown.append(text[position:colon] + "***")
             position = colon + len(authority.partition(":")[2])

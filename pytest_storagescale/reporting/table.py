@@ -229,8 +229,9 @@ def client_cell(step: StepRecord) -> str:
 def table_order(steps: list[StepRecord]) -> list[StepRecord]:
     """``steps`` by test, then concurrency: a test function's steps together (the
     functions in the order their first steps ran), its tests (``test_stat[c5]``,
-    ``[c50]``...) by the concurrency and door of their first step, each test's steps
-    in the order they ran (a recovery's overload stays between its probes). Under
+    ``[c50]``...) by the concurrency of their first step, then the order they began
+    (doors in the order they ran), each test's steps in the order they ran (a
+    recovery's overload stays between its probes). Under
     ``-n`` the steps run in whatever order the workers take the tests."""
     ran = sorted(steps, key=lambda step: step.started)
     functions: dict[str, int] = {}
@@ -241,8 +242,8 @@ def table_order(steps: list[StepRecord]) -> list[StepRecord]:
 
     def key(step: StepRecord) -> tuple:
         test = first[step.test]
-        return (functions[step.test.partition("[")[0]], test.clients, test.door,
-                test.started, step.started)
+        return (functions[step.test.partition("[")[0]], test.clients, test.started,
+                step.started)
 
     return sorted(ran, key=key)
 
