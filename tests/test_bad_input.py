@@ -267,6 +267,7 @@ def test_a_local_cluster_whose_worker_dies_while_starting_is_one_paragraph(pytes
     dying = pytester.path / "die_at_start.py"
     dying.write_text("import os\nos._exit(3)\n")
     monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PRELOAD", f'["{dying}"]')
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # make test runs with -n 2
     result = pytester.runpytest_subprocess(
         f"--storage-endpoint=file://{area}", "--storage-version=1.0",
         "--storage-cluster=local:2", "-p", "no:cacheprovider")

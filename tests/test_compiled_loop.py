@@ -411,8 +411,8 @@ def test_the_build_is_named_by_source_and_library(monkeypatch, tmp_path):
 
 
 def test_the_header_says_which_loop_and_a_bad_value_starts_no_server(pytester, monkeypatch):
-    """The run header names the loop; ``client_loop=quick`` fails each test with the
-    paragraph naming the value, and leaves no embedded server running (it used to start
+    """The run header names the loop; ``client_loop=quick`` is one usage error (exit 4)
+    naming the value, and leaves no embedded server running (it used to start
     one per look at the endpoint and stop only the last)."""
     private = Path(tempfile.mkdtemp(prefix="ss-loop-test-"))
     private.chmod(0o755)  # an xrootd run as its unprivileged user (under root) passes
@@ -427,9 +427,10 @@ def test_the_header_says_which_loop_and_a_bad_value_starts_no_server(pytester, m
     thresholds = f"--storage-thresholds={REPO / 'thresholds'}"
     result = pytester.runpytest_subprocess(thresholds, "--storage-driver-option",
                                            "client_loop=quick", "-p", "no:cacheprovider")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*client_loop='quick' is not a client loop of the xrootd "
-                                 "driver. Write client_loop=compiled*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR  # once, before any test
+    result.stderr.fnmatch_lines(["ERROR: *client_loop='quick' is not a client loop of the "
+                                 "xrootd driver. Write client_loop=compiled*"])
+    assert (result.stdout.str() + result.stderr.str()).count("is not a client loop") == 1
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
     left = [p.pid for p in psutil.process_iter(["cmdline"])
             if str(private) in " ".join(p.info["cmdline"] or [])]

@@ -71,7 +71,9 @@ def test_a_file_naming_a_derived_metric_loads_once_it_is_registered(thresholds_d
         load_thresholds(path)
     register_metric("hot_ratio", "same-file over distinct-file mean transfer time")
     rules = load_thresholds(path).section("hotfile").rules_for(5)
-    assert [r.text for r in rules] == ["failed == 0", "hot_ratio <= 2"]
+    # the file's rules, then the defaults it does not override
+    assert [r.text for r in rules] == ["failed == 0", "hot_ratio <= 2", "hung == 0",
+                                       "lost == 0"]
 
 
 def test_registering_again_with_the_same_description_is_harmless():

@@ -380,10 +380,11 @@ def _kill_and_wait(processes: list[psutil.Process]) -> None:
 
 def _running(process: psutil.Process) -> bool:
     """Not gone yet (a zombie is gone: only its parent's wait is left, and an orphan's
-    parent is whatever reaps orphans here)."""
+    parent is whatever reaps orphans here). A zombie is never reaped here: when it is
+    this process's own daemon, its server's watch reads its exit status first (a reap
+    here would leave the watch and ``Popen`` an "exit code 0")."""
     try:
         if process.status() == psutil.STATUS_ZOMBIE:
-            process.wait(0)  # reaped if it is ours
             return False
         return process.is_running()
     except (psutil.Error, ChildProcessError):
