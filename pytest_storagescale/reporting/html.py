@@ -19,7 +19,7 @@ from ..records import RunInfo, StepRecord
 from ..redact import redact_html, redact_text
 from . import plots
 from .outcomes import RunSummary
-from .table import csv_rows, format_failures, saturation_note, table_rows
+from .table import csv_rows, format_failures, saturation_note, table_order, table_rows
 
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
@@ -129,6 +129,7 @@ def write_report(directory: Path, run: RunInfo | None, steps: list[StepRecord],
     test, failures first with their causes, then the load steps (``run`` is None when
     no step ran)."""
     directory.mkdir(parents=True, exist_ok=True)
+    steps = table_order(steps)  # as the terminal's table: by test, then concurrency
     parts = [*_head(run, summary), "<h2>Tests</h2>", tests_html(summary)]
     main_door = run.door if run is not None else ""
     if steps:
