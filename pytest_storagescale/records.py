@@ -55,11 +55,6 @@ class RuleCheck:
     relative: bool = False
 
     @classmethod
-    def from_check(cls, check: Any) -> RuleCheck:
-        """From a :class:`pytest_storagescale.thresholds.Check`."""
-        return cls.from_json(check.to_json())
-
-    @classmethod
     def from_json(cls, data: dict[str, Any]) -> RuleCheck:
         observed = data.get("observed")
         return cls(
@@ -83,6 +78,16 @@ class RuleCheck:
         base = f", baseline {self.baseline:.6g}" if self.relative and self.baseline is not None \
             else ""
         return f"{self.rule} (observed {self.observed:.6g}{base})"
+
+
+def all_passed(checks: list[RuleCheck]) -> bool:
+    """No rule failed (a relative rule without a baseline does not fail)."""
+    return all(check.passed is not False for check in checks)
+
+
+def violations(checks: list[RuleCheck]) -> list[str]:
+    """The failed rules with what was observed, e.g. ``hung == 0 (observed 2)``."""
+    return [check.violation for check in checks if check.passed is False]
 
 
 @dataclass(frozen=True)
@@ -227,7 +232,7 @@ class StepRecord:
 
     @property
     def violations(self) -> list[str]:
-        return [check.violation for check in self.checks if check.passed is False]
+        return violations(self.checks)
 
     @property
     def key(self) -> tuple:

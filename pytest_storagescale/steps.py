@@ -22,7 +22,7 @@ from .load.engine import StepInterrupted, run_step
 from .load.executors import isolates_clients, planned_processes
 from .load.operations import get_operation
 from .load.plan import StepPlan, StepProgress
-from .records import RuleCheck, RunInfo, StepRecord, Verdict
+from .records import RunInfo, StepRecord, Verdict, all_passed
 from .session import StorageRun
 from .thresholds import SectionPlan, ThresholdSet, evaluate
 
@@ -288,10 +288,9 @@ def judge_step(run: StorageRun, record: StepRecord, section: SectionPlan, *,
         return _error(record, why)
     if (why := empty_baseline(run, base, rules)) is not None:
         return _error(record, why)
-    judgement = evaluate(rules, record.metric,
-                         baseline=base.metric_or_none if base is not None else None)
-    record.checks = [RuleCheck.from_check(check) for check in judgement.checks]
-    record.verdict = Verdict.PASS if judgement.passed else Verdict.FAIL
+    record.checks = evaluate(rules, record.metric,
+                             baseline=base.metric_or_none if base is not None else None)
+    record.verdict = Verdict.PASS if all_passed(record.checks) else Verdict.FAIL
 
 
 def run_load_step(run: StorageRun, request: StepRequest, *, judge: Judge = True,

@@ -45,11 +45,12 @@ from .units import parse_duration
 
 if TYPE_CHECKING:
     from .load.operations import Operation
+    from .records import RuleCheck
 
 __all__ = [
-    "COMPARISONS", "DEFAULT_RULES", "Check", "ClientSelector", "Expectation", "Judgement",
-    "RecoveryPlan", "Rule", "SectionPlan", "ThresholdSet", "evaluate", "load_thresholds",
-    "parse_rule", "parse_selector", "select_thresholds",
+    "COMPARISONS", "DEFAULT_RULES", "ClientSelector", "Expectation", "RecoveryPlan", "Rule",
+    "SectionPlan", "ThresholdSet", "evaluate", "load_thresholds", "parse_rule",
+    "parse_selector", "select_thresholds",
 ]
 
 COMPARISONS: dict[str, Callable[[float, float], bool]] = {
@@ -693,58 +694,22 @@ def _candidates(folder: Path, system: str, version: str,
 
 # --- judging -----------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Check:
-    """One rule checked: ``passed`` is None when a relative rule had no baseline
-    (reported, not failed)."""
-
-    rule: Rule
-    observed: float
-    limit: float | None
-    passed: bool | None
-    baseline: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule.text, "metric": self.rule.metric,
-            "comparison": self.rule.comparison, "limit": self.limit,
-            "observed": self.observed, "passed": self.passed, "baseline": self.baseline,
-            "relative": self.rule.relative,
-        }
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """One step's metrics checked against its rules."""
-
-    checks: tuple[Check, ...]
-
-    @property
-    def passed(self) -> bool:
-        """No rule failed (a relative rule without a baseline does not fail)."""
-        return all(check.passed is not False for check in self.checks)
-
-    @property
-    def violations(self) -> list[str]:
-        """The failed rules with what was observed, e.g. ``hung == 0 (observed 2)``."""
-        return [
-            f"{c.rule.text} (observed {c.observed:.6g}"
-            + (f", baseline {c.baseline:.6g})" if c.rule.relative else ")")
-            for c in self.checks if c.passed is False
-        ]
-
-
 def evaluate(
     rules: list[Rule], metric: Callable[[str], float],
     baseline: Callable[[str], float | None] | None = None,
-) -> Judgement:
+) -> list[RuleCheck]:
     """Check every rule against ``metric(name)``; relative rules against
-    ``baseline(name)`` (the same step of an earlier run), when there is one."""
+    ``baseline(name)`` (the same step of an earlier run), when there is one. The step
+    passes when no check's ``passed`` is False (:func:`~.records.all_passed`)."""
+    from .records import RuleCheck  # records import the engine's statistics
+
     checks = []
     for rule in rules:
         observed = metric(rule.metric)
         base = baseline(rule.metric) if (rule.relative and baseline is not None) else None
         limit = rule.resolve(base)
         passed = None if limit is None else COMPARISONS[rule.comparison](observed, limit)
-        checks.append(Check(rule, observed, limit, passed, base))
-    return Judgement(tuple(checks))
+        checks.append(RuleCheck(rule=rule.text, metric=rule.metric,
+                                comparison=rule.comparison, limit=limit, observed=observed,
+                                passed=passed, baseline=base, relative=rule.relative))
+    return checks

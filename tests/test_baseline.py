@@ -10,7 +10,7 @@ import pytest
 
 from pytest_storagescale.baseline import Baseline, rate_change
 from pytest_storagescale.errors import StorageScaleUsageError, ThresholdsError
-from pytest_storagescale.records import StepRecord, Verdict
+from pytest_storagescale.records import StepRecord, Verdict, all_passed, violations
 from pytest_storagescale.thresholds import evaluate, parse_rule
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,13 +40,13 @@ def test_relative_rule_evaluation():
     rules = [parse_rule("rate_hz >= 0.9 * baseline"), parse_rule("hung <= baseline")]
     now = {"rate_hz": 85.0, "hung": 0.0}
     base = {"rate_hz": 100.0, "hung": 0.0}
-    judgement = evaluate(rules, now.__getitem__, base.get)
-    assert not judgement.passed
-    assert judgement.violations == ["rate_hz >= 0.9 * baseline (observed 85, baseline 100)"]
-    assert judgement.checks[0].limit == pytest.approx(90.0)
+    checks = evaluate(rules, now.__getitem__, base.get)
+    assert not all_passed(checks)
+    assert violations(checks) == ["rate_hz >= 0.9 * baseline (observed 85, baseline 100)"]
+    assert checks[0].limit == pytest.approx(90.0) and checks[0].baseline == 100.0
     # no baseline step: reported (passed None), never failed
     missing = evaluate(rules, now.__getitem__, None)
-    assert missing.passed and [c.passed for c in missing.checks] == [None, None]
+    assert all_passed(missing) and [c.passed for c in missing] == [None, None]
 
 
 def test_results_of_the_previous_release_load_as_a_baseline():
@@ -184,7 +184,7 @@ def test_throttled_server_fails_against_baseline_of_normal_run(pytester, tmp_pat
     (pytester.path / "thr" / "xrootd").mkdir(parents=True)
     (pytester.path / "thr" / "xrootd" / "any.toml").write_text(plan)
     pytester.makepyfile(test_suite=SUITE.replace('"stat"', '"get"'))
-    from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
     results = {}
     for name, extra in (("normal", ""),

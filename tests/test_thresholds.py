@@ -8,6 +8,7 @@ import pytest
 
 from pytest_storagescale import metrics
 from pytest_storagescale.errors import StorageScaleUsageError, ThresholdsError
+from pytest_storagescale.records import RuleCheck, all_passed, violations
 from pytest_storagescale.thresholds import (
     RecoveryPlan,
     evaluate,
@@ -168,13 +169,14 @@ def test_bad_selectors(selector):
 def test_evaluate_pass_and_fail():
     rules = [parse_rule(r) for r in ("rate_hz >= 4", "hung == 0", "p99_s < 1.5")]
     metrics = {"rate_hz": 4.6, "hung": 0, "p99_s": 1.2}
-    judgement = evaluate(rules, metrics.__getitem__)
-    assert judgement.passed and judgement.violations == []
+    checks = evaluate(rules, metrics.__getitem__)
+    assert all(isinstance(check, RuleCheck) for check in checks)  # one record per concept
+    assert all_passed(checks) and violations(checks) == []
     metrics.update(rate_hz=3.7, hung=2)
-    judgement = evaluate(rules, metrics.__getitem__)
-    assert not judgement.passed
-    assert judgement.violations == ["rate_hz >= 4 (observed 3.7)", "hung == 0 (observed 2)"]
-    assert [check.passed for check in judgement.checks] == [False, False, True]
+    checks = evaluate(rules, metrics.__getitem__)
+    assert not all_passed(checks)
+    assert violations(checks) == ["rate_hz >= 4 (observed 3.7)", "hung == 0 (observed 2)"]
+    assert [check.passed for check in checks] == [False, False, True]
 
 
 def _suite_conftest(system: str):
