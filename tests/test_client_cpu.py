@@ -127,7 +127,7 @@ def test_an_idle_waiting_step_uses_little_client_cpu(spec):
     page = table_html([record])
     assert f"<td>{record.client_cpu:.0%}</td>" in page and "saturated*" not in page
     assert not any("client host" in line for line in format_why(record))
-    assert evaluate([parse_rule("client_cpu <= 0.5")], record.metric).passed
+    assert all_passed(evaluate([parse_rule("client_cpu <= 0.5")], record.metric))
 
 
 def test_processes_report_their_own_cpu(spec):
