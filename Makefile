@@ -1,19 +1,48 @@
-# The README's two commands: `make demo` and `make test`. Both set everything up
-# first (system packages when root, .venv/ otherwise reused).
+# The README's commands: `make demo`, `make check` and `make test`. Each sets up what
+# it needs first (system packages when root, .venv/ otherwise reused), sized to the
+# command: scripts/bootstrap.sh demo|check|servers|all.
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint bench clean
+# The fast lane: tests that need no server (memory driver, parsing, records, reports).
+# A test in these files that starts one is marked integration or slow_server.
+FAST_TESTS := tests/test_config.py tests/test_records.py tests/test_thresholds.py \
+	tests/test_metrics.py tests/test_ledger.py tests/test_operations.py \
+	tests/test_reporting_units.py tests/test_drivers.py tests/test_verdicts.py \
+	tests/test_limits.py
+NO_SERVER := not integration and not slow_server
 
+.PHONY: setup setup-demo setup-check servers demo check lint test bench clean
+
+# everything make test runs (what the install hints of the embedded servers name)
 setup:
-	@bash scripts/bootstrap.sh
+	@bash scripts/bootstrap.sh all
 
-demo: setup
+setup-demo:
+	@bash scripts/bootstrap.sh demo
+
+setup-check:
+	@bash scripts/bootstrap.sh check
+
+# the embedded server farm and the report tools, without the Python environment
+servers:
+	@bash scripts/bootstrap.sh servers
+
+demo: setup-demo
 	$(PY) -m pytest suites/xrootd -p no:cacheprovider -rs \
 		--storage-results storagescale-results/demo.json
 
-test: setup
+# ruff, mypy on the package, the import contracts (pyproject.toml [tool.importlinter])
+lint:
 	$(PY) -m ruff check pytest_storagescale tests suites benchmarks conftest.py
+	$(PY) -m mypy pytest_storagescale
+	$(VENV)/bin/lint-imports
+
+check: setup-check lint
+	$(PY) -m pytest $(FAST_TESTS) -p no:cacheprovider -q -m "$(NO_SERVER)"
+
+test: setup
+	$(MAKE) lint
 	$(PY) -m pytest tests -p no:cacheprovider -n 2 -rs
 
 # BENCH=--quick for a first try (fewer points); the results go into docs/benchmarks.md
