@@ -43,6 +43,7 @@ check: setup-check lint
 
 test: setup
 	$(MAKE) lint
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
 	$(PY) -m pytest tests -p no:cacheprovider -n 2 -rs
 
 # BENCH=--quick for a first try (fewer points); the results go into docs/benchmarks.md
