@@ -36,7 +36,7 @@ demo: setup-demo
 lint:
 	$(PY) -m ruff check pytest_storagescale tests suites benchmarks conftest.py
 	$(PY) -m mypy pytest_storagescale
-	$(VENV)/bin/lint-imports
+	$(VENV)/bin/lint-imports --no-cache
 
 check: setup-check lint
 	$(PY) -m pytest $(FAST_TESTS) -p no:cacheprovider -q -m "$(NO_SERVER)"
