@@ -37,10 +37,10 @@ from netns import NamespaceCluster  # noqa: E402
 from pytest_storagescale.cluster import hosts as cluster_hosts  # noqa: E402
 from pytest_storagescale.cluster.coordinator import ClusterExecutor  # noqa: E402
 from pytest_storagescale.drivers.registry import driver_spec  # noqa: E402
-from pytest_storagescale.endpoints.embedded import EmbeddedXRootD  # noqa: E402
 from pytest_storagescale.load.engine import run_step  # noqa: E402
 from pytest_storagescale.load.operations import get_operation  # noqa: E402
 from pytest_storagescale.load.plan import StepPlan  # noqa: E402
+from pytest_storagescale.servers.xrootd import EmbeddedXRootD  # noqa: E402
 
 
 def raise_open_files() -> None:

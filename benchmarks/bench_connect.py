@@ -58,10 +58,10 @@ def child(clients: int, duration: float, warmup: float, steps: int) -> None:
     import bench_engine  # noqa: PLC0415 - the server preparation of the engine benchmark
 
     from pytest_storagescale.drivers.registry import driver_spec  # noqa: PLC0415
-    from pytest_storagescale.endpoints.embedded import EmbeddedXRootD  # noqa: PLC0415
     from pytest_storagescale.load.engine import run_step  # noqa: PLC0415
     from pytest_storagescale.load.operations import get_operation  # noqa: PLC0415
     from pytest_storagescale.load.plan import StepPlan  # noqa: PLC0415
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD  # noqa: PLC0415
 
     with EmbeddedXRootD(https=False) as server:
         bench_engine.prepare(server)

@@ -47,11 +47,11 @@ from XRootD import client
 from pytest_storagescale.drivers import grid  # XRD_* settings into os.environ
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.drivers.xrootd import XRootDDriver
-from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
 from pytest_storagescale.load.engine import run_step
 from pytest_storagescale.load.executors import process_count
 from pytest_storagescale.load.operations import get_operation
 from pytest_storagescale.load.plan import StepPlan
+from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "build" / "bench"

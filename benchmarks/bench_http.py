@@ -480,7 +480,7 @@ def main() -> None:
                        cwd=os.path.dirname(os.path.abspath(__file__)))
         at = contenders.index("driver-http") + 1 if "driver-http" in contenders else 0
         contenders.insert(at, f"driver-http@{args.baseline}")
-    from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
     results: dict[tuple[str, int], list[Measure]] = {}
     loads = []

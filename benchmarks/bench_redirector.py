@@ -18,7 +18,7 @@ import time
 from XRootD import client
 from XRootD.client.flags import OpenFlags
 
-from pytest_storagescale.endpoints.redirector import EmbeddedXRootDCluster, located
+from pytest_storagescale.servers.redirector import EmbeddedXRootDCluster, located
 
 AREA = "/storagescale"
 

@@ -36,13 +36,13 @@ EMBEDDED_PROTOCOLS = ("root", "davs", "https", "gsiftp")
 
 def parse_embedded(value: str) -> str:
     """One of the embedded servers (``xrootd``, ``ceph``, ``xcache``, ``webdav``...)."""
-    from .endpoints.family import embedded_kinds  # names only: nothing is imported
+    from .servers.family import embedded_kinds  # names only: nothing is imported
 
     return parse_choice(value, embedded_kinds(), what="--storage-embedded")
 
 
 def parse_login(value: str) -> str:
-    from .endpoints.family import LOGINS
+    from .servers.family import LOGINS
 
     return parse_choice(value, LOGINS, what="--storage-embedded-login")
 

@@ -16,7 +16,6 @@ from .cluster import disconnect as cluster_disconnect
 from .cluster import header_lines as cluster_header_lines
 from .config import FLAGS, OPTIONS, REPEATABLE, Settings
 from .drivers.grid import configure_xrootd_client
-from .endpoints.orphans import STOPPED_ORPHANS
 from .errors import StorageScaleUsageError
 from .fixtures import (  # noqa: F401 - fixtures are registered by import
     STEP_PROPERTY,
@@ -41,6 +40,7 @@ from .reporting.outcomes import PLUGIN_NAME as OUTCOMES
 from .reporting.outcomes import TestOutcomes
 from .reporting.progress import StepLines
 from .reporting.table import format_failures, format_table
+from .servers.orphans import STOPPED_ORPHANS
 from .session import WORKER_INPUT_KEY, Role, StorageRun, role_of
 from .shipped import pyargs_folders
 from .stash import storage_run_key

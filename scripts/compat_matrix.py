@@ -35,11 +35,11 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_storagescale.endpoints.family import (  # noqa: E402 - after the path fix
+from pytest_storagescale.redact import redact_url  # noqa: E402
+from pytest_storagescale.servers.family import (  # noqa: E402 - after the path fix
     EMBEDDED_SERVERS,
     embedded_class,
 )
-from pytest_storagescale.redact import redact_url  # noqa: E402
 
 #: suites run against every embedded server
 EMBEDDED_SUITES = ("xrootd", "dcache", "ceph", "conformance")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from pytest_storagescale.endpoints.xcache import CacheAccess
+from pytest_storagescale.servers.xcache import CacheAccess
 
 
 def access_when(cache, done: Callable[[CacheAccess], bool],

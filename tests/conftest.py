@@ -70,7 +70,7 @@ def embedded_xrootd():
     """A real xrootd on loopback for the integration tests."""
     if shutil.which("xrootd") is None and not Path("/usr/bin/xrootd").exists():
         pytest.fail("xrootd is not installed: run 'make setup' (the tests need a real server)")
-    from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
     with EmbeddedXRootD() as server:
         yield server

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from pytest_storagescale.drivers.credentials import certificate_expiry
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.endpoints.credentials import certificate_expiry
-from pytest_storagescale.endpoints.family import embedded_class
-from pytest_storagescale.endpoints.gridftp import EmbeddedGridFTP
 from pytest_storagescale.errors import StorageNotFound, StoragePermissionDenied
+from pytest_storagescale.servers.family import embedded_class
+from pytest_storagescale.servers.gridftp import EmbeddedGridFTP
 
 
 @pytest.fixture(scope="module")

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.endpoints import apache, processes
-from pytest_storagescale.endpoints.apache import EmbeddedApacheWebDAV
-from pytest_storagescale.endpoints.family import embedded_class
 from pytest_storagescale.errors import (
     EndpointError,
     StorageError,
     StorageNotFound,
     StorageUnreachable,
 )
+from pytest_storagescale.servers import apache, processes
+from pytest_storagescale.servers.apache import EmbeddedApacheWebDAV
+from pytest_storagescale.servers.family import embedded_class
 
 pytestmark = [pytest.mark.slow_server, pytest.mark.integration]
 REPO = Path(__file__).resolve().parent.parent

@@ -13,10 +13,10 @@ from caches import access_when
 
 from pytest_storagescale.drivers.base import CreatedPaths
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.endpoints import family
-from pytest_storagescale.endpoints.ceph import AREA, AREA_MARKER, EmbeddedCephGateway
 from pytest_storagescale.errors import EndpointError, StorageError, StorageNotFound
 from pytest_storagescale.load.engine import cleanup_tree
+from pytest_storagescale.servers import family
+from pytest_storagescale.servers.ceph import AREA, AREA_MARKER, EmbeddedCephGateway
 
 REPO = Path(__file__).resolve().parent.parent
 

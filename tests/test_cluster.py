@@ -161,7 +161,7 @@ def netns():
 @pytest.fixture(scope="module")
 def server(netns):
     """One embedded xrootd; it listens on every address, the bridge's too."""
-    from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
     with EmbeddedXRootD(https=False) as xrootd:
         yield xrootd

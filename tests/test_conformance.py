@@ -11,7 +11,7 @@ import pytest
 from plans import shipped_known_issues, xrootd_plan
 from reruns import embedded_server_crashed, lost_xrdhttp_answer
 
-from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent

@@ -24,8 +24,8 @@ import pytest
 from plans import xrootd_plan
 
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.endpoints.embedded import AREA, EmbeddedXRootD, unprivileged_user
 from pytest_storagescale.errors import EndpointError, StorageError
+from pytest_storagescale.servers.xrootd import AREA, EmbeddedXRootD, unprivileged_user
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent

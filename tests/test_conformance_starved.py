@@ -23,8 +23,8 @@ import pytest
 from plans import xrootd_plan
 
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
 from pytest_storagescale.errors import StorageError
+from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
 pytestmark = [pytest.mark.slow_server, pytest.mark.integration]
 REPO = Path(__file__).resolve().parent.parent

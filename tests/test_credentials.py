@@ -1,4 +1,4 @@
-"""Throwaway credentials (endpoints/credentials.py) and the checks of a client's
+"""Throwaway credentials (servers/credentials.py) and the checks of a client's
 credentials before any load: checked with the grid tools themselves (openssl,
 grid-proxy-info), a real KDC, and libSciTokens."""
 
@@ -15,15 +15,17 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
+from pytest_storagescale.drivers.credentials import (
+    CredentialError,
+    check_credentials,
+    token_expiry,
+)
 from pytest_storagescale.drivers.grid import login_refusal, session_login
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.endpoints.credentials import (
-    CredentialError,
+from pytest_storagescale.servers.credentials import (
     KerberosRealm,
     ThrowawayCA,
     TokenIssuer,
-    check_credentials,
-    token_expiry,
     write_grid_mapfile,
 )
 

@@ -7,13 +7,13 @@ import os
 
 import pytest
 
-from pytest_storagescale.endpoints.family import (
+from pytest_storagescale.errors import EndpointError, StorageScaleUsageError
+from pytest_storagescale.servers.family import (
     EMBEDDED_SERVERS,
     EmbeddedServer,
     check_embedded_choice,
     embedded_class,
 )
-from pytest_storagescale.errors import EndpointError, StorageScaleUsageError
 
 SUITE = """
 def test_endpoint(storage_endpoint):
@@ -119,7 +119,7 @@ def test_starting_a_server_leaves_the_credential_environment_as_it_was(monkeypat
 
 
 def _sleeper(tmp_path, name: str):
-    from pytest_storagescale.endpoints.processes import ProcessGroup
+    from pytest_storagescale.servers.processes import ProcessGroup
 
     return ProcessGroup(["sleep", "300"], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
                         output=tmp_path / f"{name}.log")
@@ -146,7 +146,7 @@ def test_a_group_stop_kills_what_the_leader_left_behind(tmp_path):
     """A worker the leader forked outlives a SIGTERMed leader; stop() kills it too."""
     import psutil
 
-    from pytest_storagescale.endpoints.processes import ProcessGroup, _running_members
+    from pytest_storagescale.servers.processes import ProcessGroup, _running_members
 
     group = ProcessGroup(["sh", "-c", "sleep 300 & echo $! > child.pid; wait"],
                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
@@ -181,7 +181,7 @@ def test_a_daemon_that_dies_mid_run_is_named_with_its_signal_and_log(kind, daemo
     import re
     import signal
 
-    from pytest_storagescale.endpoints.family import start_embedded
+    from pytest_storagescale.servers.family import start_embedded
 
     server = start_embedded(kind, "unix")
     try:
@@ -211,7 +211,7 @@ def test_a_dead_leader_keeps_its_groups_number_until_stop_kills_the_group(tmp_pa
     SIGKILL to the group could reach the process that got the number."""
     import psutil
 
-    from pytest_storagescale.endpoints.processes import ProcessGroup, _running_members
+    from pytest_storagescale.servers.processes import ProcessGroup, _running_members
 
     group = ProcessGroup(["sh", "-c", "sleep 300 & echo $! > child.pid; exit 3"],
                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},

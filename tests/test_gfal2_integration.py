@@ -13,7 +13,7 @@ from sockets import connection_ends
 
 from pytest_storagescale.drivers.gfal2 import Gfal2Driver
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.endpoints.version import detect_version, version_from_server_header
+from pytest_storagescale.drivers.version import detect_version, version_from_server_header
 from pytest_storagescale.errors import (
     StorageError,
     StorageNotFound,
@@ -106,7 +106,7 @@ def test_driver_can_be_forced_per_scheme():
 _VERSION_OVER_ROOT = """
 import sys
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.endpoints.version import detect_version
+from pytest_storagescale.drivers.version import detect_version
 from pytest_storagescale.errors import StorageError
 try:
     detect_version(driver_spec(sys.argv[1], driver="gfal2"))

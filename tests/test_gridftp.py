@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_storagescale.endpoints import processes
-from pytest_storagescale.endpoints.gridftp import EmbeddedGridFTP
 from pytest_storagescale.errors import EndpointError
+from pytest_storagescale.servers import processes
+from pytest_storagescale.servers.gridftp import EmbeddedGridFTP
 
 pytestmark = [pytest.mark.slow_server, pytest.mark.integration]
 REPO = Path(__file__).resolve().parent.parent

@@ -255,7 +255,7 @@ def test_digest_and_multipart_readers():
 
 def test_version_from_the_server_header(embedded_xrootd):
     spec = driver_spec(embedded_xrootd.https_url, options={"ca_dir": embedded_xrootd.ca_dir})
-    from pytest_storagescale.endpoints.version import detect_version
+    from pytest_storagescale.drivers.version import detect_version
 
     assert spec.name == "http" and detect_version(spec) == embedded_xrootd.version
 
@@ -372,7 +372,7 @@ def test_wrong_ca_folder_is_one_tls_paragraph(embedded_xrootd, tmp_path):
 
 
 def test_unreachable_door_is_an_unreachable_error(embedded_xrootd):
-    from pytest_storagescale.endpoints.embedded import free_port
+    from pytest_storagescale.servers.processes import free_port
 
     driver = driver_spec(f"davs://127.0.0.1:{free_port()}/storagescale").connect(
         "functional-down", timeout=5)

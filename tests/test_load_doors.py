@@ -137,7 +137,7 @@ def test_davs_steps_reach_the_davs_door_and_meet_the_davs_baseline(pytester):
     davs step's requests are in the server's log, and a baseline written without doors
     judges the root step only."""
     _require_xrootd()
-    from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
     _suite(pytester)
     with EmbeddedXRootD(extra_config="http.trace all") as server:

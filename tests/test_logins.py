@@ -22,12 +22,12 @@ import pytest
 from XRootD import client as xrootd_client
 
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.endpoints.credentials import KerberosRealm, ThrowawayCA, TokenIssuer
-from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
 from pytest_storagescale.errors import StoragePermissionDenied
 from pytest_storagescale.load.engine import run_step
 from pytest_storagescale.load.operations import get_operation
 from pytest_storagescale.load.plan import StepPlan
+from pytest_storagescale.servers.credentials import KerberosRealm, ThrowawayCA, TokenIssuer
+from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 from pytest_storagescale.thresholds import load_thresholds
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow_server]
@@ -321,7 +321,7 @@ def test_token_servers_one_after_another_in_one_process():
     server has its own throwaway CA, so its readiness probe runs in a process of its
     own (an in-process probe pinned the first server's CA and the second never came
     up: 'TLS error: resource temporarily unavailable')."""
-    from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
     cas = set()
     for _ in range(2):

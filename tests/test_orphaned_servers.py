@@ -23,14 +23,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_storagescale.endpoints import orphans
-from pytest_storagescale.endpoints.orphans import server_directory, stop_orphaned_servers
+from pytest_storagescale.servers import orphans
+from pytest_storagescale.servers.orphans import server_directory, stop_orphaned_servers
 
 REPO = Path(__file__).resolve().parent.parent
 
 LEAVE_A_SERVER = """
 import os
-from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
 server = EmbeddedXRootD(https=False).start()
 print(server.process.pid, server.port, server.directory, flush=True)
@@ -128,7 +128,7 @@ def test_only_orphans_are_stopped_and_nothing_outside_is_touched(private_tmp, tm
     outside_file.write_text("not the plugin's")
     live_owner = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\n"
-         "from pytest_storagescale.endpoints.orphans import server_directory\n"
+         "from pytest_storagescale.servers.orphans import server_directory\n"
          "print(server_directory('apache'), flush=True)\ntime.sleep(120)"],
         stdout=subprocess.PIPE, text=True, cwd=REPO)
     live = Path(live_owner.stdout.readline().strip())
@@ -168,7 +168,7 @@ def test_an_owner_that_is_a_zombie_is_gone(private_tmp):
     """The owner died and nobody reaped it yet (a zombie still has its pid and start
     time): its servers are stopped all the same."""
     owner = subprocess.Popen(
-        [sys.executable, "-c", "from pytest_storagescale.endpoints.orphans import "
+        [sys.executable, "-c", "from pytest_storagescale.servers.orphans import "
          "server_directory\nprint(server_directory('xrootd'), flush=True)"],
         stdout=subprocess.PIPE, text=True, cwd=REPO)
     directory = Path(owner.stdout.readline().strip())
@@ -253,7 +253,7 @@ def test_a_live_runs_process_and_a_persons_shell_in_an_orphans_directory_are_spa
     in it: the session rule alone killed it). Only the server is killed."""
     live_owner = subprocess.Popen(
         [sys.executable, "-c", "import subprocess, sys, time\n"
-         "from pytest_storagescale.endpoints.orphans import server_directory\n"
+         "from pytest_storagescale.servers.orphans import server_directory\n"
          "print(server_directory('apache'), flush=True)\n"
          "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],"
          " cwd=sys.stdin.readline().strip(), start_new_session=True)\n"
@@ -288,7 +288,7 @@ def test_a_server_whose_daemons_a_cleaner_stopped_says_who(private_tmp):
     """The note of a server whose directory was judged orphaned names the cleaner's
     stopped.log line beside the signal: a server killed by another run's cleaner is
     told apart from a crash."""
-    from pytest_storagescale.endpoints.xcache import EmbeddedXCache
+    from pytest_storagescale.servers.xcache import EmbeddedXCache
 
     server = EmbeddedXCache().start()
     try:

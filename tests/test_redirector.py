@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.endpoints.embedded import AREA
-from pytest_storagescale.endpoints.family import check_embedded_choice, embedded_class
-from pytest_storagescale.endpoints.redirector import EmbeddedXRootDCluster, located
+from pytest_storagescale.servers.family import check_embedded_choice, embedded_class
+from pytest_storagescale.servers.redirector import EmbeddedXRootDCluster, located
+from pytest_storagescale.servers.xrootd import AREA
 from suites.conformance.doors import Door
 from suites.conformance.redirection import expect_located, redirector_of, same_server
 

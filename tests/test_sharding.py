@@ -18,12 +18,12 @@ from pytest_storagescale.drivers.memory import MemoryDriver
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.drivers.spec import DriverSpec
 from pytest_storagescale.drivers.xrootd import XRootDDriver
-from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
 from pytest_storagescale.load.engine import run_step
 from pytest_storagescale.load.executors import clients_per_process, process_count
 from pytest_storagescale.load.operations import get_operation
 from pytest_storagescale.load.plan import StepPlan
 from pytest_storagescale.load.stats import usable_cores
+from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 from pytest_storagescale.steps import executor_line
 
 

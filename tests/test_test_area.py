@@ -28,8 +28,8 @@ import pytest
 
 from pytest_storagescale.drivers.base import CreatedPaths
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.endpoints.url import EndpointURL
-from pytest_storagescale.endpoints.version import server_header_version
+from pytest_storagescale.drivers.url import EndpointURL
+from pytest_storagescale.drivers.version import server_header_version
 from pytest_storagescale.errors import StorageError, StorageUnreachable
 from pytest_storagescale.load.engine import cleanup_tree
 
@@ -613,7 +613,6 @@ def test_a_door_whose_area_does_not_exist_is_refused_and_not_made(pytester, suit
 
 
 PEER_SUITE = """
-from storagescale_suites.conformance.fixtures import storage_doors  # noqa: F401
 from storagescale_suites.conformance.tpc import storage_tpc_peer  # noqa: F401
 
 def test_peer(storage_tpc_peer):
@@ -652,7 +651,7 @@ def _sigint_by_default() -> None:
 
 
 def test_ctrl_c_in_the_final_clean_up_of_a_frozen_storage_says_what_it_left(pytester, suite):
-    from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
     with EmbeddedXRootD() as server:
         args = suite(server.url)

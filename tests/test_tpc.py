@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
 from pytest_storagescale.errors import StorageError, UnsafePathError
+from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent

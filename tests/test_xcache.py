@@ -10,10 +10,10 @@ import pytest
 from caches import access_when
 
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.endpoints import family
-from pytest_storagescale.endpoints.embedded import AREA
-from pytest_storagescale.endpoints.xcache import EmbeddedXCache
 from pytest_storagescale.errors import EndpointError, StorageError
+from pytest_storagescale.servers import family
+from pytest_storagescale.servers.xcache import EmbeddedXCache
+from pytest_storagescale.servers.xrootd import AREA
 
 pytestmark = pytest.mark.integration
 

@@ -21,11 +21,11 @@ from sockets import connection_ends, connections_to
 from pytest_storagescale.drivers.grid import XROOTD_EVENT_LOOPS, XROOTD_SHARD_EVENT_LOOPS
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.drivers.xrootd import XRootDDriver
-from pytest_storagescale.endpoints.embedded import free_port
 from pytest_storagescale.errors import StorageError, StorageNotFound, UnsafePathError
 from pytest_storagescale.load.engine import run_step
 from pytest_storagescale.load.operations import get_operation
 from pytest_storagescale.load.plan import StepPlan
+from pytest_storagescale.servers.processes import free_port
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
@@ -341,7 +341,7 @@ def test_read_only_test_area_is_one_usage_error_before_any_test(pytester):
     """Writes refused (read-only export, like a wrong credential's permission error):
     the run directory cannot be made, said once before any test (exit code 4), with
     no traceback."""
-    from pytest_storagescale.endpoints.embedded import EmbeddedXRootD
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
     pytester.makepyfile(test_s="""
         import pytest

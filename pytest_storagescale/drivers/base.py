@@ -25,7 +25,6 @@ import time
 from collections.abc import Mapping
 from typing import ClassVar, NamedTuple, Protocol
 
-from ..endpoints.url import EndpointURL, is_inside
 from ..errors import (
     StorageError,
     StorageNotFound,
@@ -34,6 +33,7 @@ from ..errors import (
     UnsafePathError,
 )
 from ..redact import register_driver_options, register_url
+from .url import EndpointURL, is_inside
 
 #: the owner file at the top of every run directory; its time on the storage is the
 #: run's start, below which no clean-up deletes a file
@@ -195,7 +195,7 @@ class Driver(abc.ABC):
     files_per_client: ClassVar[int] = 2
     #: its requests go through a compiled client library, which a malformed answer may
     #: crash with its process: the session's first contact with an endpoint then runs
-    #: in a short-lived child process (endpoints/version.first_contact)
+    #: in a short-lived child process (drivers/version.first_contact)
     native_library: ClassVar[bool] = True
     #: the ``auto`` executor runs its load clients in spawned processes, never in
     #: pytest's own (load/executors.isolates_clients): a crash of its library mid-step

@@ -54,7 +54,6 @@ from urllib.parse import quote
 
 import gfal2
 
-from ..endpoints.url import HTTPS_SCHEMES
 from ..errors import (
     BadAnswer,
     StorageError,
@@ -74,6 +73,7 @@ from .grid import (
     login_refusal,
 )
 from .http import HTTPDriver
+from .url import HTTPS_SCHEMES
 
 # gfal2's gridftp plugin (Globus) aborts the whole process ("bit out of range 0 -
 # FD_SETSIZE on fd_set") when it is first activated in a process holding descriptors
@@ -272,7 +272,7 @@ class Gfal2Driver(XRootDLogins, Driver):
         version over the other protocols (its xroot plugin answers checksum and
         space queries only), and this driver does not bypass gfal2 to ask."""
         if self._http:
-            from ..endpoints.version import server_header_version
+            from .version import server_header_version
 
             return server_header_version(
                 self.endpoint, ca_dir=self.options.get("ca_dir"),

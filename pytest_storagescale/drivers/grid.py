@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import ClassVar
 
-from ..endpoints.url import HTTP_SCHEMES, XROOTD_SCHEMES  # noqa: F401 - the drivers' import
+from .url import HTTP_SCHEMES, XROOTD_SCHEMES  # noqa: F401 - the drivers' import
 
 #: driver option -> the environment variable the client libraries read it from:
 #: the CA folder, a GSI proxy, a bearer token (XRootD's ztn plugin and gfal2's HTTP
@@ -139,7 +139,7 @@ def token_expired_at(token: str | None) -> str:
     refusal of it then says why (the servers answer only "Auth failed" or 403)."""
     import datetime as dt
 
-    from ..endpoints.credentials import token_expiry
+    from .credentials import token_expiry
 
     when = token_expiry(token) if token else None
     if when is None or when > dt.datetime.now(dt.UTC):
@@ -150,7 +150,7 @@ def token_expired_at(token: str | None) -> str:
 def login_refusal(message: str, options: Mapping[str, str]) -> str:
     """The server refused the login (XRootD ``Auth failed``): which protocol and which
     credential were tried, and how to renew it (never the token itself)."""
-    from ..endpoints.credentials import RENEW
+    from .credentials import RENEW
 
     protocol = options.get("security_protocol") or os.environ.get("XrdSecPROTOCOL")
     given = []
@@ -197,7 +197,7 @@ class XRootDLogins:
     def check_options(cls, options: Mapping[str, str]) -> None:
         """A proxy, token or ticket cache that is missing or expired is one error naming
         it and how to renew it, before any load (checked again after a minute)."""
-        from ..endpoints.credentials import check_credentials
+        from .credentials import check_credentials
 
         key = tuple(sorted(options.items()))
         now = time.monotonic()

@@ -90,8 +90,6 @@ from xml.etree import ElementTree
 
 import pycurl
 
-from ..endpoints.url import HTTP_SCHEMES, HTTPS_SCHEMES
-from ..endpoints.version import DEFAULT_CA_DIR, version_from_server_header
 from ..errors import (
     BadAnswer,
     RedirectRefused,
@@ -104,6 +102,8 @@ from ..errors import (
 )
 from ..redact import redact_text
 from .base import Driver, StatInfo
+from .url import HTTP_SCHEMES, HTTPS_SCHEMES
+from .version import DEFAULT_CA_DIR, version_from_server_header
 
 _DAV = "{DAV:}"
 _TIMEOUT_CODES = {pycurl.E_OPERATION_TIMEDOUT}

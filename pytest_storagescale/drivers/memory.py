@@ -40,9 +40,9 @@ import time
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 from urllib.parse import urlsplit
 
-from ..endpoints.url import EndpointURL
 from ..errors import (
     EndpointError,
     StorageError,
@@ -51,11 +51,14 @@ from ..errors import (
     StorageTimeout,
 )
 from .base import Driver, StatInfo
+from .url import EndpointURL
 
 #: the requests a fault can be attached to
 REQUESTS = ("stat", "ls", "mkdir", "put", "get", "read", "readv", "delete", "rmdir",
             "rename", "checksum", "version")
 _CLIENT_PREFIX = "client-"
+_N = TypeVar("_N", int, float)
+_E = TypeVar("_E", bound=StorageError)
 
 
 @dataclass
@@ -117,12 +120,12 @@ class Faults:
         )
 
 
-def _number(options: Mapping[str, str], key: str, kind: type[float] | type[int]) -> float:
+def _number(options: Mapping[str, str], key: str, kind: type[_N]) -> _N:
     text = options.get(key, "0")
     try:
         value = kind(text)
     except ValueError:
-        value = -1
+        value = kind(-1)
     if value < 0:
         what = "a number of seconds" if kind is float else "a whole number"
         raise StorageScaleUsageError(
@@ -218,8 +221,8 @@ class MemoryDriver(Driver):
         why = "released" if released else f"no answer within {self.timeout:g} s"
         raise self._error(StorageTimeout, f"injected hang ({why})", request, path, "timeout")
 
-    def _error(self, kind: type[StorageError], message: str, request: str, path: str,
-               error_class: str) -> StorageError:
+    def _error(self, kind: type[_E], message: str, request: str, path: str,
+               error_class: str) -> _E:
         return kind(message, driver=self.name, endpoint=self.endpoint.server,
                     operation=request, path=path, error_class=error_class)
 

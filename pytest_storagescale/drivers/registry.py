@@ -20,12 +20,12 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..endpoints.url import split_url
 from ..errors import StorageScaleUsageError
 from ..redact import redact_url
 from .base import Driver
 from .grid import HTTP_SCHEMES, XROOTD_SCHEMES
 from .spec import DriverSpec
+from .url import split_url
 
 ENTRY_POINT_GROUP = "pytest_storagescale.drivers"
 

@@ -13,9 +13,9 @@ import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from ..endpoints.url import EndpointURL
 from ..redact import redact_url
 from .base import Driver
+from .url import EndpointURL
 
 #: the service connections a session opens besides the load clients
 ROLES = ("admin", "version", "cleanup", "coordinator", "probe")

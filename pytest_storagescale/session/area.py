@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..drivers.base import OWNER_FILE, CreatedPaths
-from ..endpoints.url import HTTP_SCHEMES, XROOTD_SCHEMES
+from ..drivers.url import HTTP_SCHEMES, XROOTD_SCHEMES
 from ..errors import EndpointError, StorageError, StorageNotFound
 from . import owner as records
 from .endpoint import EndpointUnderTest
@@ -62,7 +62,7 @@ def create_command(endpoint) -> str:
 
 def create_command_for(url) -> str:
     """The command that makes the area of the endpoint URL ``url`` (an
-    :class:`~pytest_storagescale.endpoints.url.EndpointURL`)."""
+    :class:`~pytest_storagescale.drivers.url.EndpointURL`)."""
     if url.scheme in XROOTD_SCHEMES:
         return f"xrdfs {url.server} mkdir -p {url.path}"
     if url.scheme in HTTP_SCHEMES:

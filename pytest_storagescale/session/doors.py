@@ -23,9 +23,9 @@ import pytest
 
 from ..drivers.base import Driver
 from ..drivers.registry import DriverSpec, driver_spec
-from ..endpoints.family import embedded_class
-from ..endpoints.url import HTTP_SCHEMES, XROOTD_SCHEMES
+from ..drivers.url import HTTP_SCHEMES, XROOTD_SCHEMES
 from ..errors import EndpointError, StorageError, StorageNotFound, StorageScaleUsageError
+from ..servers.family import embedded_class
 
 if TYPE_CHECKING:
     from . import StorageRun

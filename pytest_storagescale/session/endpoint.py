@@ -7,11 +7,11 @@ from typing import Any
 
 from ..config import Settings
 from ..drivers.registry import DriverSpec, driver_class, driver_spec
-from ..endpoints.family import DEFAULT_KIND, check_embedded_choice, start_embedded
-from ..endpoints.url import EndpointURL
-from ..endpoints.version import first_contact
+from ..drivers.url import EndpointURL
+from ..drivers.version import first_contact
 from ..errors import EndpointError, StorageError, StorageScaleUsageError
 from ..redact import redact_url
+from ..servers.family import DEFAULT_KIND, check_embedded_choice, start_embedded
 
 #: deadline of the version query (a shorter hang timeout shortens it)
 VERSION_TIMEOUT = 10.0
@@ -87,7 +87,7 @@ class EndpointUnderTest:
 
     @property
     def embedded_server(self):
-        """The :class:`~pytest_storagescale.endpoints.family.EmbeddedServer` this
+        """The :class:`~pytest_storagescale.servers.family.EmbeddedServer` this
         process runs (None: remote, or a worker)."""
         return self._server
 
@@ -158,7 +158,7 @@ class EndpointUnderTest:
         if self._shared is not None:
             return dict(self._shared.get("authorization_tokens") or {})
         if self._tokens is None:
-            from ..endpoints.credentials import authorization_tokens
+            from ..servers.credentials import authorization_tokens
 
             _ = self.url  # starts the server, once
             self._tokens = authorization_tokens(getattr(self._server, "token_issuer", None))
@@ -196,7 +196,7 @@ class EndpointUnderTest:
         if self.is_embedded and (self._shared or {}).get("embedded_version"):
             return self._shared["embedded_version"]
         if self.is_embedded and self._shared is None and self.embedded_kind == "xrootd":
-            from ..endpoints.embedded import xrootd_version
+            from ..servers.xrootd import xrootd_version
 
             return xrootd_version()  # without starting it
         if self.is_embedded and self._shared is None:
@@ -210,7 +210,7 @@ class EndpointUnderTest:
         """Log in, stat the test area and (without ``--storage-version``) detect the
         version, once per session: in a child process for a compiled client library
         (its crash on a hostile server is one paragraph, not the session's end; see
-        :func:`~pytest_storagescale.endpoints.version.first_contact`). An endpoint
+        :func:`~pytest_storagescale.drivers.version.first_contact`). An endpoint
         found unusable stays unusable: the paragraph is raised again, nothing is
         asked again (a door that never answers costs its deadline once). The embedded
         server is ours: nothing to check."""

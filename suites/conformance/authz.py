@@ -38,8 +38,8 @@ import pytest
 from pytest_storagescale.drivers.grid import CREDENTIAL_ENVIRONMENT
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.drivers.spec import DriverSpec
-from pytest_storagescale.endpoints.credentials import READ_SCOPE, WRITE_SCOPE
 from pytest_storagescale.errors import StorageScaleUsageError
+from pytest_storagescale.servers.credentials import READ_SCOPE, WRITE_SCOPE
 from pytest_storagescale.stash import storage_run_key
 
 from .checks import ConformanceChecks, Place, adler32_hex, expect_missing, fail, payload

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from pytest_storagescale.endpoints.redirector import Location, located
 from pytest_storagescale.errors import StorageError
+from pytest_storagescale.servers.redirector import Location, located
 from pytest_storagescale.stash import storage_run_key
 
 from .checks import ConformanceChecks, Place, adler32_hex, call, fail, payload

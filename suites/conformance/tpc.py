@@ -40,7 +40,7 @@ import pytest
 
 from pytest_storagescale.drivers.base import CreatedPaths, Driver
 from pytest_storagescale.drivers.registry import DriverSpec, driver_spec
-from pytest_storagescale.endpoints.url import HTTP_SCHEMES, XROOTD_SCHEMES
+from pytest_storagescale.drivers.url import HTTP_SCHEMES, XROOTD_SCHEMES
 from pytest_storagescale.errors import StorageError, StorageScaleWarning
 from pytest_storagescale.fixtures import remove_folder
 from pytest_storagescale.redact import redact_url
@@ -126,8 +126,8 @@ def _storage_ca(doors: dict[str, Door]) -> str:
 
 def _start_embedded_peer(doors: dict[str, Door]):
     """A second embedded xrootd (TPC on), whose CA the storage and the clients trust."""
-    from pytest_storagescale.endpoints.embedded import EmbeddedXRootD, trust_ca
-    from pytest_storagescale.endpoints.family import started
+    from pytest_storagescale.servers.family import started
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD, trust_ca
 
     peer = started(EmbeddedXRootD())
     storage_ca = _storage_ca(doors)

@@ -33,10 +33,9 @@ from pathlib import Path
 
 from ..errors import EndpointError
 from .credentials import CertificateFiles, ThrowawayCA
-from .embedded import free_port
-from .family import EmbeddedServer, log_tail
+from .family import EmbeddedServer
 from .orphans import server_directory
-from .processes import ProcessGroup, ServerProcess, find_daemon
+from .processes import ProcessGroup, ServerProcess, find_daemon, free_port, log_tail
 
 #: the test area inside the door
 AREA = "/storagescale"

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from ..drivers.grid import LOGIN_PROTOCOLS, credential_environment_kept
+from ..drivers.url import HTTPS_SCHEMES
 from ..errors import EndpointError, exit_text
 from ..redact import redact_url
 from .credentials import (
@@ -45,9 +46,9 @@ from .credentials import (
     TokenIssuer,
     write_grid_mapfile,
 )
-from .family import EmbeddedServer, log_tail
+from .family import EmbeddedServer
 from .orphans import server_directory
-from .url import HTTPS_SCHEMES
+from .processes import free_port, log_tail, unprivileged_user
 
 INSTALL_HINT = (
     "install the XRootD server: 'sudo apt-get install xrootd-server xrootd-server-plugins' "
@@ -61,13 +62,6 @@ AREA = "/storagescale"
 #: run at once
 TPC_TTL = (60, 300)
 TPC_TRANSFERS = 16
-
-
-def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def xrootd_binary() -> str:
@@ -103,22 +97,6 @@ def trust_ca(ca_dir: str | Path, other_ca_dir: str | Path) -> int:
         destination.chmod(0o644)
         copied += 1
     return copied
-
-
-def unprivileged_user() -> str | None:
-    """The user to run xrootd as when we are root: ``xrootd`` if it exists, else ``nobody``."""
-    if os.geteuid() != 0:
-        return None
-    for name in ("xrootd", "nobody"):
-        try:
-            pwd.getpwnam(name)
-            return name
-        except KeyError:
-            continue
-    raise EndpointError(
-        "running as root, and neither an 'xrootd' nor a 'nobody' user exists to run the "
-        "embedded xrootd as (it refuses to run as root). Create one: 'useradd -r xrootd'."
-    )
 
 
 _PROBE = """

@@ -8,7 +8,7 @@ Everything lives in one private directory and listens on free loopback ports:
   and a ``client.xrootd`` key allowed on it only.
 - the gateway: ``xrootd`` with ``ofs.osslib libXrdCeph.so`` (radosstriper objects),
   run as the ``xrootd`` user when the session is root (Ceph's daemons as ``ceph``);
-- the XCache door: :class:`~pytest_storagescale.endpoints.xcache.XCacheProxy` (``pss`` +
+- the XCache door: :class:`~pytest_storagescale.servers.xcache.XCacheProxy` (``pss`` +
   ``pfc``) in front of the gateway: :attr:`EmbeddedCephGateway.cached_url` names the
   same test area read through it.
 
@@ -37,11 +37,11 @@ import uuid
 from pathlib import Path
 
 from ..errors import EndpointError
-from .embedded import free_port, unprivileged_user, xrootd_binary, xrootd_version
-from .family import EmbeddedServer, log_tail
+from .family import EmbeddedServer
 from .orphans import server_directory
-from .processes import ServerProcess
+from .processes import ServerProcess, free_port, log_tail, unprivileged_user
 from .xcache import XCacheProxy, plugin_library, plugin_path
+from .xrootd import xrootd_binary, xrootd_version
 
 #: the pool the gateway stores into (``xrootd@<pool>``)
 POOL = "storagescale"

@@ -39,10 +39,16 @@ from pathlib import Path
 
 from ..errors import EndpointError
 from .credentials import CertificateFiles, ThrowawayCA, write_grid_mapfile
-from .embedded import free_port, unprivileged_user
-from .family import EmbeddedServer, log_tail
+from .family import EmbeddedServer
 from .orphans import server_directory
-from .processes import ProcessGroup, ServerProcess, find_daemon
+from .processes import (
+    ProcessGroup,
+    ServerProcess,
+    find_daemon,
+    free_port,
+    log_tail,
+    unprivileged_user,
+)
 
 #: the test area's folder inside the private directory's data folder
 AREA_NAME = "storagescale"

@@ -32,7 +32,7 @@ from ..errors import (
 from .url import HTTPS_SCHEMES, EndpointURL
 
 if TYPE_CHECKING:
-    from ..drivers.spec import DriverSpec
+    from .spec import DriverSpec
 
 #: the CA folder of grid hosts, where gfal2 and XRootD look by default
 DEFAULT_CA_DIR = "/etc/grid-security/certificates"

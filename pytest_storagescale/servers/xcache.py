@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EndpointError
-from .embedded import AREA, EmbeddedXRootD, free_port, unprivileged_user, xrootd_binary
-from .family import EmbeddedServer, log_tail
+from .family import EmbeddedServer
 from .orphans import server_directory
-from .processes import ServerProcess
+from .processes import ServerProcess, free_port, log_tail, unprivileged_user
+from .xrootd import AREA, EmbeddedXRootD, xrootd_binary
 
 #: memory the cache keeps blocks in while they are written to its disk
 CACHE_RAM = "1g"  # the least pfc accepts; a limit, not an allocation

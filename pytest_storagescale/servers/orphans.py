@@ -102,7 +102,8 @@ def stop_orphaned_servers() -> list[OrphanedServer]:
     if registry is None:
         return []
     _release_abandoned_claims(registry)
-    claims, live_owners = [], set()
+    claims: list[_Claim] = []
+    live_owners: set[int] = set()
     for path in registry.glob("storagescale-*.json"):
         try:
             claim = _claim(path, live_owners)

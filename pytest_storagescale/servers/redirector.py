@@ -62,17 +62,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EndpointError, StorageError, StorageNotFound, StorageTimeout
-from .embedded import (
-    AREA,
-    INSTALL_HINT,
-    free_port,
-    unprivileged_user,
-    xrootd_binary,
-    xrootd_version,
-)
-from .family import EmbeddedServer, log_tail
+from .family import EmbeddedServer
 from .orphans import server_directory
-from .processes import ProcessGroup, ServerProcess, find_daemon
+from .processes import (
+    ProcessGroup,
+    ServerProcess,
+    find_daemon,
+    free_port,
+    log_tail,
+    unprivileged_user,
+)
+from .xrootd import AREA, INSTALL_HINT, xrootd_binary, xrootd_version
 
 #: the manager's delays (``cms.delay``, seconds; the least that worked, see above):
 #: ``startup`` until it serves (default 90; 1 is the least it takes), ``lookup`` how

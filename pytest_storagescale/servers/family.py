@@ -27,12 +27,12 @@ if TYPE_CHECKING:
 
 #: kind -> "module:Class" of the server the session starts
 EMBEDDED_SERVERS: dict[str, str] = {
-    "xrootd": "pytest_storagescale.endpoints.embedded:EmbeddedXRootD",
-    "ceph": "pytest_storagescale.endpoints.ceph:EmbeddedCephGateway",
-    "xcache": "pytest_storagescale.endpoints.xcache:EmbeddedXCache",
-    "webdav": "pytest_storagescale.endpoints.apache:EmbeddedApacheWebDAV",
-    "gridftp": "pytest_storagescale.endpoints.gridftp:EmbeddedGridFTP",
-    "redirector": "pytest_storagescale.endpoints.redirector:EmbeddedXRootDCluster",
+    "xrootd": "pytest_storagescale.servers.xrootd:EmbeddedXRootD",
+    "ceph": "pytest_storagescale.servers.ceph:EmbeddedCephGateway",
+    "xcache": "pytest_storagescale.servers.xcache:EmbeddedXCache",
+    "webdav": "pytest_storagescale.servers.apache:EmbeddedApacheWebDAV",
+    "gridftp": "pytest_storagescale.servers.gridftp:EmbeddedGridFTP",
+    "redirector": "pytest_storagescale.servers.redirector:EmbeddedXRootDCluster",
 }
 #: the kind started when neither the command line nor the suite names one
 DEFAULT_KIND = "xrootd"
@@ -136,19 +136,6 @@ class EmbeddedServer(abc.ABC):
         self.stop()
 
 
-def log_tail(path, lines: int = 15) -> str:
-    """The last ``lines`` lines of a server's log ("(no log)" when there is none), for
-    the error that says it did not start; without credentials (a server may log the
-    requests it refused)."""
-    from ..redact import redact_text
-
-    try:
-        text = "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-    return redact_text(text) or "(empty)"
-
-
 def embedded_kinds() -> tuple[str, ...]:
     return tuple(EMBEDDED_SERVERS)
 
@@ -166,6 +153,14 @@ def embedded_class(kind: str) -> type[EmbeddedServer]:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
+        if exc.name and not exc.name.startswith("pytest_storagescale"):
+            from ..drivers.registry import extra_hint
+
+            raise StorageScaleUsageError(
+                f"the embedded {kind} server needs {exc.name}, which is not installed in "
+                f"this environment: install it with {extra_hint('servers')}, or point the "
+                f"tests at a running server with --storage-endpoint URL."
+            ) from None
         raise EndpointError(
             f"the embedded {kind} endpoint is not available in this installation "
             f"({exc}). Update pytest-storagescale, or use --storage-embedded xrootd."

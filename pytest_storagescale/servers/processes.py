@@ -10,15 +10,16 @@ family but the embedded xrootd, which keeps its own single process and note.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
 
-from ..errors import exit_text
-from .family import log_tail
+from ..errors import EndpointError, exit_text
 
 #: the lines of each log a death note quotes
 NOTE_LINES = 12
@@ -207,3 +208,39 @@ SBIN_PATH = "/usr/sbin:/sbin"
 def find_daemon(name: str) -> str | None:
     """``name`` on PATH, else in :data:`SBIN_PATH`."""
     return shutil.which(name) or shutil.which(name, path=SBIN_PATH)
+
+
+def free_port() -> int:
+    """A TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def log_tail(path, lines: int = 15) -> str:
+    """The last ``lines`` lines of a server's log ("(no log)" when there is none), for
+    the error that says it did not start; without credentials (a server may log the
+    requests it refused)."""
+    from ..redact import redact_text
+
+    try:
+        text = "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+    return redact_text(text) or "(empty)"
+
+
+def unprivileged_user() -> str | None:
+    """The user to run xrootd as when we are root: ``xrootd`` if it exists, else ``nobody``."""
+    if os.geteuid() != 0:
+        return None
+    for name in ("xrootd", "nobody"):
+        try:
+            pwd.getpwnam(name)
+            return name
+        except KeyError:
+            continue
+    raise EndpointError(
+        "running as root, and neither an 'xrootd' nor a 'nobody' user exists to run the "
+        "embedded xrootd as (it refuses to run as root). Create one: 'useradd -r xrootd'."
+    )
