@@ -15,15 +15,15 @@ import pytest
 from .redact import redact_text
 
 
-class StorageScaleUsageError(pytest.UsageError):
+class StorageScaleUsageError(pytest.UsageError):  # type: ignore[misc]  # final for mypy only
     """Bad input: the message names the value, what is valid and how to fix it."""
 
 
-class ThresholdsError(StorageScaleUsageError):
+class ThresholdsError(StorageScaleUsageError):  # type: ignore[misc]
     """A thresholds file is malformed, or no file matches the storage version."""
 
 
-class EndpointError(StorageScaleUsageError):
+class EndpointError(StorageScaleUsageError):  # type: ignore[misc]
     """The endpoint cannot be used: unreachable, refused, or not set up."""
 
 
@@ -106,7 +106,7 @@ class StorageScaleWarning(UserWarning):
     failed; the run directory's removal at the end still covers it)."""
 
 
-class StepOutcomeError(pytest.fail.Exception):
+class StepOutcomeError(pytest.fail.Exception):  # type: ignore[name-defined]  # Failed
     """Base of the failures a load step raises in its test. They are pytest outcome
     exceptions (no traceback, one message); Allure's categories match them by class
     name, so rewording a message cannot move a failure to another category."""
@@ -127,7 +127,7 @@ class StepError(StepOutcomeError):
     """A step could not give a verdict: it could not run, or measured nothing."""
 
 
-class StorageCheckFailure(pytest.fail.Exception):
+class StorageCheckFailure(pytest.fail.Exception):  # type: ignore[name-defined]
     """A functional check found the storage's answer wrong (the conformance checks'
     failures: door, operation, path, what the storage did, what was expected). A
     pytest outcome (one paragraph, no traceback); Allure files it, by this class, with

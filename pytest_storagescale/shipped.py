@@ -51,7 +51,7 @@ def pyargs_folders(args: list[str]) -> list[Path]:
     is. pytest loads a suite's conftest only at collection under ``--pyargs``: too late
     for its ``pytest_storagescale_embedded`` (the server) and ``pytest_addoption`` (its
     options). An argument that names no importable module is left to pytest."""
-    folders = []
+    folders: list[Path] = []
     for arg in args:
         name = str(arg).split("::", 1)[0]
         if not all(part.isidentifier() for part in name.split(".")):

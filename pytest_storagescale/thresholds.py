@@ -150,7 +150,8 @@ def parse_selector(value: Any, *, where: str) -> ClientSelector:
     if isinstance(value, bool):
         value = None
     if isinstance(value, int):
-        return ClientSelector(str(value), lambda c, v=value: c == v)
+        number: int = value
+        return ClientSelector(str(number), lambda c: c == number)
     if isinstance(value, list) and value and all(
         isinstance(v, int) and not isinstance(v, bool) for v in value
     ):

@@ -136,7 +136,7 @@ class CompiledOutcome(NamedTuple):
     finished: float
     latency: float
     moved: int
-    error: Exception | None
+    error: BaseException | None
 
 
 class CompiledLoop(Protocol):

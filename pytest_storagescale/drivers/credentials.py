@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import EndpointError
 
 
-class CredentialError(EndpointError):
+class CredentialError(EndpointError):  # type: ignore[misc]
     """A credential is missing, unreadable, wrong or expired: the message names it and
     how to renew it."""
 

@@ -101,7 +101,7 @@ def complete_names(driver: ServerCalls, folder: str, listed: str, count: int) ->
     """The whole names of the ``count`` objects listed as ``listed``: ``listed`` itself
     when it exists, and ``listed`` plus each character the gateway may have dropped
     (several names can be cut to the same text: ``file-00001``, ``file-00002``)."""
-    found = []
+    found: list[str] = []
     for name in (listed, *(listed + extra for extra in NAME_CHARACTERS)):
         if len(found) == count:
             break

@@ -235,7 +235,7 @@ class Gfal2Driver(XRootDLogins, Driver):
             return self._writer.mkdir(path)
         self._call("mkdir", path, self._context.mkdir_rec, self._url(path), 0o755)
 
-    def _not_empty(self, exc: StorageError) -> bool:
+    def _not_empty(self, exc: StorageError) -> bool:  # type: ignore[override]  # base: static
         if self._writer is not None:  # the http driver's refusal (not_empty)
             return super()._not_empty(exc)
         # gfal2 reports rmdir of a non-empty directory as EIO (davs: HTTP 500) or ENODEV

@@ -84,7 +84,7 @@ import threading
 import zlib
 from collections.abc import Mapping
 from http import HTTPStatus
-from typing import NamedTuple
+from typing import Any, ClassVar, NamedTuple
 from urllib.parse import quote, unquote, urlsplit
 from xml.etree import ElementTree
 
@@ -274,7 +274,8 @@ class _Listing(Body):
 
     def __init__(self, own: str, limit: int = LISTING_LIMIT) -> None:
         super().__init__(limit=limit)
-        self.parser = ElementTree.XMLPullParser(events=("start", "end"))
+        # start and end events: read_events gives Elements (typeshed: or namespace pairs)
+        self.parser: Any = ElementTree.XMLPullParser(events=("start", "end"))
         self.own = "/" + own.strip("/")
         self.own_is_dir = False
         #: the names of the entries but ``own``'s, in the answer's order
@@ -346,7 +347,7 @@ class HTTPDriver(Driver):
     #: the door's connection, and one to a data server the door redirects to
     files_per_client = 2
     #: nothing goes into the environment: every setting is the handle's own
-    option_environment: Mapping[str, str] = {}
+    option_environment: ClassVar[Mapping[str, str]] = {}
 
     @classmethod
     def check_options(cls, options: Mapping[str, str]) -> None:
@@ -1157,7 +1158,8 @@ def _digest(header: str, algorithm: str) -> str | None:
 def _byteranges(data: bytes, boundary: bytes) -> list[bytes]:
     """The parts of a ``multipart/byteranges`` body, each cut by the length its
     ``Content-Range`` gives (a part's bytes may contain the boundary)."""
-    parts, position, marker = [], 0, b"--" + boundary
+    parts: list[bytes] = []
+    position, marker = 0, b"--" + boundary
     while True:
         start = data.find(marker, position)
         if start < 0 or data.startswith(b"--", start + len(marker)):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..redact import redact_url
 from .base import Driver
@@ -118,7 +119,7 @@ def _rebuild(class_path: str, endpoint_url: str, writable_root: str | None,
     import importlib
 
     module, _, qualname = class_path.partition(":")
-    cls = importlib.import_module(module)
+    cls: Any = importlib.import_module(module)
     for part in qualname.split("."):
         cls = getattr(cls, part)
     return DriverSpec(cls, endpoint_url, writable_root, options)

@@ -181,7 +181,7 @@ def server_header_version(endpoint: EndpointURL, *, ca_dir: str | None = None,
             context = ssl.create_default_context(capath=ca_dir)
             if x509_proxy:
                 context.load_cert_chain(x509_proxy)  # a proxy file holds cert, key and chain
-            connection = http.client.HTTPSConnection(
+            connection: http.client.HTTPConnection = http.client.HTTPSConnection(
                 endpoint.host, endpoint.port or 443, timeout=timeout, context=context)
         else:
             connection = http.client.HTTPConnection(endpoint.host, endpoint.port or 80,

@@ -491,7 +491,7 @@ class _CompiledLoop:
         for the next take: a loop answered faster than it is drained never holds its
         caller); one error per failure's path and status, shared by its repeats."""
         outcomes: list[CompiledOutcome] = []
-        errors: dict[tuple[int, ...], Exception | None] = {}
+        errors: dict[tuple[int, ...], BaseException | None] = {}
         budget = max(self.client.pending(), _TAKE)
         while len(outcomes) < budget:
             taken = self.client.take(min(_TAKE, budget - len(outcomes)))
@@ -531,7 +531,8 @@ class _CompiledLoop:
 
     def _outcome(self, iteration: int, outcome: native.Outcome, message: str
                  ) -> CompiledOutcome:
-        walk, error = self.walk, None
+        walk = self.walk
+        error: Exception | None = None
         path = walk.paths[self._path_number(iteration)]
         if outcome.code:
             try:

@@ -24,7 +24,7 @@ import resource
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..drivers.base import CompiledOutcome
 from ..errors import StorageError
@@ -162,7 +162,7 @@ def run_client(slot: ClientSlot, run: StepRun) -> None:
         if slot.hung:  # a login that came back after hang_timeout: given up already
             pass
         elif loop is not None and not run.bounded and getattr(loop, "background", False):
-            _run_background(slot, loop, run)
+            _run_background(slot, cast("BackgroundLoop", loop), run)
         elif loop is not None:
             _repeat_compiled(slot, loop, run)
         else:
@@ -208,7 +208,7 @@ def _repeat(slot: ClientSlot, driver: Driver, run: StepRun) -> None:
     while not stop.is_set() and take():
         # busy_since covers the untimed set-up too: a hang there is still a hang
         slot.busy_since = began = perf_counter()
-        error: Exception | None = None
+        error: BaseException | None = None
         moved = 0
         try:
             operation.before(driver, index, iteration, context)
@@ -350,7 +350,7 @@ class ClientGroup:
                 continue
             since = slot.in_flight_since()
             if since is not None and since < limit and (
-                    not slot.background or slot.loop.abandon(since)):  # type: ignore[union-attr]
+                    not slot.background or slot.loop.abandon(since)):  # type: ignore[attr-defined]
                 self._mark_hung(slot)
 
     def _mark_hung(self, slot: ClientSlot) -> None:
@@ -403,7 +403,7 @@ class ClientGroup:
             if not slot.done and not slot.hung:
                 since = slot.in_flight_since() if slot.background else None
                 if since is not None:  # given up: its thread wakes, its answer is not measured
-                    slot.loop.abandon(since)  # type: ignore[union-attr]
+                    slot.loop.abandon(since)  # type: ignore[attr-defined]
                 self._mark_hung(slot)
 
     def set_measured(self, seconds: float) -> None:

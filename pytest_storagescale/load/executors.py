@@ -310,7 +310,7 @@ def _collect(plan: StepPlan, clock: StepClock, children: list[_Child],
     """Stream progress and merge the results into ``accumulators`` until the
     deadline; the clients of a process that did not answer by then are hung."""
     deadline = clock.end_at + plan.hang_timeout + _PROCESS_GRACE
-    by_connection = {child.connection: child for child in children}
+    by_connection: dict[Any, _Child] = {child.connection: child for child in children}
     while time.time() < deadline:
         waiting = [child.connection for child in children if not child.finished]
         if not waiting:
@@ -350,7 +350,7 @@ def _stop(plan: StepPlan, clock: StepClock | None, children: list[_Child],
 
 def _take_partial(children: list[_Child], accumulators: Accumulators,
                   deadline: float) -> None:
-    by_connection = {child.connection: child for child in children}
+    by_connection: dict[Any, _Child] = {child.connection: child for child in children}
     while (waiting := [c.connection for c in children if not c.finished]):
         left = deadline - time.time()
         if left <= 0:

@@ -47,7 +47,7 @@ class StepPlan:
 
     def assignments(self) -> list[ClientAssignment]:
         """Client 0..C-1 of every side, numbered across the sides."""
-        assignments = []
+        assignments: list[ClientAssignment] = []
         for side, operation, count in self.operation.groups(self.clients):
             for _ in range(count):
                 assignments.append(ClientAssignment(len(assignments), side, operation))

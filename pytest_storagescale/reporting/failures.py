@@ -106,7 +106,7 @@ def shorten_storage_failure(item: pytest.Item, call: pytest.CallInfo,
         return
     path, line = _asked_at(item, excinfo)
     text = storage_failure_text(excinfo.value, f"{path}:{line}" if line else "")
-    report.longrepr = StorageFailureRepr(text, _Crash(
+    report.longrepr = StorageFailureRepr(text, _Crash(  # type: ignore[assignment]
         str(item.path), line, f"{type(excinfo.value).__name__}: {text}"))
 
 

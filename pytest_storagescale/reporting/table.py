@@ -129,7 +129,8 @@ def columns_for(steps: list[StepRecord], main_door: str = "") -> tuple[bool, tup
     """The columns of a table of ``steps``: a ``vs base`` column when compared, a
     ``door`` column when they ran over several doors (:func:`several_doors`)."""
     with_baseline = any(step.baseline is not None for step in steps)
-    columns = COLUMNS if not with_baseline else (*COLUMNS[:-1], "vs base", COLUMNS[-1])
+    columns: tuple[str, ...] = (
+        COLUMNS if not with_baseline else (*COLUMNS[:-1], "vs base", COLUMNS[-1]))
     if any(step.derived for step in steps):  # after p99
         at = COLUMNS.index("p99") + 1
         columns = (*columns[:at], DERIVED_COLUMN, *columns[at:])

@@ -132,7 +132,7 @@ class EmbeddedCephGateway(EmbeddedServer):
         self.daemons: list[Daemon] = []
         self.mon_port = 0
         self.port = 0
-        self.xcache = None  # XCacheProxy, once started
+        self.xcache: XCacheProxy | None = None  # once started
         self.version = ""
         self.ceph_version = ""
         self.xrootd_version = ""
@@ -177,7 +177,8 @@ class EmbeddedCephGateway(EmbeddedServer):
 
     def server_processes(self) -> list[ServerProcess]:
         """The monitor, the OSDs, the gateway and the XCache door."""
-        door = [self.xcache.watched] if self.xcache and self.xcache.watched else []
+        door: list[ServerProcess] = (
+            [self.xcache.watched] if self.xcache and self.xcache.watched else [])
         return [*self.daemons, *door]
 
     def rss_bytes(self) -> dict[str, int]:
@@ -196,7 +197,7 @@ class EmbeddedCephGateway(EmbeddedServer):
         # "5.5.3+ceph16.2.15" picks thresholds/ceph/embedded.toml ("*+ceph16.*"), a
         # remote gateway's bare "5.5.3" the seed's default.toml
         self.version = f"{self.xrootd_version}+ceph{self.ceph_version}"
-        self.directory = server_directory("ceph")
+        self.directory = server_directory(self.kind)
         try:
             self._start_cluster()
             self.timings["cluster"] = time.monotonic() - began

@@ -91,7 +91,8 @@ def _cert_pem(cert: x509.Certificate) -> bytes:
 
 def slash_subject(name: x509.Name) -> str:
     """``name`` as ``/O=org/CN=name`` (DER order: grid-mapfiles, GSI, signing policies)."""
-    return "".join(f"/{attr.rfc4514_attribute_name}={attr.value}" for attr in name)
+    return "".join(f"/{attr.rfc4514_attribute_name}={attr.value!s}"  # type: ignore[str-bytes-safe]
+                   for attr in name)  # a name's attributes are text
 
 
 def hand_to(path: Path, user: str | None, mode: int | None = None) -> None:

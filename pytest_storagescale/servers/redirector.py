@@ -221,6 +221,7 @@ class ClusterNode:
         """Whether ``daemon`` accepts connections: the xrootd on its port; the cmsd on the
         manager's port (the manager) or on its admin socket, where the node's xrootd
         logs in (a data server). An xrootd that finds no cmsd tries again 10 s later."""
+        target: tuple[str, int] | str
         if daemon == "xrootd" or self.role == "manager":
             family, target = socket.AF_INET, (
                 "127.0.0.1", self.port if daemon == "xrootd" else self.manager_cms_port)
@@ -326,7 +327,7 @@ class EmbeddedXRootDCluster(EmbeddedServer):
         started = time.monotonic()
         self._binaries = {"xrootd": xrootd_binary(), "cmsd": find_daemon("cmsd") or "cmsd"}
         self.version = xrootd_version(self._binaries["xrootd"])
-        self.directory = server_directory("redirector")
+        self.directory = server_directory(self.kind)
         self._user = unprivileged_user()
         try:
             self.manager = ClusterNode("manager", "manager", self.directory / "manager",

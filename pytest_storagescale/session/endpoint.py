@@ -11,7 +11,12 @@ from ..drivers.url import EndpointURL
 from ..drivers.version import first_contact
 from ..errors import EndpointError, StorageError, StorageScaleUsageError
 from ..redact import redact_url
-from ..servers.family import DEFAULT_KIND, check_embedded_choice, start_embedded
+from ..servers.family import (
+    DEFAULT_KIND,
+    EmbeddedServer,
+    check_embedded_choice,
+    start_embedded,
+)
 
 #: deadline of the version query (a shorter hang timeout shortens it)
 VERSION_TIMEOUT = 10.0
@@ -27,7 +32,7 @@ class EndpointUnderTest:
     def __init__(self, settings: Settings, shared: dict[str, Any] | None = None) -> None:
         self.settings = settings
         self._shared = shared
-        self._server = None
+        self._server: EmbeddedServer | None = None
         #: why the embedded server died during the run ("" when it did not), see stop()
         self.exit_note = ""
         self._url: EndpointURL | None = None

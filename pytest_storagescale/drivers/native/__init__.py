@@ -71,7 +71,7 @@ class Taken(NamedTuple):
 
     finished: list[float]
     latency: list[float]
-    index: list[int]
+    index: list[int]  # type: ignore[assignment]  # shadows tuple.index, never called
     code: list[int]
     errno: list[int]
     level: list[int]
