@@ -65,6 +65,18 @@ def thresholds_dir(tmp_path: Path):
     return write
 
 
+#: fixtures that start a server: a test that uses one is an integration test, marked or
+#: not, so that make check (-m "not integration and not slow_server") leaves it out
+SERVER_FIXTURES = frozenset({"embedded_xrootd", "xrootd_area"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(scope="session")
 def embedded_xrootd():
     """A real xrootd on loopback for the integration tests."""
