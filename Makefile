@@ -5,7 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 
 # The fast lane: tests that need no server (memory driver, parsing, records, reports).
-# A test in these files that starts one is marked integration or slow_server.
+# A test in these files that starts one is marked integration or slow_server (one
+# that uses the embedded_xrootd fixture is marked by tests/conftest.py).
 FAST_TESTS := tests/test_config.py tests/test_records.py tests/test_thresholds.py \
 	tests/test_metrics.py tests/test_ledger.py tests/test_operations.py \
 	tests/test_reporting_units.py tests/test_drivers.py tests/test_verdicts.py \

@@ -2,8 +2,8 @@
 # Installs what pytest-storagescale needs on a Debian machine, sized to the command:
 #
 #   bootstrap.sh demo      what `make demo` needs: one xrootd on loopback
-#   bootstrap.sh check     the demo's, plus the test tools (ruff, mypy, import-linter,
-#                          pytest-xdist...) for `make check`
+#   bootstrap.sh check     the demo's, plus the gfal2 bindings and the test tools (ruff,
+#                          mypy, import-linter, pytest-xdist...) for `make check`
 #   bootstrap.sh servers   the embedded server farm and the report tools: gfal2,
 #                          Kerberos, SciTokens, grid proxies, Apache, GridFTP, Ceph,
 #                          Chromium, Java, npm and the Allure command line (`make servers`)
@@ -42,6 +42,8 @@ done
 # (pycurl), client CPU (psutil) and the throwaway CA (openssl)
 DEMO_PACKAGES=(xrootd-server xrootd-server-plugins xrootd-client python3-xrootd
                libxrootd-client-dev g++ python3-pycurl python3-psutil python3-venv openssl)
+# make check: the gfal2 bindings too (the drivers' unit tests load every driver class)
+CHECK_PACKAGES=(python3-gfal2)
 # the server farm and the report check (Chromium)
 SERVER_PACKAGES=(gfal2 gfal2-plugin-file gfal2-plugin-http gfal2-plugin-xrootd python3-gfal2
                  chromium chromium-driver)
@@ -117,10 +119,11 @@ install_packages() {  # install_packages [apt options...] -- packages...
 
 system_packages() {
     case "$PART" in
-        demo|check) install_packages -- "${DEMO_PACKAGES[@]}" ;;
+        demo) install_packages -- "${DEMO_PACKAGES[@]}" ;;
+        check) install_packages -- "${DEMO_PACKAGES[@]}" "${CHECK_PACKAGES[@]}" ;;
         servers) install_packages -- "${SERVER_PACKAGES[@]}"
                  install_packages --no-install-recommends -- "${LEAN_SERVER_PACKAGES[@]}" ;;
-        all) install_packages -- "${DEMO_PACKAGES[@]}" "${SERVER_PACKAGES[@]}"
+        all) install_packages -- "${DEMO_PACKAGES[@]}" "${SERVER_PACKAGES[@]}"  # check's in it
              install_packages --no-install-recommends -- "${LEAN_SERVER_PACKAGES[@]}" ;;
     esac
 }
@@ -136,7 +139,7 @@ python_environment() {  # .venv/ with the plugin: demo without the test extras
     # the test install holds the demo's too
     if [ "$PART" = demo ] && [ -f .venv/.storagescale-installed-test ] \
             && [ ! pyproject.toml -nt .venv/.storagescale-installed-test ]; then
-        return 0
+        stamp=.venv/.storagescale-installed-test
     fi
     if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
         echo "bootstrap: installing pytest-storagescale ($spec) into .venv"
