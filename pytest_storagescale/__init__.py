@@ -1,23 +1,99 @@
-"""pytest-storagescale: storage scalability, regression and acceptance tests as pytest suites."""
+"""pytest-storagescale: storage scalability, regression and acceptance tests as pytest suites.
 
-from .errors import (
-    StorageError,
-    StorageNotFound,
-    StoragePermissionDenied,
-    StorageScaleUsageError,
-    StorageTimeout,
-    StorageUnreachable,
-    ThresholdsError,
-    UnsafePathError,
-)
+The public API is exactly what ``__all__`` names; everything else (modules and their
+names) is internal and may change between releases. A suite or a site's conftest
+imports from here only::
+
+    from pytest_storagescale import Driver, Operation, Param, register_operation
+
+The names are imported on first use (PEP 562, as pluggy and fsspec do): importing the
+package imports nothing heavy. The fixtures a suite uses (``storage_endpoint``,
+``storage_settings``, ``storage_doors``, ``storage_known_issues``,
+``storage_embedded_server``, ``storage_thresholds``, ``storage_load``...) are
+registered by the plugin (:mod:`pytest_storagescale.fixtures`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .drivers.base import CreatedPaths, Driver, StatInfo
+    from .drivers.registry import driver_spec, register_driver
+    from .drivers.spec import DriverSpec
+    from .errors import (
+        BadAnswer,
+        EndpointError,
+        HungClientsViolation,
+        RedirectRefused,
+        StepError,
+        StorageCheckFailure,
+        StorageError,
+        StorageNotFound,
+        StoragePermissionDenied,
+        StorageScaleUsageError,
+        StorageScaleWarning,
+        StorageTimeout,
+        StorageUnreachable,
+        ThresholdsError,
+        ThresholdViolation,
+        UnsafePathError,
+    )
+    from .fixtures import StorageEndpoint, StorageLoad, remove_folder, storage_run
+    from .load.operations import Operation, Param, register_operation
+    from .metrics import register_metric
+    from .records import RuleCheck, StepRecord, Verdict
+    from .redact import redact_url
+    from .session.doors import Door
+    from .thresholds import ThresholdSet, load_thresholds
+
+#: public name -> the module (relative to this package) that defines it
+_EXPORTS = {
+    # drivers
+    "Driver": "drivers.base", "StatInfo": "drivers.base", "CreatedPaths": "drivers.base",
+    "DriverSpec": "drivers.spec", "register_driver": "drivers.registry",
+    "driver_spec": "drivers.registry",
+    # operations, their parameters, metrics
+    "Operation": "load.operations", "Param": "load.operations",
+    "register_operation": "load.operations", "register_metric": "metrics",
+    # a step's record and verdict, the thresholds file
+    "StepRecord": "records", "Verdict": "records", "RuleCheck": "records",
+    "ThresholdSet": "thresholds", "load_thresholds": "thresholds",
+    # doors and the session's handles (for hooks that get only the config)
+    "Door": "session.doors", "StorageEndpoint": "fixtures", "StorageLoad": "fixtures",
+    "storage_run": "fixtures", "remove_folder": "fixtures", "redact_url": "redact",
+    # errors
+    "StorageError": "errors", "StorageNotFound": "errors",
+    "StoragePermissionDenied": "errors", "StorageTimeout": "errors",
+    "StorageUnreachable": "errors", "StorageScaleUsageError": "errors",
+    "ThresholdsError": "errors", "EndpointError": "errors", "UnsafePathError": "errors",
+    "StorageScaleWarning": "errors", "StepError": "errors", "BadAnswer": "errors",
+    "RedirectRefused": "errors", "StorageCheckFailure": "errors",
+    "ThresholdViolation": "errors", "HungClientsViolation": "errors",
+}
 
 __all__ = [
-    "StorageError",
-    "StorageNotFound",
-    "StoragePermissionDenied",
-    "StorageScaleUsageError",
-    "StorageTimeout",
-    "StorageUnreachable",
-    "ThresholdsError",
-    "UnsafePathError",
+    "BadAnswer", "CreatedPaths", "Door", "Driver", "DriverSpec", "EndpointError",
+    "HungClientsViolation", "Operation", "Param", "RedirectRefused", "RuleCheck",
+    "StatInfo", "StepError", "StepRecord", "StorageCheckFailure", "StorageEndpoint",
+    "StorageError", "StorageLoad", "StorageNotFound", "StoragePermissionDenied",
+    "StorageScaleUsageError", "StorageScaleWarning", "StorageTimeout",
+    "StorageUnreachable", "ThresholdSet", "ThresholdViolation", "ThresholdsError",
+    "UnsafePathError", "Verdict", "driver_spec", "load_thresholds", "redact_url",
+    "register_driver", "register_metric", "register_operation", "remove_folder",
+    "storage_run",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

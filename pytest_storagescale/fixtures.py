@@ -1,11 +1,17 @@
 """Fixtures a suite uses, small ones built from smaller ones so that a site's conftest
 can replace any of them:
 
+- ``storage_settings``: the session's resolved options (option > env > ini > default);
 - ``storage_endpoint``: the storage under test (URL, version, run directory, clients);
+- ``storage_embedded_server``: the embedded server (None for a remote storage);
+- ``storage_doors``: every door of the storage (one client spec per protocol);
 - ``storage_system`` / ``storage_thresholds``: which thresholds file applies;
+- ``storage_known_issues``: the files whose ``[known_issues]`` apply to a check;
 - ``storage_clients``: the step's concurrency, parametrized from the file's scan;
 - ``storage_load``: runs load steps and judges them, over the door
-  ``storage_load_door`` names (parametrized by ``--storage-load-doors``);
+  ``storage_load_door`` names (parametrized by ``--storage-load-doors``); built from
+  ``storage_endpoint`` and ``storage_thresholds``, so a conftest overriding either
+  changes the steps' plan;
 - ``storage_client`` / ``storage_test_dir``: a client of the endpoint and a fresh
   directory for one functional test (removed after it).
 """
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,9 +42,11 @@ from .reporting.plots import scan_of
 from .reporting.progress import LiveProgress
 from .reporting.table import format_violations, format_why
 from .session import Door, StorageRun
+from .session.doors import DOOR_TIMEOUT, build_doors, main_door_name
+from .shipped import shipped_thresholds
 from .stash import storage_run_key
 from .steps import Derive, Judge, StepOutcome, StepRequest, run_load_step
-from .thresholds import SectionPlan
+from .thresholds import SectionPlan, ThresholdSet, select_thresholds
 
 #: the ``user_properties`` key by which a test report says a step finished
 STEP_PROPERTY = "storagescale_step"
@@ -47,6 +56,13 @@ CLIENT_TIMEOUT = 60.0
 
 def _run(request: pytest.FixtureRequest) -> StorageRun:
     return request.config.stash[storage_run_key]
+
+
+def storage_run(config: pytest.Config) -> StorageRun | None:
+    """The session's storage state (``settings``, ``endpoint``, ``thresholds(system)``,
+    ``run_id``), for a hook that gets only the config; None before the plugin set it
+    up (or when it is not active). A test uses the fixtures instead."""
+    return config.stash.get(storage_run_key, None)
 
 
 def marker_arg(node: Any, name: str) -> str | None:
@@ -108,6 +124,14 @@ class StorageEndpoint:
         """A path inside this run's directory."""
         return "/".join([self.run_dir, *parts])
 
+    @property
+    def door(self) -> Door:
+        """The endpoint's own door: the load steps' clients when no other door is
+        named (its spec and run directory are this handle's)."""
+        timeout = self._run.settings.hang_timeout or DOOR_TIMEOUT
+        return Door(main_door_name(self._run.endpoint), self.driver_spec, self.run_dir,
+                    timeout)
+
 
 def _usable(run: StorageRun) -> None:
     """Fail the test in one paragraph when the run directory cannot be made."""
@@ -131,6 +155,28 @@ def storage_endpoint(request: pytest.FixtureRequest) -> StorageEndpoint:
     return StorageEndpoint(run, run.area.path)
 
 
+@pytest.fixture(scope="session")
+def storage_settings(request: pytest.FixtureRequest):
+    """The session's resolved options (``--storage-*`` > environment > ini > default)."""
+    return _run(request).settings
+
+
+@pytest.fixture(scope="session")
+def storage_embedded_server(request: pytest.FixtureRequest):
+    """The embedded server (``kind``, ``freeze()``, ``thaw()``, ``pid``, its doors'
+    URLs), or None when the storage under test is a remote one."""
+    endpoint = _run(request).endpoint
+    return endpoint.embedded_server if endpoint.is_embedded else None
+
+
+@pytest.fixture(scope="session")
+def storage_doors(storage_endpoint: StorageEndpoint,
+                  request: pytest.FixtureRequest) -> dict[str, Door]:
+    """Door name -> :class:`Door`: every door of the storage, each guarded to this
+    run's directory (which exists: ``storage_endpoint`` made it)."""
+    return build_doors(request.config, storage_endpoint.driver_spec)
+
+
 @pytest.fixture
 def storage_client(storage_endpoint: StorageEndpoint, request: pytest.FixtureRequest):
     """A client of the endpoint for one test, closed after it."""
@@ -141,7 +187,7 @@ def storage_client(storage_endpoint: StorageEndpoint, request: pytest.FixtureReq
 
 @pytest.fixture
 def storage_test_dir(storage_endpoint: StorageEndpoint, storage_client: Driver,
-                     request: pytest.FixtureRequest) -> str:
+                     request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh directory for this test inside the run directory, removed after it:
     what the endpoint's clients made in it (a file only as written, not older than the
     run), bottom-up; anything else is left, named in a warning."""
@@ -176,6 +222,25 @@ def storage_system(request: pytest.FixtureRequest) -> str:
 def storage_thresholds(request: pytest.FixtureRequest, storage_system: str):
     """The thresholds file matched for this test's system and the storage version."""
     return _run(request).thresholds(storage_system)
+
+
+@pytest.fixture
+def storage_known_issues(request: pytest.FixtureRequest, storage_thresholds: ThresholdSet,
+                         storage_system: str) -> list[ThresholdSet]:
+    """The thresholds files whose ``[known_issues]`` apply to this test: the system's
+    (``storage_thresholds``) and, when the session runs an embedded server of another
+    kind (the dCache suite on the embedded xrootd), that server's own
+    (``<thresholds>/<kind>/``, else the shipped ones): the issues belong to the software
+    that answers."""
+    run = _run(request)
+    kind = run.endpoint.embedded_kind if run.endpoint.is_embedded else None
+    if not kind or kind == storage_system:
+        return [storage_thresholds]
+    for root in (run.settings.thresholds_path(), shipped_thresholds()):
+        if root is not None and root.is_dir() and (root / kind).is_dir():
+            return [storage_thresholds,
+                    select_thresholds(root, kind, run.endpoint.version, steps=False)]
+    return [storage_thresholds]
 
 
 @pytest.fixture
@@ -216,20 +281,27 @@ def storage_load_door(request: pytest.FixtureRequest) -> str | None:
 
 class StorageLoad:
     """Runs load steps for one test over one door (``door_name``; None: the
-    endpoint's own); a step that breaks a rule fails the test."""
+    endpoint's own, ``endpoint.door``), planned from ``thresholds``; a step that breaks
+    a rule fails the test."""
 
     def __init__(self, request: pytest.FixtureRequest, system: str,
-                 door_name: str | None = None) -> None:
+                 door_name: str | None = None, *, endpoint: StorageEndpoint | None = None,
+                 thresholds: ThresholdSet | None = None) -> None:
         self._request = request
         self._run = _run(request)
         self._system = system
         self.door_name = door_name
+        self.endpoint = endpoint
+        self.thresholds = thresholds if thresholds is not None else \
+            self._run.thresholds(system)
         self.outcomes: list[StepOutcome] = []
 
     @property
     def door(self) -> Door:
         """The door the steps' clients use (its driver spec, this run's directory on
         it); the run directory exists when it returns."""
+        if self.door_name is None and self.endpoint is not None:
+            return self.endpoint.door
         return self._run.door(self.door_name)
 
     @property
@@ -249,7 +321,7 @@ class StorageLoad:
     def section_plan(self, section: str) -> SectionPlan:
         """The section; no section for this storage version skips the test (the
         thresholds file is the test plan)."""
-        thresholds = self._run.thresholds(self._system)
+        thresholds = self.thresholds
         plan = thresholds.section(section)
         if plan is None:
             pytest.skip(f"{thresholds.path} has no [ops.{section}] section: this storage "
@@ -288,7 +360,8 @@ class StorageLoad:
         progress = LiveProgress(self._request.config)
         try:
             outcome = run_load_step(self._run, request, judge=judge, derive=derive,
-                                    progress=progress if progress.enabled else None)
+                                    progress=progress if progress.enabled else None,
+                                    thresholds=self.thresholds, door=self.door)
         finally:
             progress.clear()
         self.outcomes.append(outcome)
@@ -346,7 +419,11 @@ class StorageLoad:
 
 @pytest.fixture
 def storage_load(request: pytest.FixtureRequest, storage_system: str,
-                 storage_load_door: str | None) -> StorageLoad:
+                 storage_load_door: str | None, storage_endpoint: StorageEndpoint,
+                 storage_thresholds: ThresholdSet) -> StorageLoad:
     """Runs load steps (``storage_load.run()``) over this test's door and judges them
-    against the thresholds."""
-    return StorageLoad(request, storage_system, storage_load_door)
+    against the thresholds: ``storage_thresholds``' sections plan the steps and its
+    rules judge them; ``storage_endpoint``'s door carries them (unless
+    ``--storage-load-doors`` names another)."""
+    return StorageLoad(request, storage_system, storage_load_door,
+                       endpoint=storage_endpoint, thresholds=storage_thresholds)

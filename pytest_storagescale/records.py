@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from .cluster.breakdown import HostResult
-from .load.stats import ClientUsage, SideResult, StepResult, sides_from_json
+from .load.stats import ClientUsage, HostResult, SideResult, StepResult, sides_from_json
 from .metrics import MEASURED, STEP_MEASURED
 
 #: the results format this release writes; the previous release wrote no ``format``
@@ -154,10 +153,6 @@ class StepRecord:
     #: above this ``client_cpu`` the step measured its client host, not the storage
     #: (``--storage-client-cpu-limit``)
     client_cpu_limit: float = 0.9
-    #: a cluster step's per-host breakdown (empty: the clients ran in this process)
-    hosts: list[HostResult] = field(default_factory=list)
-    #: clients of hosts lost mid-step (a cluster step; a metric rules may name)
-    lost: int = 0
     #: the door the step's clients used (``root``, ``davs``: ``--storage-load-doors``);
     #: "" in results written before doors were recorded (the run's main door)
     door: str = ""
@@ -229,6 +224,17 @@ class StepRecord:
     def metric_or_none(self, name: str) -> float | None:
         value = self.metric(name)
         return None if math.isnan(value) else value
+
+    @property
+    def hosts(self) -> list[HostResult]:
+        """A cluster step's per-host breakdown (empty: the clients ran in this process
+        or nothing was measured); part of its result."""
+        return self.result.hosts if self.result is not None else []
+
+    @property
+    def lost(self) -> int:
+        """Clients of hosts lost mid-step (a cluster step)."""
+        return self.result.lost if self.result is not None else 0
 
     @property
     def violations(self) -> list[str]:
@@ -327,8 +333,7 @@ class StepRecord:
             baseline=BaselineComparison.from_json(baseline) if isinstance(baseline, dict)
             else None,
             client_cpu_limit=float(data.get("client_cpu_limit") or 0.9),
-            hosts=[HostResult.from_json(h) for h in data.get("hosts") or []],
-            lost=int(data.get("lost") or 0), door=str(data.get("door") or ""),
+            door=str(data.get("door") or ""),
         )
 
 
@@ -351,6 +356,8 @@ def _result_from_json(data: dict[str, Any]) -> StepResult | None:
         # this release's client CPU and memory; older records have none
         client=ClientUsage.from_json(data["client_host"])
         if isinstance(data.get("client_host"), dict) else None,
+        hosts=[HostResult.from_json(h) for h in data.get("hosts") or []],
+        lost=int(data.get("lost") or 0),
     )
 
 

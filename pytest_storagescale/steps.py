@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from .baseline import measured_nothing
 from .cluster import run_cluster_step
+from .drivers.base import Driver
 from .drivers.registry import driver_class, driver_spec
 from .errors import StepError, StorageError, StorageScaleUsageError, ThresholdsError
 from .limits import check_open_files, check_threads
@@ -23,7 +24,7 @@ from .load.executors import isolates_clients, planned_processes
 from .load.operations import get_operation
 from .load.plan import StepPlan, StepProgress
 from .records import RunInfo, StepRecord, Verdict, all_passed
-from .session import StorageRun
+from .session import Door, StorageRun
 from .thresholds import SectionPlan, ThresholdSet, evaluate
 
 #: derives metrics (``mix_ratio``) from a measured step and earlier ones
@@ -69,9 +70,12 @@ def section_plan(thresholds: ThresholdSet, section: str) -> SectionPlan:
     return plan
 
 
-def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan
+def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan, *,
+              thresholds: ThresholdSet | None = None, door: Door | None = None
               ) -> tuple[StepPlan, StepRecord]:
-    """The engine's plan and the record it will fill."""
+    """The engine's plan and the record it will fill; ``thresholds`` (default: the
+    run's file for the system) and ``door`` (default: the run's door the request
+    names) as the test's fixtures give them."""
     overrides = dict(request.overrides)
     settings = run.settings
     duration = overrides.pop("duration", None) or settings.duration or section.duration
@@ -96,7 +100,8 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan
     except StorageScaleUsageError as exc:
         raise StepError(f"{request.section} step at {request.clients} clients: {exc}") \
             from None
-    door = run.door(request.door)  # the run directory as that door names it
+    door = door or run.door(request.door)  # the run directory as that door names it
+    thresholds = thresholds or run.thresholds(request.system)
     plan = StepPlan(
         operation=operation, clients=request.clients, duration=duration, warmup=warmup,
         hang_timeout=hang_timeout, driver=door.spec,
@@ -109,13 +114,13 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan
         worker=worker, label=request.label, side=request.side,
         max_operations=section.max_operations, duration_s=duration, warmup_s=warmup,
         hang_timeout_s=hang_timeout, params=dict(params), executor=settings.executor,
-        thresholds_file=str(run.thresholds(request.system).path), started=time.time(),
+        thresholds_file=str(thresholds.path), started=time.time(),
         client_cpu_limit=getattr(settings, "client_cpu_limit", None) or 0.9, door=door.name,
     )
     return plan, record
 
 
-def endpoint_driver(run: StorageRun) -> type | None:
+def endpoint_driver(run: StorageRun) -> type[Driver] | None:
     """The driver class of the session's endpoint, found by ``--storage-driver`` or the
     URL scheme alone (the embedded server is not started for it); None for a bad URL,
     which the endpoint's own check reports."""
@@ -178,7 +183,7 @@ def measure(run: StorageRun, plan: StepPlan, record: StepRecord,
             record.lock_acquired = time.time()
             if getattr(run.settings, "cluster", None):  # the clients run on its hosts
                 record.executor = "cluster"
-                record.result = run_cluster_step(run.settings.cluster, plan, record, progress,
+                record.result = run_cluster_step(run.settings.cluster, plan, progress,
                                                  clients_per_host=clients_per_host)
             else:
                 record.result = run_step(plan, executor=run.settings.executor,
@@ -295,11 +300,15 @@ def judge_step(run: StorageRun, record: StepRecord, section: SectionPlan, *,
 
 def run_load_step(run: StorageRun, request: StepRequest, *, judge: Judge = True,
                   derive: Derive | None = None,
-                  progress: Callable[[StepProgress], None] | None = None) -> StepOutcome:
-    """Plan, measure, judge and log one step."""
-    thresholds = run.thresholds(request.system)
+                  progress: Callable[[StepProgress], None] | None = None,
+                  thresholds: ThresholdSet | None = None,
+                  door: Door | None = None) -> StepOutcome:
+    """Plan, measure, judge and log one step: ``section`` of ``thresholds`` (default:
+    the run's file for the system) over ``door`` (default: the one the request
+    names)."""
+    thresholds = thresholds or run.thresholds(request.system)
     section = section_plan(thresholds, request.section)
-    plan, record = plan_step(run, request, section)
+    plan, record = plan_step(run, request, section, thresholds=thresholds, door=door)
     # logged as begun: a process killed mid-step (an xdist worker) still leaves its step
     run.ledger.begin(run.run_info(request.system, thresholds), record)
     measure(run, plan, record, progress, clients_per_host=section.clients_per_host)

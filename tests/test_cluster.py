@@ -130,17 +130,18 @@ def test_lost_host_counts_its_clients():
     assert executor.lost == 2
     assert lost_text(executor.hosts) == ("host h1 (10.9.9.1) lost: 2 clients (its worker "
                                          "left the cluster)")
-    record = StepRecord("main-001", "t", "stat", "stat", 6, hosts=executor.hosts, lost=2)
+    result = StepResult("stat", 6, 0.0, 1.0, 1.0, 0.0, hosts=executor.hosts, lost=2)
+    record = StepRecord("main-001", "t", "stat", "stat", 6, result=result)
     assert lost_text(executor.hosts) in format_why(record)  # the failure's "why:" names it
-    assert math.isnan(record.metric("lost"))  # nothing measured: no value
-    record.result = StepResult("stat", 6, 0.0, 1.0, 1.0, 0.0)
     assert record.metric("lost") == 2  # what a rule "lost == 0" reads
+    assert math.isnan(StepRecord("main-001", "t", "stat", "stat", 6).metric("lost"))
 
 
 def test_host_breakdown_round_trips_through_the_results_file():
     host = HostResult("ns1", "10.1.1.3", "tcp://10.1.1.3:40000", 25, 0.001, 0.002, 1, 97,
                       10.0, 12.0, 2.0, 5000, 1, 0, 0, 10**6, 0.001, 0.004, 80.5)
-    record = StepRecord("main-001", "t", "stat", "stat", 100, hosts=[host], lost=25)
+    result = StepResult("stat", 100, 10.0, 12.0, 2.0, 0.0, hosts=[host], lost=25)
+    record = StepRecord("main-001", "t", "stat", "stat", 100, result=result)
     data = json.loads(json.dumps(record.to_json()))
     assert data["hosts"][0]["rate_hz"] == 2500 and data["lost"] == 25
     again = StepRecord.from_json(data)
@@ -208,13 +209,6 @@ def _plan(url: str, root: str, operation: str = "stat", **kw) -> StepPlan:
     return StepPlan(**values)
 
 
-class Record:
-    """What run_cluster_step fills in (a StepRecord's cluster fields)."""
-
-    hosts: list[HostResult]
-    lost: int
-
-
 def _during_step(monkeypatch, seconds: float, action) -> list[bool]:
     """Run ``action`` ``seconds`` into the next cluster step's measurement (timed by the
     step's own clock, once every host is running); returns [True] once it ran."""
@@ -252,8 +246,7 @@ def test_four_namespace_hosts_each_client_its_own_login(server, four_hosts, run_
     each host's own address; the per-host breakdown adds up to the step."""
     url, root = run_root(four_hosts)
     since = len(server.log_path.read_bytes())
-    record = Record()
-    result = run_cluster_step(four_hosts.address, _plan(url, root, clients=100), record)
+    result = record = run_cluster_step(four_hosts.address, _plan(url, root, clients=100))
     logins = _logins(server, since)
     addresses = {h.address for h in four_hosts.hosts}
     assert {a: len(u) for a, u in logins.items() if a in addresses} == \
@@ -280,10 +273,9 @@ def test_a_slow_host_shows_up_as_itself(server, four_hosts, run_root):
     url, root = run_root(four_hosts)
     four_hosts.cap(2, "20mbit")  # 2.5 MB/s
     try:
-        record = Record()
-        run_cluster_step(four_hosts.address, _plan(
+        record = run_cluster_step(four_hosts.address, _plan(
             url, root, "get", clients=8, duration=4.0, params={"file_size": 1_000_000,
-                                                               "files": 4}), record)
+                                                               "files": 4}))
     finally:
         four_hosts.uncap(2)
     print(*format_hosts(record.hosts), sep="\n")
@@ -303,10 +295,9 @@ def test_hosts_lost_mid_step_are_counted_and_the_step_ends_on_time(
     with _cluster(tmp_path_factory, 3) as cluster:
         url, root = run_root(cluster)
         plan = _plan(url, root, clients=9, duration=5.0, warmup=0.5, hang_timeout=3.0)
-        record = Record()
         fired = _during_step(monkeypatch, 1.5, lambda: (cluster.kill(1), cluster.cut(2)))
         began = time.monotonic()
-        result = run_cluster_step(cluster.address, plan, record)
+        result = record = run_cluster_step(cluster.address, plan)
         assert fired == [True], "the faults were never injected"
         took = time.monotonic() - began
         # offsets, lead, warm-up + duration, hang_timeout, the report grace, and slack
@@ -331,7 +322,7 @@ def test_a_host_whose_clock_is_off_is_refused_before_the_load(
         url, root = run_root(cluster)
         plan = _plan(url, root)
         with pytest.raises(ClusterError) as info:
-            run_cluster_step(cluster.address, plan, Record())
+            run_cluster_step(cluster.address, plan)
         text = str(info.value)
         offset = re.search(r"ns1 \([\d.]+\) \+([\d.]+) s", text)
         assert offset is not None and abs(float(offset.group(1)) - 5.0) < 0.5, text
@@ -423,7 +414,8 @@ def test_per_host_rate_plot_marks_the_lost_host(tmp_path):
                       succeeded=5000)
     lost = HostResult("ns1", "10.1.1.3", "tcp://10.1.1.3:1", 25, 0.0, lost=25,
                       lost_reason="its worker left the cluster")
-    record = StepRecord("main-001", "t", "stat", "stat", 50, hosts=[fast, lost], lost=25)
+    result = StepResult("stat", 50, 0.0, 2.0, 2.0, 0.0, hosts=[fast, lost], lost=25)
+    record = StepRecord("main-001", "t", "stat", "stat", 50, result=result)
     png = hosts_png(record)
     assert png.startswith(b"\x89PNG") and len(png) > 2000
     (tmp_path / "hosts.png").write_bytes(png)
@@ -442,20 +434,19 @@ def test_ctrl_c_stops_the_clients_on_every_host(server, four_hosts, run_root, mo
 
     url, root = run_root(four_hosts)
     plan = _plan(url, root, clients=8, duration=30.0, warmup=0.5)
-    record = Record()
     began = time.monotonic()
     fired = _during_step(monkeypatch, 2.0, _thread.interrupt_main)
     inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        ended = run_cluster_step(four_hosts.address, plan, record)
+        ended = run_cluster_step(four_hosts.address, plan)
     except StepInterrupted as stopped:
-        result = stopped.result
+        result = record = stopped.result  # with its hosts
     else:  # what the step saw instead
         pytest.fail(f"the step ended without the Ctrl-C after "
                     f"{time.monotonic() - began:.1f} s (fired: {fired}): "
                     f"{ended.total.succeeded} succeeded, {ended.total.failed} failed "
-                    f"{dict(ended.total.errors)}, hosts: {format_hosts(record.hosts)}, "
-                    f"{[h.lost_reason for h in record.hosts]}")
+                    f"{dict(ended.total.errors)}, hosts: {format_hosts(ended.hosts)}, "
+                    f"{[h.lost_reason for h in ended.hosts]}")
     finally:
         signal.signal(signal.SIGINT, inherited)
     assert fired == [True]
@@ -591,10 +582,9 @@ def test_local_recipe_runs_a_step_on_worker_processes(server, monkeypatch):
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # make test runs with -n 2
     root = f"/storagescale/local-{time.time_ns()}"
     driver_spec(server.url, writable_root=root).connect("functional-tests", timeout=10).mkdir(root)
-    record = Record()
     try:
-        result = run_cluster_step("local:2", _plan(server.url, root, clients=6, duration=1.0),
-                                  record)
+        result = record = run_cluster_step("local:2", _plan(server.url, root, clients=6,
+                                                            duration=1.0))
     finally:
         cluster_hosts.disconnect("local:2")
     assert len(record.hosts) == 2 and len({h.name for h in record.hosts}) == 2

@@ -14,7 +14,7 @@ option) and :mod:`.breakdown` (the per-host records) are light.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .address import parse_cluster_address
 from .breakdown import HostResult, breakdown_lines
@@ -27,14 +27,14 @@ __all__ = ["HostResult", "breakdown_lines", "disconnect", "header_lines",
            "parse_cluster_address", "run_cluster_step"]
 
 
-def run_cluster_step(address: str, plan: StepPlan, record: Any = None,
+def run_cluster_step(address: str, plan: StepPlan,
                      progress: Callable[[StepProgress], None] | None = None, *,
                      clients_per_host: int = 0) -> StepResult:
-    """Measure ``plan`` on the cluster at ``address``; fill ``record``'s per-host
-    breakdown (``hosts``, ``lost``) when given. See :func:`.coordinator.run_cluster_step`."""
+    """Measure ``plan`` on the cluster at ``address``; the result holds the per-host
+    breakdown (``hosts``, ``lost``). See :func:`.coordinator.run_cluster_step`."""
     from .coordinator import run_cluster_step as run
 
-    return run(address, plan, record, progress, clients_per_host=clients_per_host)
+    return run(address, plan, progress, clients_per_host=clients_per_host)
 
 
 def disconnect() -> None:

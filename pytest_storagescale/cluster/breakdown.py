@@ -1,70 +1,17 @@
 """The per-host breakdown of a cluster step: what each client host ran and measured,
 so that a slow client host (a saturated NIC) shows up as itself and not as a storage
-regression. Light: no Dask import (the results file reads it back)."""
+regression. The record itself, :class:`HostResult`, is part of the step's result
+(:class:`~pytest_storagescale.load.stats.StepResult`); this module formats it. Light: no
+Dask import."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ..load.stats import HostResult
 
-@dataclass(frozen=True)
-class HostResult:
-    """One client host's share of a step.
-
-    ``started``/``ended`` are the host's measured window on the coordinator's clock
-    (the host's own monotonic window, moved by its measured ``clock_offset_s``).
-    ``lost`` counts the clients of a host that did not report by the step's end plus
-    ``hang_timeout`` (its worker died or its network was cut); ``lost_reason`` says why.
-    """
-
-    name: str
-    address: str
-    worker: str
-    clients: int
-    #: the host's clock minus the coordinator's, as measured before the step (seconds)
-    clock_offset_s: float
-    #: half the round trip of that measurement: the offset is known to +- this
-    clock_uncertainty_s: float = 0.0
-    #: the indices of its clients (first and last; they are a stride or a block)
-    first_client: int = 0
-    last_client: int = 0
-    started: float = 0.0
-    ended: float = 0.0
-    duration_s: float = 0.0
-    succeeded: int = 0
-    failed: int = 0
-    hung: int = 0
-    lost: int = 0
-    bytes: int = 0
-    p50_s: float | None = None
-    p99_s: float | None = None
-    #: the worker process's peak resident memory (MB, 10^6 bytes)
-    peak_rss_mb: float | None = None
-    lost_reason: str | None = None
-    #: the worker's CPU over the measured window, as a fraction of the host's cores
-    client_cpu: float | None = None
-
-    @property
-    def rate_hz(self) -> float:
-        return self.succeeded / self.duration_s if self.duration_s > 0 else 0.0
-
-    @property
-    def mb_s(self) -> float:
-        return self.bytes / self.duration_s / 1e6 if self.duration_s > 0 else 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.update(rate_hz=self.rate_hz, mb_s=self.mb_s)
-        return {key: (None if isinstance(value, float) and not math.isfinite(value) else value)
-                for key, value in data.items()}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> HostResult:
-        """Read :meth:`to_json` output; unknown keys are ignored, missing ones default."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{key: value for key, value in data.items() if key in known})
+__all__ = ["HostResult", "breakdown_lines", "format_hosts", "lost_text"]
 
 
 def lost_text(hosts: list[HostResult]) -> str | None:

@@ -30,17 +30,17 @@ from typing import Any
 
 from ..drivers.registry import start_early_drivers
 from ..load.clients import LoadInterrupted, run_clients
-from ..load.engine import run_step
+from ..load.engine import StepInterrupted, run_step
 from ..load.plan import ClientAssignment, StepClock, StepPlan, StepProgress
 from ..load.stats import (
     ClientUsage,
     CpuMeter,
+    HostResult,
     SideAccumulator,
     StepResult,
     latency_summary,
     new_histogram,
 )
-from .breakdown import HostResult
 from .hosts import ClusterConnection, ClusterError, ClusterHost, check_offsets, connect
 
 #: how long the hosts may take to unpack their shares and say they are ready (at
@@ -417,7 +417,7 @@ class ClusterExecutor:
 def _host_result(base: HostResult, report: HostReport, plan: StepPlan) -> HostResult:
     """A reporting host's row: its counts from its sides' wire forms, its latency as
     the host summarized it (decoding its histograms again would double the merge)."""
-    counts = {"succeeded": 0, "failed": 0, "hung": 0, "bytes": 0}
+    counts: dict[str, Any] = {"succeeded": 0, "failed": 0, "hung": 0, "bytes": 0}
     measured = 0.0
     for wire in report.sides.values():
         for key in counts:
@@ -432,22 +432,24 @@ def _host_result(base: HostResult, report: HostReport, plan: StepPlan) -> HostRe
         client_cpu=report.usage.cpu if report.usage is not None else None, **counts)
 
 
-def run_cluster_step(address: str, plan: StepPlan, record: Any = None,
+def run_cluster_step(address: str, plan: StepPlan,
                      progress: Callable[[StepProgress], None] | None = None,
                      *, clients_per_host: int = 0) -> StepResult:
-    """Measure ``plan`` with its clients on the cluster at ``address``.
+    """Measure ``plan`` with its clients on the cluster at ``address``; the result holds
+    the per-host breakdown (``hosts``) and the ``lost`` clients (an interrupted step's
+    too, in :class:`StepInterrupted`'s ``result``).
 
     The hosts' clocks are checked first (a host off by more than the bound is a
-    :class:`ClusterError` before any set-up). ``record`` (a StepRecord), when given,
-    gets the per-host breakdown (``hosts``) and the ``lost`` clients."""
+    :class:`ClusterError` before any set-up)."""
     connection = connect(address)
     hosts = connection.hosts()
     check_offsets(hosts, address)
     executor = ClusterExecutor(connection, hosts, clients_per_host)
     try:
         result = run_step(plan, executor=executor, progress=progress)
-    finally:
-        if record is not None:
-            record.hosts = list(executor.hosts)
-            record.lost = executor.lost
+    except StepInterrupted as interrupted:
+        stopped = interrupted.result
+        stopped.hosts, stopped.lost = list(executor.hosts), executor.lost
+        raise
+    result.hosts, result.lost = list(executor.hosts), executor.lost
     return result

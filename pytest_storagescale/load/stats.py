@@ -13,7 +13,7 @@ import math
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import psutil
@@ -52,7 +52,7 @@ class SideAccumulator:
         #: the step early)
         self.measured_s = 0.0
 
-    def record(self, second: int, latency_s: float, nbytes: int, error: Exception | None,
+    def record(self, second: int, latency_s: float, nbytes: int, error: BaseException | None,
                counted: bool) -> None:
         """Record one finished operation. ``counted`` is False during warm-up."""
         if 0 <= second < len(self.completions):
@@ -321,6 +321,64 @@ def _rss_mb() -> float:
         return math.nan
 
 
+@dataclass(frozen=True)
+class HostResult:
+    """One client host's share of a step.
+
+    ``started``/``ended`` are the host's measured window on the coordinator's clock
+    (the host's own monotonic window, moved by its measured ``clock_offset_s``).
+    ``lost`` counts the clients of a host that did not report by the step's end plus
+    ``hang_timeout`` (its worker died or its network was cut); ``lost_reason`` says why.
+    """
+
+    name: str
+    address: str
+    worker: str
+    clients: int
+    #: the host's clock minus the coordinator's, as measured before the step (seconds)
+    clock_offset_s: float
+    #: half the round trip of that measurement: the offset is known to +- this
+    clock_uncertainty_s: float = 0.0
+    #: the indices of its clients (first and last; they are a stride or a block)
+    first_client: int = 0
+    last_client: int = 0
+    started: float = 0.0
+    ended: float = 0.0
+    duration_s: float = 0.0
+    succeeded: int = 0
+    failed: int = 0
+    hung: int = 0
+    lost: int = 0
+    bytes: int = 0
+    p50_s: float | None = None
+    p99_s: float | None = None
+    #: the worker process's peak resident memory (MB, 10^6 bytes)
+    peak_rss_mb: float | None = None
+    lost_reason: str | None = None
+    #: the worker's CPU over the measured window, as a fraction of the host's cores
+    client_cpu: float | None = None
+
+    @property
+    def rate_hz(self) -> float:
+        return self.succeeded / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def mb_s(self) -> float:
+        return self.bytes / self.duration_s / 1e6 if self.duration_s > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(rate_hz=self.rate_hz, mb_s=self.mb_s)
+        return {key: (None if isinstance(value, float) and not math.isfinite(value) else value)
+                for key, value in data.items()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HostResult:
+        """Read :meth:`to_json` output; unknown keys are ignored, missing ones default."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+
 @dataclass
 class StepResult:
     """One load step: an operation at a concurrency, with one or more sides."""
@@ -338,6 +396,10 @@ class StepResult:
     interrupted: bool = False
     #: what the clients cost their host (None: not measured, e.g. an older record)
     client: ClientUsage | None = None
+    #: a cluster step's per-host breakdown (empty: the clients ran in this process)
+    hosts: list[HostResult] = field(default_factory=list)
+    #: clients of hosts lost mid-step (a cluster step; a metric rules may name)
+    lost: int = 0
 
     @property
     def total(self) -> SideResult:

@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale import driver_spec
 
 from . import xcache
 
@@ -52,9 +52,9 @@ def pytest_storagescale_operations() -> list:
 def pytest_configure_node(node) -> None:
     """xdist controller: tell the workers where the embedded gateway's door is (after
     the plugin's own hook started the server)."""
-    from pytest_storagescale.stash import storage_run_key
+    from pytest_storagescale import storage_run
 
-    server = node.config.stash[storage_run_key].endpoint.embedded_server
+    server = storage_run(node.config).endpoint.embedded_server
     node.workerinput[WORKER_KEY] = getattr(server, "cached_url", None)
 
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import threading
 
-from pytest_storagescale.drivers.base import Driver
-from pytest_storagescale.drivers.spec import DriverSpec
-from pytest_storagescale.errors import StorageScaleUsageError
+from pytest_storagescale import Driver, DriverSpec, StorageScaleUsageError
 from pytest_storagescale.load.operations import Get, Read, ReadV
 
 #: the door the *_xcache steps of this process read through (set by the suite's fixture)

@@ -35,12 +35,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_storagescale import DriverSpec, StorageScaleUsageError, driver_spec, storage_run
 from pytest_storagescale.drivers.grid import CREDENTIAL_ENVIRONMENT
-from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.drivers.spec import DriverSpec
-from pytest_storagescale.errors import StorageScaleUsageError
 from pytest_storagescale.servers.credentials import READ_SCOPE, WRITE_SCOPE
-from pytest_storagescale.stash import storage_run_key
 
 from .checks import ConformanceChecks, Place, adler32_hex, expect_missing, fail, payload
 from .doors import Door
@@ -153,7 +150,7 @@ def read_token_file(path: str, option: str) -> str:
 def session_tokens(config: pytest.Config) -> AuthzTokens:
     """The embedded server's issuer mints them; else the remote storage's token files;
     skips naming the option when there are none."""
-    run = config.stash[storage_run_key]
+    run = storage_run(config)
     if run.endpoint.is_embedded:
         login = run.settings.embedded_login
         if login != "token":

@@ -3,7 +3,6 @@
 checks under the suite's name, with the suite's markers and thresholds::
 
     from ..conformance import ConformanceChecks
-    from ..conformance.fixtures import storage_doors  # noqa: F401
 
     class TestXRootDConformance(ConformanceChecks):
         pass
@@ -30,18 +29,17 @@ from typing import Any, NoReturn
 
 import pytest
 
-from pytest_storagescale.drivers.base import CreatedPaths, Driver
-from pytest_storagescale.errors import (
+from pytest_storagescale import (
+    CreatedPaths,
+    Driver,
     StorageCheckFailure,
     StorageError,
     StorageNotFound,
     StorageTimeout,
+    ThresholdSet,
+    remove_folder,
 )
-from pytest_storagescale.fixtures import remove_folder
 from pytest_storagescale.reporting.failures import checksum_hint
-from pytest_storagescale.shipped import shipped_thresholds
-from pytest_storagescale.stash import storage_run_key
-from pytest_storagescale.thresholds import ThresholdSet, select_thresholds
 
 from .doors import Door, door_names, folder_name
 from .vector import vector_read
@@ -199,11 +197,12 @@ class KnownIssues:
     the entry is removed before it can hide a later regression."""
 
     @pytest.fixture(autouse=True)
-    def _known_issue(self, request: pytest.FixtureRequest, storage_system: str) -> None:
+    def _known_issue(self, request: pytest.FixtureRequest,
+                     storage_known_issues: list[ThresholdSet]) -> None:
         check = request.function.__name__.removeprefix("test_")
         callspec = getattr(request.node, "callspec", None)
         door = callspec.params.get("door_name") if callspec else None
-        for thresholds in known_issue_files(request.config, storage_system):
+        for thresholds in storage_known_issues:
             reason = thresholds.known_issue(check, door)
             if reason is None:
                 continue
@@ -213,23 +212,6 @@ class KnownIssues:
                 f"({thresholds.path} [known_issues] {key!r}): {reason}. Reported "
                 f"XPASS(strict): the storage now passes it; remove the entry")))
             return
-
-
-def known_issue_files(config: pytest.Config, system: str) -> list[ThresholdSet]:
-    """The thresholds files whose ``[known_issues]`` apply: the suite's system's, and,
-    when the session runs an embedded server of another kind (the dCache suite on the
-    embedded xrootd), that server's own (``<thresholds>/<kind>/``, else the shipped
-    ones): the issues belong to the software that answers."""
-    run = config.stash[storage_run_key]
-    files = [run.thresholds(system)]
-    kind = run.endpoint.embedded_kind if run.endpoint.is_embedded else None
-    if not kind or kind == system:
-        return files
-    for root in (run.settings.thresholds_path(), shipped_thresholds()):
-        if root is not None and root.is_dir() and (root / kind).is_dir():
-            files.append(select_thresholds(root, kind, run.endpoint.version, steps=False))
-            break
-    return files
 
 
 class ConformanceChecks(KnownIssues):

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from pytest_storagescale.errors import StorageError
+from pytest_storagescale import StorageError, storage_run
 from pytest_storagescale.servers.redirector import Location, located
-from pytest_storagescale.stash import storage_run_key
 
 from .checks import ConformanceChecks, Place, adler32_hex, call, fail, payload
 from .doors import Door
@@ -138,7 +137,7 @@ class RedirectionChecks(ConformanceChecks):
 
     @pytest.fixture
     def redirector(self, place: Place, request: pytest.FixtureRequest) -> Redirector:
-        endpoint = request.config.stash[storage_run_key].endpoint
+        endpoint = storage_run(request.config).endpoint
         embedded = endpoint.is_embedded and endpoint.embedded_kind == REDIRECTOR_KIND
         return redirector_of(place.door, place.folder, embedded)
 

@@ -8,9 +8,8 @@ is the embedded one, trusted by it (its CA put in the storage's CA folder); for 
 remote storage, ``--storage-tpc-peer URL`` (ini ``storage_tpc_peer``), one writable
 area per protocol (``root://peer//area``, ``davs://peer:8443/area``). Without one the
 checks skip, saying which option names it. A suite gets the peer fixture by importing
-it next to the doors::
+it (the doors, ``storage_doors``, are the plugin's fixture)::
 
-    from ..conformance.fixtures import storage_doors  # noqa: F401
     from ..conformance.tpc import storage_tpc_peer  # noqa: F401
 
 What each protocol offers, and which side is guarded (every write is guarded to this
@@ -38,14 +37,19 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pytest_storagescale.drivers.base import CreatedPaths, Driver
-from pytest_storagescale.drivers.registry import DriverSpec, driver_spec
+from pytest_storagescale import (
+    CreatedPaths,
+    Driver,
+    DriverSpec,
+    StorageError,
+    StorageScaleWarning,
+    driver_spec,
+    redact_url,
+    remove_folder,
+    storage_run,
+)
 from pytest_storagescale.drivers.url import HTTP_SCHEMES, XROOTD_SCHEMES
-from pytest_storagescale.errors import StorageError, StorageScaleWarning
-from pytest_storagescale.fixtures import remove_folder
-from pytest_storagescale.redact import redact_url
 from pytest_storagescale.session.doors import door_problem
-from pytest_storagescale.stash import storage_run_key
 
 from .checks import (
     KnownIssues,
@@ -146,7 +150,7 @@ def storage_tpc_peer(storage_endpoint, storage_doors: dict[str, Door],
                      request: pytest.FixtureRequest) -> Iterator[TPCPeer]:
     """The peer of the third-party copies (see the module's text), its directory for
     this run made, and removed (with the embedded peer) at the end."""
-    run = request.config.stash[storage_run_key]
+    run = storage_run(request.config)
     urls = peer_urls(run.settings.tpc_peer)
     peer = None
     if not urls and not run.endpoint.is_embedded:

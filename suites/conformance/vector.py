@@ -14,7 +14,7 @@ import os
 import re
 from urllib.parse import quote
 
-from pytest_storagescale.errors import StorageError
+from pytest_storagescale import StorageError
 
 from .doors import Door
 

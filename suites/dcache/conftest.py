@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_storagescale.stash import storage_run_key
+from pytest_storagescale import storage_run
 
 from ..conformance.checks import KnownIssues, VectorReadChecks
 
@@ -52,7 +52,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _door_scheme(config: pytest.Config, door: str | None) -> str:
     """The scheme of a door: the embedded server's doors are named by their scheme, a
     remote one's ``--storage-door NAME=URL`` by the URL's."""
-    run = config.stash.get(storage_run_key, None)
+    run = storage_run(config)
     doors = (run.settings.doors or {}) if run is not None else {}
     url = doors.get(door or "", "")
     return url.partition("://")[0].lower() if url else (door or "")
@@ -71,7 +71,7 @@ def _functional_known_issue(request: pytest.FixtureRequest) -> None:
     # the suite's own file only: an embedded server's thresholds/<kind>/ issues name
     # conformance checks (XRootD's "overwrite" is about its cached adler32, which the
     # functional test_overwrite does not ask for)
-    thresholds = request.config.stash[storage_run_key].thresholds(
+    thresholds = storage_run(request.config).thresholds(
         system.args[0] if system else "dcache")
     reason = thresholds.known_issue(check)
     if reason is not None:

@@ -9,7 +9,6 @@ import os
 import pytest
 
 from ..conformance import AllChecks
-from ..conformance.fixtures import storage_doors  # noqa: F401 - the doors fixture
 
 pytestmark = pytest.mark.storagescale_system("dcache")
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import pytest
 
 from ..conformance.authz import AuthorizationChecks
-from ..conformance.fixtures import storage_doors  # noqa: F401 - the doors fixture
 
 pytestmark = pytest.mark.storagescale_system("xrootd")
 

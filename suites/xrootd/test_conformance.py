@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from ..conformance import AllChecks, ThirdPartyCopyChecks
-from ..conformance.fixtures import storage_doors  # noqa: F401 - the doors fixture
 from ..conformance.tpc import storage_tpc_peer  # noqa: F401 - the TPC peer fixture
 
 pytestmark = pytest.mark.storagescale_system("xrootd")

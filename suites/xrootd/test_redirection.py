@@ -13,7 +13,6 @@ from __future__ import annotations
 import pytest
 
 from ..conformance import RedirectionChecks
-from ..conformance.fixtures import storage_doors  # noqa: F401 - the doors fixture
 
 pytestmark = pytest.mark.storagescale_system("xrootd")
 
