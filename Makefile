@@ -53,4 +53,4 @@ bench: setup
 	@if [ -f benchmarks/bench_http.py ]; then $(PY) benchmarks/bench_http.py $(BENCH); fi
 
 clean:
-	rm -rf $(VENV) storagescale-results .pytest_cache
+	rm -rf $(VENV) storagescale-results .pytest_cache .mypy_cache .import_linter_cache
