@@ -15,10 +15,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .load.stats import ClientUsage, HostResult, SideResult, StepResult, sides_from_json
 from .metrics import MEASURED, STEP_MEASURED
+
+if TYPE_CHECKING:
+    from .load.plan import StepPlan
 
 #: the results format this release writes; the previous release wrote no ``format``
 FORMAT = 2
@@ -156,6 +159,10 @@ class StepRecord:
     #: the door the step's clients used (``root``, ``davs``: ``--storage-load-doors``);
     #: "" in results written before doors were recorded (the run's main door)
     door: str = ""
+    #: the engine's plan of the step (operation, clients, timings, driver spec, work
+    #: directory), which the fields above record; None for a step read from a results
+    #: file (the plan is not written: the fields are its record)
+    plan: StepPlan | None = field(default=None, repr=False, compare=False)
 
     # -- reading ---------------------------------------------------------------
     @property

@@ -72,10 +72,10 @@ def section_plan(thresholds: ThresholdSet, section: str) -> SectionPlan:
 
 def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan, *,
               thresholds: ThresholdSet | None = None, door: Door | None = None
-              ) -> tuple[StepPlan, StepRecord]:
-    """The engine's plan and the record it will fill; ``thresholds`` (default: the
-    run's file for the system) and ``door`` (default: the run's door the request
-    names) as the test's fixtures give them."""
+              ) -> StepRecord:
+    """The record the step will fill, holding the engine's plan (``record.plan``);
+    ``thresholds`` (default: the run's file for the system) and ``door`` (default: the
+    run's door the request names) as the test's fixtures give them."""
     overrides = dict(request.overrides)
     settings = run.settings
     duration = overrides.pop("duration", None) or settings.duration or section.duration
@@ -116,8 +116,9 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan, *,
         hang_timeout_s=hang_timeout, params=dict(params), executor=settings.executor,
         thresholds_file=str(thresholds.path), started=time.time(),
         client_cpu_limit=getattr(settings, "client_cpu_limit", None) or 0.9, door=door.name,
+        plan=plan,
     )
-    return plan, record
+    return record
 
 
 def endpoint_driver(run: StorageRun) -> type[Driver] | None:
@@ -174,10 +175,13 @@ def _side_operation(operation, request: StepRequest, section: SectionPlan):
     return sides[request.side]
 
 
-def measure(run: StorageRun, plan: StepPlan, record: StepRecord,
+def measure(run: StorageRun, record: StepRecord,
             progress: Callable[[StepProgress], None] | None, *,
             clients_per_host: int = 0) -> None:
-    """Run the step on the engine, holding the endpoint; fill ``record``."""
+    """Run the step's plan (``record.plan``) on the engine, holding the endpoint; fill
+    ``record``."""
+    plan = record.plan
+    assert plan is not None, "measure() takes a record from plan_step()"
     try:
         with run.ledger.lock():
             record.lock_acquired = time.time()
@@ -308,10 +312,10 @@ def run_load_step(run: StorageRun, request: StepRequest, *, judge: Judge = True,
     names)."""
     thresholds = thresholds or run.thresholds(request.system)
     section = section_plan(thresholds, request.section)
-    plan, record = plan_step(run, request, section, thresholds=thresholds, door=door)
+    record = plan_step(run, request, section, thresholds=thresholds, door=door)
     # logged as begun: a process killed mid-step (an xdist worker) still leaves its step
     run.ledger.begin(run.run_info(request.system, thresholds), record)
-    measure(run, plan, record, progress, clients_per_host=section.clients_per_host)
+    measure(run, record, progress, clients_per_host=section.clients_per_host)
     if record.verdict is not Verdict.INTERRUPTED:
         judge_step(run, record, section, judge=judge, derive=derive)
     run_info = run.run_info(request.system, thresholds)

@@ -146,7 +146,7 @@ pytestmark = pytest.mark.storagescale_system("site")
 
 @pytest.mark.storagescale_op("stat")
 def test_stat(storage_load, storage_clients):
-    storage_load.run()
+    record = storage_load.run()
     {after}
 '''
 
@@ -170,7 +170,8 @@ def _site(pytester, conftest: str, after: str = "pass"):
 
 
 def test_a_conftests_storage_thresholds_plans_and_judges_the_steps(pytester):
-    step = _site(pytester, OWN_THRESHOLDS)
+    step = _site(pytester, OWN_THRESHOLDS,  # the record holds the engine's plan
+                 after="assert record.plan.duration == 0.3 and record.plan.clients == 2")
     assert Path(step["thresholds_file"]) == pytester.path / "mine.toml"
     assert step["planned_duration_s"] == 0.3
     rules = [check["rule"] for check in step["checks"]]
@@ -179,5 +180,6 @@ def test_a_conftests_storage_thresholds_plans_and_judges_the_steps(pytester):
 
 def test_a_conftests_storage_endpoint_carries_the_steps(pytester):
     step = _site(pytester, OWN_ENDPOINT,
-                 after="from conftest import Elsewhere\n    assert Elsewhere.logins >= 2")
+                 after="from conftest import Elsewhere\n    assert Elsewhere.logins >= 2\n"
+                       "    assert record.plan.driver.name == 'elsewhere'")
     assert Path(step["thresholds_file"]).name == "default.toml"  # only the endpoint
