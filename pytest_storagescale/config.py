@@ -30,21 +30,25 @@ from .redact import (
 from .shipped import shipped_thresholds
 from .units import parse_duration
 
-#: the protocols of the embedded servers (each serves some: --storage-embedded)
-EMBEDDED_PROTOCOLS = ("root", "davs", "https", "gsiftp")
-
 
 def parse_embedded(value: str) -> str:
     """One of the embedded servers (``xrootd``, ``ceph``, ``xcache``, ``webdav``...)."""
-    from .servers.family import embedded_kinds  # names only: nothing is imported
+    from .servers.family import embedded_kinds  # read from the registered classes
 
     return parse_choice(value, embedded_kinds(), what="--storage-embedded")
 
 
 def parse_login(value: str) -> str:
-    from .servers.family import LOGINS
+    from .servers.family import embedded_logins
 
-    return parse_choice(value, LOGINS, what="--storage-embedded-login")
+    return parse_choice(value, embedded_logins(), what="--storage-embedded-login")
+
+
+def parse_embedded_protocol(value: str) -> str:
+    """A scheme some embedded server serves (``root``, ``davs``, ``gsiftp``...)."""
+    from .servers.family import embedded_protocols
+
+    return parse_choice(value, embedded_protocols(), what="--storage-embedded-protocol")
 
 def parse_clients(value: str, *, what: str = "--storage-clients") -> tuple[int, ...]:
     """Parse a comma-separated list of concurrencies such as ``5,50,200``."""
@@ -292,9 +296,7 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "the session makes the throwaway realm, certificates, proxy or token.",
     ),
     "storage_embedded_protocol": (
-        "--storage-embedded-protocol",
-        lambda v: parse_choice(v, EMBEDDED_PROTOCOLS, what="--storage-embedded-protocol"),
-        None,
+        "--storage-embedded-protocol", parse_embedded_protocol, None,
         "protocol the suites use on the embedded endpoint: root (xroot), davs/https "
         "(HTTPS/WebDAV, TLS verified against the session's throwaway CA) or gsiftp; "
         "default: the first the embedded server serves.",

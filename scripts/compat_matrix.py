@@ -37,16 +37,17 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_storagescale.redact import redact_url  # noqa: E402
 from pytest_storagescale.servers.family import (  # noqa: E402 - after the path fix
-    EMBEDDED_SERVERS,
     embedded_class,
+    embedded_kinds,
 )
 
 #: suites run against every embedded server
 EMBEDDED_SUITES = ("xrootd", "dcache", "ceph", "conformance")
 #: suites that need a POSIX mount: run once against file://<tmpdir>
 POSIX_SUITES = ("gpfs",)
-#: the logins tried on the embedded xrootd's root:// door besides the default
-XROOTD_ROOT_LOGINS = ("krb5", "gsi", "token")
+#: the logins tried on the embedded xrootd's root:// door besides the default (unix)
+XROOTD_ROOT_LOGINS = tuple(login for login in embedded_class("xrootd").logins
+                           if login != "unix")
 #: why an embedded server does not apply to a POSIX suite
 POSIX_REASON = ("the suite measures a POSIX mount (dd oflag=direct/dsync): an embedded "
                 "server has no file:// door (its drivers refuse direct writes as "
@@ -122,7 +123,7 @@ def combinations(only: str | None) -> list[Combination]:
         if suite in POSIX_SUITES:
             found.append(Combination(suite, "file://", "file"))
             continue
-        for kind in EMBEDDED_SERVERS:
+        for kind in embedded_kinds():
             for scheme in embedded_class(kind).schemes:
                 found.append(Combination(suite, kind, scheme))
                 if kind == "xrootd" and scheme == "root":
@@ -309,7 +310,7 @@ def not_applicable(suite: str) -> list[Result]:
     """Rows for the embedded servers a POSIX suite does not run against."""
     return [Result(Combination(suite, kind, ", ".join(embedded_class(kind).schemes)),
                    "n/a", reason=POSIX_REASON)
-            for kind in EMBEDDED_SERVERS]
+            for kind in embedded_kinds()]
 
 
 def cell(text: str) -> str:

@@ -9,10 +9,10 @@ import pytest
 
 from pytest_storagescale.errors import EndpointError, StorageScaleUsageError
 from pytest_storagescale.servers.family import (
-    EMBEDDED_SERVERS,
     EmbeddedServer,
     check_embedded_choice,
     embedded_class,
+    embedded_kinds,
 )
 
 SUITE = """
@@ -22,12 +22,8 @@ def test_endpoint(storage_endpoint):
 
 
 def test_every_registered_server_is_an_embedded_server():
-    for kind in EMBEDDED_SERVERS:
-        try:
-            cls = embedded_class(kind)
-        except EndpointError as exc:  # a member not in this installation is one paragraph
-            assert "--storage-embedded xrootd" in str(exc)
-            continue
+    for kind in embedded_kinds():
+        cls = embedded_class(kind)
         assert issubclass(cls, EmbeddedServer) and cls.kind == kind and cls.schemes
 
 
@@ -113,7 +109,7 @@ def test_starting_a_server_leaves_the_credential_environment_as_it_was(monkeypat
         assert isinstance(server, Probing)
         assert "X509_USER_PROXY" not in os.environ
     # every member goes through that start: none replaces the base's __enter__
-    for kind in EMBEDDED_SERVERS:
+    for kind in embedded_kinds():
         cls = embedded_class(kind)
         assert cls.__enter__ is EmbeddedServer.__enter__, kind
 
@@ -226,3 +222,97 @@ def test_a_dead_leader_keeps_its_groups_number_until_stop_kills_the_group(tmp_pa
     _, alive = psutil.wait_procs([child], timeout=5)
     assert all(process.status() == psutil.STATUS_ZOMBIE for process in alive), alive
     assert group.watched.death() == ""  # stopped by its server: not a death
+
+
+TINY_KIND = '''
+import shutil
+import tempfile
+from pathlib import Path
+
+from pytest_storagescale.servers.family import EmbeddedServer, register_server
+from pytest_storagescale.servers.orphans import server_directory
+
+
+@register_server
+class TinyServer(EmbeddedServer):
+    """A server kind of this suite's own: a folder served over file://."""
+
+    kind = "tiny"
+    schemes = ("file",)
+    logins = ("unix",)
+    directory = None
+
+    def start(self):
+        self.directory = server_directory(self.kind)
+        (self.directory / "area").mkdir()
+        self.version = "0.1"
+        return self
+
+    def stop(self):
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+    def url_for(self, scheme):
+        return f"file://{self.directory}/area"
+'''
+
+
+def test_a_conftest_adds_a_server_kind_with_one_registration(pytester):
+    """A new kind is one class and one ``register_server`` line: the options take its
+    name, its scheme and its login from the class, and the session starts and stops
+    it like a built-in one (its directory named by its kind)."""
+    pytester.makeconftest(TINY_KIND)
+    pytester.makepyfile(test_suite=SUITE + """
+def test_it_is_the_tiny_server(storage_endpoint):
+    assert "/storagescale-tiny-" in storage_endpoint.url
+""")
+    result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider",
+                                           "--storage-embedded", "tiny")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*URL file local*"])
+    # the lists the options check are read from the registered classes
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--storage-embedded",
+                                           "tiny", "--storage-embedded-protocol", "root")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "the embedded tiny serves file" in result.stdout.str() + result.stderr.str()
+
+
+def test_a_kind_taken_or_a_class_without_its_declarations_is_refused():
+    from pytest_storagescale.servers.family import register_server
+
+    class Again(EmbeddedServer):
+        kind = "xrootd"
+        schemes = ("root",)
+
+    with pytest.raises(StorageScaleUsageError, match="'xrootd' is already .*EmbeddedXRootD"):
+        register_server(Again)
+
+    class Nameless(EmbeddedServer):
+        schemes = ("root",)
+
+    with pytest.raises(StorageScaleUsageError, match="kind ''.*Set kind"):
+        register_server(Nameless)
+    assert "" not in embedded_kinds() and embedded_class("xrootd") is not Again
+
+
+def test_the_lists_of_kinds_protocols_and_logins_load_no_heavy_library():
+    """The option checks read every server class; none of the server modules imports
+    cryptography, the XRootD bindings or psutil until a server starts, and loading the
+    plugin loads neither cryptography nor the XRootD bindings."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from pytest_storagescale.servers.family import embedded_logins, embedded_protocols\n"
+            "print(embedded_protocols(), embedded_logins())\n"
+            "heavy = ('cryptography', 'XRootD', 'psutil')\n"
+            "print(sorted(name for name in heavy if name in sys.modules))\n"
+            "import pytest_storagescale.plugin\n"
+            "print(sorted(name for name in heavy[:2] if name in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    protocols, by_servers, by_plugin = done.stdout.splitlines()
+    assert protocols == ("('root', 'davs', 'https', 'gsiftp') "
+                         "('unix', 'krb5', 'gsi', 'token')")
+    assert (by_servers, by_plugin) == ("[]", "[]"), done.stdout

@@ -30,12 +30,15 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import EndpointError
-from .credentials import CertificateFiles, ThrowawayCA
 from .family import EmbeddedServer
 from .orphans import server_directory
 from .processes import ProcessGroup, ServerProcess, find_daemon, free_port, log_tail
+
+if TYPE_CHECKING:  # .credentials loads cryptography: imported where a server makes them
+    from .credentials import CertificateFiles, ThrowawayCA
 
 #: the test area inside the door
 AREA = "/storagescale"
@@ -166,7 +169,7 @@ class EmbeddedApacheWebDAV(EmbeddedServer):
         self.check_installed()
         self.binary = apache_binary()
         self.version = apache_version(self.binary)
-        self.directory = server_directory("apache")
+        self.directory = server_directory(self.kind)
         try:
             self._prepare()
         except Exception:
@@ -200,6 +203,8 @@ class EmbeddedApacheWebDAV(EmbeddedServer):
         for sub in ("run", "logs", "lock", "data"):
             (d / sub).mkdir()
         (d / "data" / AREA.strip("/")).mkdir()
+        from .credentials import ThrowawayCA
+
         self.authority = ThrowawayCA(d)
         # read by the root parent before it drops privileges: stays the session's
         self.host_certificate = self.authority.issue_host(d / "tls" / "host.pem",

@@ -1,4 +1,4 @@
-"""The embedded endpoints as a family: real servers the session starts on loopback.
+"""The embedded servers as a family: real servers the session starts on loopback.
 
 ``--storage-embedded KIND`` picks one (a suite's ``conftest.py`` names the one that
 fits it through the ``pytest_storagescale_embedded`` hook); without
@@ -9,14 +9,20 @@ allows, and hands the drivers the throwaway credentials its logins need through
 :meth:`EmbeddedServer.driver_options`. A missing package is one
 :class:`~pytest_storagescale.errors.EndpointError` with the install command.
 
-The registry holds ``module:Class`` strings, imported on first use (as fsspec's
-registry does), so a session that never starts Ceph never imports its module.
+One registry: each server class declares its ``kind``, ``schemes`` and ``logins``, and
+the lists the options check against (:func:`embedded_kinds`, :func:`embedded_protocols`,
+:func:`embedded_logins`) are read from the registered classes, never kept by hand. The
+built-in kinds are one line each in :data:`BUILTIN_SERVERS` (``module:Class``, imported
+when the registry is first read: the modules import their heavy libraries, cryptography,
+the XRootD bindings, psutil, only inside the functions that use them); a site or a
+suite's ``conftest.py`` adds its own with :func:`register_server`.
 """
 
 from __future__ import annotations
 
 import abc
 import importlib
+import re
 import shutil
 from typing import TYPE_CHECKING, ClassVar, Self, TypeVar
 
@@ -25,19 +31,20 @@ from ..errors import EndpointError, StorageScaleUsageError
 if TYPE_CHECKING:
     from .processes import ServerProcess
 
-#: kind -> "module:Class" of the server the session starts
-EMBEDDED_SERVERS: dict[str, str] = {
-    "xrootd": "pytest_storagescale.servers.xrootd:EmbeddedXRootD",
-    "ceph": "pytest_storagescale.servers.ceph:EmbeddedCephGateway",
-    "xcache": "pytest_storagescale.servers.xcache:EmbeddedXCache",
-    "webdav": "pytest_storagescale.servers.apache:EmbeddedApacheWebDAV",
-    "gridftp": "pytest_storagescale.servers.gridftp:EmbeddedGridFTP",
-    "redirector": "pytest_storagescale.servers.redirector:EmbeddedXRootDCluster",
-}
+#: the built-in servers, one registration line each ("module:Class"); the order is the
+#: order of the kinds in help texts and error messages
+BUILTIN_SERVERS = (
+    "pytest_storagescale.servers.xrootd:EmbeddedXRootD",
+    "pytest_storagescale.servers.ceph:EmbeddedCephGateway",
+    "pytest_storagescale.servers.xcache:EmbeddedXCache",
+    "pytest_storagescale.servers.apache:EmbeddedApacheWebDAV",
+    "pytest_storagescale.servers.gridftp:EmbeddedGridFTP",
+    "pytest_storagescale.servers.redirector:EmbeddedXRootDCluster",
+)
 #: the kind started when neither the command line nor the suite names one
 DEFAULT_KIND = "xrootd"
-#: how a client logs in to an embedded server (``--storage-embedded-login``)
-LOGINS = ("unix", "krb5", "gsi", "token")
+#: what a kind may be called: it names the server's directory (``storagescale-<kind>-*``)
+KIND_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
 
 
 class EmbeddedServer(abc.ABC):
@@ -59,8 +66,10 @@ class EmbeddedServer(abc.ABC):
 
     #: the server software's version, known once started (chooses the thresholds file)
     version: str = ""
-    #: the throwaway CA folder clients verify TLS against ("" when the server has none)
-    ca_dir: str = ""
+    @property
+    def ca_dir(self) -> str:
+        """The throwaway CA folder clients verify TLS against ("" when the server has none)."""
+        return ""
 
     def __init__(self, *, login: str = "unix") -> None:
         if login not in self.logins:
@@ -136,36 +145,93 @@ class EmbeddedServer(abc.ABC):
         self.stop()
 
 
+_Server = TypeVar("_Server", bound=EmbeddedServer)
+
+
+#: kind -> its server class, in registration order (the built-ins first)
+_SERVERS: dict[str, type[EmbeddedServer]] = {}
+
+
+def register_server(cls: type[_Server]) -> type[_Server]:
+    """Add a server kind: ``cls`` (an :class:`EmbeddedServer` subclass) declares its
+    ``kind``, ``schemes`` and ``logins``; ``--storage-embedded <kind>`` starts it. Call it
+    from a plugin or a suite's ``conftest.py`` (also usable as a class decorator).
+    Registering the same class again (or its module imported again, as a conftest of
+    an in-process pytester run) replaces it; another class under a kind already taken
+    is a usage error."""
+    _load_builtins()
+    _add(cls)
+    return cls
+
+
+def _add(cls: type[EmbeddedServer]) -> None:
+    where = f"{cls.__module__}.{cls.__qualname__}"
+    if not (isinstance(cls, type) and issubclass(cls, EmbeddedServer)):
+        raise StorageScaleUsageError(
+            f"register_server({where}): not an EmbeddedServer subclass. Derive the server "
+            f"class from pytest_storagescale.servers.family.EmbeddedServer.")
+    if not KIND_PATTERN.fullmatch(cls.kind) or not cls.schemes or not cls.logins:
+        raise StorageScaleUsageError(
+            f"register_server({where}): kind {cls.kind!r}, schemes {cls.schemes!r}, logins "
+            f"{cls.logins!r}. Set kind (lower-case letters, digits, _), the URL schemes it "
+            f"serves (the first is the default) and its logins (e.g. ('unix',)) on the class.")
+    taken = _SERVERS.setdefault(cls.kind, cls)
+    if (taken.__module__, taken.__qualname__) == (cls.__module__, cls.__qualname__):
+        _SERVERS[cls.kind] = cls  # the same class, its module imported again
+    else:
+        raise StorageScaleUsageError(
+            f"register_server({where}): the kind {cls.kind!r} is already "
+            f"{taken.__module__}.{taken.__qualname__}. Give the new server another kind.")
+
+
+def _load_builtins() -> None:
+    if _SERVERS:
+        return
+    for target in BUILTIN_SERVERS:
+        module_name, _, class_name = target.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            raise EndpointError(
+                f"the embedded server {target} is not available in this installation "
+                f"({exc}). Reinstall pytest-storagescale.") from None
+        _add(getattr(module, class_name))
+
+
+def embedded_servers() -> dict[str, type[EmbeddedServer]]:
+    """Every registered kind and its class, the built-ins first."""
+    _load_builtins()
+    return dict(_SERVERS)
+
+
 def embedded_kinds() -> tuple[str, ...]:
-    return tuple(EMBEDDED_SERVERS)
+    """The names ``--storage-embedded`` takes."""
+    return tuple(embedded_servers())
+
+
+def embedded_protocols() -> tuple[str, ...]:
+    """Every scheme some registered server serves (``--storage-embedded-protocol``)."""
+    return _union(cls.schemes for cls in embedded_servers().values())
+
+
+def embedded_logins() -> tuple[str, ...]:
+    """Every login some registered server offers (``--storage-embedded-login``)."""
+    return _union(cls.logins for cls in embedded_servers().values())
+
+
+def _union(groups) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(name for group in groups for name in group))
 
 
 def embedded_class(kind: str) -> type[EmbeddedServer]:
-    """The server class of ``kind`` (imported now)."""
+    """The server class of ``kind``."""
     try:
-        target = EMBEDDED_SERVERS[kind]
+        return embedded_servers()[kind]
     except KeyError:
         raise StorageScaleUsageError(
             f"--storage-embedded: unknown server {kind!r}. Valid values: "
-            f"{', '.join(EMBEDDED_SERVERS)}."
+            f"{', '.join(embedded_kinds())}."
         ) from None
-    module_name, _, class_name = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and not exc.name.startswith("pytest_storagescale"):
-            from ..drivers.registry import extra_hint
-
-            raise StorageScaleUsageError(
-                f"the embedded {kind} server needs {exc.name}, which is not installed in "
-                f"this environment: install it with {extra_hint('servers')}, or point the "
-                f"tests at a running server with --storage-endpoint URL."
-            ) from None
-        raise EndpointError(
-            f"the embedded {kind} endpoint is not available in this installation "
-            f"({exc}). Update pytest-storagescale, or use --storage-embedded xrootd."
-        ) from None
-    return getattr(module, class_name)
 
 
 def check_embedded_choice(kind: str, protocol: str | None, login: str) -> str:
@@ -179,10 +245,13 @@ def check_embedded_choice(kind: str, protocol: str | None, login: str) -> str:
             f"--storage-embedded."
         )
     if login not in cls.logins:
+        offering = [other for other, server in embedded_servers().items()
+                    if login in server.logins]
         raise StorageScaleUsageError(
             f"--storage-embedded-login {login}: the embedded {kind} offers "
-            f"{', '.join(cls.logins)} logins. Pick one of those, or use --storage-embedded "
-            f"xrootd (unix, krb5, gsi, token)."
+            f"{', '.join(cls.logins)} logins. Pick one of those"
+            + (f", or use --storage-embedded {' or '.join(offering)} (which offer {login})."
+               if offering else ".")
         )
     return protocol or cls.schemes[0]
 
@@ -191,10 +260,18 @@ def start_embedded(kind: str, login: str) -> EmbeddedServer:
     """Check the installation, then start a ``kind`` server requiring ``login``."""
     cls = embedded_class(kind)
     cls.check_installed()
-    return started(cls(login=login))
+    try:
+        return started(cls(login=login))
+    except ModuleNotFoundError as exc:
+        if not exc.name or exc.name.startswith("pytest_storagescale"):
+            raise
+        from ..drivers.registry import extra_hint
 
-
-_Server = TypeVar("_Server", bound=EmbeddedServer)
+        raise StorageScaleUsageError(
+            f"the embedded {kind} server needs {exc.name}, which is not installed in "
+            f"this environment: install it with {extra_hint('servers')}, or point the "
+            f"tests at a running server with --storage-endpoint URL."
+        ) from None
 
 
 def started(server: _Server) -> _Server:
@@ -204,4 +281,4 @@ def started(server: _Server) -> _Server:
     from ..drivers.grid import credential_environment_kept
 
     with credential_environment_kept():
-        return server.start()
+        return server.start()  # type: ignore[return-value]  # start() gives the server

@@ -36,9 +36,9 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import EndpointError
-from .credentials import CertificateFiles, ThrowawayCA, write_grid_mapfile
 from .family import EmbeddedServer
 from .orphans import server_directory
 from .processes import (
@@ -49,6 +49,9 @@ from .processes import (
     log_tail,
     unprivileged_user,
 )
+
+if TYPE_CHECKING:  # .credentials loads cryptography: imported where a server makes them
+    from .credentials import CertificateFiles, ThrowawayCA
 
 #: the test area's folder inside the private directory's data folder
 AREA_NAME = "storagescale"
@@ -175,7 +178,7 @@ class EmbeddedGridFTP(EmbeddedServer):
         self.check_installed()
         binary = gridftp_binary()
         self.version = gridftp_version(binary)
-        self.directory = server_directory("gridftp")
+        self.directory = server_directory(self.kind)
         try:
             self._prepare()
         except Exception:
@@ -206,6 +209,8 @@ class EmbeddedGridFTP(EmbeddedServer):
         d = self.directory
         assert d is not None
         d.chmod(0o711)  # connections switched to the mapped account reach data/ through it
+        from .credentials import ThrowawayCA, write_grid_mapfile
+
         self.authority = ThrowawayCA(d)
         self.host_certificate = self.authority.issue_host(d / "tls" / "host.pem",
                                                           d / "tls" / "host.key")

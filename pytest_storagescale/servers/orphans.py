@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -47,11 +48,15 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import psutil
+if TYPE_CHECKING:  # imported where used: a run that starts no server never loads it
+    import psutil
 
-#: the kinds of embedded server, each with its directory ``storagescale-<kind>-*``
-SERVER_KINDS = ("xrootd", "xcache", "ceph", "apache", "gridftp", "redirector")
+#: the name of a server's directory, ``storagescale-<kind>-<mkdtemp's suffix>``, the kind
+#: being a registered server's (:data:`~.family.KIND_PATTERN`); never the registry's own
+#: folder ``storagescale-servers-<uid>``
+SERVER_DIRECTORY = re.compile(r"storagescale-(?!servers-)[a-z][a-z0-9_]*-[A-Za-z0-9_]+")
 #: how long killed orphans may take to go before their directories are removed (s)
 _EXIT_WAIT = 5.0
 
@@ -86,8 +91,9 @@ def server_directory(kind: str) -> Path:
     """A new private directory for an embedded server of ``kind`` (configuration, data,
     logs, working directory), recorded as this process's; servers that dead processes
     left running on this host are stopped first."""
-    if kind not in SERVER_KINDS:
-        raise ValueError(f"unknown embedded server kind {kind!r}: one of {SERVER_KINDS}")
+    if not SERVER_DIRECTORY.fullmatch(f"storagescale-{kind}-x"):
+        raise ValueError(f"embedded server kind {kind!r}: not a kind's name (lower-case "
+                         f"letters, digits, _; not 'servers')")
     STOPPED_ORPHANS.extend(stop_orphaned_servers())
     directory = Path(tempfile.mkdtemp(prefix=f"storagescale-{kind}-"))
     _record(directory)
@@ -228,6 +234,8 @@ def _claim(path: Path, live_owners: set[int]) -> _Claim | None:
 
 def _release_abandoned_claims(registry: Path) -> None:
     """Records claimed by a cleaner that died before it finished: back to be read."""
+    import psutil
+
     for path in registry.glob("storagescale-*.json.claimed-*"):
         record, _, claimer = path.name.rpartition(".claimed-")
         if claimer.isdigit() and not psutil.pid_exists(int(claimer)):
@@ -251,8 +259,7 @@ def _is_recorded_directory(directory: Path, device: int, inode: int) -> bool:
         return False
     return (stat.S_ISDIR(info.st_mode) and (info.st_dev, info.st_ino) == (device, inode)
             and directory.parent == Path(tempfile.gettempdir())
-            and any(directory.name.startswith(f"storagescale-{kind}-")
-                    for kind in SERVER_KINDS))
+            and SERVER_DIRECTORY.fullmatch(directory.name) is not None)
 
 
 # -- processes -------------------------------------------------------------------
@@ -293,6 +300,8 @@ def _processes_inside(directories: list[Path],
                       ) -> dict[Path, list[psutil.Process]]:
     """The processes working in each directory or naming a path inside it, that are
     not ours to spare (see the module's doc)."""
+    import psutil
+
     forms = {}
     for directory in directories:
         forms[str(directory)] = directory
@@ -344,6 +353,8 @@ def _descends_from(process: psutil.Process, owners: set[int] | frozenset[int]) -
     """Whether a live owner of a record started ``process`` (or its parent...): a live
     run's server, whatever directory it works in. An orphan's parent is whatever
     reaps orphans here, never its dead owner."""
+    import psutil
+
     try:
         return any(parent.pid in owners for parent in process.parents())
     except psutil.Error:
@@ -369,6 +380,8 @@ def _inside(cwd: str | None, cmdline: list[str], forms: dict[str, Path]) -> Path
 
 
 def _kill_and_wait(processes: list[psutil.Process]) -> None:
+    import psutil
+
     for process in processes:
         try:
             process.kill()
@@ -384,6 +397,8 @@ def _running(process: psutil.Process) -> bool:
     parent is whatever reaps orphans here). A zombie is never reaped here: when it is
     this process's own daemon, its server's watch reads its exit status first (a reap
     here would leave the watch and ``Popen`` an "exit code 0")."""
+    import psutil
+
     try:
         if process.status() == psutil.STATUS_ZOMBIE:
             return False

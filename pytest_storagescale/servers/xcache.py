@@ -316,7 +316,7 @@ class EmbeddedXCache(EmbeddedServer):
         return "\n".join(note for note in (super().exit_note(), origin) if note)
 
     def start(self) -> EmbeddedXCache:
-        self.directory = server_directory("xcache")
+        self.directory = server_directory(self.kind)
         try:
             self.origin = EmbeddedXRootD(https=False,
                                          startup_timeout=self.startup_timeout).start()

@@ -34,21 +34,18 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..drivers.grid import LOGIN_PROTOCOLS, credential_environment_kept
 from ..drivers.url import HTTPS_SCHEMES
 from ..errors import EndpointError, exit_text
 from ..redact import redact_url
-from .credentials import (
-    CertificateFiles,
-    KerberosRealm,
-    ThrowawayCA,
-    TokenIssuer,
-    write_grid_mapfile,
-)
 from .family import EmbeddedServer
 from .orphans import server_directory
 from .processes import free_port, log_tail, unprivileged_user
+
+if TYPE_CHECKING:  # .credentials loads cryptography: imported where a server makes them
+    from .credentials import CertificateFiles, KerberosRealm, ThrowawayCA, TokenIssuer
 
 INSTALL_HINT = (
     "install the XRootD server: 'sudo apt-get install xrootd-server xrootd-server-plugins' "
@@ -300,6 +297,8 @@ class EmbeddedXRootD(EmbeddedServer):
         assert self.directory is not None
         d, client = self.directory, self.client_directory
         client.mkdir(mode=0o700)
+        from .credentials import KerberosRealm, write_grid_mapfile
+
         if self.login == "krb5":
             self.realm = KerberosRealm(d / "kerberos", service_owner=user).start()
             self._server_environment = {"KRB5_CONFIG": str(self.realm.krb5_config),
@@ -325,6 +324,8 @@ class EmbeddedXRootD(EmbeddedServer):
         """A throwaway issuer trusted by the server's key cache, and a token from it;
         ``ztn`` authenticates, ``libXrdAccSciTokens`` authorises by the token's scopes."""
         assert self.directory is not None
+        from .credentials import TokenIssuer
+
         d = self.directory
         self.token_issuer = TokenIssuer()
         self.token_issuer.trust_in(d / "cache")  # handed to the server's user with d
@@ -347,6 +348,8 @@ class EmbeddedXRootD(EmbeddedServer):
     def _make_certificates(self) -> None:
         """A throwaway CA (``ca/``) and a host certificate for localhost/127.0.0.1
         (``tls/host.pem``, ``tls/host.key`` 0400): :mod:`.credentials`."""
+        from .credentials import ThrowawayCA
+
         assert self.directory is not None
         self.authority = ThrowawayCA(self.directory)
         self.host_certificate = self.authority.issue_host(
@@ -354,7 +357,7 @@ class EmbeddedXRootD(EmbeddedServer):
 
     def start(self) -> EmbeddedXRootD:
         self.version = xrootd_version(self.binary)
-        self.directory = server_directory("xrootd")
+        self.directory = server_directory(self.kind)
         for sub in ("data", "admin", "run"):
             (self.directory / sub).mkdir()
         (self.directory / "data" / AREA.strip("/")).mkdir()
