@@ -44,7 +44,7 @@ from pathlib import Path
 import psutil
 from XRootD import client
 
-from pytest_storagescale.drivers import grid  # XRD_* settings into os.environ
+from pytest_storagescale.drivers import grid  # XRD_* settings: the xrootd driver puts them
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.drivers.xrootd import XRootDDriver
 from pytest_storagescale.load.engine import run_step

@@ -1,8 +1,9 @@
 """Hook specifications: how a site's conftest or package extends the plugin.
 
 Added in ``pytest_addhooks`` (as pytest-xdist adds its ``newhooks``). Each hook is
-called with every implementation (conftest files and plugins) and the answers are
-merged; a name another operation, metric or driver already has is a usage error
+dispatched through ``config.hook``: pluggy calls every implementation (conftest files
+and plugins) and the answers are merged, again each time a conftest or plugin that
+implements it is registered; a name another operation, metric or driver already has is a usage error
 naming the conftest or plugin that gave it.
 
 Example, in a suite's ``conftest.py``::

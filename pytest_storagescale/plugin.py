@@ -8,14 +8,17 @@ fixtures in :mod:`.fixtures`, hook specs in :mod:`.hooks`, what a site's hooks a
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
-from . import extensions
+from . import extensions, fixtures
 from .cluster import breakdown_lines as cluster_breakdown_lines
 from .cluster import disconnect as cluster_disconnect
 from .cluster import header_lines as cluster_header_lines
 from .config import FLAGS, OPTIONS, REPEATABLE, Settings
 from .drivers.grid import configure_xrootd_client
+from .drivers.registry import extra_hint
 from .errors import StorageScaleUsageError
 from .fixtures import (  # noqa: F401 - fixtures are registered by import
     STEP_PROPERTY,
@@ -52,6 +55,13 @@ from .steps import client_host_lines, endpoint_driver
 
 #: a test using one of these needs the storage: the endpoint is checked before any test
 STORAGE_FIXTURES = frozenset({"storage_endpoint", "storage_load"})
+#: the plugin's fixtures: a test using one (or a fixture using one) uses the storage
+PLUGIN_FIXTURES = frozenset(name for name, value in vars(fixtures).items()
+                            if name.startswith("storage_") and callable(value))
+#: the session uses the storage (:func:`use_storage` ran)
+storage_used_key = pytest.StashKey[bool]()
+#: the endpoint's header lines were shown (else after collection, once storage is used)
+header_shown_key = pytest.StashKey[bool]()
 
 MARKERS = (
     "storagescale_op(section): a load test of this thresholds section ([ops.<section>]); "
@@ -76,10 +86,10 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hooks)
 
 
-def pytest_plugin_registered(plugin: object) -> None:
+def pytest_plugin_registered(plugin: object, manager: pytest.PytestPluginManager) -> None:
     """Take the operations, metrics and drivers a conftest or plugin adds (this hook
     is historic: it is also called for those registered before this plugin)."""
-    extensions.register(plugin)
+    extensions.register(plugin, manager)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -102,16 +112,56 @@ def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
     config.pluginmanager.register(SecretRedaction(), "storagescale-redaction")
-    configure_xrootd_client()  # before anything in this process makes an XRootD request
     # an xdist worker gets the controller's run id, endpoint and shared folder
     shared = getattr(config, "workerinput", {}).get(WORKER_INPUT_KEY)
     settings = with_suite_embedded(Settings.from_config(config), config)
     run = StorageRun(settings, role=role_of(config), shared=shared)
     config.stash[storage_run_key] = run
-    run.endpoint.check()
+    # inert until used: a session given no storage setting touches neither the
+    # environment nor a client library until a test needing the storage is collected
+    # (under xdist the controller hands its workers the endpoint: used from the start)
+    if run.role is not Role.SINGLE or storage_asked(settings):
+        use_storage(config)
     if run.owns_results:  # a worker's reports tell the controller a step is logged
         config.pluginmanager.register(StepCollector(run, config), "storagescale-step-collector")
         config.pluginmanager.register(TestOutcomes(run), OUTCOMES)  # the HTML's verdict
+
+
+def storage_asked(settings: Settings) -> bool:
+    """A storage setting was given (option, environment, ini or a suite's conftest)."""
+    return any(setting.source != "default" for setting in settings.values.values())
+
+
+def use_storage(config: pytest.Config) -> None:
+    """Once, before any XRootD request of this process: the XRootD client's settings
+    (environment and library, :func:`.drivers.grid.configure_xrootd_client`), and the
+    endpoint's settings checked (a malformed URL, an unknown driver: no request)."""
+    if config.stash.get(storage_used_key, False):
+        return
+    config.stash[storage_used_key] = True
+    configure_xrootd_client()
+    run = config.stash[storage_run_key]
+    run.endpoint.check()
+    check_extras(config, run)
+
+
+def check_extras(config: pytest.Config, run: StorageRun) -> None:
+    """What the session will need whose library is not installed: a usage error naming
+    the extra that installs it (looked up, not imported: each imports it when used)."""
+    for what, asked, module, extra, instead in (
+            ("--storage-report", run.settings.report_path(), "matplotlib", "report",
+             "run without --storage-report"),
+            ("--alluredir", allure_dir(config), "matplotlib", "allure",
+             "run without --alluredir"),
+            ("--storage-cluster", run.settings.cluster, "distributed", "cluster",
+             "run without --storage-cluster"),
+            ("the embedded server (no --storage-endpoint given)", run.endpoint.is_embedded,
+             "cryptography", "servers", "give --storage-endpoint URL of a running server")):
+        if asked and importlib.util.find_spec(module) is None:
+            raise StorageScaleUsageError(
+                f"{what} needs {module}, which is not installed in this environment: "
+                f"install it with {extra_hint(extra)}, or {instead}."
+            )
 
 
 def with_suite_embedded(settings: Settings, config: pytest.Config) -> Settings:
@@ -206,9 +256,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The endpoint and the settings given; when no setting was, after collection once
+    a test of the storage is collected (:func:`pytest_report_collectionfinish`)."""
     run = config.stash.get(storage_run_key, None)
-    if run is None:
+    if run is None or not config.stash.get(storage_used_key, False):
         return []
+    config.stash[header_shown_key] = True
+    return _header_lines(config, run)
+
+
+def _header_lines(config: pytest.Config, run: StorageRun) -> list[str]:
     verbose = config.get_verbosity() > 0  # -v: the defaults and how clients run too
     secrets = getattr(endpoint_driver(run), "secret_options", ())
     lines = [f"storagescale: endpoint {run.endpoint.display}"]
@@ -235,6 +292,7 @@ def parametrize_clients(metafunc: pytest.Metafunc) -> None:
     run: StorageRun = metafunc.config.stash[storage_run_key]
     system = run.system_for(marker_arg(metafunc.definition, "storagescale_system"))
     try:
+        use_storage(metafunc.config)  # the thresholds may ask the storage for its version
         thresholds = run.thresholds(system)
     except StorageScaleUsageError as exc:
         if run.is_worker:
@@ -262,8 +320,9 @@ def parametrize_clients(metafunc: pytest.Metafunc) -> None:
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     """After collection the thresholds are known: say which file and why."""
     run = config.stash.get(storage_run_key, None)
-    if run is None:
+    if run is None or not config.stash.get(storage_used_key, False):
         return []
+    header = [] if config.stash.get(header_shown_key, False) else _header_lines(config, run)
     endpoint = run.endpoint
     scale = f" at plan scale {run.settings.scale:g}" if run.settings.scale != 1 else ""
     lines = [
@@ -271,7 +330,7 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
         f"{thresholds.path} ({thresholds.reason}){scale}"
         for system, thresholds in run.resolved_thresholds().items()
     ]
-    return lines + _baseline_warnings(run)
+    return header + lines + _baseline_warnings(run)
 
 
 def _baseline_warnings(run: StorageRun) -> list[str]:
@@ -294,6 +353,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if run.collection_errors:
         raise StorageScaleUsageError(run.collection_errors[0])
     _ = run.baseline  # read and checked now
+    if any(PLUGIN_FIXTURES & set(getattr(item, "fixturenames", ())) for item in items):
+        use_storage(config)  # a test of the storage was collected
     if run.role is Role.SINGLE and not config.option.collectonly and any(
             STORAGE_FIXTURES & set(getattr(item, "fixturenames", ())) for item in items):
         run.check_endpoint()  # once, here (the xdist controller: at session start)
@@ -369,9 +430,12 @@ def _write_session_notes(terminalreporter, run) -> None:
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     run = config.stash.get(storage_run_key, None)
-    if run is not None:
-        _write_session_notes(terminalreporter, run)
-    if run is None or not run.ledger.steps:
+    if run is None:
+        return
+    _write_session_notes(terminalreporter, run)
+    if not run.ledger.steps:  # functional checks only: their report still exists
+        if run.report_page is not None:
+            terminalreporter.write_line(f"report: {run.report_page}")
         return
     info = run.ledger.run
     terminalreporter.section("storagescale")

@@ -58,16 +58,19 @@ XROOTD_USER_EVENT_LOOPS = "XRD_PARALLELEVTLOOP" in os.environ
 #: the settings the user chose through XRD_<NAME>: left alone
 XROOTD_USER_SETTINGS = frozenset(
     name for name in XROOTD_CLIENT_DEFAULTS if f"XRD_{name.upper()}" in os.environ)
-for _name, _value in XROOTD_CLIENT_DEFAULTS.items():
-    os.environ.setdefault(f"XRD_{_name.upper()}", str(_value))
 
 
 def configure_xrootd_client() -> None:
-    """Put the XRootD client's settings into this process's library (where installed):
-    the defaults above, unless the user set XRD_<NAME> (the library may have started
-    before, with gfal2), and the event loops, which count only before its first
-    request. Called by the plugin's ``pytest_configure`` (before an embedded
-    redirector, an XCache or a suite makes one) and when the xrootd driver is imported."""
+    """Put the XRootD client's settings into this process's environment (read by the
+    processes it starts: ``xrdcp``, gfal2's xroot plugin, shard processes) and into its
+    library (where installed): the defaults above, unless the user set XRD_<NAME> (the
+    library may have started before, with gfal2), and the event loops, which count only
+    before its first request. Called when storage is used (the plugin, once a storage
+    setting is given or a test needing the storage is collected: before an embedded
+    redirector, an XCache or a suite makes a request) and when the xrootd driver is
+    imported; never at import, so a pytest run without storage leaves all alone."""
+    for name, value in XROOTD_CLIENT_DEFAULTS.items():
+        os.environ.setdefault(f"XRD_{name.upper()}", str(value))
     settings = {name: value for name, value in XROOTD_CLIENT_DEFAULTS.items()
                 if name not in XROOTD_USER_SETTINGS}
     _put_xrootd_settings(settings, XROOTD_EVENT_LOOPS)

@@ -221,16 +221,25 @@ def _claim_plugin_schemes() -> None:
             _SCHEMES.setdefault(scheme, name)
 
 
+#: the plugin's name on PyPI
+DISTRIBUTION = "pytest-storagescale"
+
+
+def extra_hint(extra: str) -> str:
+    """The command that installs the optional dependencies ``extra`` (pyproject.toml's
+    ``[project.optional-dependencies]``), named wherever one is missing."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'"
+
 register_driver(
     "pytest_storagescale.drivers.xrootd:XRootDDriver", name="xrootd",
     schemes=XROOTD_SCHEMES,
-    install_hint="the XRootD Python bindings: 'apt-get install python3-xrootd' (Debian, then "
-    "a venv with --system-site-packages) or 'pip install xrootd'",
+    install_hint=f"the XRootD Python bindings: {extra_hint('xrootd')} (on Debian "
+    "'apt-get install python3-xrootd', then a venv with --system-site-packages)",
 )
 register_driver(
     "pytest_storagescale.drivers.http:HTTPDriver", name="http", schemes=HTTP_SCHEMES,
-    install_hint="pycurl: 'apt-get install python3-pycurl' (Debian, then a venv with "
-    "--system-site-packages) or 'pip install pycurl'",
+    install_hint=f"pycurl: {extra_hint('http')} (on Debian 'apt-get install python3-pycurl', "
+    "then a venv with --system-site-packages)",
 )
 # gfal2 speaks davs:// too (--storage-driver gfal2: what gfal-* users feel); under auto
 # the http driver serves the HTTP doors
