@@ -316,3 +316,13 @@ def test_the_lists_of_kinds_protocols_and_logins_load_no_heavy_library():
     assert protocols == ("('root', 'davs', 'https', 'gsiftp') "
                          "('unix', 'krb5', 'gsi', 'token')")
     assert (by_servers, by_plugin) == ("[]", "[]"), done.stdout
+
+
+def test_a_kind_tells_its_installed_version_without_starting_only_when_it_can():
+    """The thresholds file is chosen by the version: the embedded xrootd's comes from
+    its binary, through its class, before any server runs; a kind that cannot tell
+    says "" (the session starts it and reads its version)."""
+    from pytest_storagescale.servers.xrootd import xrootd_version
+
+    assert embedded_class("xrootd").installed_version() == xrootd_version() != ""
+    assert EmbeddedServer.installed_version() == ""

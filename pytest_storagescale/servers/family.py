@@ -82,6 +82,12 @@ class EmbeddedServer(abc.ABC):
 
     # -- what every member offers ----------------------------------------------------
     @classmethod
+    def installed_version(cls) -> str:
+        """The installed server's version without starting it ("" when only a running
+        server can tell: the session then starts it to read :attr:`version`)."""
+        return ""
+
+    @classmethod
     def check_installed(cls) -> None:
         """Raise one paragraph with the install command when a binary is missing."""
         missing = [name for name in cls.binaries if shutil.which(name) is None]

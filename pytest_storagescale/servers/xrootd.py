@@ -138,6 +138,11 @@ class EmbeddedXRootD(EmbeddedServer):
     packages = ("xrootd-server", "xrootd-server-plugins")
     binaries = ("xrootd",)
 
+    @classmethod
+    def installed_version(cls) -> str:
+        """``xrootd -v``: known without starting it."""
+        return xrootd_version()
+
     def __init__(self, *, extra_config: str = "", startup_timeout: float = 30.0,
                  https: bool = True, login: str = "unix", tpc: bool = True) -> None:
         super().__init__(login=login)

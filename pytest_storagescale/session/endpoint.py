@@ -15,6 +15,7 @@ from ..servers.family import (
     DEFAULT_KIND,
     EmbeddedServer,
     check_embedded_choice,
+    embedded_class,
     start_embedded,
 )
 
@@ -200,10 +201,10 @@ class EndpointUnderTest:
             return self._server.version
         if self.is_embedded and (self._shared or {}).get("embedded_version"):
             return self._shared["embedded_version"]
-        if self.is_embedded and self._shared is None and self.embedded_kind == "xrootd":
-            from ..servers.xrootd import xrootd_version
-
-            return xrootd_version()  # without starting it
+        if self.is_embedded and self._shared is None:
+            installed = embedded_class(self.embedded_kind).installed_version()
+            if installed:
+                return installed  # without starting it
         if self.is_embedded and self._shared is None:
             _ = self.url  # starts it: a server knows its version once it runs
             if self._server is not None:
