@@ -27,6 +27,7 @@ from .redact import (
     register_url,
     secret_option,
 )
+from .servers.family import embedded_help
 from .shipped import shipped_thresholds
 from .units import parse_duration
 
@@ -285,10 +286,8 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
     ),
     "storage_embedded": (
         "--storage-embedded", parse_embedded, None,
-        "the server started on loopback when no --storage-endpoint is given: xrootd "
-        "(default), ceph (Ceph with the XRootD gateway), xcache (an XRootD proxy cache in "
-        "front of xrootd), webdav (Apache mod_dav), gridftp (Globus GridFTP). A suite's "
-        "conftest may name the one that fits it.",
+        f"the server started on loopback when no --storage-endpoint is given: "
+        f"{embedded_help()}. A suite's conftest may name the one that fits it.",
     ),
     "storage_embedded_login": (
         "--storage-embedded-login", parse_login, "unix",

@@ -326,3 +326,12 @@ def test_a_kind_tells_its_installed_version_without_starting_only_when_it_can():
 
     assert embedded_class("xrootd").installed_version() == xrootd_version() != ""
     assert EmbeddedServer.installed_version() == ""
+
+
+def test_the_help_names_every_registered_kind(pytester):
+    """--storage-embedded's help is read from the classes: a kind cannot be left out
+    (the redirector was, when the help was written by hand)."""
+    result = pytester.runpytest("--help", "-p", "no:cacheprovider")
+    text = " ".join(result.stdout.str().split())
+    assert "redirector (an XRootD cluster: a cmsd manager and two data servers)" in text
+    assert all(f" {kind} (" in text for kind in embedded_kinds())

@@ -86,6 +86,7 @@ class EmbeddedApacheWebDAV(EmbeddedServer):
     end-entity client certificate (``SSLVerifyClient require``)."""
 
     kind = "webdav"
+    summary = "Apache mod_dav"
     schemes = ("davs", "https")
     logins = ("unix", "gsi")
     packages = ("apache2",)

@@ -112,6 +112,7 @@ class EmbeddedCephGateway(EmbeddedServer):
     starts the caching door (:attr:`cached_url`)."""
 
     kind = "ceph"
+    summary = "Ceph with the XRootD gateway"
     schemes = ("root",)
     packages = ("ceph-mon", "ceph-osd", "ceph-common", "xrootd-ceph-plugins",
                 "xrootd-server", "xrootd-server-plugins")

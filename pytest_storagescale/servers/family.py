@@ -55,6 +55,8 @@ class EmbeddedServer(abc.ABC):
 
     #: the name ``--storage-embedded`` takes
     kind: ClassVar[str] = ""
+    #: what it is, a few words for ``--help`` ("" for none)
+    summary: ClassVar[str] = ""
     #: the URL schemes it serves; the first is the default protocol
     schemes: ClassVar[tuple[str, ...]] = ()
     #: the logins it can require (``--storage-embedded-login``)
@@ -223,6 +225,14 @@ def embedded_protocols() -> tuple[str, ...]:
 def embedded_logins() -> tuple[str, ...]:
     """Every login some registered server offers (``--storage-embedded-login``)."""
     return _union(cls.logins for cls in embedded_servers().values())
+
+
+def embedded_help() -> str:
+    """The registered kinds for ``--help``: ``xrootd (default), ceph (...), ...``."""
+    return ", ".join(
+        kind + (" (default)" if kind == DEFAULT_KIND else f" ({cls.summary})" if cls.summary
+                else "")
+        for kind, cls in embedded_servers().items())
 
 
 def _union(groups) -> tuple[str, ...]:

@@ -97,6 +97,7 @@ class EmbeddedGridFTP(EmbeddedServer):
     user's RFC 3820 proxy."""
 
     kind = "gridftp"
+    summary = "Globus GridFTP"
     schemes = ("gsiftp",)
     logins = ("unix", "gsi")
     packages = PACKAGES

@@ -258,6 +258,7 @@ class EmbeddedXRootDCluster(EmbeddedServer):
     manager, ``root://127.0.0.1:<manager port>//storagescale``."""
 
     kind = "redirector"
+    summary = "an XRootD cluster: a cmsd manager and two data servers"
     schemes = ("root",)
     packages = ("xrootd-server",)
     binaries = ("xrootd", "cmsd")

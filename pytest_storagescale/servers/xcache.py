@@ -266,6 +266,7 @@ class EmbeddedXCache(EmbeddedServer):
     area read through the door."""
 
     kind = "xcache"
+    summary = "an XRootD proxy cache in front of xrootd"
     schemes = ("root",)
     packages = ("xrootd-server", "xrootd-server-plugins")
     binaries = ("xrootd",)
