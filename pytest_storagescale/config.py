@@ -319,7 +319,7 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
     "storage_clean_stale": (
         "--storage-clean-stale", lambda v: parse_flag(v, what="storage_clean_stale"), None,
         "remove the run directories that killed runs left in the test area (only this "
-        "user's, proved by the owner file's HMAC: see the README's guarantees) before the "
+        "user's, proved by the owner file's HMAC: see docs/guarantees.md) before the "
         "first test uses the storage.",
     ),
     "storage_doors": (
