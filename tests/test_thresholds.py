@@ -196,7 +196,7 @@ def test_shipped_thresholds_files_are_valid(monkeypatch):
     operations and metrics, as at run time), and no other suite's."""
     from pathlib import Path
 
-    from pytest_storagescale import extensions
+    from pytest_storagescale import extensions, hooks
     from pytest_storagescale.load import operations
 
     monkeypatch.syspath_prepend(str(Path(__file__).parent.parent))
@@ -208,8 +208,11 @@ def test_shipped_thresholds_files_are_valid(monkeypatch):
         monkeypatch.setattr(operations, "_REGISTRY", dict(core_operations))
         monkeypatch.setattr(metrics, "_DERIVED", dict(core_metrics))
         conftest = _suite_conftest(path.parent.name)
-        if conftest is not None:
-            extensions.register(conftest)
+        if conftest is not None:  # through a plugin manager of its own, as pytest's
+            manager = pytest.PytestPluginManager()
+            manager.add_hookspecs(hooks)
+            manager.register(conftest)
+            extensions.register(conftest, manager)
         ts = load_thresholds(path)
         assert ts.system == path.parent.name, f"{path}: system should be {path.parent.name}"
         assert ts.sections, f"{path}: no [ops.*] sections"
