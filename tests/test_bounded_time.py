@@ -26,11 +26,11 @@ from faults import OnceMeasuring, progress_conftest
 
 from pytest_storagescale.drivers import memory
 from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.drivers.watch import DeadlineExceeded
 from pytest_storagescale.errors import StorageError
 from pytest_storagescale.load.engine import run_step
 from pytest_storagescale.load.operations import Operation, get_operation
 from pytest_storagescale.load.plan import StepPlan
-from pytest_storagescale.load.watch import DeadlineExceeded
 from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
 REPO = Path(__file__).resolve().parent.parent

@@ -147,7 +147,7 @@ def _contact_main(spec: DriverSpec, want_version: bool, timeout: float, connecti
 
 
 def _contact(spec: DriverSpec, want_version: bool, timeout: float) -> str | None:
-    from ..load.watch import RequestWatch, run_bounded
+    from .watch import RequestWatch, run_bounded
 
     driver = spec.connect("version", timeout=timeout)
 

@@ -39,12 +39,12 @@ from collections.abc import Callable
 
 from ..drivers.base import MTIME_SLACK, CreatedPaths, Driver
 from ..drivers.registry import start_early_drivers
+from ..drivers.watch import DeadlineExceeded, RequestWatch, parallel_map, run_bounded
 from ..errors import StorageError, StorageNotFound, StorageTimeout, StorageUnreachable
 from .clients import LoadInterrupted
 from .executors import EXECUTORS, Accumulators, ClientsCrashed, Executor
 from .plan import StepClock, StepPlan, StepProgress
 from .stats import ClientUsage, SideAccumulator, SideResult, StepResult
-from .watch import DeadlineExceeded, RequestWatch, parallel_map, run_bounded
 
 #: the watchdog waits this much longer than the native timeout, so that a library
 #: that keeps its timeouts reports its own error first

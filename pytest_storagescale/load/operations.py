@@ -30,9 +30,9 @@ from typing import Any, ClassVar
 
 from ..drivers.base import Driver, RequestWalk
 from ..drivers.grid import base36
+from ..drivers.watch import parallel_map
 from ..errors import StorageScaleUsageError
 from ..units import parse_byte_size
-from .watch import parallel_map
 
 __all__ = [
     "ENTRY_POINT_GROUP", "PARAM_KINDS", "Composite", "Operation", "Param", "get_operation",

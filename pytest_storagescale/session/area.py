@@ -324,7 +324,7 @@ class RunArea:
         no file older than the run's start on the storage's clock, which it names);
         the storage's refusal or what was left, as text."""
         from ..load.engine import remove_created, run_generated
-        from ..load.watch import RequestWatch, run_bounded
+        from ..drivers.watch import RequestWatch, run_bounded
 
         try:
             driver = self.endpoint.driver_spec(path).connect("cleanup", timeout=self.timeout)

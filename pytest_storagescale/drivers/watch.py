@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from ..drivers.base import Driver
 from ..errors import StorageError
+from .base import Driver
 
 T = TypeVar("T")
 
