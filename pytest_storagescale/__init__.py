@@ -41,11 +41,13 @@ if TYPE_CHECKING:
         UnsafePathError,
     )
     from .fixtures import StorageEndpoint, StorageLoad, remove_folder, storage_run
-    from .load.operations import Operation, Param, register_operation
+    from .load.operations import Get, Operation, Param, Read, ReadV, register_operation
     from .metrics import register_metric
     from .records import RuleCheck, StepRecord, Verdict
     from .redact import redact_url
-    from .session.doors import Door
+    from .reporting.failures import checksum_hint
+    from .servers.family import EmbeddedServer, register_server, start_embedded
+    from .session.doors import Door, door_names, door_problem, folder_name
     from .thresholds import ThresholdSet, load_thresholds
 
 #: public name -> the module (relative to this package) that defines it
@@ -57,12 +59,19 @@ _EXPORTS = {
     # operations, their parameters, metrics
     "Operation": "load.operations", "Param": "load.operations",
     "register_operation": "load.operations", "register_metric": "metrics",
+    # the built-in operations a suite's own subclass (XCache's reads through a cache)
+    "Get": "load.operations", "Read": "load.operations", "ReadV": "load.operations",
     # a step's record and verdict, the thresholds file
     "StepRecord": "records", "Verdict": "records", "RuleCheck": "records",
     "ThresholdSet": "thresholds", "load_thresholds": "thresholds",
     # doors and the session's handles (for hooks that get only the config)
     "Door": "session.doors", "StorageEndpoint": "fixtures", "StorageLoad": "fixtures",
     "storage_run": "fixtures", "remove_folder": "fixtures", "redact_url": "redact",
+    "door_names": "session.doors", "door_problem": "session.doors",
+    "folder_name": "session.doors", "checksum_hint": "reporting.failures",
+    # embedded servers: a kind of one's own, or a second one (a TPC peer)
+    "EmbeddedServer": "servers.family", "register_server": "servers.family",
+    "start_embedded": "servers.family",
     # errors
     "StorageError": "errors", "StorageNotFound": "errors",
     "StoragePermissionDenied": "errors", "StorageTimeout": "errors",
@@ -74,15 +83,17 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "BadAnswer", "CreatedPaths", "Door", "Driver", "DriverSpec", "EndpointError",
-    "HungClientsViolation", "Operation", "Param", "RedirectRefused", "RuleCheck",
+    "BadAnswer", "CreatedPaths", "Door", "Driver", "DriverSpec", "EmbeddedServer",
+    "EndpointError", "Get", "HungClientsViolation", "Operation", "Param", "Read", "ReadV",
+    "RedirectRefused", "RuleCheck",
     "StatInfo", "StepError", "StepRecord", "StorageCheckFailure", "StorageEndpoint",
     "StorageError", "StorageLoad", "StorageNotFound", "StoragePermissionDenied",
     "StorageScaleUsageError", "StorageScaleWarning", "StorageTimeout",
     "StorageUnreachable", "ThresholdSet", "ThresholdViolation", "ThresholdsError",
-    "UnsafePathError", "Verdict", "driver_spec", "load_thresholds", "redact_url",
-    "register_driver", "register_metric", "register_operation", "remove_folder",
-    "storage_run",
+    "UnsafePathError", "Verdict", "checksum_hint", "door_names", "door_problem",
+    "driver_spec", "folder_name", "load_thresholds", "redact_url", "register_driver",
+    "register_metric", "register_operation", "register_server", "remove_folder",
+    "start_embedded", "storage_run",
 ]
 
 

@@ -7,6 +7,7 @@ import zlib
 
 import pytest
 
+from pytest_storagescale import Door
 from pytest_storagescale.drivers import memory
 from pytest_storagescale.drivers.base import Driver
 from pytest_storagescale.drivers.grid import XRootDLogins
@@ -93,6 +94,54 @@ def test_a_class_registered_by_a_test_serves_its_scheme(registry, store):
     with pytest.raises(ValueError, match="registered already"):
         register_driver(ToyDriver)
     register_driver(ToyDriver, replace=True)
+
+
+class ToyXRootD(memory.MemoryDriver):
+    """A site's driver speaking XRootD under a scheme of its own."""
+
+    name = "toyroot"
+    schemes = ("toyroot",)
+    protocol_family = "xrootd"
+
+    @classmethod
+    def parse_endpoint(cls, url: str):
+        return Driver.parse_endpoint.__func__(cls, url)  # not the memory driver's own
+
+
+@pytest.mark.parametrize(("url", "protocol", "create", "file_url"), [
+    ("root://h:1094//a/area", "xrootd", "xrdfs root://h:1094 mkdir -p /a/area",
+     "root://h:1094//a/f"),
+    ("davs://h:8443/a/area", "http", "gfal-mkdir -p davs://h:8443/a/area",
+     "davs://h:8443/a/f"),
+    ("file:///a/area", "file", "mkdir -p /a/area", "file:///a/f"),
+    ("memory://h/a/area", "", "create /a/area with the storage's own tools", "memory://h/a/f"),
+    ("toyroot://h//a/area", "xrootd", "xrdfs toyroot://h mkdir -p /a/area",
+     "toyroot://h//a/f"),
+])
+def test_the_protocol_rules_are_the_driver_classes(registry, url, protocol, create, file_url):
+    """Which door speaks XRootD or HTTP, the area's create hint and XRootD's ``//path``
+    are asked of the driver class, so a site's driver under its own scheme declares
+    them (``protocol_family``) and the plugin and the suites follow."""
+    register_driver(ToyXRootD)
+    spec = driver_spec(url)
+    cls, endpoint = spec.driver_class, spec.endpoint
+    assert cls.protocol_of(endpoint.scheme) == protocol
+    assert cls.is_xrootd(endpoint.scheme) == (protocol == "xrootd")
+    assert cls.is_http(endpoint.scheme) == (protocol == "http")
+    assert cls.create_command(endpoint) == create
+    assert cls.url_of(endpoint, "/a/f") == file_url
+    assert endpoint.display == cls.url_of(endpoint, "/a/area")
+    door = Door("d", spec, "/a/area/run")  # what the suites ask
+    assert (door.is_xrootd, door.is_http, door.url("/a/f")) == (
+        protocol == "xrootd", protocol == "http", file_url)
+
+
+def test_gfal2_speaks_each_schemes_own_protocol():
+    gfal2 = driver_class("gfal2")
+    assert [gfal2.protocol_of(s) for s in ("roots", "https", "file", "srm")] == [
+        "xrootd", "http", "file", "srm"]
+    assert gfal2.create_command(driver_spec("root://h//area", driver="gfal2").endpoint) == (
+        "xrdfs root://h mkdir -p /area")
 
 
 def test_a_scheme_served_by_another_driver_needs_replace(registry):

@@ -33,7 +33,7 @@ from ..errors import (
     UnsafePathError,
 )
 from ..redact import register_driver_options, register_url
-from .url import EndpointURL, is_inside
+from .url import EndpointURL, is_inside, split_url
 
 #: the owner file at the top of every run directory; its time on the storage is the
 #: run's start, below which no clean-up deletes a file
@@ -180,6 +180,11 @@ class BackgroundLoop(CompiledLoop, Protocol):
         """At most ``seconds`` until no request is in flight (or it was given up)."""
 
 
+#: the command that makes a test area, by protocol (:meth:`Driver.create_command`)
+_CREATE_COMMANDS = {"xrootd": "xrdfs {server} mkdir -p {path}",
+                    "http": "gfal-mkdir -p {display}", "file": "mkdir -p {path}"}
+
+
 class Driver(abc.ABC):
     """One client connection to an endpoint."""
 
@@ -206,6 +211,9 @@ class Driver(abc.ABC):
     clients_per_process: ClassVar[int] = 0
     #: options the client library reads from the environment: option -> variable
     option_environment: ClassVar[Mapping[str, str]] = {"ca_dir": "X509_CERT_DIR"}
+    #: the protocol its schemes speak: ``xrootd``, ``http``, ``file``, or "" (its own);
+    #: a driver speaking several, one per scheme (gfal2), overrides :meth:`protocol_of`
+    protocol_family: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -237,11 +245,46 @@ class Driver(abc.ABC):
                 os.environ[variable] = self.options[option]
 
     # -- what the class owns ----------------------------------------------------
+    # The protocol rules (which scheme is XRootD or HTTP, XRootD's ``//path``, how a
+    # test area is made) are capabilities of the driver class: the plugin and the
+    # suites ask a door's driver class (``door.spec.driver_class``), never a scheme list.
+    @classmethod
+    def protocol_of(cls, scheme: str) -> str:
+        """The protocol ``scheme`` speaks through this driver (:attr:`protocol_family`)."""
+        return cls.protocol_family
+
+    @classmethod
+    def is_xrootd(cls, scheme: str) -> bool:
+        """``scheme`` speaks the XRootD protocol through this driver."""
+        return cls.protocol_of(scheme) == "xrootd"
+
+    @classmethod
+    def is_http(cls, scheme: str) -> bool:
+        """``scheme`` speaks HTTP (WebDAV) through this driver."""
+        return cls.protocol_of(scheme) == "http"
+
+    @classmethod
+    def url_of(cls, endpoint: EndpointURL, path: str) -> str:
+        """The URL of the absolute ``path`` on ``endpoint``'s server, without
+        credentials: XRootD writes the path after a second slash (``root://host//a/f``)."""
+        separator = "/" if cls.is_xrootd(endpoint.scheme) else ""
+        return f"{endpoint.server}{separator}{path}"
+
+    @classmethod
+    def create_command(cls, endpoint: EndpointURL) -> str:
+        """The command that makes ``endpoint``'s test area, in the storage's own client
+        (the hint when the area is missing: the plugin never makes it)."""
+        command = _CREATE_COMMANDS.get(cls.protocol_of(endpoint.scheme))
+        if command is None:
+            return f"create {endpoint.path} with the storage's own tools"
+        return command.format(server=endpoint.server, path=endpoint.path,
+                              display=endpoint.display)
+
     @classmethod
     def parse_endpoint(cls, url: str) -> EndpointURL:
         """The endpoint of ``url`` (:class:`~pytest_storagescale.errors.EndpointError`
         when it cannot be used)."""
-        return EndpointURL.parse(url)
+        return EndpointURL.parse(url, xrootd=cls.is_xrootd(split_url(url).scheme.lower()))
 
     @classmethod  # noqa: B027 - an optional hook
     def check_options(cls, options: Mapping[str, str]) -> None:

@@ -101,6 +101,13 @@ class Gfal2Driver(XRootDLogins, Driver):
     schemes = (*HTTP_SCHEMES, *XROOTD_SCHEMES, "file", "srm", "gsiftp")
     option_names = tuple(CREDENTIAL_ENVIRONMENT)
     secret_options = SECRET_OPTIONS
+
+    @classmethod
+    def protocol_of(cls, scheme: str) -> str:
+        """Each scheme speaks its own protocol: XRootD, HTTP, a file, or srm/gsiftp."""
+        if scheme in XROOTD_SCHEMES:
+            return "xrootd"
+        return "http" if scheme in HTTP_SCHEMES else scheme
     option_environment = CREDENTIAL_ENVIRONMENT
 
     def __init__(self, endpoint, **kwargs) -> None:
@@ -119,11 +126,11 @@ class Gfal2Driver(XRootDLogins, Driver):
         # gfal2 would otherwise ask the server for a bearer token before every request
         self._context.set_opt_boolean("HTTP PLUGIN", "RETRIEVE_BEARER_TOKEN", False)
         port = f":{endpoint.port}" if endpoint.port else ""
-        self._xroot = endpoint.scheme in XROOTD_SCHEMES
+        self._xroot = self.is_xrootd(endpoint.scheme)
         login = f"{self.client_id}@" if self._xroot else ""
         sep = "/" if self._xroot else ""
         self._prefix = f"{endpoint.scheme}://{login}{endpoint.host}{port}{sep}"
-        self._http = endpoint.scheme in HTTP_SCHEMES
+        self._http = self.is_http(endpoint.scheme)
         self._gridftp = endpoint.scheme == "gsiftp"
         #: on HTTP doors what writes or removes goes through the http driver (module doc)
         self._writer = self._http_writer() if self._http else None

@@ -15,8 +15,10 @@ import hashlib
 import os
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import ClassVar
 
+from ..errors import StorageError, StorageNotFound, StorageTimeout
 from .url import HTTP_SCHEMES, XROOTD_SCHEMES  # noqa: F401 - the drivers' import
 
 #: driver option -> the environment variable the client libraries read it from:
@@ -187,6 +189,57 @@ def base36(number: int) -> str:
             return text
 
 
+#: XRootD's answers: kXR_NotFound; errSocketTimeout, errOperationExpired (XrdClStatus.hh)
+KXR_NOT_FOUND = 3011
+TIMEOUT_CODES = (103, 206)
+
+
+@dataclass(frozen=True)
+class Location:
+    """One entry of a ``locate`` answer: ``host:port`` and what it is."""
+
+    address: str
+    #: a data server (``kXR_lsrv``), else a manager (``kXR_lman``: ask it again)
+    is_server: bool
+    #: the manager has not yet confirmed it (``kXR_...pending``)
+    pending: bool
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rsplit(":", 1)[1])
+
+
+def located(manager: str, path: str, *, timeout: float = 10.0, refresh: bool = True
+            ) -> tuple[Location, ...]:
+    """The locations ``locate`` through ``manager`` (``root://host:port``) answers for
+    ``path`` (``refresh``: the manager asks its servers now, not its cache); a
+    :class:`~pytest_storagescale.errors.StorageError` when it answers an error."""
+    from XRootD import client
+    from XRootD.client.flags import LocationType, OpenFlags
+
+    status, info = client.FileSystem(manager).locate(
+        path, OpenFlags.REFRESH if refresh else OpenFlags.NONE, timeout=max(1, int(timeout)))
+    if not status.ok:
+        raise locate_error(status, manager, path)
+    pending = (LocationType.MANAGER_PENDING, LocationType.SERVER_PENDING)
+    servers = (LocationType.SERVER_ONLINE, LocationType.SERVER_PENDING)
+    return tuple(Location(entry.address, entry.type in servers, entry.type in pending)
+                 for entry in info)
+
+
+def locate_error(status, manager: str, path: str) -> StorageError:
+    """The error of a ``locate`` answer: not found (kXR_NotFound), a timeout, or other."""
+    kind = StorageError
+    error_class = f"xrootd_errno_{status.errno}" if status.errno else f"xrootd_{status.code}"
+    if status.errno == KXR_NOT_FOUND:
+        kind, error_class = StorageNotFound, "not_found"
+    elif status.code in TIMEOUT_CODES:
+        kind, error_class = StorageTimeout, "timeout"
+    return kind(status.message.strip(), driver="xrootd", endpoint=manager, operation="locate",
+                path=path, native_status=f"status={status.status} code={status.code} "
+                f"errno={status.errno}", error_class=error_class)
+
+
 class XRootDLogins:
     """The login-name rule of a driver class (a mixin for :class:`Driver` subclasses).
 
@@ -195,6 +248,20 @@ class XRootDLogins:
 
     #: bumped by forget_connections(); part of every load client's login name
     _generation: ClassVar[int] = 0
+    #: a login's XRootD security protocol (``--storage-driver-option security_protocol=``)
+    login_protocols: ClassVar[Mapping[str, str]] = LOGIN_PROTOCOLS
+
+    @classmethod
+    def session_login(cls, options: Mapping[str, str], *, embedded: bool) -> str | None:
+        """The login the session's clients of this driver use: :func:`session_login`."""
+        return session_login(options, embedded=embedded)
+
+    @classmethod
+    def locate(cls, server: str, path: str, *, timeout: float = 10.0, refresh: bool = True
+               ) -> tuple[Location, ...]:
+        """Where ``path`` is, as ``server`` (``root://host:port``, a redirector) answers
+        XRootD's ``locate``: :func:`located`."""
+        return located(server, path, timeout=timeout, refresh=refresh)
 
     @classmethod
     def check_options(cls, options: Mapping[str, str]) -> None:

@@ -341,6 +341,7 @@ class HTTPDriver(Driver):
 
     name = "http"
     schemes = HTTP_SCHEMES
+    protocol_family = "http"
     option_names = ("ca_dir", "x509_proxy", "x509_user_cert", "x509_user_key", "token",
                     "checksum")
     secret_options = ("token",)

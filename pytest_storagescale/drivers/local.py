@@ -27,6 +27,7 @@ class LocalDriver(Driver):
     files_per_client = 1
     native_library = False
     schemes = ("file",)
+    protocol_family = "file"
 
     def _fail(self, exc: OSError, operation: str, path: str):
         kwargs = dict(

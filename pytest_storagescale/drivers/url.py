@@ -30,16 +30,21 @@ class EndpointURL:
     host: str
     port: int | None
     path: str
+    #: XRootD's rule: the absolute path follows a second slash (``root://host//area``)
+    xrootd: bool = False
 
     @classmethod
-    def parse(cls, url: str) -> EndpointURL:
+    def parse(cls, url: str, *, xrootd: bool | None = None) -> EndpointURL:
+        """``url`` parsed; ``xrootd``: it follows XRootD's ``//path`` rule (None: as its
+        scheme says; a driver class tells for its schemes, :meth:`Driver.is_xrootd`)."""
         shown = redact_url(url)  # errors name the URL, never its password
         parts = split_url(url)
         scheme = parts.scheme.lower()
         if scheme == "file":
             _check_file_url(parts, shown)
         path = parts.path
-        if scheme in XROOTD_SCHEMES and path.startswith("//"):
+        xrootd = scheme in XROOTD_SCHEMES if xrootd is None else xrootd
+        if xrootd and path.startswith("//"):
             path = path[1:]
         path = posixpath.normpath(path or "/")
         if scheme != "file" and not parts.hostname:
@@ -57,7 +62,8 @@ class EndpointURL:
             port = parts.port
         except ValueError:
             raise EndpointError(f"--storage-endpoint: {shown!r} has an invalid port.") from None
-        return cls(url=url, scheme=scheme, host=parts.hostname or "", port=port, path=path)
+        return cls(url=url, scheme=scheme, host=parts.hostname or "", port=port, path=path,
+                   xrootd=xrootd)
 
     @property
     def server(self) -> str:
@@ -68,7 +74,7 @@ class EndpointURL:
     @property
     def display(self) -> str:
         """The URL without user or password, for headers, tables and results."""
-        sep = "/" if self.scheme in XROOTD_SCHEMES else ""
+        sep = "/" if self.xrootd else ""
         return f"{self.server}{sep}{self.path}" if self.scheme != "file" else f"file://{self.path}"
 
 

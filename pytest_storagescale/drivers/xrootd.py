@@ -140,6 +140,7 @@ class XRootDDriver(XRootDLogins, Driver):
     clients_per_process = 200
     isolate_clients = True  # XrdCl has crashed on garbled answers: a step's, not pytest's
     schemes = XROOTD_SCHEMES
+    protocol_family = "xrootd"
     #: flat: a Ceph gateway (flat.py); client_loop: compiled (default) or python
     option_names = (*CREDENTIAL_ENVIRONMENT, flat.OPTION, "client_loop")
     secret_options = SECRET_OPTIONS

@@ -58,10 +58,10 @@ import shutil
 import socket
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import EndpointError, StorageError, StorageNotFound, StorageTimeout
+from ..drivers.grid import Location, located  # noqa: F401 - locate is the client's request
+from ..errors import EndpointError
 from .family import EmbeddedServer
 from .orphans import server_directory
 from .processes import (
@@ -85,57 +85,8 @@ CMS_CLIENT_WAITS = ("cms.conwait 1",)
 #: the free space a data server must have to be chosen for a new file (default
 #: ``min 10g 11g``: a CI disk may have less)
 CMS_SPACE = "linger 0 recalc 15 min 10m 20m"
-#: XRootD's answers: kXR_NotFound; errSocketTimeout, errOperationExpired (XrdClStatus.hh)
-KXR_NOT_FOUND = 3011
-TIMEOUT_CODES = (103, 206)
 #: how long the manager may take to see a data server (re)subscribe
 READY_TIMEOUT = 60.0
-
-
-@dataclass(frozen=True)
-class Location:
-    """One entry of a ``locate`` answer: ``host:port`` and what it is."""
-
-    address: str
-    #: a data server (``kXR_lsrv``), else a manager (``kXR_lman``: ask it again)
-    is_server: bool
-    #: the manager has not yet confirmed it (``kXR_...pending``)
-    pending: bool
-
-    @property
-    def port(self) -> int:
-        return int(self.address.rsplit(":", 1)[1])
-
-
-def located(manager: str, path: str, *, timeout: float = 10.0, refresh: bool = True
-            ) -> tuple[Location, ...]:
-    """The locations ``locate`` through ``manager`` (``root://host:port``) answers for
-    ``path`` (``refresh``: the manager asks its servers now, not its cache); a
-    :class:`~pytest_storagescale.errors.StorageError` when it answers an error."""
-    from XRootD import client
-    from XRootD.client.flags import LocationType, OpenFlags
-
-    status, info = client.FileSystem(manager).locate(
-        path, OpenFlags.REFRESH if refresh else OpenFlags.NONE, timeout=max(1, int(timeout)))
-    if not status.ok:
-        raise locate_error(status, manager, path)
-    pending = (LocationType.MANAGER_PENDING, LocationType.SERVER_PENDING)
-    servers = (LocationType.SERVER_ONLINE, LocationType.SERVER_PENDING)
-    return tuple(Location(entry.address, entry.type in servers, entry.type in pending)
-                 for entry in info)
-
-
-def locate_error(status, manager: str, path: str) -> StorageError:
-    """The error of a ``locate`` answer: not found (kXR_NotFound), a timeout, or other."""
-    kind = StorageError
-    error_class = f"xrootd_errno_{status.errno}" if status.errno else f"xrootd_{status.code}"
-    if status.errno == KXR_NOT_FOUND:
-        kind, error_class = StorageNotFound, "not_found"
-    elif status.code in TIMEOUT_CODES:
-        kind, error_class = StorageTimeout, "timeout"
-    return kind(status.message.strip(), driver="xrootd", endpoint=manager, operation="locate",
-                path=path, native_status=f"status={status.status} code={status.code} "
-                f"errno={status.errno}", error_class=error_class)
 
 
 class ClusterNode:

@@ -296,6 +296,12 @@ class EmbeddedXRootD(EmbeddedServer):
         if self.ca_dir:
             trust_ca(self.ca_dir, other_ca_dir)
 
+    def share_ca(self, ca_dir: str | Path) -> None:
+        """Put this server's CA into ``ca_dir`` (a storage's, or its clients'), which
+        then trusts this server's certificate (a TPC peer's): :func:`trust_ca`."""
+        if self.ca_dir:
+            trust_ca(ca_dir, self.ca_dir)
+
     def _prepare_login(self, user: str | None) -> None:
         """Make the login's credentials; set the security lines of the configuration
         and the server's environment."""

@@ -36,13 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..drivers.base import OWNER_FILE, CreatedPaths
-from ..drivers.url import HTTP_SCHEMES, XROOTD_SCHEMES
 from ..errors import EndpointError, StorageError, StorageNotFound
 from . import owner as records
 from .endpoint import EndpointUnderTest
 from .owner import owner_record, pid_alive, signed, stale_reason, verified
 
-__all__ = ["RunArea", "StaleRun", "create_command", "create_command_for", "owner_record",
+__all__ = ["RunArea", "StaleRun", "owner_record",
            "pid_alive", "read_owner", "stale_reason"]
 
 #: deadline of the set-up and clean-up requests when no hang timeout is set
@@ -53,23 +52,6 @@ RUN_PREFIX = "storagescale-run-"
 UNMARKED_AFTER = 24 * 3600.0
 #: the largest owner file read
 _OWNER_MAX_BYTES = 64 * 1024
-
-
-def create_command(endpoint) -> str:
-    """The command that makes the test area, in the storage's own client."""
-    return create_command_for(endpoint.url)
-
-
-def create_command_for(url) -> str:
-    """The command that makes the area of the endpoint URL ``url`` (an
-    :class:`~pytest_storagescale.drivers.url.EndpointURL`)."""
-    if url.scheme in XROOTD_SCHEMES:
-        return f"xrdfs {url.server} mkdir -p {url.path}"
-    if url.scheme in HTTP_SCHEMES:
-        return f"gfal-mkdir -p {url.display}"
-    if url.scheme == "file":
-        return f"mkdir -p {url.path}"
-    return f"create {url.path} with the storage's own tools"
 
 
 @dataclass(frozen=True)
@@ -246,7 +228,7 @@ class RunArea:
             f"--storage-endpoint {self.endpoint.display}: the test area {area} {what}. The "
             f"plugin makes only its run directory inside an existing test area, never the "
             f"area or its parents (a typo would leave them behind). Create it first: "
-            f"{create_command(self.endpoint)}"
+            f"{type(driver).create_command(self.endpoint.url)}"
         )
         raise EndpointError(self._unusable)
 
@@ -323,8 +305,8 @@ class RunArea:
         below it, once its owner record is checked again (this user's, this run id;
         no file older than the run's start on the storage's clock, which it names);
         the storage's refusal or what was left, as text."""
-        from ..load.engine import remove_created, run_generated
         from ..drivers.watch import RequestWatch, run_bounded
+        from ..load.engine import remove_created, run_generated
 
         try:
             driver = self.endpoint.driver_spec(path).connect("cleanup", timeout=self.timeout)

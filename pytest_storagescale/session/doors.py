@@ -23,7 +23,6 @@ import pytest
 
 from ..drivers.base import Driver
 from ..drivers.registry import DriverSpec, driver_spec
-from ..drivers.url import HTTP_SCHEMES, XROOTD_SCHEMES
 from ..errors import EndpointError, StorageError, StorageNotFound, StorageScaleUsageError
 from ..servers.family import embedded_class
 
@@ -57,11 +56,17 @@ class Door:
 
     @property
     def is_xrootd(self) -> bool:
-        return self.scheme in XROOTD_SCHEMES
+        """It speaks XRootD (its driver class tells: :meth:`Driver.is_xrootd`)."""
+        return self.spec.driver_class.is_xrootd(self.scheme)
 
     @property
     def is_http(self) -> bool:
-        return self.scheme in HTTP_SCHEMES
+        """It speaks HTTP (WebDAV)."""
+        return self.spec.driver_class.is_http(self.scheme)
+
+    def url(self, path: str) -> str:
+        """The URL of the absolute ``path`` through this door (XRootD's ``//path``)."""
+        return self.spec.driver_class.url_of(self.spec.endpoint, path)
 
     def client(self, label: str) -> Driver:
         """A new client of this door (its own connection and login)."""
@@ -206,8 +211,6 @@ def door_problem(door: Door, what: str, *, run_dir_made: bool) -> str | None:
     of its run directory) must exist: the plugin makes only the run directory, never
     an area or its parents. ``run_dir_made``: the run directory was made through the
     endpoint, and the door (the same storage) must show it."""
-    from .area import create_command_for
-
     area = door.run_dir.rstrip("/").rpartition("/")[0] or "/"
     client = door.client("area-check")
     try:
@@ -227,7 +230,7 @@ def door_problem(door: Door, what: str, *, run_dir_made: bool) -> str | None:
     return (f"{what} {door.display}: the test area {area} {found}. The plugin makes only its "
             f"run directory inside an existing test area, never the area or its parents (a "
             f"typo would leave them behind). Create it first: "
-            f"{create_command_for(door.spec.endpoint)}")
+            f"{door.spec.driver_class.create_command(door.spec.endpoint)}")
 
 
 def _kind(client: Driver, path: str) -> str:

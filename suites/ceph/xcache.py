@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import threading
 
-from pytest_storagescale import Driver, DriverSpec, StorageScaleUsageError
-from pytest_storagescale.load.operations import Get, Read, ReadV
+from pytest_storagescale import Driver, DriverSpec, Get, Read, ReadV, StorageScaleUsageError
 
 #: the door the *_xcache steps of this process read through (set by the suite's fixture)
 _door: list[DriverSpec] = []

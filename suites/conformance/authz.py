@@ -36,8 +36,6 @@ from pathlib import Path
 import pytest
 
 from pytest_storagescale import DriverSpec, StorageScaleUsageError, driver_spec, storage_run
-from pytest_storagescale.drivers.grid import CREDENTIAL_ENVIRONMENT
-from pytest_storagescale.servers.credentials import READ_SCOPE, WRITE_SCOPE
 
 from .checks import ConformanceChecks, Place, adler32_hex, expect_missing, fail, payload
 from .doors import Door
@@ -45,9 +43,14 @@ from .doors import Door
 #: driver options that carry an identity (dropped before one is given to a probe)
 IDENTITY_OPTIONS = ("token", "x509_proxy", "x509_user_cert", "x509_user_key", "krb5ccname",
                     "security_protocol")
-#: variables a probe's process must not inherit (it would log in as the session)
-IDENTITY_VARIABLES = (*CREDENTIAL_ENVIRONMENT.values(), "BEARER_TOKEN_FILE",
-                      "X509_USER_CERT", "X509_USER_KEY")
+#: variables a probe's process must not inherit (it would log in as the session): the
+#: grid clients' credentials (XRootD, gfal2, the WLCG bearer-token discovery)
+IDENTITY_VARIABLES = ("X509_CERT_DIR", "X509_USER_PROXY", "X509_USER_CERT", "X509_USER_KEY",
+                      "BEARER_TOKEN", "BEARER_TOKEN_FILE", "KRB5CCNAME", "KRB5_CONFIG",
+                      "XrdSecPROTOCOL")
+#: the WLCG token profile's scopes of the read-only and the write token
+READ_SCOPE = "storage.read:/"
+WRITE_SCOPE = "storage.read:/ storage.create:/ storage.modify:/"
 RUN_HINT = ("run 'pytest suites/xrootd --storage-embedded-login token', or give a remote "
             "storage's tokens (--storage-token-readonly/-expired FILE, "
             "--storage-driver-option token=...)")

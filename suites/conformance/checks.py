@@ -37,9 +37,10 @@ from pytest_storagescale import (
     StorageNotFound,
     StorageTimeout,
     ThresholdSet,
+    checksum_hint,
     remove_folder,
+    storage_run,
 )
-from pytest_storagescale.reporting.failures import checksum_hint
 
 from .doors import Door, door_names, folder_name
 from .vector import vector_read
@@ -223,7 +224,7 @@ class ConformanceChecks(KnownIssues):
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "door_name" in metafunc.fixturenames:
-            names = door_names(metafunc.config)
+            names = door_names(storage_run(metafunc.config))
             metafunc.parametrize("door_name", names, ids=names)
 
     @pytest.fixture
@@ -559,7 +560,7 @@ class PersistOnCloseChecks(ConformanceChecks):
         path = place.path("killed-upload.dat")
         place.made(path)  # if the storage keeps it, the run's to remove
         place.door.client("conformance-env").close()  # the door's credentials
-        url = f"{place.door.spec.endpoint.server}/{path}"
+        url = place.door.url(path)
         writer = subprocess.Popen(
             [sys.executable, "-c", _POSC_WRITER, url, str(self.posc_written_mib)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

@@ -1,21 +1,12 @@
 """The doors of the storage under test: one client per protocol on one namespace.
 
-The door resolution lives in the core package (:mod:`pytest_storagescale.session.doors`)
-since the load steps run over doors too (``--storage-load-doors``); this module keeps
-the names the conformance suite and other helpers import from it.
+The doors come from the plugin (the ``storage_doors`` fixture; their names at
+collection: :func:`pytest_storagescale.door_names`); this module keeps the names the
+conformance suite and other helpers import from it.
 """
 
 from __future__ import annotations
 
-from pytest_storagescale.session.doors import (
-    DOOR_TIMEOUT,
-    Door,
-    build_doors,
-    door_names,
-    door_urls,
-    folder_name,
-    main_door_name,
-)
+from pytest_storagescale import Door, door_names, folder_name
 
-__all__ = ["DOOR_TIMEOUT", "Door", "build_doors", "door_names", "door_urls", "folder_name",
-           "main_door_name"]
+__all__ = ["Door", "door_names", "folder_name"]

@@ -21,15 +21,18 @@ from __future__ import annotations
 import ipaddress
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from pytest_storagescale import StorageError, storage_run
-from pytest_storagescale.servers.redirector import Location, located
 
 from .checks import ConformanceChecks, Place, adler32_hex, call, fail, payload
 from .doors import Door
 
+#: a ``locate`` answer: entries with ``address`` (``host:port``), ``port``, ``is_server``
+#: and ``pending`` (the XRootD door's driver class answers it: ``locate``)
+Locations = tuple[Any, ...]
 #: the embedded server kind that is a redirector (its checks never skip)
 REDIRECTOR_KIND = "redirector"
 #: files written for the listing check (an XRootD manager places new files round
@@ -46,7 +49,7 @@ class Redirector:
     host: str
     port: int
     #: the data servers that answered for the check's directory
-    data_servers: tuple[Location, ...]
+    data_servers: Locations
 
     def is_itself(self, address: str) -> bool:
         """Whether ``host:port`` (a locate answer's) is the redirector."""
@@ -56,10 +59,11 @@ class Redirector:
     def server(self) -> str:
         return self.door.spec.endpoint.server
 
-    def locate(self, path: str, *, refresh: bool = True) -> tuple[Location, ...]:
+    def locate(self, path: str, *, refresh: bool = True) -> Locations:
         """Data servers holding ``path``, asked of the redirector now (``refresh``: it
         asks its servers, not its cache, which can still name a server just gone)."""
-        return located(self.server, path, timeout=self.door.timeout, refresh=refresh)
+        return self.door.spec.driver_class.locate(self.server, path, timeout=self.door.timeout,
+                                                  refresh=refresh)
 
 
 def plain_host(host: str) -> str:
@@ -104,13 +108,13 @@ def redirector_of(door: Door, folder: str, embedded_redirector: bool) -> Redirec
     """The door as a redirector of ``folder``; a skip naming the answer when it is not
     one (a failure on the embedded cluster, which must be)."""
     endpoint = door.spec.endpoint
-    if not door.is_xrootd:
+    if not (door.is_xrootd and hasattr(door.spec.driver_class, "locate")):
         pytest.skip(f"{door.name} door: redirection is XRootD's (kXR_locate, kXR_redirect); "
                     f"this door speaks {door.scheme}://")
     door.client("conformance-env").close()  # the door's credentials in the environment
     port = endpoint.port or 1094
     try:
-        answer = located(endpoint.server, folder, timeout=door.timeout)
+        answer = door.spec.driver_class.locate(endpoint.server, folder, timeout=door.timeout)
     except StorageError as exc:
         if embedded_redirector:
             fail(door, "locate", folder, f"answered an error: {exc}",
@@ -207,8 +211,8 @@ class RedirectionChecks(ConformanceChecks):
              "server (a manager passes a plain listing to one server)")
 
 
-def expect_located(redirector: Redirector, path: str, before: tuple[Location, ...]
-                   ) -> tuple[Location, ...]:
+def expect_located(redirector: Redirector, path: str, before: Locations
+                   ) -> Locations:
     """Locate ``path`` again; a failure naming the data servers of ``before`` (an
     earlier answer) that the redirector no longer names, and what it answered."""
     try:
@@ -231,12 +235,12 @@ def _host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _names(answer: tuple[Location, ...]) -> str:
+def _names(answer: Locations) -> str:
     return ", ".join(entry.address for entry in answer) or "no server"
 
 
 def _locate(redirector: Redirector, path: str, *, refresh: bool = True
-            ) -> tuple[Location, ...]:
+            ) -> Locations:
     """The data servers holding ``path``; a failure when the redirector names none."""
     door = redirector.door
     try:
@@ -269,7 +273,7 @@ def _read_through(door: Door, path: str) -> tuple[bytes, str]:
 
     timeout = max(1, int(door.timeout))
     handle = client.File()
-    status, _ = handle.open(f"{door.spec.endpoint.server}/{path}", OpenFlags.READ,
+    status, _ = handle.open(door.url(path), OpenFlags.READ,
                             timeout=timeout)
     if not status.ok:
         fail(door, "open through the redirector", path, f"answered an error: "

@@ -42,14 +42,15 @@ from pytest_storagescale import (
     Driver,
     DriverSpec,
     StorageError,
+    StorageScaleUsageError,
     StorageScaleWarning,
+    door_problem,
     driver_spec,
     redact_url,
     remove_folder,
+    start_embedded,
     storage_run,
 )
-from pytest_storagescale.drivers.url import HTTP_SCHEMES, XROOTD_SCHEMES
-from pytest_storagescale.session.doors import door_problem
 
 from .checks import (
     KnownIssues,
@@ -62,10 +63,11 @@ from .checks import (
     payload,
     release,
 )
-from .doors import DOOR_TIMEOUT, Door, folder_name
+from .doors import Door, folder_name
 
-#: the protocols of the checks: a door and a peer URL belong to one by their scheme
-PROTOCOLS = {"root": XROOTD_SCHEMES, "http": HTTP_SCHEMES}
+#: the protocols of the checks (a door and a peer URL belong to one as their driver
+#: class tells: Driver.is_xrootd, Driver.is_http) and their schemes, for messages
+PROTOCOLS = {"root": "root://, roots://", "http": "davs://, https://"}
 OPTION = "--storage-tpc-peer"
 EXPECTED = ("the file copied server to server (third-party copy offered: 'ofs.tpc' for "
             "root://, a WebDAV COPY handler such as XrdHttpTPC for https://)")
@@ -84,9 +86,17 @@ class TPCPeer:
 
 
 def protocol_of(url: str) -> str | None:
-    """``root`` or ``http`` by the URL's scheme, None for anything else."""
-    scheme = urlsplit(url).scheme.lower()
-    return next((name for name, schemes in PROTOCOLS.items() if scheme in schemes), None)
+    """``root`` or ``http`` as the URL's driver class tells, None for anything else."""
+    try:
+        spec = driver_spec(url)
+    except StorageScaleUsageError:  # no driver speaks it, or no area in it
+        return None
+    return door_protocol(Door("peer", spec, spec.endpoint.path))
+
+
+def door_protocol(door: Door) -> str | None:
+    """``root`` or ``http``: the protocol ``door`` speaks, None for another."""
+    return "root" if door.is_xrootd else "http" if door.is_http else None
 
 
 def peer_urls(raw: str | list[str] | tuple[str, ...] | None) -> dict[str, str]:
@@ -130,14 +140,11 @@ def _storage_ca(doors: dict[str, Door]) -> str:
 
 def _start_embedded_peer(doors: dict[str, Door]):
     """A second embedded xrootd (TPC on), whose CA the storage and the clients trust."""
-    from pytest_storagescale.servers.family import started
-    from pytest_storagescale.servers.xrootd import EmbeddedXRootD, trust_ca
-
-    peer = started(EmbeddedXRootD())
+    peer = start_embedded("xrootd", "unix")
     storage_ca = _storage_ca(doors)
     if storage_ca and peer.ca_dir:
         try:
-            trust_ca(storage_ca, peer.ca_dir)
+            peer.share_ca(storage_ca)
         except OSError as exc:
             peer.stop()
             pytest.fail(f"the TPC peer's CA could not be added to the storage's CA folder "
@@ -171,7 +178,7 @@ def storage_tpc_peer(storage_endpoint, storage_doors: dict[str, Door],
         urls = {"root": peer.url, "http": peer.https_url}
     worker = getattr(request.config, "workerinput", {}).get("workerid", "")
     folder = f"{run.run_id}-tpc" + (f"-{worker}" if worker else "")
-    timeout = run.settings.hang_timeout or DOOR_TIMEOUT
+    timeout = run.settings.hang_timeout or Door.timeout
     main = storage_endpoint.driver_spec
     peer_ca = peer.ca_dir if peer is not None and not _storage_ca(storage_doors) else ""
     doors = {protocol: peer_door(f"peer {protocol}", url, main, folder, timeout, peer_ca)
@@ -262,11 +269,11 @@ class ThirdPartyCopyChecks(KnownIssues):
         def pair(protocol: str) -> tuple[Place, Place]:
             if storage_tpc_peer.absent:
                 pytest.skip(storage_tpc_peer.absent)
-            door = next((d for d in storage_doors.values()
-                         if d.scheme in PROTOCOLS[protocol]), None)
+            door = next((d for d in storage_doors.values() if door_protocol(d) == protocol),
+                        None)
             if door is None:
-                pytest.skip(f"the storage has no {protocol} door ({'/'.join(PROTOCOLS[protocol])}"
-                            f"://): add one with --storage-door NAME=URL")
+                pytest.skip(f"the storage has no {protocol} door ({PROTOCOLS[protocol]}...): "
+                            f"add one with --storage-door NAME=URL")
             other = storage_tpc_peer.doors.get(protocol)
             if other is None:
                 pytest.skip(f"the TPC peer ({storage_tpc_peer.description}) has no {protocol} "
@@ -293,7 +300,7 @@ class ThirdPartyCopyChecks(KnownIssues):
         source = peer.put("source.dat", data)
         target = storage.path("pulled.dat")
         run_copy(storage.door, f"third-party copy (the storage pulls) from "
-             f"{peer.door.spec.endpoint.server}/{source} to", target,
+             f"{peer.door.url(source)} to", target,
              storage.client.pull, target, peer.client, source)
         check_copy(storage, target, data, "a root:// third-party copy into it")
 
@@ -305,7 +312,7 @@ class ThirdPartyCopyChecks(KnownIssues):
         data = payload(self.tpc_file_size, seed=12)
         source = storage.put("source.dat", data)
         target = peer.path("pushed.dat")
-        run_copy(storage.door, f"third-party copy to {peer.door.spec.endpoint.server}/{target} "
+        run_copy(storage.door, f"third-party copy to {peer.door.url(target)} "
              f"(the peer pulls: root:// TPC is destination-driven) of", source,
              peer.client.pull, target, storage.client, source)
         check_copy(peer, target, data, "a root:// third-party copy from the storage")

@@ -47,7 +47,7 @@ def _xrootd_readv(door: Door, path: str, chunks: Chunks) -> list[bytes]:
     door.client("conformance-env").close()  # puts the door's credentials in the environment
     timeout = max(1, int(door.timeout))
     handle = client.File()
-    status, _ = handle.open(f"{door.spec.endpoint.server}/{path}", OpenFlags.READ,
+    status, _ = handle.open(door.url(path), OpenFlags.READ,
                             timeout=timeout)
     if not status.ok:
         raise _error(door, path, f"open: {status.message.strip()}", f"errno={status.errno}")

@@ -23,8 +23,6 @@ import zlib
 
 import pytest
 
-from pytest_storagescale.drivers.grid import LOGIN_PROTOCOLS, session_login
-
 pytestmark = pytest.mark.storagescale_system("xrootd")
 
 
@@ -71,22 +69,22 @@ def test_mixed_readers_and_writers(storage_load, storage_clients):
 # -- authentication rates (seed 003, Test Series 3 and 4, "Follow-up on Kerberos V") --------
 def _auth_scan(login: str, storage_endpoint, storage_load) -> None:
     """Run the ``auth_<login>`` scan when the session's clients log in with ``login``."""
-    session = session_login(storage_endpoint.driver_spec.options,
-                            embedded=storage_endpoint.embedded is not None)
-    if session != login:
-        how = (f"the session logs in with {session}" if session else
-               "the session does not force a security protocol (the server picks it)")
-        pytest.skip(
-            f"the {login} authentication-rate scan needs {login} logins and {how}: run "
-            f"'pytest suites/xrootd --storage-embedded-login {login}', or force it with "
-            f"--storage-driver-option security_protocol={LOGIN_PROTOCOLS[login]} and its "
-            f"credential")
     driver = storage_load.door.spec.driver_class  # the door the steps use
     if not hasattr(driver, "new_login"):
         pytest.skip(
             f"authentication rates are XRootD logins: the {driver.name} driver of this "
             f"session's door cannot log in anew per operation; run the scan over root:// "
             f"(--storage-embedded-protocol root, or a root:// --storage-endpoint)")
+    session = driver.session_login(storage_endpoint.driver_spec.options,
+                                   embedded=storage_endpoint.embedded is not None)
+    if session != login:
+        how = (f"the session logs in with {session}" if session else
+               "the session does not force a security protocol (the server picks it)")
+        pytest.skip(
+            f"the {login} authentication-rate scan needs {login} logins and {how}: run "
+            f"'pytest suites/xrootd --storage-embedded-login {login}', or force it with "
+            f"--storage-driver-option security_protocol={driver.login_protocols[login]} and "
+            f"its credential")
     storage_load.run()
 
 
