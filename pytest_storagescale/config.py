@@ -179,11 +179,23 @@ def parse_doors(values: str | list[str] | tuple[str, ...]) -> dict[str, str]:
     return doors
 
 
-def _parse_load_doors(value: str) -> tuple[str, ...]:
-    """``all`` or door names (checked against the storage's doors at configure)."""
-    from .session.doors import parse_load_doors
+#: ``--storage-load-doors all``: every door the storage offers
+ALL_DOORS = "all"
 
-    return parse_load_doors(value)
+
+def parse_load_doors(value: str | tuple[str, ...]) -> tuple[str, ...]:
+    """``all`` or door names separated by commas (checked against the storage's doors
+    once the endpoint is known: :func:`.session.endpoint.load_door_names`)."""
+    text = ",".join(value) if isinstance(value, (tuple, list)) else str(value)
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if names and all(re.fullmatch(r"[A-Za-z][\w.-]*", n) for n in names) and (
+            ALL_DOORS not in names or len(names) == 1):
+        return names
+    raise StorageScaleUsageError(
+        f"--storage-load-doors: {value!r} is not a list of door names. Write all, or the "
+        f"doors' names separated by commas, e.g. --storage-load-doors root,davs (the "
+        f"embedded server's doors, or the endpoint's scheme and the --storage-door names)."
+    )
 
 
 def parse_token_file(value: str, *, what: str) -> str:
@@ -329,7 +341,7 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "through every door and across them.",
     ),
     "storage_load_doors": (
-        "--storage-load-doors", _parse_load_doors, None,
+        "--storage-load-doors", parse_load_doors, None,
         "the doors the load steps run over: all, or door names separated by commas (e.g. "
         "root,davs: the embedded server's doors, or the endpoint's scheme and the "
         "--storage-door names); each load test runs once per door (test id [c10-davs]). "

@@ -174,7 +174,7 @@ def storage_doors(storage_endpoint: StorageEndpoint,
                   request: pytest.FixtureRequest) -> dict[str, Door]:
     """Door name -> :class:`Door`: every door of the storage, each guarded to this
     run's directory (which exists: ``storage_endpoint`` made it)."""
-    return build_doors(request.config, storage_endpoint.driver_spec)
+    return build_doors(_run(request), storage_endpoint.driver_spec)
 
 
 @pytest.fixture

@@ -12,14 +12,35 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
 from .records import StepRecord, Verdict
 
 if TYPE_CHECKING:
-    from .fixtures import StorageLoad
+    from .steps import Derive, Judge
+    from .thresholds import SectionPlan
+
+
+class StorageLoad(Protocol):
+    """What a scenario asks of the test's load (the ``storage_load`` fixture's
+    :class:`~pytest_storagescale.fixtures.StorageLoad`, which offers the scenarios as
+    its methods: this module sits below it and names it only by this shape)."""
+
+    @property
+    def nodeid(self) -> str: ...
+
+    def section_name(self, section: str | None) -> str: ...
+
+    def section_plan(self, section: str) -> SectionPlan: ...
+
+    def clients_for(self, clients: int | None) -> int: ...
+
+    def run(self, section: str | None = None, clients: int | None = None, *,
+            check: bool = True, label: str | None = None, judge: Judge = True,
+            derive: Derive | None = None, side: str | None = None,
+            **overrides: Any) -> StepRecord: ...
 
 
 def _mb_s(step: StepRecord) -> float:

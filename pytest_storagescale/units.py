@@ -1,8 +1,10 @@
 """Parsers of the quantities users write: durations (``10s``, ``5m``) and byte sizes
-(``1MB``, ``64KiB``). Each raises a usage error naming the value and how to write it."""
+(``1MB``, ``64KiB``). Each raises a usage error naming the value and how to write it.
+And the way every report writes a rate and a duration back (``11020 Hz``, ``12 ms``)."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from .errors import StorageScaleUsageError
@@ -49,3 +51,21 @@ def parse_byte_size(value: str | int, *, what: str = "size") -> int:
     if size < 0:
         raise StorageScaleUsageError(f"{what}: {value!r} must not be negative.")
     return size
+
+
+def format_rate(hz: float) -> str:
+    if hz >= 100:
+        return f"{hz:.0f} Hz"
+    if hz >= 10:
+        return f"{hz:.1f} Hz"
+    return f"{hz:.2f} Hz"
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None or math.isnan(seconds):
+        return "-"
+    if seconds < 0.001:
+        return f"{seconds * 1e6:.0f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.0f} ms" if seconds >= 0.01 else f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s" if seconds < 100 else f"{seconds:.0f} s"

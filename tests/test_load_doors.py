@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from pytest_storagescale.baseline import Baseline
+from pytest_storagescale.config import parse_load_doors
 from pytest_storagescale.errors import StorageScaleUsageError
 from pytest_storagescale.records import RunInfo, StepRecord
 from pytest_storagescale.reporting.table import COLUMNS, format_table
-from pytest_storagescale.session.doors import parse_load_doors
 
 PLAN = """
 [storage]

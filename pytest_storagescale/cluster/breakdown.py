@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from ..load.stats import HostResult
+from ..units import format_rate, format_seconds
 
 __all__ = ["HostResult", "breakdown_lines", "format_hosts", "lost_text"]
 
@@ -24,8 +25,6 @@ def lost_text(hosts: list[HostResult]) -> str | None:
 
 def format_hosts(hosts: list[HostResult]) -> list[str]:
     """The per-host rows of a step's breakdown (for the table with ``-v``)."""
-    from ..reporting.table import format_rate, format_seconds
-
     rows = []
     for h in hosts:
         mb = f"{h.mb_s:.1f}" if h.bytes else "-"

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ..roles import Role, role_of
-from .table import format_rate
+from ..units import format_rate
 
 if TYPE_CHECKING:
     from ..load.plan import StepProgress

@@ -21,6 +21,7 @@ import math
 from ..cluster.breakdown import lost_text
 from ..load.stats import SideResult
 from ..records import RuleCheck, StepRecord
+from ..units import format_rate, format_seconds
 
 COLUMNS = ("op", "clients", "succeeded", "rate", "MB/s", "failed", "hung", "p50", "p99",
            "verdict")
@@ -28,24 +29,6 @@ COLUMNS = ("op", "clients", "succeeded", "rate", "MB/s", "failed", "hung", "p50"
 DOOR_COLUMN = "door"
 #: the column of a step's derived metrics (``mix_ratio 0.87``), when a step has some
 DERIVED_COLUMN = "derived"
-
-
-def format_rate(hz: float) -> str:
-    if hz >= 100:
-        return f"{hz:.0f} Hz"
-    if hz >= 10:
-        return f"{hz:.1f} Hz"
-    return f"{hz:.2f} Hz"
-
-
-def format_seconds(seconds: float | None) -> str:
-    if seconds is None or math.isnan(seconds):
-        return "-"
-    if seconds < 0.001:
-        return f"{seconds * 1e6:.0f} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.0f} ms" if seconds >= 0.01 else f"{seconds * 1e3:.1f} ms"
-    return f"{seconds:.2f} s" if seconds < 100 else f"{seconds:.0f} s"
 
 
 def format_derived(name: str, value: float) -> str:

@@ -39,8 +39,8 @@ from ..reporting.results import _unwritable as unwritable
 from ..roles import Role, role_of
 from ..thresholds import ThresholdSet, select_thresholds
 from .area import RunArea
-from .doors import Door, load_door, load_door_names, main_door_name
-from .endpoint import EndpointUnderTest
+from .doors import Door, load_door
+from .endpoint import EndpointUnderTest, load_door_names, main_door_name
 from .ledger import StepLedger
 
 __all__ = ["Door", "Role", "StorageRun", "EndpointUnderTest", "RunArea", "StepLedger",

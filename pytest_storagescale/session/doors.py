@@ -16,24 +16,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
-
-import pytest
+from typing import TYPE_CHECKING, Protocol
 
 from ..drivers.base import Driver
 from ..drivers.registry import DriverSpec, driver_spec
 from ..errors import EndpointError, StorageError, StorageNotFound, StorageScaleUsageError
-from ..servers.family import embedded_class
+from .endpoint import EndpointUnderTest, endpoint_door_names, main_door_name
 
 if TYPE_CHECKING:
-    from . import StorageRun
-    from .endpoint import EndpointUnderTest
+    from ..config import Settings
+    from .area import RunArea
 
 #: deadline of one request when no hang timeout is set
 DOOR_TIMEOUT = 60.0
-#: ``--storage-load-doors all``: every door the storage offers
-ALL_DOORS = "all"
 
 
 @dataclass(frozen=True)
@@ -77,77 +72,36 @@ class Door:
         return "/".join([self.run_dir, *parts])
 
 
-def _run(where: pytest.Config | StorageRun) -> StorageRun:
-    from ..stash import storage_run_key  # it imports the session package
+class Run(Protocol):
+    """What the doors read of the session's run (a
+    :class:`~pytest_storagescale.session.StorageRun`, which builds on this module: the
+    caller hands it in; a conftest gets it from ``storage_run(config)``)."""
 
-    return where.stash[storage_run_key] if isinstance(where, pytest.Config) else where
+    @property
+    def settings(self) -> Settings: ...
 
+    @property
+    def endpoint(self) -> EndpointUnderTest: ...
 
-def main_door_name(endpoint: EndpointUnderTest) -> str:
-    """The endpoint's own door: the embedded protocol, or the endpoint URL's scheme."""
-    if endpoint.is_embedded:
-        return endpoint.protocol
-    return urlsplit(endpoint.settings.endpoint).scheme.lower() or "endpoint"
+    @property
+    def run_id(self) -> str: ...
 
-
-def endpoint_door_names(endpoint: EndpointUnderTest) -> tuple[str, ...]:
-    """The doors' names (the embedded server's in its order, else the main door
-    first); no server is started."""
-    if endpoint.is_embedded:
-        return tuple(dict.fromkeys(embedded_class(endpoint.embedded_kind).schemes))
-    return tuple(dict.fromkeys([main_door_name(endpoint), *(endpoint.settings.doors or {})]))
+    @property
+    def area(self) -> RunArea: ...
 
 
-def door_names(where: pytest.Config | StorageRun) -> tuple[str, ...]:
+def door_names(run: Run) -> tuple[str, ...]:
     """The doors' names, known at collection (before any server starts)."""
-    return endpoint_door_names(_run(where).endpoint)
+    return endpoint_door_names(run.endpoint)
 
 
-def door_urls(where: pytest.Config | StorageRun) -> dict[str, str]:
+def door_urls(run: Run) -> dict[str, str]:
     """Door name -> URL of its test area (starts the embedded server when needed)."""
-    run = _run(where)
     if run.endpoint.is_embedded:
         return run.endpoint.door_urls()
     main = main_door_name(run.endpoint)
     return {main: run.settings.endpoint, **{
         name: url for name, url in (run.settings.doors or {}).items() if name != main}}
-
-
-def parse_load_doors(value: str | tuple[str, ...]) -> tuple[str, ...]:
-    """``all`` or door names separated by commas (checked against the storage's doors
-    once the endpoint is known: :func:`load_door_names`)."""
-    text = ",".join(value) if isinstance(value, (tuple, list)) else str(value)
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    if names and all(re.fullmatch(r"[A-Za-z][\w.-]*", n) for n in names) and (
-            ALL_DOORS not in names or len(names) == 1):
-        return names
-    raise StorageScaleUsageError(
-        f"--storage-load-doors: {value!r} is not a list of door names. Write all, or the "
-        f"doors' names separated by commas, e.g. --storage-load-doors root,davs (the "
-        f"embedded server's doors, or the endpoint's scheme and the --storage-door names)."
-    )
-
-
-def load_door_names(endpoint: EndpointUnderTest) -> tuple[str, ...]:
-    """The doors the load steps run over (``--storage-load-doors``; default: the main
-    door); an unknown name is one usage error naming the doors the storage has."""
-    wanted = getattr(endpoint.settings, "load_doors", None)
-    known = endpoint_door_names(endpoint)
-    if not wanted:
-        return (main_door_name(endpoint),)
-    if wanted == (ALL_DOORS,):
-        return known
-    unknown = [name for name in wanted if name not in known]
-    if unknown:
-        where = (f"the embedded {endpoint.embedded_kind}" if endpoint.is_embedded
-                 else "this storage (the --storage-endpoint's scheme and the --storage-door "
-                      "names)")
-        raise StorageScaleUsageError(
-            f"--storage-load-doors: unknown door {', '.join(map(repr, unknown))}. The doors "
-            f"of {where}: {', '.join(known)}. Name some of those, or all; another door of a "
-            f"remote storage is added with --storage-door NAME=URL."
-        )
-    return tuple(wanted)
 
 
 def door_spec(url: str, main: DriverSpec, run_id: str) -> tuple[DriverSpec, str]:
@@ -165,13 +119,12 @@ def door_spec(url: str, main: DriverSpec, run_id: str) -> tuple[DriverSpec, str]
     return spec, run_dir
 
 
-def build_doors(where: pytest.Config | StorageRun, main: DriverSpec) -> dict[str, Door]:
+def build_doors(run: Run, main: DriverSpec) -> dict[str, Door]:
     """Every door with a client spec guarded to this run's directory on it.
 
     ``main`` is the session's own spec (the endpoint's driver, options merged from the
     embedded server and ``--storage-driver-option``); the other doors get the options
     their driver takes."""
-    run = _run(where)
     timeout = run.settings.hang_timeout or DOOR_TIMEOUT
     doors = {}
     for name, url in door_urls(run).items():
@@ -180,7 +133,7 @@ def build_doors(where: pytest.Config | StorageRun, main: DriverSpec) -> dict[str
     return doors
 
 
-def load_door(run: StorageRun, name: str | None) -> Door:
+def load_door(run: Run, name: str | None) -> Door:
     """The door a load step runs over: ``name``, or the main door when None. The main
     door's spec is the session's own (:meth:`EndpointUnderTest.driver_spec`)."""
     run_dir = run.area.ensure()

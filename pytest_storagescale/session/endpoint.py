@@ -4,8 +4,9 @@ it, and the storage version that chooses the thresholds file."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
-from ..config import Settings
+from ..config import ALL_DOORS, Settings
 from ..drivers.registry import DriverSpec, driver_class, driver_spec
 from ..drivers.url import EndpointURL
 from ..drivers.version import first_contact
@@ -46,8 +47,6 @@ class EndpointUnderTest:
         """Refuse a malformed URL, an unknown driver or driver option now, before any
         test runs (no request is sent), and a ``--storage-load-doors`` name the storage
         has no door for."""
-        from .doors import load_door_names
-
         if not self.is_embedded:
             driver_spec(self.settings.endpoint, driver=self.settings.driver,
                         options=self._options())
@@ -257,3 +256,40 @@ class EndpointUnderTest:
             finally:
                 self._server.stop()
                 self._server = None
+
+
+def main_door_name(endpoint: EndpointUnderTest) -> str:
+    """The endpoint's own door: the embedded protocol, or the endpoint URL's scheme."""
+    if endpoint.is_embedded:
+        return endpoint.protocol
+    return urlsplit(endpoint.settings.endpoint).scheme.lower() or "endpoint"
+
+
+def endpoint_door_names(endpoint: EndpointUnderTest) -> tuple[str, ...]:
+    """The doors' names (the embedded server's in its order, else the main door
+    first); no server is started."""
+    if endpoint.is_embedded:
+        return tuple(dict.fromkeys(embedded_class(endpoint.embedded_kind).schemes))
+    return tuple(dict.fromkeys([main_door_name(endpoint), *(endpoint.settings.doors or {})]))
+
+
+def load_door_names(endpoint: EndpointUnderTest) -> tuple[str, ...]:
+    """The doors the load steps run over (``--storage-load-doors``; default: the main
+    door); an unknown name is one usage error naming the doors the storage has."""
+    wanted = getattr(endpoint.settings, "load_doors", None)
+    known = endpoint_door_names(endpoint)
+    if not wanted:
+        return (main_door_name(endpoint),)
+    if wanted == (ALL_DOORS,):
+        return known
+    unknown = [name for name in wanted if name not in known]
+    if unknown:
+        where = (f"the embedded {endpoint.embedded_kind}" if endpoint.is_embedded
+                 else "this storage (the --storage-endpoint's scheme and the --storage-door "
+                      "names)")
+        raise StorageScaleUsageError(
+            f"--storage-load-doors: unknown door {', '.join(map(repr, unknown))}. The doors "
+            f"of {where}: {', '.join(known)}. Name some of those, or all; another door of a "
+            f"remote storage is added with --storage-door NAME=URL."
+        )
+    return tuple(wanted)
