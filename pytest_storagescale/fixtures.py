@@ -42,7 +42,8 @@ from .reporting.plots import scan_of
 from .reporting.progress import LiveProgress
 from .reporting.table import format_violations, format_why
 from .session import Door, StorageRun
-from .session.doors import DOOR_TIMEOUT, build_doors, main_door_name
+from .session.doors import DOOR_TIMEOUT, build_doors
+from .session.endpoint import main_door_name
 from .shipped import shipped_thresholds
 from .stash import storage_run_key
 from .steps import Derive, Judge, StepOutcome, StepRequest, run_load_step
