@@ -196,8 +196,9 @@ def test_each_process_reads_its_connections_with_several_event_loops(embedded_xr
         assert started(where) == (loops, one + loops - 1), where
         assert started(where, XRD_PARALLELEVTLOOP="3") == (3, one + 2), where
     # gfal2 in a shard process: its root:// plugin drives the same XrdCl, told alike
-    # (gfal2 may start a thread of its own besides, beside stress-ng: at least the loops)
-    one = started("gfal2-shard", XRD_PARALLELEVTLOOP="1")[1]
+    # (gfal2 may start a thread of its own besides, beside stress-ng: at least the loops;
+    # the count with 1 loop is the fewer of two runs, as that thread may come in either)
+    one = min(started("gfal2-shard", XRD_PARALLELEVTLOOP="1")[1] for _ in range(2))
     loops, threads = started("gfal2-shard")
     assert loops == XROOTD_SHARD_EVENT_LOOPS and threads >= one + loops - 1, (loops, threads)
     loops, threads = started("gfal2-shard", XRD_PARALLELEVTLOOP="3")
