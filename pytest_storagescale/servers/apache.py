@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from ..errors import EndpointError
 from .family import EmbeddedServer
 from .orphans import server_directory
-from .processes import ProcessGroup, ServerProcess, find_daemon, free_port, log_tail
+from .processes import OneGroupServer, ProcessGroup, find_daemon, free_port, log_tail
 
 if TYPE_CHECKING:  # .credentials loads cryptography: imported where a server makes them
     from .credentials import CertificateFiles, ThrowawayCA
@@ -78,7 +78,7 @@ def apache_version(binary: str | None = None) -> str:
     return f"apache-{match.group(1)}" if match else "apache-unknown"
 
 
-class EmbeddedApacheWebDAV(EmbeddedServer):
+class EmbeddedApacheWebDAV(OneGroupServer, EmbeddedServer):
     """Apache ``mod_dav`` serving ``davs://127.0.0.1:<port>/storagescale`` to clients
     holding a certificate of the session's throwaway CA.
 
@@ -155,14 +155,6 @@ class EmbeddedApacheWebDAV(EmbeddedServer):
     def log_path(self) -> Path:
         assert self.directory is not None
         return self.directory / "logs" / "error.log"
-
-    def server_processes(self) -> list[ServerProcess]:
-        """Apache's parent (its workers come and go with the load)."""
-        return [self.group.watched] if self.group is not None else []
-
-    def rss_bytes(self) -> int:
-        """Resident memory of the parent and its workers."""
-        return self.group.rss_bytes() if self.group is not None else 0
 
     # -- start and stop ----------------------------------------------------------------
     def start(self) -> EmbeddedApacheWebDAV:

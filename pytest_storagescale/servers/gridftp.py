@@ -42,8 +42,8 @@ from ..errors import EndpointError
 from .family import EmbeddedServer
 from .orphans import server_directory
 from .processes import (
+    OneGroupServer,
     ProcessGroup,
-    ServerProcess,
     find_daemon,
     free_port,
     log_tail,
@@ -90,7 +90,7 @@ def gfal2_plugin_dirs() -> list[str]:
     return [*filter(None, [os.environ.get("GFAL_PLUGIN_DIR")]), *GFAL2_PLUGIN_DIRS]
 
 
-class EmbeddedGridFTP(EmbeddedServer):
+class EmbeddedGridFTP(OneGroupServer, EmbeddedServer):
     """A Globus GridFTP server with GSI on ``gsiftp://localhost:<port>/<dir>/storagescale``.
 
     ``unix`` (the family's default) and ``gsi`` both name its one login: GSI with the
@@ -164,14 +164,6 @@ class EmbeddedGridFTP(EmbeddedServer):
     def log_path(self) -> Path:
         assert self.directory is not None
         return self.directory / "gridftp.log"
-
-    def server_processes(self) -> list[ServerProcess]:
-        """The daemon (each connection's process ends with its connection)."""
-        return [self.group.watched] if self.group is not None else []
-
-    def rss_bytes(self) -> int:
-        """Resident memory of the daemon and its connections' processes."""
-        return self.group.rss_bytes() if self.group is not None else 0
 
     # -- start and stop ----------------------------------------------------------------
     def start(self) -> EmbeddedGridFTP:

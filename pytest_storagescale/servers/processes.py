@@ -244,3 +244,19 @@ def unprivileged_user() -> str | None:
         "running as root, and neither an 'xrootd' nor a 'nobody' user exists to run the "
         "embedded xrootd as (it refuses to run as root). Create one: 'useradd -r xrootd'."
     )
+
+
+class OneGroupServer:
+    """What a server of one :class:`ProcessGroup` (Apache, GridFTP) tells of its daemon:
+    the group's leader, watched for its end, and the group's resident memory."""
+
+    group: ProcessGroup | None
+
+    def server_processes(self) -> list[ServerProcess]:
+        """The group's leader (the processes it forks come and go with the load)."""
+        return [self.group.watched] if self.group is not None else []
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the leader and every process it forked."""
+        return self.group.rss_bytes() if self.group is not None else 0
+
