@@ -68,6 +68,15 @@ def parse_clients(value: str, *, what: str = "--storage-clients") -> tuple[int, 
     return clients
 
 
+def parse_text(value: str, *, what: str) -> str:
+    """A non-empty word, kept as written (surrounding blanks dropped)."""
+    text = str(value).strip()
+    if not text:
+        raise StorageScaleUsageError(f"{what}: empty value. Give a value, or leave the "
+                                     f"option out for its default.")
+    return text
+
+
 def parse_choice(value: str, choices: tuple[str, ...], *, what: str) -> str:
     """Accept one of ``choices`` (case-insensitive)."""
     normalized = str(value).strip().lower()
@@ -301,6 +310,13 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         f"the server started on loopback when no --storage-endpoint is given: "
         f"{embedded_help()}. A suite's conftest may name the one that fits it.",
     ),
+    "storage_embedded_version": (
+        "--storage-embedded-version", lambda v: parse_text(v, what="--storage-embedded-version"),
+        None,
+        "which release of the embedded server to start, for kinds that offer several "
+        "(e.g. dcache: 10.2.25, 11.2.5, or the path of a dcache-VERSION.tar.gz a site is "
+        "about to deploy; xrootd: 5.5.3 or 6.2.1). Default: the kind's default release.",
+    ),
     "storage_embedded_login": (
         "--storage-embedded-login", parse_login, "unix",
         "how clients log in to the embedded server: unix (default), krb5, gsi or token; "
@@ -382,7 +398,7 @@ FLAGS = ("storage_clean_stale",)
 SECRET_SETTINGS = ("storage_driver_options",)
 #: settings of the embedded server, which does not run when an endpoint is given
 EMBEDDED_SETTINGS = ("storage_embedded", "storage_embedded_protocol",
-                     "storage_embedded_login")
+                     "storage_embedded_login", "storage_embedded_version")
 
 
 def register_credentials(values: dict[str, Any]) -> None:

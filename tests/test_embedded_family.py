@@ -50,6 +50,8 @@ def test_missing_binary_names_the_install_command(monkeypatch):
     (["--storage-embedded", "minio"], "--storage-embedded: unknown value 'minio'"),
     (["--storage-embedded-login", "ntlm"], "--storage-embedded-login: unknown value 'ntlm'"),
     (["--storage-embedded-protocol", "gsiftp"], "the embedded xrootd serves root, davs"),
+    (["--storage-embedded", "webdav", "--storage-embedded-version", "9.9"],
+     "--storage-embedded-version 9.9: the embedded webdav runs only the installed release"),
 ])
 def test_bad_choices_stop_before_any_test(pytester, args, message):
     pytester.makepyfile(test_suite=SUITE)

@@ -68,6 +68,10 @@ class EmbeddedServer(abc.ABC):
 
     #: the server software's version, known once started (chooses the thresholds file)
     version: str = ""
+    #: the release ``--storage-embedded-version`` asked for, as :meth:`check_version`
+    #: gave it back (None: the kind's default); set before :meth:`start`
+    requested_version: str | None = None
+
     @property
     def ca_dir(self) -> str:
         """The throwaway CA folder clients verify TLS against ("" when the server has none)."""
@@ -100,6 +104,26 @@ class EmbeddedServer(abc.ABC):
                 f"'make setup' in the pytest-storagescale checkout); or point the suite at "
                 f"a running server with --storage-endpoint URL."
             )
+
+    @classmethod
+    def available_versions(cls) -> tuple[str, ...]:
+        """The releases ``--storage-embedded-version`` may name (empty: only the
+        installed one, nothing to choose)."""
+        return ()
+
+    @classmethod
+    def check_version(cls, requested: str) -> str:
+        """``requested`` (a ``--storage-embedded-version`` value) as the server will use
+        it; a usage error naming the releases it offers when it offers none such."""
+        offered = cls.available_versions()
+        if requested in offered:
+            return requested
+        raise StorageScaleUsageError(
+            f"--storage-embedded-version {requested}: the embedded {cls.kind} "
+            + (f"offers {', '.join(offered)}. Pick one of those, or leave the option out."
+               if offered else
+               "runs only the installed release. Leave the option out, or pick a server "
+               "kind that has releases to choose from with --storage-embedded."))
 
     @abc.abstractmethod
     def start(self) -> EmbeddedServer:
@@ -272,12 +296,16 @@ def check_embedded_choice(kind: str, protocol: str | None, login: str) -> str:
     return protocol or cls.schemes[0]
 
 
-def start_embedded(kind: str, login: str) -> EmbeddedServer:
-    """Check the installation, then start a ``kind`` server requiring ``login``."""
+def start_embedded(kind: str, login: str, version: str | None = None) -> EmbeddedServer:
+    """Check the installation, then start a ``kind`` server requiring ``login`` (of the
+    release ``version`` when given, see :meth:`EmbeddedServer.check_version`)."""
     cls = embedded_class(kind)
+    chosen = cls.check_version(version) if version else None
     cls.check_installed()
     try:
-        return started(cls(login=login))
+        server = cls(login=login)
+        server.requested_version = chosen
+        return started(server)
     except ModuleNotFoundError as exc:
         if not exc.name or exc.name.startswith("pytest_storagescale"):
             raise

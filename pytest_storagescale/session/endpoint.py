@@ -52,6 +52,8 @@ class EndpointUnderTest:
                         options=self._options())
         else:
             _ = self.protocol  # refuses a protocol or login the embedded server lacks
+            if self.settings.embedded_version:
+                embedded_class(self.embedded_kind).check_version(self.settings.embedded_version)
             if self.settings.driver != "auto":
                 driver_class(self.settings.driver)
         load_door_names(self)
@@ -87,7 +89,8 @@ class EndpointUnderTest:
             return self._shared["endpoint_url"]
         protocol = self.protocol
         if self._server is None:  # once: a bad driver option after the start starts none again
-            self._server = start_embedded(self.embedded_kind, self.settings.embedded_login)
+            self._server = start_embedded(self.embedded_kind, self.settings.embedded_login,
+                                          self.settings.embedded_version)
         return self._server.url_for(protocol)
 
     @property
