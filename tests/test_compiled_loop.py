@@ -487,8 +487,20 @@ def test_requests_ending_after_the_step_are_not_measured():
     loop = _ScriptedLoop(lambda i, n, until: [_ok(run.end_perf - 0.5), _ok(run.end_perf + 0.1),
                                               _ok(run.end_perf + 0.2)])
     clients._repeat_compiled(slot, loop, run)
-    assert [r[0] for r in slot.records] == [run.end_perf - 0.5]
     assert len(loop.calls) == 1  # and the client stops
+    group = clients.ClientGroup([slot.assignment], run)
+    group.slots[0].records.extend(slot.records)
+    group.collect()  # those of the drain are counted as such, not in the rate
+    accumulator = group.accumulators[slot.assignment.side]
+    assert (accumulator.succeeded, accumulator.drain_operations) == (1, 2)
+
+
+def test_no_compiled_call_begins_after_the_windows_end():
+    run, slot = _started()
+    run.set_clock(run.plan.clock(time.time() - 61.0))  # the window has ended
+    loop = _ScriptedLoop(lambda i, n, until: [_ok(time.perf_counter())])
+    clients._repeat_compiled(slot, loop, run)
+    assert loop.calls == [] and not slot.records
 
 
 def test_a_call_that_became_a_hang_keeps_what_ended_before_it():
@@ -540,7 +552,7 @@ class _ScriptedBackground(_ScriptedLoop):
         self.finished, self.since, self.on_start = list(finished), since, on_start
         self.abandoned: list[float] = []
 
-    def start(self) -> bool:
+    def start(self, until: float = 0.0) -> bool:
         if self.on_start:
             return self.on_start() is not False
         return True
@@ -562,12 +574,33 @@ class _ScriptedBackground(_ScriptedLoop):
 
 def test_a_background_client_hands_over_what_is_left_before_it_ends():
     """After the stop, the requests the coordinator has not taken yet are the slot's,
-    those that ended in the drain are not."""
+    those that ended in the drain too (counted as the drain's, not in the rate)."""
     run, slot = _started()
     loop = _ScriptedBackground([_ok(run.end_perf - 0.5), _ok(run.end_perf + 0.1)],
                                on_start=run.stop.set)
     clients._run_background(slot, loop, run)
-    assert slot.background and [r[0] for r in slot.records] == [run.end_perf - 0.5]
+    assert slot.background and [r[0] for r in slot.records] == [run.end_perf - 0.5,
+                                                                run.end_perf + 0.1]
+    group = clients.ClientGroup([slot.assignment], run)
+    group.slots[0].records.extend(slot.records)
+    group.collect()
+    accumulator = group.accumulators[slot.assignment.side]
+    assert (accumulator.succeeded, accumulator.drain_operations) == (1, 1)
+
+
+def test_a_background_loop_is_given_the_windows_end():
+    """The loop is told the step's end, so that it begins no request after it."""
+    run, slot = _started()
+    untils: list[float] = []
+
+    class Told(_ScriptedBackground):
+        def start(self, until: float = 0.0) -> bool:
+            untils.append(until)
+            run.stop.set()
+            return True
+
+    clients._run_background(slot, Told(), run)
+    assert untils == [run.end_perf]
 
 
 def test_a_background_loop_stopped_by_a_refusal_begins_again_after_a_pause(monkeypatch):

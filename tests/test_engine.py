@@ -382,3 +382,21 @@ def test_an_operation_raising_a_base_exception_is_a_counted_failure(spec, raised
     result, _ = timed(plan(driver, clients=1, duration=60.0, max_operations=10))
     assert (result.total.succeeded, result.total.failed) == (5, 5)
     assert result.total.errors == {raised: 5}
+
+
+@pytest.mark.parametrize("latency", ["0", "0.02"])
+def test_everything_the_storage_served_is_counted(spec, latency):
+    """No unmeasured load: the clients stop issuing at the window's end, so the store's
+    own count of requests is warm-up + window + drain as the step reports them (before,
+    they went on until the coordinator's next tick, uncounted)."""
+    endpoint = spec(latency=latency)
+    store = endpoint.endpoint_url.split("/")[2]
+    result, _ = timed(plan(endpoint, clients=4, warmup=0.5, duration=1.0))
+    total = result.total
+    reported = (total.warmup_operations + total.succeeded + total.failed
+                + total.drain_operations)
+    assert total.warmup_operations > 0 and total.succeeded > 0
+    assert memory.served_requests(store) == reported
+    # and none began after the end: the drain holds at most the one in flight per client
+    assert total.drain_operations <= 4
+    assert total.to_json()["warmup_operations"] == total.warmup_operations

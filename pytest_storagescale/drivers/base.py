@@ -161,8 +161,9 @@ class BackgroundLoop(CompiledLoop, Protocol):
 
     background: bool
 
-    def start(self) -> bool:
-        """Begin: request 0, 1, ... of the walk, back to back, until :meth:`halt`; or
+    def start(self, until: float = 0.0) -> bool:
+        """Begin: request 0, 1, ... of the walk, back to back, until :meth:`halt` or
+        ``until`` (``perf_counter``, the step's end: none begun after it; 0: no end); or
         begin again after the loop ended at a request the library refused to send.
         False: not begun (running, halted, or given up)."""
 

@@ -29,7 +29,9 @@ Driver options (strings, so that they reach spawned client processes too):
   (default ``memory``).
 
 Failures and hangs apply to load clients only, never to the session's service
-connections, so a step can always be prepared and cleaned up.
+connections, so a step can always be prepared and cleaned up. A test can also make a
+store stall (:func:`stall`, :func:`resume`: every load request waits meanwhile) and
+read its own count of the load requests it received (:func:`served_requests`).
 """
 
 from __future__ import annotations
@@ -69,6 +71,14 @@ class _Store:
     files: dict[str, bytes] = field(default_factory=dict)
     #: directory -> names of its entries
     dirs: dict[str, set[str]] = field(default_factory=lambda: {"/": set()})
+    #: the load clients' requests it received (its "server counter": served_requests)
+    served: int = 0
+    served_lock: threading.Lock = field(default_factory=threading.Lock)
+    #: cleared while the store stalls (stall/resume): load requests wait for it
+    running: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.running.set()
 
 
 _STORES: dict[str, _Store] = {}
@@ -87,6 +97,23 @@ def clear_stores() -> None:
     """Forget every store of this process."""
     with _STORES_LOCK:
         _STORES.clear()
+
+
+def served_requests(name: str) -> int:
+    """How many requests of load clients the store ``name`` received (as a server's own
+    counter would say), the stalled ones too."""
+    return _store(name).served
+
+
+def stall(name: str) -> None:
+    """From now on the load clients' requests to store ``name`` wait (a server that
+    stops answering) until :func:`resume`, or their driver's timeout."""
+    _store(name).running.clear()
+
+
+def resume(name: str) -> None:
+    """End the stall of store ``name``: every waiting request goes on."""
+    _store(name).running.set()
 
 
 def release_hangs() -> int:
@@ -200,6 +227,11 @@ class MemoryDriver(Driver):
         faults = self._faults
         if not self._load_client:
             return  # the session's set-up and clean-up are not what a fault slows
+        store = self._store
+        with store.served_lock:
+            store.served += 1
+        if not store.running.is_set():
+            store.running.wait(self.timeout)  # stalled (see stall)
         if faults.latency:
             time.sleep(faults.latency)
         if request not in faults.requests:

@@ -484,8 +484,8 @@ class _CompiledLoop:
     def background(self) -> bool:
         return self.walk.kind == "stat"
 
-    def start(self) -> bool:
-        return self.client.start(self.walk.first, self.walk.step, self.driver._timeout)
+    def start(self, until: float = 0.0) -> bool:
+        return self.client.start(self.walk.first, self.walk.step, self.driver._timeout, until)
 
     def take(self) -> list[CompiledOutcome]:
         """The finished requests waiting when called (those that finish meanwhile wait

@@ -205,7 +205,9 @@ def _repeat(slot: ClientSlot, driver: Driver, run: StepRun) -> None:
     perf_counter = time.perf_counter
     stop, take, end_perf = run.stop, run.take, run.end_perf
     iteration = 0
-    while not stop.is_set() and take():
+    # no request begins after the window's end: the storage carries no load the step
+    # does not count (the coordinator's stop comes up to a tick later)
+    while not stop.is_set() and perf_counter() < end_perf and take():
         # busy_since covers the untimed set-up too: a hang there is still a hang
         slot.busy_since = began = perf_counter()
         error: BaseException | None = None
@@ -221,9 +223,9 @@ def _repeat(slot: ClientSlot, driver: Driver, run: StepRun) -> None:
             error = exc
         finished = perf_counter()
         slot.busy_since = None
-        if slot.hung or finished > end_perf:
-            return  # hung (counted as such) or finished in the drain: not measured
-        record((finished, finished - began, moved, error))
+        if slot.hung:
+            return  # counted as such
+        record((finished, finished - began, moved, error))  # in the drain: counted as such
         iteration += 1
 
 
@@ -260,6 +262,9 @@ def _repeat_compiled(slot: ClientSlot, loop: CompiledLoop, run: StepRun) -> None
     iteration = 0
     while not stop.is_set() and take():
         slot.busy_since = began = perf_counter()
+        if began >= end_perf:  # no request begins after the window's end
+            slot.busy_since = None
+            return
         try:
             outcomes = loop.run(iteration, count, min(began + span, end_perf))
         except KeyboardInterrupt:
@@ -270,11 +275,9 @@ def _repeat_compiled(slot: ClientSlot, loop: CompiledLoop, run: StepRun) -> None
         slot.busy_since = None
         if slot.hung:  # the last request was in flight when the call became a hang
             outcomes = outcomes[:-1]
-        if outcomes and outcomes[-1][0] <= end_perf:
-            extend(outcomes)  # one call: the deque takes them at once
-        else:
-            extend(o for o in outcomes if o[0] <= end_perf)  # those before the drain
-            return  # the rest finished in the drain: not measured
+        extend(outcomes)  # one call: the deque takes them at once (the drain's: counted so)
+        if not outcomes or outcomes[-1][0] > end_perf:
+            return  # the last finished in the drain
         if slot.hung:
             return  # counted as such
         iteration += len(outcomes)
@@ -286,7 +289,9 @@ def _run_background(slot: ClientSlot, loop: BackgroundLoop, run: StepRun) -> Non
     stop, waits for its last request; the coordinator drains and watches it."""
     slot.background = True
     wait = BACKGROUND_WAIT * random.uniform(1.0, 2.0)  # never all threads at once
-    while not run.stop.is_set() and loop.start():
+    # the loop begins no request after the window's end
+    while not run.stop.is_set() and time.perf_counter() < run.end_perf \
+            and loop.start(run.end_perf):
         # until it ends: halted at the stop and its last request done, given up as hung,
         # or stopped at a request the library refused to send (then begun again after
         # a pause: never a busy loop); no thread wakes per request
@@ -294,13 +299,7 @@ def _run_background(slot: ClientSlot, loop: BackgroundLoop, run: StepRun) -> Non
             pass
         if slot.hung or run.stop.wait(REFUSAL_PAUSE):
             break
-    slot.records.extend(_taken(loop, run.end_perf))  # what the coordinator has not taken
-
-
-def _taken(loop: BackgroundLoop, end_perf: float) -> list[CompiledOutcome]:
-    """``loop``'s finished requests, but those that ended after the step's end (in the
-    drain: not measured)."""
-    return [outcome for outcome in loop.take() if outcome[0] <= end_perf]
+    slot.records.extend(loop.take())  # what the coordinator has not taken
 
 
 class ClientGroup:
@@ -324,23 +323,28 @@ class ClientGroup:
 
     def collect(self) -> None:
         """Move every client's finished operations into its side's accumulator."""
-        start_perf, measure_perf = self.run.start_perf, self.run.measure_perf
-        end_perf = self.run.end_perf
         for slot in self.slots:
             if slot.background:
-                accumulator = self.accumulators[slot.assignment.side]
-                for finished, latency, moved, error in _taken(slot.loop, end_perf):  # type: ignore[arg-type]
-                    accumulator.record(int(finished - start_perf), latency, moved, error,
-                                       counted=finished >= measure_perf)
+                self._record(self.accumulators[slot.assignment.side],
+                             slot.loop.take())  # type: ignore[union-attr]
             records = slot.records
             if not records:
                 continue
-            accumulator = self.accumulators[slot.assignment.side]
             # those there now: a client appending faster never holds the coordinator
-            for _ in range(len(records)):
-                finished, latency, moved, error = records.popleft()
-                accumulator.record(int(finished - start_perf), latency, moved, error,
-                                   counted=finished >= measure_perf)
+            self._record(self.accumulators[slot.assignment.side],
+                         [records.popleft() for _ in range(len(records))])
+
+    def _record(self, accumulator: SideAccumulator, outcomes) -> None:
+        """Finished operations into ``accumulator``: those of the drain (finished after
+        the window's end) only counted as such."""
+        start_perf, measure_perf = self.run.start_perf, self.run.measure_perf
+        end_perf = self.run.end_perf
+        for finished, latency, moved, error in outcomes:
+            if finished > end_perf:
+                accumulator.drain_operations += 1
+                continue
+            accumulator.record(int(finished - start_perf), latency, moved, error,
+                               counted=finished >= measure_perf)
 
     def check_hangs(self) -> None:
         """A client busy for longer than hang_timeout is hung (once)."""

@@ -37,6 +37,9 @@ class SideAccumulator:
         # one writer: the coordinator thread of the process (no lock needed)
         self.succeeded = 0
         self.failed = 0
+        #: operations the storage throttled past their deadline (HTTP 429/503 with
+        #: Retry-After): not failed, not succeeded
+        self.throttled = 0
         self.bytes = 0
         self.errors: Counter[str] = Counter()
         self.error_examples: dict[str, str] = {}
@@ -51,6 +54,11 @@ class SideAccumulator:
         #: seconds actually measured (shorter than the duration when a count bound ended
         #: the step early)
         self.measured_s = 0.0
+        #: operations that finished before the window (warm-up) and after it (the drain
+        #: of those in flight at its end): the storage served them, the rate does not
+        #: count them
+        self.warmup_operations = 0
+        self.drain_operations = 0
 
     def record(self, second: int, latency_s: float, nbytes: int, error: BaseException | None,
                counted: bool) -> None:
@@ -61,8 +69,11 @@ class SideAccumulator:
             else:
                 self.failures[second] += 1
         if not counted:
+            self.warmup_operations += 1
             return
-        if error is None:
+        if error is not None and getattr(error, "error_class", None) == "throttled":
+            self.throttled += 1
+        elif error is None:
             self.succeeded += 1
             self.bytes += nbytes
             self.histogram.record_value(min(max(int(latency_s * 1e6), _LOWEST_US), _HIGHEST_US))
@@ -77,16 +88,19 @@ class SideAccumulator:
         """A picklable, JSON-able form, for the process executor."""
         return {
             "succeeded": self.succeeded, "failed": self.failed, "bytes": self.bytes,
-            "errors": dict(self.errors), "error_examples": self.error_examples,
+            "throttled": self.throttled, "errors": dict(self.errors),
+            "error_examples": self.error_examples,
             "histogram": self.histogram.encode().decode("ascii"),
             "completions": self.completions, "failures": self.failures,
             "in_flight": self.in_flight, "hung_series": self.hung_series, "hung": self.hung,
-            "measured_s": self.measured_s,
+            "measured_s": self.measured_s, "warmup_operations": self.warmup_operations,
+            "drain_operations": self.drain_operations,
         }
 
     def merge_wire(self, wire: dict[str, Any]) -> None:
         self.succeeded += wire["succeeded"]
         self.failed += wire["failed"]
+        self.throttled += wire.get("throttled", 0)
         self.bytes += wire["bytes"]
         self.errors.update(wire["errors"])
         for cls, text in wire["error_examples"].items():
@@ -98,6 +112,8 @@ class SideAccumulator:
                 mine[i] += theirs[i]
         self.hung += wire["hung"]
         self.measured_s = max(self.measured_s, wire["measured_s"])
+        self.warmup_operations += wire.get("warmup_operations", 0)
+        self.drain_operations += wire.get("drain_operations", 0)
 
 
 @dataclass
@@ -116,6 +132,12 @@ class SideResult:
     timeline: dict[str, list[int]]
     #: the latency HdrHistogram (microseconds), base64 as HdrHistogram encodes it
     histogram: str = ""
+    #: operations the storage throttled (429/503 with Retry-After) past their deadline
+    throttled: int = 0
+    #: operations finished in the warm-up, and in the drain after the window (not in
+    #: the rate): with ``succeeded + failed``, all that the storage served in the step
+    warmup_operations: int = 0
+    drain_operations: int = 0
 
     @classmethod
     def from_accumulator(cls, acc: SideAccumulator, clients: int, duration_s: float) -> SideResult:
@@ -123,7 +145,8 @@ class SideResult:
             clients=clients, duration_s=duration_s, succeeded=acc.succeeded,
             failed=acc.failed, hung=acc.hung, bytes=acc.bytes,
             latency_s=latency_summary(acc.histogram),
-            histogram=acc.histogram.encode().decode("ascii"),
+            histogram=acc.histogram.encode().decode("ascii"), throttled=acc.throttled,
+            warmup_operations=acc.warmup_operations, drain_operations=acc.drain_operations,
             errors=dict(acc.errors), error_examples=dict(acc.error_examples),
             timeline={
                 "completions": acc.completions, "failures": acc.failures,
@@ -146,6 +169,9 @@ class SideResult:
             error_examples=dict(data.get("error_examples") or {}),
             timeline={key: list(value) for key, value in (data.get("timeline") or {}).items()},
             histogram=data.get("histogram") or "",
+            throttled=int(data.get("throttled") or 0),
+            warmup_operations=int(data.get("warmup_operations") or 0),
+            drain_operations=int(data.get("drain_operations") or 0),
         )
 
     @property
@@ -173,12 +199,15 @@ class SideResult:
         return {
             "clients": self.clients, "duration_s": self.duration_s,
             "succeeded": self.succeeded, "failed": self.failed, "hung": self.hung,
-            "bytes": self.bytes, "rate_hz": self.rate_hz, "rate_per_min": self.rate_per_min,
+            "throttled": self.throttled, "bytes": self.bytes, "rate_hz": self.rate_hz,
+            "rate_per_min": self.rate_per_min,
             "mb_s": self.mb_s, "mbit_s": self.mbit_s,
             "error_ratio": self.error_ratio,
             "latency_s": {k: _finite(v) for k, v in self.latency_s.items()},
             "errors": self.errors, "error_examples": self.error_examples,
             "timeline": self.timeline, "histogram": self.histogram,
+            "warmup_operations": self.warmup_operations,
+            "drain_operations": self.drain_operations,
         }
 
 
@@ -420,4 +449,7 @@ class StepResult:
             error_examples={k: v for p in parts for k, v in p.error_examples.items()},
             timeline={},
             histogram=merged.encode().decode("ascii"),
+            throttled=sum(p.throttled for p in parts),
+            warmup_operations=sum(p.warmup_operations for p in parts),
+            drain_operations=sum(p.drain_operations for p in parts),
         )

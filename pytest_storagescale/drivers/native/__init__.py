@@ -188,7 +188,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         ctypes.POINTER(ctypes.c_longlong), int_p, int_p, int_p, ctypes.c_char_p, ctypes.c_int]
     lib.ss_run.restype = ctypes.c_int
     lib.ss_start.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_longlong,
-                             ctypes.c_uint16]
+                             ctypes.c_uint16, ctypes.c_double]
     lib.ss_start.restype = ctypes.c_int
     lib.ss_take.argtypes = [ctypes.c_void_p, ctypes.c_int, double_p, double_p,
                             ctypes.POINTER(ctypes.c_longlong), int_p, int_p, int_p,
@@ -272,11 +272,13 @@ class CompiledClient:
     # one ended; the engine drains them (take), watches the one in flight for hangs
     # (busy_since, abandon) and waits for it after the stop (wait_idle). The handle is
     # freed by close() in another thread than the coordinator's: hence the lock.
-    def start(self, first: int, step: int, timeout: int) -> bool:
-        """Begin the background loop: request i on path ``first + i * step`` (called,
-        like :meth:`wait_idle` and :meth:`close`, by the client's own thread). False
-        when it runs already, or was halted or given up."""
-        done = self._lib.ss_start(self._handle, first, step, timeout) if self._handle else 1
+    def start(self, first: int, step: int, timeout: int, until: float = 0.0) -> bool:
+        """Begin the background loop: request i on path ``first + i * step``, none begun
+        after ``until`` (perf_counter; 0: no end) (called, like :meth:`wait_idle` and
+        :meth:`close`, by the client's own thread). False when it runs already, or was
+        halted or given up."""
+        done = (self._lib.ss_start(self._handle, first, step, timeout, until)
+                if self._handle else 1)
         if done < 0:
             raise Unavailable("the compiled client loop has no paths to make requests of")
         return done == 0

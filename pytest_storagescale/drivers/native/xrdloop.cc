@@ -89,6 +89,8 @@ struct Client : XrdCl::ResponseHandler {
   // while active or issuing is deleted by the last thread to leave it.
   long long first = 0, step = 1, next = 0;
   uint16_t timeout = 60;
+  // the step's end (monotonic seconds; 0: none): no request begins after it
+  double until = 0.0;
   std::mutex lock;
   std::condition_variable settled;
   std::vector<Done> finished;
@@ -104,14 +106,15 @@ struct Client : XrdCl::ResponseHandler {
   // under the lock: the next request's number and start, or the end of the loop
   // (halted, given up, or a full backlog)
   bool Prepare(long long& index) {
-    if (halted || abandoned || finished.size() >= kBacklog) {
+    const double now = monotonic();
+    if (halted || abandoned || finished.size() >= kBacklog || (until > 0.0 && now >= until)) {
       active = false;
       since.store(0.0);
       settled.notify_all();
       return false;
     }
     index = next++;
-    began = monotonic();
+    began = now;
     since.store(began);
     ++issuing;
     return true;
@@ -290,11 +293,12 @@ int ss_run(void* handle, int op, long long first, long long step, int n, double 
 }
 
 // The background loop (stat only): request i on paths[(first + i * step) % paths],
-// each issued when the last one ended, until ss_halt; every request has the deadline
+// each issued when the last one ended, until ss_halt or `until` (monotonic seconds, the
+// step's end: no request begins after it; 0: no end); every request has the deadline
 // `timeout`. A loop that ended at a refused request (one XrdCl would not send) or at
 // a full backlog (kBacklog) may be started again. Returns 0 (started), 1 (running, halted or given up: not started),
 // or -1 without paths.
-int ss_start(void* handle, long long first, long long step, uint16_t timeout) {
+int ss_start(void* handle, long long first, long long step, uint16_t timeout, double until) {
   Client& c = *static_cast<Client*>(handle);
   long long index = 0;
   {
@@ -304,6 +308,7 @@ int ss_start(void* handle, long long first, long long step, uint16_t timeout) {
     c.first = first;
     c.step = step;
     c.timeout = timeout;
+    c.until = until;
     c.active = true;
     if (!c.Prepare(index)) return 0;
   }
