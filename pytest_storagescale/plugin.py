@@ -8,6 +8,7 @@ fixtures in :mod:`.fixtures`, hook specs in :mod:`.hooks`, what a site's hooks a
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import pytest
@@ -119,8 +120,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[storage_run_key] = run
     # inert until used: a session given no storage setting touches neither the
     # environment nor a client library until a test needing the storage is collected
-    # (under xdist the controller hands its workers the endpoint: used from the start)
-    if run.role is not Role.SINGLE or storage_asked(settings):
+    # (under xdist without a setting: the controller once a worker collected one,
+    # pytest_xdist_node_collection_finished; a worker of a controller that used it
+    # from the start, at once)
+    if storage_asked(settings) or (run.is_worker and not run.deferred):
         use_storage(config)
     if run.owns_results:  # a worker's reports tell the controller a step is logged
         config.pluginmanager.register(StepCollector(run, config), "storagescale-step-collector")
@@ -141,6 +144,8 @@ def use_storage(config: pytest.Config) -> None:
     config.stash[storage_used_key] = True
     configure_xrootd_client()
     run = config.stash[storage_run_key]
+    if run.deferred:  # the controller starts the embedded server once told
+        run.note_storage_collected()
     run.endpoint.check()
     check_extras(config, run)
 
@@ -181,9 +186,29 @@ def with_suite_embedded(settings: Settings, config: pytest.Config) -> Settings:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
-    """xdist controller: hand every worker the same run (and embedded endpoint)."""
+    """xdist controller: hand every worker the same run (and embedded endpoint); a
+    controller not using the storage (no setting given) hands the run only."""
     run: StorageRun = node.config.stash[storage_run_key]
-    node.workerinput[WORKER_INPUT_KEY] = run.shared_info()
+    used = node.config.stash.get(storage_used_key, False)
+    node.workerinput[WORKER_INPUT_KEY] = run.shared_info(deferred=not used)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    """xdist controller given no storage setting: once a worker collected a storage
+    test, use the storage (start the embedded server) and hand the endpoint to the
+    workers through the shared folder, before xdist schedules any test; the
+    endpoint's header lines are said then."""
+    config = node.config
+    run: StorageRun = config.stash[storage_run_key]
+    if config.stash.get(storage_used_key, False) or not run.storage_collected():
+        return
+    use_storage(config)
+    run.hand_endpoint()
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        for line in _header_lines(config, run):
+            reporter.write_line(line)
 
 
 #: a step begun on an xdist worker that died before it finished
@@ -334,7 +359,8 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
 
 
 def _baseline_warnings(run: StorageRun) -> list[str]:
-    """A baseline of another storage system, plan or scale, said before any load."""
+    """A baseline of another storage system, plan scale or thresholds file, said once,
+    before any load (not again in the summary: the table's ``vs base`` shows it)."""
     try:
         baseline = run.baseline
     except StorageScaleUsageError:
@@ -391,10 +417,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                 run.ledger.lose(None, UNFINISHED_STEP)
         ledger = run.ledger
         report = run.settings.report_path()
-        if run.owns_results and report is not None:  # every test's outcome, steps or not
-            outcomes = session.config.pluginmanager.get_plugin(OUTCOMES)
-            run.report_page = write_report(report, ledger.run, ledger.steps,
-                                           outcomes.summary(session.exitstatus))
+        if run.owns_results:  # every test's outcome, for the report and the results
+            summary = session.config.pluginmanager.get_plugin(OUTCOMES).summary(
+                session.exitstatus)
+            ledger.results.finish(ledger.run, ledger.steps, summary.verdict,
+                                  [dataclasses.asdict(test) for test in summary.tests])
+        if run.owns_results and report is not None:
+            run.report_page = write_report(report, ledger.run, ledger.steps, summary)
         if run.owns_results and ledger.steps:
             benchmark_json = run.settings.benchmark_json_path()
             if benchmark_json is not None:
@@ -451,10 +480,6 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(line)
     for line in cluster_breakdown_lines(run.ledger.steps, config.option.verbose):
         terminalreporter.write_line(line)  # a cluster step's hosts (-v), lost hosts
-    if run.baseline is not None:
-        warning = run.baseline.warning(info.system, info.thresholds_file, info.scale)
-        if warning:
-            terminalreporter.write_line(f"storagescale: {warning}", yellow=True)
     failures = format_failures(run.ledger.steps, info.door)
     if failures:
         terminalreporter.write_line("why:")

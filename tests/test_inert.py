@@ -18,19 +18,26 @@ from pytest_storagescale.drivers.grid import XROOTD_CLIENT_DEFAULTS
 HEAVY = ("XRootD", "gfal2", "pycurl", "cryptography", "matplotlib", "distributed", "dask",
          "allure")
 
-#: at the session's end (the plugin's configuration and collection are done): the
-#: heavy modules imported, the XRD_* environment and, where the bindings are
-#: installed and the run imported them, the XRootD client's timeout resolution
+#: at the session's end (the plugin's configuration and collection are done), in each
+#: process (state.json; an xdist worker's state-gw0.json...): the heavy modules
+#: imported, the XRD_* environment, whether this process ran an embedded server and,
+#: where the bindings are installed and the run imported them, the XRootD client's
+#: timeout resolution
 CONFTEST = f"""
 import json, os, sys
+from pytest_storagescale.stash import storage_run_key
 
 def pytest_sessionfinish(session):
+    run = session.config.stash.get(storage_run_key, None)
     state = {{"imported": [name for name in {HEAVY!r} if name in sys.modules],
-              "xrd": {{k: v for k, v in os.environ.items() if k.startswith("XRD_")}}}}
+              "xrd": {{k: v for k, v in os.environ.items() if k.startswith("XRD_")}},
+              "server": run is not None and run.endpoint.embedded_server is not None}}
     if "XRootD" in sys.modules:
         from XRootD import client
         state["resolution"] = client.EnvGetInt("TimeoutResolution")
-    with open(os.path.join(str(session.config.rootpath), "state.json"), "w") as out:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    name = f"state-{{worker}}.json" if worker else "state.json"
+    with open(os.path.join(str(session.config.rootpath), name), "w") as out:
         json.dump(state, out)
 """
 
@@ -46,10 +53,16 @@ def plain_environment(monkeypatch):
 
 
 def session_state(pytester, *args: str) -> tuple[pytest.RunResult, dict]:
+    """The run's result and its main process's state (the xdist controller's)."""
     pytester.makeconftest(CONFTEST)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:allure_pytest",
                                            *args)
     return result, json.loads((pytester.path / "state.json").read_text())
+
+
+def worker_states(pytester) -> list[dict]:
+    """Each xdist worker's state (see :data:`CONFTEST`)."""
+    return [json.loads(path.read_text()) for path in sorted(pytester.path.glob("state-gw*"))]
 
 
 def test_a_run_without_storage_imports_no_client_library_nor_touches_the_environment(
@@ -60,6 +73,43 @@ def test_a_run_without_storage_imports_no_client_library_nor_touches_the_environ
     assert state["imported"] == []
     assert state["xrd"] == {"XRD_REQUESTTIMEOUT": "77"}
     assert "storagescale:" not in result.stdout.str()  # nothing to say: no header line
+
+
+def test_an_xdist_run_without_storage_starts_no_server_nor_touches_the_environment(
+        pytester, plain_environment, monkeypatch):
+    """pytest -n 2 and no storage setting or test: neither the controller nor a worker
+    starts the embedded server, imports a client library or writes an XRD_* variable
+    (the controller had started the xrootd for its workers at pytest_configure_node)."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    pytester.makepyfile(test_plain="def test_one():\n    pass\n\ndef test_two():\n    pass\n")
+    result, controller = session_state(pytester, "-n", "2")
+    result.assert_outcomes(passed=2)
+    workers = worker_states(pytester)
+    assert len(workers) == 2
+    for state in (controller, *workers):
+        assert state == {"imported": [], "xrd": {"XRD_REQUESTTIMEOUT": "77"}, "server": False}
+    assert "storagescale:" not in result.stdout.str()
+
+
+def test_an_xdist_worker_collecting_a_storage_test_gets_the_controllers_server(
+        pytester, plain_environment, monkeypatch):
+    """pytest -n 2, no storage setting, a storage test: once the workers collected it
+    the controller starts the embedded xrootd (only it) and says its endpoint, and the
+    workers write through it (the URL and options handed over in the shared folder)."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    pytester.makepyfile(test_storage="""
+        def test_write(storage_client, storage_endpoint):
+            storage_client.put(f"{storage_endpoint.run_dir}/a", b"x" * 10)
+            assert storage_client.stat(f"{storage_endpoint.run_dir}/a").size == 10
+
+        def test_plain():
+            pass
+    """)
+    result, controller = session_state(pytester, "-n", "2")
+    result.assert_outcomes(passed=2)
+    assert controller["server"] is True
+    assert [state["server"] for state in worker_states(pytester)] == [False, False]
+    result.stdout.fnmatch_lines(["storagescale: endpoint root://127.0.0.1:*"])
 
 
 def test_a_collected_storage_test_sets_the_xrootd_client_up_and_says_its_endpoint(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import getpass
+import json
 import platform
 import secrets
 import shutil
@@ -40,7 +41,7 @@ from ..roles import Role, role_of
 from ..thresholds import ThresholdSet, select_thresholds
 from .area import RunArea
 from .doors import Door, load_door
-from .endpoint import EndpointUnderTest, load_door_names, main_door_name
+from .endpoint import ENDPOINT_FILE, EndpointUnderTest, load_door_names, main_door_name
 from .ledger import StepLedger
 
 __all__ = ["Door", "Role", "StorageRun", "EndpointUnderTest", "RunArea", "StepLedger",
@@ -49,6 +50,8 @@ __all__ = ["Door", "Role", "StorageRun", "EndpointUnderTest", "RunArea", "StepLe
 DEFAULT_SYSTEM = "xrootd"
 #: the ``workerinput`` key that carries the controller's run to an xdist worker
 WORKER_INPUT_KEY = "storagescale"
+#: in the shared folder: a deferred worker collected a storage test
+STORAGE_COLLECTED = "storage-collected"
 
 
 def make_run_id() -> str:
@@ -112,12 +115,42 @@ class StorageRun:
     def owns_results(self) -> bool:
         return self.role is not Role.WORKER
 
-    def shared_info(self) -> dict[str, Any]:
-        """What a worker needs from the controller (sent in ``workerinput``)."""
+    def shared_info(self, *, deferred: bool = False) -> dict[str, Any]:
+        """What a worker needs from the controller (sent in ``workerinput``).
+        ``deferred``: the controller does not use the storage yet (no storage setting):
+        the endpoint follows through the shared folder if a worker collects a storage
+        test (:meth:`note_storage_collected`, :meth:`hand_endpoint`); nothing is made or
+        started now."""
+        run = {"run_id": self.run_id, "started": self.started,
+               "shared_dir": str(self.shared_dir), "owner_pid": self.area.owner_pid}
+        if deferred:
+            return {**run, "deferred": True}
         self.shared_dir.mkdir(parents=True, exist_ok=True)
-        return {"run_id": self.run_id, "started": self.started,
-                "shared_dir": str(self.shared_dir), "owner_pid": self.area.owner_pid,
-                **self.endpoint.shared_info()}
+        return {**run, **self.endpoint.shared_info()}
+
+    @property
+    def deferred(self) -> bool:
+        """An xdist worker whose controller hands the endpoint only once used."""
+        return self.endpoint.deferred
+
+    def note_storage_collected(self) -> None:
+        """A deferred worker collected a storage test: tell the controller (a file in the
+        shared folder, read when xdist says the worker's collection finished)."""
+        self.shared_dir.mkdir(parents=True, exist_ok=True)
+        (self.shared_dir / STORAGE_COLLECTED).touch()
+
+    def storage_collected(self) -> bool:
+        """The controller: has a worker collected a storage test?"""
+        return (self.shared_dir / STORAGE_COLLECTED).exists()
+
+    def hand_endpoint(self) -> None:
+        """The controller, storage used once a worker collected a storage test: the
+        endpoint (the embedded server started now) for the workers, in the shared folder
+        before xdist schedules any test (:meth:`EndpointUnderTest.from_controller`)."""
+        info = json.dumps(self.endpoint.shared_info())
+        partial = self.shared_dir / f"{ENDPOINT_FILE}.partial"
+        partial.write_text(info)
+        partial.replace(self.shared_dir / ENDPOINT_FILE)  # whole or absent
 
     def check_endpoint(self) -> None:
         """Before any test: the endpoint's first contact (login, the test area, the

@@ -3,6 +3,8 @@ it, and the storage version that chooses the thresholds file."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,6 +24,8 @@ from ..servers.family import (
 
 #: deadline of the version query (a shorter hang timeout shortens it)
 VERSION_TIMEOUT = 10.0
+#: in the session's shared folder: the endpoint a deferred xdist controller hands over
+ENDPOINT_FILE = "endpoint.json"
 
 
 class EndpointUnderTest:
@@ -29,7 +33,10 @@ class EndpointUnderTest:
     on first use.
 
     Under xdist the controller starts the embedded server and the workers get its URL
-    and driver options (CA, credentials) through ``shared`` (see :meth:`shared_info`)."""
+    and driver options (CA, credentials) through ``shared`` (see :meth:`shared_info`).
+    A controller given no storage setting hands it over only once a worker collected a
+    storage test (``shared["deferred"]``): the worker reads it from the shared folder
+    at its first need, after collection (:meth:`from_controller`)."""
 
     def __init__(self, settings: Settings, shared: dict[str, Any] | None = None) -> None:
         self.settings = settings
@@ -42,6 +49,9 @@ class EndpointUnderTest:
         #: the first contact's verdict: None not yet, "" usable, else why not (said once)
         self._contact: str | None = "" if (shared or {}).get("contacted") else None
         self._tokens: dict[str, str] | None = None
+        #: the servers' summary monitoring this process receives (the embedded xrootd's,
+        #: or a remote storage's stream): servers/monitor.SummaryListener, or None
+        self.listener: Any = None
 
     def check(self) -> None:
         """Refuse a malformed URL, an unknown driver or driver option now, before any
@@ -57,6 +67,29 @@ class EndpointUnderTest:
             if self.settings.driver != "auto":
                 driver_class(self.settings.driver)
         load_door_names(self)
+
+    @property
+    def deferred(self) -> bool:
+        """An xdist worker whose controller has not handed the endpoint over yet."""
+        return bool((self._shared or {}).get("deferred"))
+
+    def from_controller(self) -> dict[str, Any]:
+        """What the xdist controller handed this worker about the endpoint (read from
+        the shared folder, once, when it was deferred); empty when not a worker."""
+        shared = self._shared
+        if shared is None or not shared.get("deferred"):
+            return shared or {}
+        path = Path(shared["shared_dir"]) / ENDPOINT_FILE
+        try:
+            shared.update(json.loads(path.read_text()), deferred=False)
+        except (OSError, ValueError) as exc:
+            raise EndpointError(
+                f"the xdist controller handed no endpoint to this worker ({path}: "
+                f"{getattr(exc, 'strerror', None) or exc}): it starts the embedded server "
+                f"once a worker collected a storage test. Give a storage setting (e.g. "
+                f"--storage-embedded xrootd) to have it started at the session's start."
+            ) from None
+        return shared
 
     # -- where ---------------------------------------------------------------------
     @property
@@ -86,11 +119,17 @@ class EndpointUnderTest:
         if not self.is_embedded:
             return self.settings.endpoint
         if self._shared is not None:
-            return self._shared["endpoint_url"]
+            return self.from_controller()["endpoint_url"]
         protocol = self.protocol
         if self._server is None:  # once: a bad driver option after the start starts none again
-            self._server = start_embedded(self.embedded_kind, self.settings.embedded_login,
-                                          self.settings.embedded_version)
+            if embedded_class(self.embedded_kind).reports_summary and self.listener is None:
+                from ..servers.monitor import SummaryListener
+
+                self.listener = SummaryListener()  # on loopback: the server reports to it
+            self._server = start_embedded(
+                self.embedded_kind, self.settings.embedded_login,
+                self.settings.embedded_version,
+                report_to=self.listener.address if self.listener is not None else "")
         return self._server.url_for(protocol)
 
     @property
@@ -125,10 +164,11 @@ class EndpointUnderTest:
     def _options(self) -> dict[str, str]:
         """The user's driver options over those the embedded server hands out that the
         driver takes (the http driver of a davs door has no ``security_protocol``)."""
-        server = (self._shared or {}).get("driver_options") or (
+        shared = self.from_controller()
+        server = shared.get("driver_options") or (
             self._server.driver_options() if self._server is not None else {})
         if server:
-            url = (self._shared or {}).get("endpoint_url") or self._server.url_for(self.protocol)
+            url = shared.get("endpoint_url") or self._server.url_for(self.protocol)
             accepted = driver_spec(url, driver=self.settings.driver).driver_class.option_names
             server = {key: value for key, value in server.items() if key in accepted}
         return {**server, **(self.settings.driver_options or {})}
@@ -164,7 +204,7 @@ class EndpointUnderTest:
         if not self.is_embedded:
             return {}
         if self._shared is not None:
-            return dict(self._shared.get("authorization_tokens") or {})
+            return dict(self.from_controller().get("authorization_tokens") or {})
         if self._tokens is None:
             from ..servers.credentials import authorization_tokens
 
@@ -178,7 +218,7 @@ class EndpointUnderTest:
         if not self.is_embedded:
             return {}
         if self._shared is not None:
-            return dict(self._shared.get("door_urls") or {})
+            return dict(self.from_controller().get("door_urls") or {})
         _ = self.url  # starts the server, once
         server = self._server
         return {scheme: server.url_for(scheme) for scheme in server.schemes} if server else {}
@@ -203,10 +243,18 @@ class EndpointUnderTest:
             return self._server.version
         if self.is_embedded and (self._shared or {}).get("embedded_version"):
             return self._shared["embedded_version"]
-        if self.is_embedded and self._shared is None:
-            installed = embedded_class(self.embedded_kind).installed_version()
+        if self.is_embedded and (self._shared is None or self.deferred):
+            cls, release = embedded_class(self.embedded_kind), self.settings.embedded_version
+            installed = cls.release_version(release) if release else cls.installed_version()
             if installed:
                 return installed  # without starting it
+        if self.deferred:  # collecting, the controller starts the server after
+            embedded_class(self.embedded_kind).check_installed()
+            raise StorageScaleUsageError(
+                f"the embedded {self.embedded_kind} tells its version only once it runs, "
+                f"and the xdist controller starts it after collection: give "
+                f"--storage-embedded {self.embedded_kind} (started at the session's start) "
+                f"or --storage-version VERSION.")
         if self.is_embedded and self._shared is None:
             _ = self.url  # starts it: a server knows its version once it runs
             if self._server is not None:
@@ -259,6 +307,9 @@ class EndpointUnderTest:
             finally:
                 self._server.stop()
                 self._server = None
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
 
 
 def main_door_name(endpoint: EndpointUnderTest) -> str:
