@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..drivers.base import CompiledOutcome
 from ..errors import StorageError
+from .open_loop import Dispatcher, record_open, serve
 from .plan import ClientAssignment, StepClock, StepPlan, StepProgress
 from .stats import ClientUsage, CpuMeter, SideAccumulator
 
@@ -124,6 +125,8 @@ class StepRun:
         #: set with the clock: the clients may go on to the start
         self.clock_set = threading.Event()
         self.stop = threading.Event()
+        #: an open-loop step's dispatcher in this process (None: the closed loop)
+        self.dispatcher: Dispatcher | None = None
         #: a count bound: a compiled loop is asked for one request at a time
         self.bounded = bool(max_operations)
         if max_operations:
@@ -156,11 +159,14 @@ def run_client(slot: ClientSlot, run: StepRun) -> None:
     try:
         # not timed for hangs: making a thousand drivers at once takes a while
         driver = run.plan.driver.client(slot.assignment.index, timeout=run.plan.client_timeout)
-        loop = slot.loop = _compiled_loop(slot, driver, run)
+        # the compiled loop makes the closed loop only: open-loop requests are Python calls
+        loop = slot.loop = None if run.dispatcher else _compiled_loop(slot, driver, run)
         _log_in(slot, driver)
         run.wait_for_start()
         if slot.hung:  # a login that came back after hang_timeout: given up already
             pass
+        elif run.dispatcher is not None:
+            serve(slot, driver, run)
         elif loop is not None and not run.bounded and getattr(loop, "background", False):
             _run_background(slot, cast("BackgroundLoop", loop), run)
         elif loop is not None:
@@ -311,8 +317,13 @@ class ClientGroup:
         self.accumulators = {
             a.side: SideAccumulator(run.clock.seconds) for a in assignments
         }
+        if run.plan.open_loop:  # this process's share of the schedule: its clients'
+            run.dispatcher = Dispatcher(run, [a.index for a in assignments],
+                                        len(run.plan.assignments()))
 
     def start(self) -> None:
+        if self.run.dispatcher is not None:
+            self.run.dispatcher.start()
         for slot in self.slots:
             threading.Thread(
                 target=run_client, args=(slot, self.run),
@@ -323,16 +334,27 @@ class ClientGroup:
 
     def collect(self) -> None:
         """Move every client's finished operations into its side's accumulator."""
+        if self.run.dispatcher is not None:
+            return self._collect_open(self.run.dispatcher)
         for slot in self.slots:
             if slot.background:
                 self._record(self.accumulators[slot.assignment.side],
-                             slot.loop.take())  # type: ignore[union-attr]
+                             slot.loop.take())  # type: ignore[union-attr,attr-defined]
             records = slot.records
             if not records:
                 continue
             # those there now: a client appending faster never holds the coordinator
             self._record(self.accumulators[slot.assignment.side],
                          [records.popleft() for _ in range(len(records))])
+
+    def _collect_open(self, dispatcher: Dispatcher) -> None:
+        run = self.run
+        for slot in self.slots:
+            records, accumulator = slot.records, self.accumulators[slot.assignment.side]
+            record_open(accumulator, [records.popleft() for _ in range(len(records))],
+                        run.start_perf, run.measure_perf, run.end_perf)
+        for accumulator in self.accumulators.values():  # one side
+            dispatcher.collect(accumulator)
 
     def _record(self, accumulator: SideAccumulator, outcomes) -> None:
         """Finished operations into ``accumulator``: those of the drain (finished after

@@ -36,6 +36,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 from ..drivers.base import MTIME_SLACK, CreatedPaths, Driver
 from ..drivers.registry import start_early_drivers
@@ -65,8 +66,12 @@ class StepInterrupted(KeyboardInterrupt):
 def run_step(
     plan: StepPlan, *, executor: str | Executor = "threads", keep_workdir: bool = False,
     progress: Callable[[StepProgress], None] | None = None,
+    observe: Callable[[], AbstractContextManager] | None = None,
 ) -> StepResult:
-    """Probe, prepare, run and clean up one step; return what it measured.
+    """Probe, prepare, run and clean up one step; return what it measured. ``observe``
+    (the servers' side, :class:`~pytest_storagescale.servers.monitor.ServerWatch`) is
+    entered right before the clients start, after the set-up, and left once they are
+    done, before the clean-up.
 
     After a step that left hung clients, lost its connections (``unreachable``
     failures: the storage restarted) or could not run, the driver forgets its
@@ -79,7 +84,7 @@ def run_step(
         raise ValueError(f"unknown executor {executor!r}; executors: "
                          f"{', '.join(EXECUTORS)}") from None
     try:
-        result = _run(plan, execute, keep_workdir, progress)
+        result = _run(plan, execute, keep_workdir, progress, observe)
     except BaseException:
         plan.driver.driver_class.forget_connections()
         raise
@@ -115,7 +120,8 @@ def probe(watch: RequestWatch, plan: StepPlan, why: str) -> None:
 
 
 def _run(plan: StepPlan, execute, keep_workdir: bool,
-         progress: Callable[[StepProgress], None] | None) -> StepResult:
+         progress: Callable[[StepProgress], None] | None,
+         observe: Callable[[], AbstractContextManager] | None = None) -> StepResult:
     operation = plan.operation
     # before this process holds a threads executor's thousands of descriptors (a
     # client process of the processes executor runs one step: it needs none of this)
@@ -135,7 +141,8 @@ def _run(plan: StepPlan, execute, keep_workdir: bool,
         usage: ClientUsage | None = None
         crashed: ClientsCrashed | None = None
         try:
-            clock, accumulators, *measured = execute(plan, context, progress)
+            with observe() if observe is not None else nullcontext():
+                clock, accumulators, *measured = execute(plan, context, progress)
             usage = measured[0] if measured else None
         except LoadInterrupted as exc:
             interrupted = exc
@@ -178,7 +185,8 @@ def _result(plan: StepPlan, clock: StepClock, accumulators: Accumulators,
         duration = max(max((a.measured_s for a in accumulators.values()), default=0), 1e-6)
     sides = {
         side: SideResult.from_accumulator(
-            accumulators.get(side) or SideAccumulator(clock.seconds), count, duration)
+            accumulators.get(side) or SideAccumulator(clock.seconds), count, duration,
+            offered_hz=plan.arrival_rate)
         for side, _, count in plan.operation.groups(plan.clients)
     }
     return StepResult(

@@ -39,6 +39,17 @@ class StepPlan:
     processes: int = 0
     #: the most clients one process runs (0: the driver class's ``clients_per_process``)
     clients_per_process: int = 0
+    #: an open-loop step: requests per second sent at their scheduled times whatever the
+    #: others do (0: the closed loop); ``clients`` is then the cap on requests in flight
+    #: (``max_in_flight``)
+    arrival_rate: float = 0.0
+    #: the open loop's schedule: ``constant`` (every 1/rate s) or ``poisson`` (random
+    #: gaps of mean 1/rate s, the same sequence in every process of the step)
+    arrivals: str = "constant"
+
+    @property
+    def open_loop(self) -> bool:
+        return self.arrival_rate > 0
 
     @property
     def client_timeout(self) -> float:

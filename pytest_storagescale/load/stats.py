@@ -59,6 +59,8 @@ class SideAccumulator:
         #: count them
         self.warmup_operations = 0
         self.drain_operations = 0
+        #: an open-loop step's own counts (None: the closed loop)
+        self.open: OpenLoopAccumulator | None = None
 
     def record(self, second: int, latency_s: float, nbytes: int, error: BaseException | None,
                counted: bool) -> None:
@@ -95,6 +97,7 @@ class SideAccumulator:
             "in_flight": self.in_flight, "hung_series": self.hung_series, "hung": self.hung,
             "measured_s": self.measured_s, "warmup_operations": self.warmup_operations,
             "drain_operations": self.drain_operations,
+            "open": self.open.to_wire() if self.open is not None else None,
         }
 
     def merge_wire(self, wire: dict[str, Any]) -> None:
@@ -114,6 +117,98 @@ class SideAccumulator:
         self.measured_s = max(self.measured_s, wire["measured_s"])
         self.warmup_operations += wire.get("warmup_operations", 0)
         self.drain_operations += wire.get("drain_operations", 0)
+        if wire.get("open") is not None:
+            self.open = self.open or OpenLoopAccumulator()
+            self.open.merge_wire(wire["open"])
+
+
+#: a request of an open-loop step sent this much later than its intended time (seconds)
+#: is ``late``: the client host (its dispatcher, or a free client) could not keep the
+#: schedule; its lateness is in its response time
+LATE_AFTER_S = 0.01
+
+
+class OpenLoopAccumulator:
+    """What an open-loop step measures besides a closed loop's counts: the service
+    time of each request (from its actual send), the requests scheduled in the window,
+    those dropped (the cap on requests in flight was reached at their intended time)
+    and those sent late (:data:`LATE_AFTER_S`)."""
+
+    def __init__(self) -> None:
+        self.service = new_histogram()
+        self.scheduled = 0
+        self.dropped = 0
+        self.late = 0
+
+    def record(self, latency_s: float, service_s: float, succeeded: bool) -> None:
+        """One request of the window: ``latency_s`` from its intended start,
+        ``service_s`` from its send."""
+        if latency_s - service_s > LATE_AFTER_S:
+            self.late += 1
+        if succeeded:
+            self.service.record_value(min(max(int(service_s * 1e6), _LOWEST_US), _HIGHEST_US))
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"service": self.service.encode().decode("ascii"), "scheduled": self.scheduled,
+                "dropped": self.dropped, "late": self.late}
+
+    def merge_wire(self, wire: dict[str, Any]) -> None:
+        self.service.add(HdrHistogram.decode(wire["service"].encode("ascii")))
+        self.scheduled += wire["scheduled"]
+        self.dropped += wire["dropped"]
+        self.late += wire["late"]
+
+
+@dataclass
+class OpenLoopResult:
+    """An open-loop step's own figures (one side): the offered rate, the requests its
+    schedule held in the window, those dropped and sent late, and the service time
+    (from the actual send; ``latency_s`` of the side is the response time, from the
+    intended start)."""
+
+    offered_hz: float
+    scheduled: int = 0
+    dropped: int = 0
+    late: int = 0
+    service_latency_s: dict[str, float] = field(default_factory=dict)
+    service_histogram: str = ""
+
+    @classmethod
+    def from_accumulator(cls, acc: OpenLoopAccumulator, offered_hz: float) -> OpenLoopResult:
+        return cls(offered_hz=offered_hz, scheduled=acc.scheduled, dropped=acc.dropped,
+                   late=acc.late, service_latency_s=latency_summary(acc.service),
+                   service_histogram=acc.service.encode().decode("ascii"))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> OpenLoopResult | None:
+        if not data.get("offered_hz"):
+            return None
+        latency = data.get("service_latency_s") or {}
+        return cls(offered_hz=float(data["offered_hz"]),
+                   scheduled=int(data.get("scheduled") or 0),
+                   dropped=int(data.get("dropped") or 0), late=int(data.get("late") or 0),
+                   service_latency_s={k: _nan_for_none(latency.get(k)) for k in LATENCIES},
+                   service_histogram=data.get("service_histogram") or "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"offered_hz": self.offered_hz, "scheduled": self.scheduled,
+                "dropped": self.dropped, "late": self.late,
+                "service_latency_s": {k: _finite(v) for k, v in self.service_latency_s.items()},
+                "service_histogram": self.service_histogram}
+
+    @classmethod
+    def merged(cls, parts: list[OpenLoopResult]) -> OpenLoopResult | None:
+        if not parts:
+            return None
+        service = new_histogram()
+        for part in parts:
+            if part.service_histogram:
+                service.add(HdrHistogram.decode(part.service_histogram.encode("ascii")))
+        return cls(offered_hz=sum(p.offered_hz for p in parts),
+                   scheduled=sum(p.scheduled for p in parts),
+                   dropped=sum(p.dropped for p in parts), late=sum(p.late for p in parts),
+                   service_latency_s=latency_summary(service),
+                   service_histogram=service.encode().decode("ascii"))
 
 
 @dataclass
@@ -138,10 +233,15 @@ class SideResult:
     #: the rate): with ``succeeded + failed``, all that the storage served in the step
     warmup_operations: int = 0
     drain_operations: int = 0
+    #: an open-loop step's figures (None: a closed loop)
+    open_loop: OpenLoopResult | None = None
 
     @classmethod
-    def from_accumulator(cls, acc: SideAccumulator, clients: int, duration_s: float) -> SideResult:
+    def from_accumulator(cls, acc: SideAccumulator, clients: int, duration_s: float,
+                         offered_hz: float = 0.0) -> SideResult:
         return cls(
+            open_loop=(OpenLoopResult.from_accumulator(acc.open or OpenLoopAccumulator(),
+                                                       offered_hz) if offered_hz else None),
             clients=clients, duration_s=duration_s, succeeded=acc.succeeded,
             failed=acc.failed, hung=acc.hung, bytes=acc.bytes,
             latency_s=latency_summary(acc.histogram),
@@ -172,11 +272,29 @@ class SideResult:
             throttled=int(data.get("throttled") or 0),
             warmup_operations=int(data.get("warmup_operations") or 0),
             drain_operations=int(data.get("drain_operations") or 0),
+            open_loop=OpenLoopResult.from_json(data),
         )
 
     @property
     def rate_hz(self) -> float:
         return self.succeeded / self.duration_s if self.duration_s > 0 else 0.0
+
+    # an open-loop step's metrics (a closed loop: 0, and its achieved rate is its rate)
+    @property
+    def offered_hz(self) -> float:
+        return self.open_loop.offered_hz if self.open_loop is not None else 0.0
+
+    @property
+    def achieved_hz(self) -> float:
+        return self.rate_hz
+
+    @property
+    def dropped(self) -> int:
+        return self.open_loop.dropped if self.open_loop is not None else 0
+
+    @property
+    def late(self) -> int:
+        return self.open_loop.late if self.open_loop is not None else 0
 
     @property
     def rate_per_min(self) -> float:
@@ -208,6 +326,8 @@ class SideResult:
             "timeline": self.timeline, "histogram": self.histogram,
             "warmup_operations": self.warmup_operations,
             "drain_operations": self.drain_operations,
+            **({"achieved_hz": self.achieved_hz, **self.open_loop.to_json()}
+               if self.open_loop is not None else {}),
         }
 
 
@@ -452,4 +572,5 @@ class StepResult:
             throttled=sum(p.throttled for p in parts),
             warmup_operations=sum(p.warmup_operations for p in parts),
             drain_operations=sum(p.drain_operations for p in parts),
+            open_loop=OpenLoopResult.merged([p.open_loop for p in parts if p.open_loop]),
         )
