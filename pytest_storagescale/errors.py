@@ -101,6 +101,13 @@ class RedirectRefused(StorageError):
     (``error_class`` ``redirect_refused``)."""
 
 
+class StorageThrottled(StorageError):
+    """The storage asked the client to come back later (HTTP 429, or 503 with
+    ``Retry-After``: dCache's WebDAV request limiter) for longer than the request's
+    deadline allowed waiting (``error_class`` ``throttled``). A load step counts it as
+    ``throttled``, not ``failed``: the storage protected itself, it did not fail."""
+
+
 class StorageScaleWarning(UserWarning):
     """Something the run did not need for its verdict went wrong (a check's own clean-up
     failed; the run directory's removal at the end still covers it)."""

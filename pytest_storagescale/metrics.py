@@ -18,16 +18,23 @@ from .errors import StorageScaleUsageError
 __all__ = ["MEASURED", "STEP_MEASURED", "known_metrics", "metric_description",
            "register_metric"]
 
-#: metrics every step has, computed from its measurement (per side, too)
+#: metrics every step has, computed from its measurement (per side, too); ``throttled``
+#: counts operations the storage told to come back later (HTTP 429, or 503 with
+#: ``Retry-After``) past their deadline: neither ``succeeded`` nor ``failed``
 MEASURED: tuple[str, ...] = (
     "rate_hz", "rate_per_min", "mb_s", "mbit_s", "succeeded", "failed", "hung",
-    "error_ratio", "mean_s", "p50_s", "p90_s", "p99_s", "max_s",
+    "throttled", "error_ratio", "mean_s", "p50_s", "p90_s", "p99_s", "max_s",
 )
 #: metrics of the whole step only (no side): ``client_cpu``, the client processes'
 #: CPU (user + system) over the measured window as a fraction of the cores they may
 #: use (1: the client host was saturated, and measured itself); ``lost``, the clients
 #: of client hosts lost mid-step (a --storage-cluster step; 0 on one host)
-STEP_MEASURED: tuple[str, ...] = ("client_cpu", "lost")
+#: ``server_cpu``, ``server_threads``, ``server_connections``: the embedded server's
+#: processes over the window (CPU per core, the most threads and TCP connections);
+#: ``server_ops``, the requests the server counted over the load (XRootD's summary
+#: monitoring); NaN when the server's side was not measured (servers/monitor.py)
+STEP_MEASURED: tuple[str, ...] = ("client_cpu", "lost", "server_cpu", "server_ops",
+                                  "server_threads", "server_connections")
 
 # name -> description; a plain dict (not a pytest stash) because thresholds files are
 # parsed outside any pytest config, and every xdist worker registers its own

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import posixpath
 import re
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from .baseline import measured_nothing
+from .baseline import is_probe, measured_nothing, since_fault
 from .cluster import run_cluster_step
 from .drivers.base import Driver
 from .drivers.registry import driver_class, driver_spec
@@ -175,6 +176,34 @@ def _side_operation(operation, request: StepRequest, section: SectionPlan):
     return sides[request.side]
 
 
+def server_watch(run: StorageRun, record: StepRecord):
+    """The servers' side of the step (:class:`~.servers.monitor.ServerWatch`): the
+    embedded server this process runs (its processes; its summary monitoring when it
+    reports) or a remote storage's monitoring stream; None when there is neither (an
+    xdist worker: the controller runs the server)."""
+    server, listener = run.endpoint.embedded_server, getattr(run.endpoint, "listener", None)
+    plan = record.plan
+    if (server is None and listener is None) or plan is None:
+        return None
+    from .servers.monitor import ServerWatch
+
+    def send(count: int) -> None:
+        """``count`` stats of the run directory, over the step's door (a calibration
+        of the server's counters, once per session)."""
+        driver = plan.driver.connect("server-counters", timeout=plan.client_timeout)
+        try:
+            for _ in range(count):
+                driver.stat(posixpath.dirname(plan.workdir.rstrip("/")) or "/")
+        finally:
+            driver.close()
+
+    pids = server.server_pids() if server is not None else []
+    where = ([f"embedded {server.kind} (pid {', '.join(map(str, pids))})"] if pids else []) \
+        + ([f"xrd.report to {listener.address}"] if listener is not None else [])
+    return ServerWatch(source="; ".join(where), operation=plan.operation.name, pids=pids,
+                       listener=listener, door=record.door, send=send)
+
+
 def measure(run: StorageRun, record: StepRecord,
             progress: Callable[[StepProgress], None] | None, *,
             clients_per_host: int = 0) -> None:
@@ -182,16 +211,19 @@ def measure(run: StorageRun, record: StepRecord,
     ``record``."""
     plan = record.plan
     assert plan is not None, "measure() takes a record from plan_step()"
+    watch = server_watch(run, record)
+    observe = watch.bracket if watch is not None else None
     try:
         with run.ledger.lock():
             record.lock_acquired = time.time()
             if getattr(run.settings, "cluster", None):  # the clients run on its hosts
                 record.executor = "cluster"
                 record.result = run_cluster_step(run.settings.cluster, plan, progress,
-                                                 clients_per_host=clients_per_host)
+                                                 clients_per_host=clients_per_host,
+                                                 observe=observe)
             else:
                 record.result = run_step(plan, executor=run.settings.executor,
-                                         progress=progress)
+                                         progress=progress, observe=observe)
     except StorageError as exc:
         record.ended, record.verdict, record.error = time.time(), Verdict.ERROR, str(exc)
         return
@@ -209,15 +241,30 @@ def measure(run: StorageRun, record: StepRecord,
                         f"of measurement; the clients were stopped and the step cleaned up")
     record.started, record.ended = record.result.started, record.result.ended
     record.cleanup_error = record.result.cleanup_error
+    if watch is not None:  # CPU over the measured window, the counters over the load
+        measure_from = record.result.started + record.result.warmup_s
+        record.server = watch.usage(measure_from, measure_from + record.result.duration_s)
+
+
+def counts_disagree(record: StepRecord) -> str | None:
+    """Why the server's count of the step's operations and its clients' disagree by
+    more than 2 % (:func:`~.servers.monitor.disagreement`), or None."""
+    issued = record.issued_operations
+    if record.server is None or issued is None or record.total is None:
+        return None
+    from .servers.monitor import disagreement
+
+    return disagreement(issued, record.total.hung, record.server)
 
 
 def too_little_measured(record: StepRecord, section: SectionPlan) -> str | None:
     """Why the step measured too little for any verdict, or None. Completed means
-    succeeded, failed or hung (a hang is a measurement: the storage stopped answering)."""
+    succeeded, failed, hung (a hang is a measurement: the storage stopped answering) or
+    throttled (the storage said to come back later)."""
     assert record.result is not None
     window = record.result.duration_s
     for name, side in record.result.sides.items():
-        done = side.succeeded + side.failed + side.hung
+        done = side.succeeded + side.failed + side.hung + side.throttled
         if done >= section.min_operations:
             continue
         where = f" by its {name}" if len(record.result.sides) > 1 else ""
@@ -268,6 +315,14 @@ def empty_baseline(run: StorageRun, base: StepRecord | None, rules: list) -> str
             f"relative rules")
 
 
+def _since_fault(run: StorageRun, record: StepRecord) -> float | None:
+    """A recovery probe's seconds since its overload ended (the session's step log
+    holds the overload, whichever process ran it); None for any other step."""
+    if not is_probe(record):
+        return None
+    return since_fault(record, (step for _, step in run.ledger.logged()))
+
+
 def _error(record: StepRecord, why: str) -> None:
     record.verdict, record.error = Verdict.ERROR, why
 
@@ -281,14 +336,17 @@ def judge_step(run: StorageRun, record: StepRecord, section: SectionPlan, *,
         return
     if (why := too_little_measured(record, section)) is not None:
         return _error(record, why)
+    if (why := counts_disagree(record)) is not None:
+        return _error(record, why)
     if derive is not None:
         record.derived.update(derive(record))
         if (why := _undefined_metrics(record.derived)) is not None:
             return _error(record, why)
     baseline = run.baseline
-    base = baseline.find(record) if baseline is not None else None
+    since = _since_fault(run, record) if baseline is not None else None
+    base = baseline.find(record, since) if baseline is not None else None
     if baseline is not None:
-        record.baseline = baseline.compare(record)
+        record.baseline = baseline.compare(record, since)
     if not (judge(record) if callable(judge) else judge):
         record.verdict = Verdict.INFO
         return

@@ -27,7 +27,9 @@ from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.errors import (
     BadAnswer,
     RedirectRefused,
+    StorageError,
     StorageNotFound,
+    StorageThrottled,
 )
 
 pytestmark = pytest.mark.integration
@@ -432,3 +434,94 @@ def test_a_malformed_size_is_a_counted_bad_answer_and_the_step_is_recorded(
     result.stdout.fnmatch_lines(["*stat*1*fail*", "*bad_answer*"])
     output = result.stdout.str() + result.stderr.str()
     assert "Traceback" not in output, output
+
+
+# -- throttling -----------------------------------------------------------------------
+def _throttle_first(path_end: str, count: int, retry_after: str | None = "1"):
+    """A rule answering the first ``count`` requests of each method for a path ending
+    ``path_end`` with 429 (and ``Retry-After`` when given), then letting them through."""
+    answered: list[str] = []
+    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+
+    def rule(request: Request) -> Reply | None:
+        if request.path.endswith(path_end) and answered.count(request.method) < count:
+            answered.append(request.method)
+            return Reply(429, headers, b"" if request.method == "HEAD" else b"Too many")
+        return None
+
+    return rule
+
+
+def test_a_throttled_request_is_sent_again_after_its_retry_after(hostile):
+    """A 429 with ``Retry-After: 1`` (dCache 11.2's WebDAV request limiter) to a PUT and
+    a stat, and one without Retry-After to a read: the client waits and sends the same
+    request again; each succeeds, the door saw each twice."""
+    hostile.real.put(f"{hostile.root}/d/f", b"x")
+    door = hostile.open_door(_throttle_first("/d/f", 1))
+    client = hostile.client(door, "http")
+    try:
+        client.put(f"{hostile.root}/d/f", b"new")
+        assert client.stat(f"{hostile.root}/d/f").size == 3
+    finally:
+        client.close()
+    [first, second] = [r for r in door.seen if r.method == "PUT"]
+    assert first.body == second.body == b"new"
+    assert len([r for r in door.seen if r.method == "PROPFIND"]) == 2
+    reader = hostile.open_door(_throttle_first("/d/f", 1, retry_after=None))
+    client = hostile.client(reader, "http")
+    try:
+        assert client.read(f"{hostile.root}/d/f", 0, 10) == b"new"
+    finally:
+        client.close()
+    assert len([r for r in reader.seen if r.method == "GET"]) == 2
+
+
+def test_a_wait_longer_than_the_deadline_allows_is_throttled_not_failed(hostile):
+    """``Retry-After: 3600`` is more than the request's deadline allows waiting: the
+    request ends at once as ``throttled`` (StorageThrottled), sent once; a 503 without
+    Retry-After stays an ordinary failure."""
+    door = hostile.open_door(_throttle_first("/f", 100, retry_after="3600"))
+    client = hostile.client(door, "http")
+    try:
+        with pytest.raises(StorageThrottled) as info:
+            client.stat(f"{hostile.root}/f")
+    finally:
+        client.close()
+    assert info.value.error_class == "throttled" and "3600" in info.value.message
+    assert len(door.seen) == 1 + 1  # the login's HEAD, the stat once
+    unavailable = hostile.open_door(lambda request: Reply(503, {}, b"down") if
+                                    request.method == "PROPFIND" else None)
+    client = hostile.client(unavailable, "http")
+    try:
+        with pytest.raises(StorageError) as failed:
+            client.stat(f"{hostile.root}/f")
+    finally:
+        client.close()
+    assert failed.value.error_class == "http_503"
+
+
+def test_a_throttled_step_counts_throttled_not_failed_and_a_rule_can_name_it(
+        pytester, thresholds_dir, hostile):
+    """Through the engine: every stat of the load's client answered 429 ``Retry-After:
+    3600`` (the run's own set-up and clean-up are not throttled). The step
+    counts them as ``throttled`` (JSON, table), ``failed`` stays 0, and the rule
+    ``throttled == 0`` fails the test naming what was observed."""
+    door = hostile.open_door(lambda request: Reply(429, {"Retry-After": "3600"}, b"") if (
+        request.method == "PROPFIND" and request.path.endswith("/stat-target")
+        and request.headers.get("user-agent", "").endswith("/client0")) else None)
+    # the first answer's headers are not read (THROTTLE_WAIT, 1 s): a step longer than that
+    thresholds_dir(one_step_plan("stat", rules=("failed == 0", "throttled == 0"),
+                                 duration="3s"))
+    pytester.makepyfile(test_suite=SUITE.format(op="stat"))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", f"--storage-endpoint={door.url(hostile.root)}",
+        f"--storage-driver-option=ca_dir={hostile.embedded.ca_dir}",
+        f"--storage-thresholds={thresholds_dir.root}", "--storage-results=results.json",
+        "--storage-driver=http", timeout=300)
+    [step] = json.loads((pytester.path / "results.json").read_text())["steps"]
+    assert step["throttled"] > 0 and step["failed"] == 0, step
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"throttled*{step['throttled']}*throttled == 0*VIOLATED",
+                                 "*failed*hung*throttled*p50*verdict",
+                                 f"stat*0*{step['throttled']}*fail"])
+    result.stdout.no_fnmatch_line("failed*failed == 0*VIOLATED")

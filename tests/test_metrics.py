@@ -22,7 +22,8 @@ def registry(monkeypatch):
 
 def test_measured_then_core_derived_metrics():
     assert MEASURED == ("rate_hz", "rate_per_min", "mb_s", "mbit_s", "succeeded", "failed",
-                        "hung", "error_ratio", "mean_s", "p50_s", "p90_s", "p99_s", "max_s")
+                        "hung", "throttled", "error_ratio", "mean_s", "p50_s", "p90_s",
+                        "p99_s", "max_s")
     assert STEP_MEASURED == ("client_cpu", "lost")
     assert known_metrics() == (*MEASURED, *STEP_MEASURED, *CORE_DERIVED)
     assert "hot_ratio" not in known_metrics()  # the ceph suite's own

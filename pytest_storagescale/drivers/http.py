@@ -81,6 +81,7 @@ import functools
 import os
 import re
 import threading
+import time
 import zlib
 from collections.abc import Mapping
 from http import HTTPStatus
@@ -97,13 +98,21 @@ from ..errors import (
     StorageNotFound,
     StoragePermissionDenied,
     StorageScaleUsageError,
+    StorageThrottled,
     StorageTimeout,
     StorageUnreachable,
 )
 from ..redact import redact_text
 from .base import Driver, StatInfo
 from .url import HTTP_SCHEMES, HTTPS_SCHEMES
-from .version import DEFAULT_CA_DIR, version_from_server_header
+from .version import (
+    DEFAULT_CA_DIR,
+    LISTING_READ,
+    names_xrootd_without_version,
+    unknown_xrootd_version,
+    version_from_listing,
+    version_from_server_header,
+)
 
 _DAV = "{DAV:}"
 _TIMEOUT_CODES = {pycurl.E_OPERATION_TIMEDOUT}
@@ -130,6 +139,16 @@ _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _MUTATING_METHODS = frozenset({"PUT", "DELETE", "MKCOL", "MOVE", "COPY", "PROPPATCH",
                                "LOCK", "UNLOCK", "POST", "PATCH"})
 _MAX_REDIRECTS = 5
+#: the statuses by which a server tells a client to come back later: 429 Too Many
+#: Requests (RFC 6585; dCache 11.2's WebDAV request limiter), 503 with ``Retry-After``
+_THROTTLE_STATUSES = frozenset({429, 503})
+#: the wait before a throttled request is sent again when no Retry-After was read (s)
+THROTTLE_WAIT = 1.0
+#: the share of a request's deadline (the driver's timeout, a load client's hang
+#: timeout plus a margin) its waits on throttled answers may end within
+THROTTLE_SHARE = 0.5
+#: the most sends of one throttled request
+THROTTLE_SENDS = 20
 #: the most a metadata answer (a stat, a mutating request's answer, an error page) may
 #: hold; a longer one is aborted as bad_answer
 ANSWER_LIMIT = 4 * 1024 * 1024
@@ -287,6 +306,16 @@ class _Listing(Body):
         self.entry_began = 0
         self.writer = self.feed
 
+    def reset(self) -> None:
+        """Forget what was read (a throttled answer's page), for the next answer."""
+        super().reset()
+        self.parser = ElementTree.XMLPullParser(events=("start", "end"))
+        self.own_is_dir = False
+        self.names = []
+        self.root = None
+        self.failure = None
+        self.entry_began = 0
+
     def too_long(self) -> str:
         if self.counted - self.entry_began > ANSWER_LIMIT:
             return f"with an entry longer than {ANSWER_LIMIT:,} bytes, the most read for one"
@@ -398,6 +427,8 @@ class HTTPDriver(Driver):
         self._closed = False
         self._checksums: dict[int, tuple[bytes, str]] = {}
         self._checksums_lock = threading.Lock()
+        #: the door throttled this client once: read Retry-After from every answer
+        self._read_retry_after = False
 
     def __repr__(self) -> str:
         return f"<HTTPDriver {self.endpoint.display} client {self.client_id}>"
@@ -469,7 +500,59 @@ class HTTPDriver(Driver):
         """One request on this client's connection, within the deadline; its answer
         read up to ``limit`` bytes (0: no limit) unless ``sink`` says otherwise. A
         mutating request's redirect is followed only to the same path
-        (:meth:`_follow`)."""
+        (:meth:`_follow`). A throttled answer (429, or 503 with ``Retry-After``) is
+        waited out and the request sent again, within :meth:`_throttle_wait`'s bound;
+        past it the request ends as :class:`~pytest_storagescale.errors.StorageThrottled`."""
+        began = time.monotonic()
+        read = want_headers or self._read_retry_after
+        answer = self._send(method, path, headers, body, sink, read, operation, limit)
+        sends = 1
+        while answer.status in _THROTTLE_STATUSES:
+            wait = self._throttle_wait(answer, read, began, sends, operation or method.lower(),
+                                       path)
+            if wait is None:
+                break  # a 503 without Retry-After: its status says it
+            time.sleep(wait)
+            if sink is not None:
+                sink.reset()
+            read = True
+            answer = self._send(method, path, headers, body, sink, read, operation, limit)
+            sends += 1
+        return answer
+
+    def _throttle_wait(self, answer: Body, read: bool, began: float, sends: int,
+                       operation: str, path: str) -> float | None:
+        """How long to wait before sending a throttled request again: its
+        ``Retry-After`` (seconds or an HTTP date), else :data:`THROTTLE_WAIT` (a 429
+        without one, or an answer whose headers were not read: this client reads them
+        on every request from then on). None: a 503 without ``Retry-After`` (not
+        throttling). :class:`~pytest_storagescale.errors.StorageThrottled` when the
+        wait would end after :data:`THROTTLE_SHARE` of the request's deadline (for a
+        load client, half its hang timeout) counted from its first send, or after
+        :data:`THROTTLE_SENDS` sends."""
+        self._read_retry_after = True
+        value = answer.headers.get("retry-after") if read else None
+        if read and value is None and answer.status == 503:
+            return None
+        wait = _retry_after(value) if value is not None else None
+        wait = THROTTLE_WAIT if wait is None else wait
+        left = began + self.timeout * THROTTLE_SHARE - time.monotonic()
+        if wait <= left and sends < THROTTLE_SENDS:
+            return wait
+        said = (f"Retry-After {value.strip()[:40]!r}" if value is not None
+                else "no Retry-After")
+        why = (f"waiting {wait:g} s more would pass {THROTTLE_SHARE:.0%} of its "
+               f"{self.timeout:g} s deadline" if sends < THROTTLE_SENDS
+               else f"sent {THROTTLE_SENDS} times")
+        raise StorageThrottled(
+            f"the server throttled the request (HTTP {answer.status}, {said}) {sends} "
+            f"time{'s' if sends > 1 else ''}; {why}: given up, counted as throttled",
+            error_class="throttled",
+            **self._kwargs(operation, path, f"HTTP {answer.status}"))
+
+    def _send(self, method: str, path: str, headers: list[str] | None, body: bytes | None,
+              sink: Body | None, want_headers: bool, operation: str, limit: int) -> Body:
+        """One request sent once (:meth:`_request`)."""
         answer = sink or Body(limit=limit)
         refused: StorageError | None = None
         try:  # list.pop is atomic: threads sharing this driver each get their own handle
@@ -815,16 +898,38 @@ class HTTPDriver(Driver):
         self._check(self._request("HEAD", path, operation="login"), "login", path)
 
     def _version(self) -> str:
-        """The door's ``Server`` header (``dCache/9.2.4``, ``XrootD/v5.5.3``)."""
+        """The door's ``Server`` header (``dCache/9.2.4``, ``XrootD/v5.5.3``); an XRootD
+        6 door names none there, its listing page is asked (:meth:`_listing_version`)."""
         path = self.endpoint.path
         answer = self._check(self._request("HEAD", path, want_headers=True,
                                            operation="version"), "version", path)
         server = answer.headers.get("server", "")
         version = version_from_server_header(server)
+        if version is None and names_xrootd_without_version(server):
+            return self._listing_version(path, server)
         if version is None:
             raise StorageError(f"the Server header {server!r} names no version I can read; "
                                f"give it: --storage-version VERSION", error_class="version",
                                **self._kwargs("version", path, f"HTTP {answer.status}"))
+        return version
+
+    def _listing_version(self, path: str, server: str) -> str:
+        """The version on XrdHttp's listing page of the test area ("Powered by XrdHTTP
+        v6.2.1"); a :class:`StorageError` saying it is unknown, and how to state it,
+        when the page is refused, too long or names none: never a guess."""
+        why = "it names none"
+        try:
+            answer = self._request("GET", path.rstrip("/") + "/",
+                                   headers=[*self._auth, "Accept: text/html"],
+                                   operation="version", limit=LISTING_READ)
+            version = version_from_listing(answer.data) if answer.status == 200 else None
+            if answer.status != 200:
+                why = f"GET {path}/ answered HTTP {answer.status}"
+        except StorageError as exc:
+            version, why = None, f"GET {path}/: {exc.message}"
+        if version is None:
+            raise StorageError(unknown_xrootd_version(server, why), error_class="version",
+                               **self._kwargs("version", path, "unknown version"))
         return version
 
     # -- data ---------------------------------------------------------------------
@@ -1116,6 +1221,19 @@ def _redirect_refusal(base: str, location: str, path: str) -> str | None:
     if [part for part in segments if part] != [part for part in path.split("/") if part]:
         return "another path"
     return None
+
+
+def _retry_after(value: str) -> float | None:
+    """A ``Retry-After`` value in seconds: delay-seconds or an HTTP date (RFC 9110
+    10.2.3); None when unreadable."""
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value[:9])
+    try:
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, OverflowError, IndexError):
+        return None
+    return max(0.0, when - time.time())
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:

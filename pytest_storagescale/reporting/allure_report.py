@@ -124,7 +124,7 @@ def allure_dir(config: pytest.Config) -> Path | None:
 #: measured numbers shown as excluded parameters (and every derived metric, such as
 #: ``mix_ratio`` and ``recovery_s``); counts are whole numbers
 _SHOWN = (("rate_hz", False), ("mb_s", False), ("succeeded", True), ("failed", True),
-          ("hung", True))
+          ("hung", True), ("throttled", True))
 
 
 def _parameters(record: StepRecord, run: RunInfo, *, door_parameter: bool) -> None:

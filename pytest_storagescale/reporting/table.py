@@ -29,6 +29,9 @@ COLUMNS = ("op", "clients", "succeeded", "rate", "MB/s", "failed", "hung", "p50"
 DOOR_COLUMN = "door"
 #: the column of a step's derived metrics (``mix_ratio 0.87``), when a step has some
 DERIVED_COLUMN = "derived"
+#: the column of operations the storage throttled (429/503 with Retry-After past their
+#: deadline), after ``hung``, when a step has some
+THROTTLED_COLUMN = "throttled"
 
 
 def format_derived(name: str, value: float) -> str:
@@ -70,27 +73,44 @@ def _side_cells(side: SideResult) -> list[str]:
 
 
 def step_rows(step: StepRecord, *, with_baseline: bool = False,
-              with_door: bool = False, with_derived: bool = False) -> list[list[str]]:
+              with_door: bool = False, with_derived: bool = False,
+              with_throttled: bool = False) -> list[list[str]]:
     """Table rows for one step: one per side, or one row of ``-`` when it measured
     nothing; ``with_door``: the step's door after its name; ``with_derived``: the
-    step's derived metrics (on its first row) after p99."""
+    step's derived metrics (on its first row) after p99; ``with_throttled``: its
+    throttled operations after hung."""
     tail = [*([_change(step)] if with_baseline else []), str(step.verdict)]
     door = [step.door or "-"] if with_door else []
     derived = [derived_cell(step)] if with_derived else []
     sides = step.sides
     if not sides:
-        return [[step.name, *door, str(step.clients), *["-"] * 7, *derived, *tail]]
-    return [[_side_name(step, name, len(sides) > 1), *door, *_side_cells(side),
+        return [[step.name, *door, str(step.clients), *["-"] * (7 + with_throttled),
+                 *derived, *tail]]
+    at = COLUMNS.index("hung")  # in the side's cells, which begin at clients
+    return [[_side_name(step, name, len(sides) > 1), *door,
+             *_with_throttled(_side_cells(side), at, side, with_throttled),
              *(derived if index == 0 else [""] * len(derived)), *tail]
             for index, (name, side) in enumerate(sides.items())]
 
 
-def render(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS) -> list[str]:
-    """Align ``rows`` under ``columns``: text left, numbers right."""
+def _with_throttled(cells: list[str], at: int, side: SideResult, shown: bool) -> list[str]:
+    """``cells`` with the side's throttled count inserted at ``at`` when ``shown``."""
+    return [*cells[:at], str(side.throttled), *cells[at:]] if shown else cells
+
+
+def any_throttled(steps: list[StepRecord]) -> bool:
+    """Whether a side of ``steps`` had throttled operations (the column shows then)."""
+    return any(side.throttled for step in steps for side in step.sides.values())
+
+
+def render(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS,
+           text: tuple[str, ...] = ()) -> list[str]:
+    """Align ``rows`` under ``columns``: text left (the first and last columns, a door
+    or derived column, the columns named in ``text``), numbers right."""
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
               for i, c in enumerate(columns)]
-    left = {0, len(columns) - 1,
-            *(i for i, c in enumerate(columns) if c in (DOOR_COLUMN, DERIVED_COLUMN))}
+    left = {0, len(columns) - 1, *(i for i, c in enumerate(columns)
+                                   if c in (DOOR_COLUMN, DERIVED_COLUMN, *text))}
 
     def line(cells: list[str] | tuple[str, ...]) -> str:
         return "  ".join(
@@ -117,6 +137,9 @@ def columns_for(steps: list[StepRecord], main_door: str = "") -> tuple[bool, tup
     if any(step.derived for step in steps):  # after p99
         at = COLUMNS.index("p99") + 1
         columns = (*columns[:at], DERIVED_COLUMN, *columns[at:])
+    if any_throttled(steps):  # after hung
+        at = COLUMNS.index("hung") + 1
+        columns = (*columns[:at], THROTTLED_COLUMN, *columns[at:])
     if several_doors(steps, main_door):
         columns = (columns[0], DOOR_COLUMN, *columns[1:])
     return with_baseline, columns
@@ -129,12 +152,35 @@ def table_rows(steps: list[StepRecord], main_door: str = "", *, client_column: b
     with_baseline, columns = columns_for(steps, main_door)
     with_door = several_doors(steps, main_door)
     per_step = [step_rows(s, with_baseline=with_baseline, with_door=with_door,
-                          with_derived=DERIVED_COLUMN in columns) for s in steps]
-    if not client_column:
-        return columns, per_step
-    return (*columns[:-1], CLIENT_COLUMN, columns[-1]), [
-        [[*row[:-1], client_cell(step), row[-1]] for row in rows]
-        for step, rows in zip(steps, per_step, strict=True)]
+                          with_derived=DERIVED_COLUMN in columns,
+                          with_throttled=THROTTLED_COLUMN in columns) for s in steps]
+    if client_column:
+        columns, per_step = (*columns[:-1], CLIENT_COLUMN, columns[-1]), [
+            [[*row[:-1], client_cell(step), row[-1]] for row in rows]
+            for step, rows in zip(steps, per_step, strict=True)]
+    if any(step.server is not None for step in steps):  # beside the client's figures
+        columns, per_step = (*columns[:-1], SERVER_COLUMN, columns[-1]), [
+            [[*row[:-1], server_cell(step) if index == 0 else "", row[-1]]
+             for index, row in enumerate(rows)]
+            for step, rows in zip(steps, per_step, strict=True)]
+    return columns, per_step
+
+
+#: the column of the server's side of a step (servers/monitor.py), when a step has one
+SERVER_COLUMN = "server"
+
+
+def server_cell(step: StepRecord) -> str:
+    """``172359 req, CPU 45%``: the requests the server counted over the load and its
+    processes' CPU over the window (``saturated*`` above the limit); ``-``: unknown."""
+    server = step.server
+    if server is None:
+        return "-"
+    parts = [] if server.requests is None else [f"{server.requests} req"]
+    if not math.isnan(server.cpu):
+        parts.append(f"CPU {server.cpu:.0%}" + (f" {SATURATED}" if step.server_saturated
+                                                 else ""))
+    return ", ".join(parts) or "-"
 
 
 def _number(value: float | int | None) -> str:
@@ -167,10 +213,11 @@ def csv_rows(steps: list[StepRecord], main_door: str = "") -> list[list[str]]:
     with_door = several_doors(steps, main_door)
     with_baseline = any(step.baseline is not None for step in steps)
     derived = list(dict.fromkeys(name for step in steps for name in step.derived))
+    with_server = any(step.server is not None for step in steps)
     header = ["op", *([DOOR_COLUMN] if with_door else []), "clients", "succeeded", "rate_hz",
               "mb_s", "failed", "hung", "p50_s", "p99_s", *derived,
               *(["rate_change"] if with_baseline else []), "client_cpu", "client_saturated",
-              "verdict"]
+              *(SERVER_CSV if with_server else []), "verdict"]
     rows = [header]
     for step in steps:
         door = [step.door or ""] if with_door else []
@@ -184,13 +231,27 @@ def csv_rows(steps: list[StepRecord], main_door: str = "") -> list[list[str]]:
                       for metric in derived]
             rows.append([_side_name(step, name, len(sides) > 1), *door, *numbers, *values,
                          *change, _number(step.client_cpu), _saturated(step),
+                         *(_server_numbers(step, index) if with_server else []),
                          str(step.verdict)])
     return rows
 
 
+#: the CSV's columns of the server's side, when a step has one
+SERVER_CSV = ("server_ops", "server_cpu", "server_saturated")
+
+
+def _server_numbers(step: StepRecord, index: int) -> list[str]:
+    """The step's :data:`SERVER_CSV` cells (its first row only)."""
+    if index or step.server is None:
+        return [""] * len(SERVER_CSV)
+    return [_number(step.server.requests), _number(step.server_cpu),
+            "" if math.isnan(step.server_cpu) else str(int(step.server_saturated))]
+
+
 def saturation_note(steps: list[StepRecord]) -> list[str]:
     """The note under a table with a saturated step (``saturated*``), else nothing."""
-    return [SATURATED_NOTE] if any(step.client_saturated for step in steps) else []
+    return ([SATURATED_NOTE] if any(step.client_saturated for step in steps) else []) + (
+        [SERVER_SATURATED_NOTE] if any(step.server_saturated for step in steps) else [])
 
 
 #: the column that appears when a step saturated its client host
@@ -200,6 +261,8 @@ SATURATED = "saturated*"
 SATURATED_NOTE = ("* the client processes used more of the client host's cores than "
                   "--storage-client-cpu-limit: such a step measured the client host, not "
                   "the storage")
+SERVER_SATURATED_NOTE = ("* (server) the server processes used more of their cores than "
+                         "the same limit: such a step measured the server at its CPU limit")
 
 
 def client_cell(step: StepRecord) -> str:
@@ -266,6 +329,8 @@ def format_why(step: StepRecord, *, top: int = 3) -> list[str]:
     lines = [f"error: {step.error}"] if step.error else []
     if step.client_saturated:
         lines.append(step.saturation_text())
+    if step.server_saturated:
+        lines.append(step.server_saturation_text())
     total = step.total
     if total is not None and total.errors:
         ranked = sorted(total.errors.items(), key=lambda item: (-item[1], item[0]))
