@@ -35,6 +35,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import ClassVar
 
 from ..errors import EndpointError
 from .family import EmbeddedServer
@@ -116,9 +117,12 @@ class EmbeddedCephGateway(EmbeddedServer):
     schemes = ("root",)
     packages = ("ceph-mon", "ceph-osd", "ceph-common", "xrootd-ceph-plugins",
                 "xrootd-server", "xrootd-server-plugins")
-    binaries = ("ceph-mon", "ceph-osd", "ceph", "ceph-authtool", "monmaptool", "xrootd")
+    binaries: ClassVar[tuple[str, ...]] = ("ceph-mon", "ceph-osd", "ceph", "ceph-authtool",
+                                           "monmaptool", "xrootd")
     #: the plug-in libraries (xrootd-ceph-plugins, xrootd-server-plugins)
-    libraries = ("libXrdCeph", "libXrdPss", "libXrdPfc")
+    libraries: ClassVar[tuple[str, ...]] = ("libXrdCeph", "libXrdPss", "libXrdPfc")
+    #: what its errors call it
+    title = "Ceph gateway"
 
     def __init__(self, *, login: str = "unix", osds: int = 1, pg_num: int = 8,
                  xcache: bool = True, startup_timeout: float = 180.0) -> None:
@@ -129,6 +133,9 @@ class EmbeddedCephGateway(EmbeddedServer):
         self.pg_num = pg_num
         self.with_xcache = xcache
         self.startup_timeout = startup_timeout
+        #: the address the daemons listen on (a subclass with client hosts in network
+        #: namespaces moves it onto their network)
+        self.address = "127.0.0.1"
         self.directory: Path | None = None
         self.daemons: list[Daemon] = []
         self.mon_port = 0
@@ -217,7 +224,7 @@ class EmbeddedCephGateway(EmbeddedServer):
               ) -> EndpointError:
         log = log or (daemon.log if daemon is not None else None)
         tail = log_tail(log) if log is not None and log.exists() else ""
-        return EndpointError(f"the embedded Ceph gateway did not start: {what}."
+        return EndpointError(f"the embedded {self.title} did not start: {what}."
                              + (f" Log tail ({log.name}):\n{tail}" if log and tail else ""))
 
     # the cluster ------------------------------------------------------------------------
@@ -242,8 +249,8 @@ class EmbeddedCephGateway(EmbeddedServer):
         self.conf.write_text("\n".join([
             "[global]",
             f"fsid = {fsid}",
-            f"mon host = v2:127.0.0.1:{self.mon_port}/0",
-            "public network = 127.0.0.1/32",
+            f"mon host = v2:{self.address}:{self.mon_port}/0",
+            f"public network = {self.address}/32",
             "auth cluster required = cephx",
             "auth service required = cephx",
             "auth client required = cephx",
@@ -280,8 +287,13 @@ class EmbeddedCephGateway(EmbeddedServer):
             "osd op num threads per shard = 2",
             f"[client.{GATEWAY_USER}]",
             f"keyring = {d}/gateway/ceph.client.{GATEWAY_USER}.keyring",
+            *self._more_conf(),
             "",
         ]))
+
+    def _more_conf(self) -> list[str]:
+        """Further ceph.conf lines of a subclass's daemons (none here)."""
+        return []
 
     def _run(self, *args: str, input_text: str | None = None) -> str:
         """A Ceph command line tool; its output, or :class:`EndpointError`."""
@@ -302,10 +314,22 @@ class EmbeddedCephGateway(EmbeddedServer):
                          input_text=input_text)
 
     def _start_cluster(self) -> None:
+        """The monitor and OSDs, the gateway's pool and its key."""
+        d = self.directory
+        assert d is not None
+        self._start_mon_and_osds()
+        self.ceph("osd", "pool", "create", POOL, str(self.pg_num), str(self.pg_num))
+        self.ceph("osd", "pool", "application", "enable", POOL, "xrootd")
+        keyring = d / "gateway" / f"ceph.client.{GATEWAY_USER}.keyring"
+        keyring.write_text(self.ceph("auth", "get-or-create", f"client.{GATEWAY_USER}",
+                                     "mon", "allow r", "osd", f"allow rwx pool={POOL}"))
+
+    def _start_mon_and_osds(self) -> None:
+        """The monitor and the OSDs on :attr:`address`, up and answering."""
         d = self.directory
         assert d is not None
         for sub in ("run", "log", "mon", "osd", "gateway"):
-            (d / sub).mkdir()
+            (d / sub).mkdir(exist_ok=True)
         fsid = str(uuid.uuid4())
         self.mon_port = free_port()
         self._write_ceph_conf(fsid)
@@ -319,7 +343,7 @@ class EmbeddedCephGateway(EmbeddedServer):
         self._run("ceph-authtool", str(mon_keyring), "--import-keyring", str(admin))
         monmap = d / "monmap"
         self._run("monmaptool", "--create", "--fsid", fsid, "--addv", "a",
-                  f"[v2:127.0.0.1:{self.mon_port}]", str(monmap))
+                  f"[v2:{self.address}:{self.mon_port}]", str(monmap))
         user = self._ceph_user()
         self._chown(user)
         self._run(*self._as(user), "ceph-mon", "-c", str(self.conf), "--mkfs", "-i", "a",
@@ -331,11 +355,6 @@ class EmbeddedCephGateway(EmbeddedServer):
             self._add_osd(osd, user)
         self._wait_for(self._osds_up, f"the {self.osds} OSD(s) did not come up",
                        f"osd.{self.osds - 1}")
-        self.ceph("osd", "pool", "create", POOL, str(self.pg_num), str(self.pg_num))
-        self.ceph("osd", "pool", "application", "enable", POOL, "xrootd")
-        keyring = d / "gateway" / f"ceph.client.{GATEWAY_USER}.keyring"
-        keyring.write_text(self.ceph("auth", "get-or-create", f"client.{GATEWAY_USER}",
-                                     "mon", "allow r", "osd", f"allow rwx pool={POOL}"))
 
     def _add_osd(self, osd: int, user: str | None) -> None:
         d = self.directory

@@ -36,10 +36,12 @@ if TYPE_CHECKING:
 BUILTIN_SERVERS = (
     "pytest_storagescale.servers.xrootd:EmbeddedXRootD",
     "pytest_storagescale.servers.ceph:EmbeddedCephGateway",
+    "pytest_storagescale.servers.cephfs:EmbeddedCephFS",
     "pytest_storagescale.servers.xcache:EmbeddedXCache",
     "pytest_storagescale.servers.apache:EmbeddedApacheWebDAV",
     "pytest_storagescale.servers.gridftp:EmbeddedGridFTP",
     "pytest_storagescale.servers.redirector:EmbeddedXRootDCluster",
+    "pytest_storagescale.servers.dcache:EmbeddedDCache",
 )
 #: the kind started when neither the command line nor the suite names one
 DEFAULT_KIND = "xrootd"
@@ -71,6 +73,12 @@ class EmbeddedServer(abc.ABC):
     #: the release ``--storage-embedded-version`` asked for, as :meth:`check_version`
     #: gave it back (None: the kind's default); set before :meth:`start`
     requested_version: str | None = None
+    #: where to send the server's summary monitoring (``host:port``, the session's
+    #: :class:`~.monitor.SummaryListener`; "" none); set before :meth:`start`, used by
+    #: a kind that can report (:attr:`reports_summary`)
+    report_to: str = ""
+    #: it sends XRootD summary monitoring (``xrd.report``) to :attr:`report_to`
+    reports_summary: ClassVar[bool] = False
 
     @property
     def ca_dir(self) -> str:
@@ -91,6 +99,13 @@ class EmbeddedServer(abc.ABC):
     def installed_version(cls) -> str:
         """The installed server's version without starting it ("" when only a running
         server can tell: the session then starts it to read :attr:`version`)."""
+        return ""
+
+    @classmethod
+    def release_version(cls, requested: str) -> str:
+        """The version a server of the release ``requested`` (a
+        ``--storage-embedded-version`` value) will say, without starting it ("" when
+        only a running server can tell)."""
         return ""
 
     @classmethod
@@ -141,6 +156,12 @@ class EmbeddedServer(abc.ABC):
         """Its daemons, each watched for its end (:class:`~.processes.ServerProcess`);
         those it stopped on purpose are not listed or say nothing."""
         return []
+
+    def server_pids(self) -> list[int]:
+        """The pids of its running daemons (what they fork counts with them): the
+        processes a step samples for the server's CPU, threads and connections."""
+        return [process.pid for process in self.server_processes()
+                if process.exit_status() is None]
 
     def exit_note(self) -> str:
         """Why the server is gone when one of its daemons died during the run: which,
@@ -296,15 +317,18 @@ def check_embedded_choice(kind: str, protocol: str | None, login: str) -> str:
     return protocol or cls.schemes[0]
 
 
-def start_embedded(kind: str, login: str, version: str | None = None) -> EmbeddedServer:
+def start_embedded(kind: str, login: str, version: str | None = None, *,
+                   report_to: str = "") -> EmbeddedServer:
     """Check the installation, then start a ``kind`` server requiring ``login`` (of the
-    release ``version`` when given, see :meth:`EmbeddedServer.check_version`)."""
+    release ``version`` when given, see :meth:`EmbeddedServer.check_version`; reporting
+    its summary monitoring to ``report_to`` when it can)."""
     cls = embedded_class(kind)
     chosen = cls.check_version(version) if version else None
     cls.check_installed()
     try:
         server = cls(login=login)
         server.requested_version = chosen
+        server.report_to = report_to
         return started(server)
     except ModuleNotFoundError as exc:
         if not exc.name or exc.name.startswith("pytest_storagescale"):

@@ -132,6 +132,7 @@ def stop_orphaned_servers() -> list[OrphanedServer]:
         if any(_running(process) for process in found):
             _give_back(claim)  # a process survived: keep its directory, try again later
             continue
+        _detach_mounts(claim.directory)  # a killed FUSE client's mount stays behind
         shutil.rmtree(claim.directory, ignore_errors=True)  # never follows links
         claim.claimed.unlink(missing_ok=True)
         stopped.append(OrphanedServer(str(claim.directory), claim.owner_pid,
@@ -336,6 +337,37 @@ def _processes_inside(directories: list[Path],
         if session in candidates or session == pid or _identity(session) is None:
             found[directory].append(process)
     return found
+
+
+def mounts_inside(directory: Path) -> list[str]:
+    """The mount points at or below ``directory`` (``/proc/self/mountinfo``), deepest
+    first."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    top = os.fspath(directory)
+    points = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:  # octal escapes: \040 is a space
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+            if point == top or point.startswith(f"{top}/"):
+                points.append(point)
+    return sorted(set(points), key=len, reverse=True)
+
+
+def _detach_mounts(directory: Path) -> None:
+    """Detach (lazily: nobody serves them any more) the mounts an orphan left inside
+    ``directory``, the embedded CephFS's ``ceph-fuse`` mounts: the directory cannot be
+    removed through them. Only mount points inside the claimed directory."""
+    import subprocess
+
+    for point in mounts_inside(directory):
+        try:
+            subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            continue
 
 
 def _has_terminal(pid: int) -> bool:

@@ -1,0 +1,331 @@
+"""The embedded shared file system: CephFS mounted with ``ceph-fuse`` on N client hosts
+(seed 001, BNL's GPFS seen from several nodes).
+
+The embedded Ceph of :mod:`.ceph` (one monitor, memstore OSDs) gains a metadata server
+(``ceph-mds``) and a file system; each client host is a network namespace with its own
+address, joined to the daemons by a veth pair and a bridge, and runs its own
+``ceph-fuse`` (its own CephFS client session, capabilities and cache, as a GPFS node
+holds its own tokens). Every mount is visible from this process at
+``<directory>/hosts/ns<i>``: host i's ``file://`` door of the same file system
+(:attr:`EmbeddedCephFS.hosts`); the endpoint's URL is host 0's.
+
+Nothing outlives the run, even a pytest killed with SIGKILL: the namespaces are not
+named (``ip netns add`` would leave ``/run/netns`` entries) but held by one
+``unshare --net sleep`` process each, started in the server's directory: the kernel
+removes a namespace with its last process, and its veth ends and the bridge with it.
+The orphan reaper (:mod:`.orphans`) kills those holders, the daemons and the
+``ceph-fuse`` clients like any orphan's, and detaches the mounts left inside the
+directory before removing it.
+
+Needs root (namespaces, a FUSE mount that other users may read): the CI runs as root.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import random
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import EndpointError
+from .ceph import CEPH_COMMAND_TIMEOUT, Daemon, EmbeddedCephGateway, ceph_version
+from .family import EmbeddedServer
+from .orphans import server_directory
+
+#: the file system's name, its pools, the client key the mounts use
+FS_NAME = "storagescale"
+DATA_POOL = "cephfs_data"
+METADATA_POOL = "cephfs_metadata"
+CLIENT = "storagescale"
+#: the test area on the file system (each host's mount + AREA)
+AREA = "storagescale"
+#: client hosts by default (``EmbeddedCephFS(hosts=N)``)
+DEFAULT_HOSTS = 2
+#: settings of the MDS and the clients that keep a 2-core machine's throwaway file
+#: system responsive: a client that stopped answering loses its session (and its
+#: capabilities) after this many seconds rather than the default 60
+SESSION_TIMEOUT_S = 30
+
+
+@dataclass
+class ClientHost:
+    """One client host: a network namespace (held by ``holder``), its address, its
+    ``ceph-fuse`` mount."""
+
+    index: int
+    address: str
+    mountpoint: Path
+    holder: Daemon | None = None
+    fuse: Daemon | None = None
+
+    @property
+    def name(self) -> str:
+        return f"ns{self.index}"
+
+    @property
+    def area(self) -> Path:
+        """The test area as this host sees it."""
+        return self.mountpoint / AREA
+
+    @property
+    def url(self) -> str:
+        return f"file://{self.area}"
+
+    @property
+    def netns(self) -> str:
+        """The namespace's handle for ``nsenter --net=``."""
+        assert self.holder is not None
+        return f"/proc/{self.holder.process.pid}/ns/net"
+
+    def path(self, run_path: str, area: Path) -> str:
+        """``run_path`` (a path under host 0's ``area``) as this host sees it."""
+        relative = os.path.relpath(run_path, area)
+        if relative == ".." or relative.startswith("../"):
+            raise EndpointError(f"{run_path} is not inside the CephFS test area {area}.")
+        return str(self.area / relative) if relative != "." else str(self.area)
+
+
+def _ip(*args: str, netns: str | None = None) -> str:
+    command = ["ip", *args] if netns is None else ["nsenter", f"--net={netns}", "ip", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        raise EndpointError(f"the embedded CephFS's network: '{' '.join(command)}' failed: "
+                            f"{done.stderr.strip()}")
+    return done.stdout
+
+
+def free_subnet() -> ipaddress.IPv4Network:
+    """A /24 in 10.0.0.0/8 that no address or route of this machine touches."""
+    used = _ip("-4", "route", "show", "table", "all") + _ip("-4", "addr")
+    for _ in range(200):
+        net = ipaddress.IPv4Network(f"10.{random.randint(64, 250)}.{random.randint(0, 255)}.0/24")
+        prefix = ".".join(str(net.network_address).split(".")[:3]) + "."
+        if prefix not in used:
+            return net
+    raise EndpointError("the embedded CephFS found no free 10.x.y.0/24 for its client hosts.")
+
+
+class EmbeddedCephFS(EmbeddedCephGateway):
+    """CephFS (mon, memstore OSDs, one MDS) mounted by ``ceph-fuse`` on ``hosts`` client
+    hosts (network namespaces); each mount is a ``file://`` door of the same file
+    system (:attr:`hosts`)."""
+
+    kind = "cephfs"
+    summary = "CephFS mounted with ceph-fuse on 2 client hosts (network namespaces)"
+    schemes = ("file",)
+    packages = ("ceph-mon", "ceph-osd", "ceph-mds", "ceph-fuse", "ceph-common", "iproute2")
+    binaries = ("ceph-mon", "ceph-osd", "ceph-mds", "ceph-fuse", "ceph", "ceph-authtool",
+                "monmaptool", "ip", "nsenter", "unshare", "umount")
+    libraries = ()
+    title = "CephFS"
+
+    def __init__(self, *, login: str = "unix", hosts: int = DEFAULT_HOSTS, osds: int = 1,
+                 startup_timeout: float = 180.0) -> None:
+        super().__init__(login=login, osds=osds, xcache=False,
+                         startup_timeout=startup_timeout)
+        if hosts < 1:
+            raise EndpointError(f"EmbeddedCephFS(hosts={hosts}): at least one client host.")
+        self.host_count = hosts
+        self.hosts: list[ClientHost] = []
+        self.switch: Daemon | None = None
+        self.tag = f"{os.getpid() % 1000:03d}{random.randint(0, 0xfff):03x}"
+
+    # -- what the family asks -----------------------------------------------------------
+    @classmethod
+    def check_installed(cls) -> None:
+        super(EmbeddedCephGateway, cls).check_installed()  # binaries; no plug-ins
+        if os.geteuid() != 0:
+            raise EndpointError(
+                "the embedded cephfs endpoint makes its client hosts as network namespaces "
+                "and mounts CephFS with ceph-fuse for every user, which needs root. Run the "
+                "tests as root (as the CI does), or point the suite at a mounted shared "
+                "file system with --storage-endpoint file:///gpfs/scratch/storagescale.")
+        if not Path("/dev/fuse").exists():
+            raise EndpointError(
+                "the embedded cephfs endpoint mounts CephFS with ceph-fuse, and /dev/fuse "
+                "does not exist here. Load the fuse module ('modprobe fuse'; in a container "
+                "pass --device /dev/fuse), or point the suite at a mounted file system "
+                "with --storage-endpoint file:///path/on/every/host.")
+
+    @classmethod
+    def installed_version(cls) -> str:
+        try:
+            return f"{ceph_version()}+cephfs"
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    @property
+    def url(self) -> str:
+        """The test area on host 0's mount."""
+        return self.hosts[0].url if self.hosts else ""
+
+    def url_for(self, scheme: str) -> str:
+        return self.url
+
+    def driver_options(self) -> dict[str, str]:
+        return EmbeddedServer.driver_options(self)
+
+    def describe(self) -> str:
+        return (f"embedded CephFS {self.ceph_version or '16'} ({self.osds} memstore OSD"
+                f"{'s' if self.osds > 1 else ''}, 1 MDS) mounted with ceph-fuse on "
+                f"{len(self.hosts)} client hosts: "
+                + ", ".join(f"{h.name} {h.address}" for h in self.hosts))
+
+    def host_path(self, index: int, run_path: str) -> str:
+        """``run_path`` (a path on the endpoint's URL, host 0) on host ``index``."""
+        return self.hosts[index].path(run_path, self.hosts[0].area)
+
+    # -- start ---------------------------------------------------------------------
+    def start(self) -> EmbeddedCephFS:
+        began = time.monotonic()
+        self.ceph_version = ceph_version()
+        self.version = f"{self.ceph_version}+cephfs"
+        self.directory = server_directory(self.kind)
+        try:
+            self._start_network()
+            self.timings["network"] = time.monotonic() - began
+            self._start_mon_and_osds()
+            self.timings["cluster"] = time.monotonic() - began
+            self._start_file_system()
+            self.timings["mds"] = time.monotonic() - began
+            for host in self.hosts:
+                self._mount(host)
+            self.timings["mounts"] = time.monotonic() - began
+            self.hosts[0].area.mkdir(exist_ok=True)
+            self._wait_for(self._shared, "a file written on one host did not show on the "
+                           "others", self.hosts[-1].fuse.name if self.hosts[-1].fuse else "")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _hold(self, name: str) -> Daemon:
+        """A process holding a new network namespace (gone with it)."""
+        return self._spawn(name, ["unshare", "--net", "sleep", "infinity"])
+
+    def _start_network(self) -> None:
+        d = self.directory
+        assert d is not None
+        (d / "log").mkdir()
+        subnet = free_subnet()
+        head = str(subnet.network_address + 1)
+        self.switch = self._hold("switch")
+        switch = f"/proc/{self.switch.process.pid}/ns/net"
+        bridge = "ssbr"
+        _ip("link", "set", "lo", "up", netns=switch)
+        _ip("link", "add", bridge, "type", "bridge", netns=switch)
+        _ip("link", "set", bridge, "up", netns=switch)
+        # this host's end: the daemons listen on the head address
+        outside, inside = f"ss{self.tag}h", f"ss{self.tag}s"
+        _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+        _ip("link", "set", inside, "netns", str(self.switch.process.pid))
+        _ip("link", "set", inside, "master", bridge, "up", netns=switch)
+        _ip("addr", "add", f"{head}/24", "dev", outside)
+        _ip("link", "set", outside, "up")
+        self.address = head
+        (d / "hosts").mkdir()
+        for index in range(self.host_count):
+            host = ClientHost(index, str(subnet.network_address + 2 + index),
+                              d / "hosts" / f"ns{index}")
+            host.mountpoint.mkdir()
+            host.holder = self._hold(f"host.{host.name}")
+            port, peer = f"ss{self.tag}p{index}", f"ss{self.tag}c{index}"
+            _ip("link", "add", port, "type", "veth", "peer", "name", peer)
+            _ip("link", "set", port, "netns", str(self.switch.process.pid))
+            _ip("link", "set", port, "master", bridge, "up", netns=switch)
+            _ip("link", "set", peer, "netns", str(host.holder.process.pid))
+            _ip("addr", "add", f"{host.address}/24", "dev", peer, netns=host.netns)
+            _ip("link", "set", peer, "up", netns=host.netns)
+            _ip("link", "set", "lo", "up", netns=host.netns)
+            self.hosts.append(host)
+
+    def _more_conf(self) -> list[str]:
+        d = self.directory
+        assert d is not None
+        return [
+            "[mds]",
+            f"mds data = {d}/mds/$id",
+            f"keyring = {d}/mds/$id/keyring",
+            f"mds session timeout = {SESSION_TIMEOUT_S}",
+            f"[client.{CLIENT}]",
+            f"keyring = {d}/client/keyring",
+            f"log file = {d}/log/client.$pid.log",
+            f"admin socket = {d}/run/client.$pid.asok",
+            "client mount timeout = 60",
+        ]
+
+    def _start_file_system(self) -> None:
+        d = self.directory
+        assert d is not None
+        data = d / "mds" / "a"
+        data.mkdir(parents=True)
+        (d / "client").mkdir()
+        (data / "keyring").write_text(self.ceph(
+            "auth", "get-or-create", "mds.a", "mon", "allow profile mds", "osd", "allow rwx",
+            "mds", "allow"))
+        user = self._ceph_user()
+        self._chown(user)
+        self._spawn("mds.a", ["ceph-mds", "-c", str(self.conf), "-i", "a", "-f",
+                              *self._setuser(user)])
+        for pool in (METADATA_POOL, DATA_POOL):
+            self.ceph("osd", "pool", "create", pool, str(self.pg_num), str(self.pg_num))
+        self.ceph("fs", "new", FS_NAME, METADATA_POOL, DATA_POOL)
+        self._wait_for(self._mds_active, "the MDS did not become active", "mds.a")
+        (d / "client" / "keyring").write_text(
+            self.ceph("fs", "authorize", FS_NAME, f"client.{CLIENT}", "/", "rw"))
+        (d / "client" / "keyring").chmod(0o600)
+
+    def _mds_active(self) -> bool:
+        import json
+
+        dump = json.loads(self.ceph("fs", "dump", "--format", "json"))
+        return any(info.get("state") == "up:active"
+                   for fs in dump.get("filesystems", [])
+                   for info in fs.get("mdsmap", {}).get("info", {}).values())
+
+    def _mount(self, host: ClientHost) -> None:
+        """Host ``host``'s own ``ceph-fuse`` (in its namespace), mounted once a stat of
+        the mount point answers from the file system."""
+        d = self.directory
+        assert d is not None and host.holder is not None
+        host.fuse = self._spawn(f"ceph-fuse.{host.name}", [
+            "nsenter", f"--net={host.netns}", "ceph-fuse", "-f", "-c", str(self.conf),
+            "--id", CLIENT, "--client_mountpoint=/", str(host.mountpoint)])
+        self._wait_for(lambda: os.path.ismount(host.mountpoint),
+                       f"ceph-fuse on {host.name} did not mount", host.fuse.name)
+
+    def _shared(self) -> bool:
+        marker = self.hosts[0].area / ".storagescale-shared"
+        marker.write_bytes(b"ready")
+        try:
+            return all((host.area / marker.name).read_bytes() == b"ready"
+                       for host in self.hosts)
+        except OSError:
+            return False
+        finally:
+            marker.unlink(missing_ok=True)
+
+    # -- stop ----------------------------------------------------------------------
+    def unmount(self, host: ClientHost) -> None:
+        """Unmount ``host`` (lazily when busy): its ``ceph-fuse`` exits by itself."""
+        for command in (["umount", str(host.mountpoint)],
+                        ["umount", "-l", str(host.mountpoint)]):
+            if not os.path.ismount(host.mountpoint):
+                break
+            subprocess.run(command, capture_output=True, timeout=CEPH_COMMAND_TIMEOUT)
+        if host.fuse is not None:
+            try:
+                host.fuse.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def stop(self) -> None:
+        """Unmount every host, stop the daemons, the namespaces go with their holders."""
+        for host in self.hosts:
+            self.unmount(host)
+        self.hosts = []
+        self.switch = None
+        super().stop()
