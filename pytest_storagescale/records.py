@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from .load.server_usage import ServerUsage
 from .load.stats import ClientUsage, HostResult, SideResult, StepResult, sides_from_json
 from .metrics import MEASURED, STEP_MEASURED
 
@@ -163,6 +164,8 @@ class StepRecord:
     #: directory), which the fields above record; None for a step read from a results
     #: file (the plan is not written: the fields are its record)
     plan: StepPlan | None = field(default=None, repr=False, compare=False)
+    #: what the servers did during the step by their own account (None: not measured)
+    server: ServerUsage | None = None
 
     # -- reading ---------------------------------------------------------------
     @property
@@ -204,6 +207,52 @@ class StepRecord:
                 f"{usage.cores} cores ({spread}), above the limit of "
                 f"{self.client_cpu_limit:.0%}: this step measured the client host, not the "
                 f"storage; run fewer clients per host or more client hosts")
+
+    # -- the servers' side (servers/monitor.py) -----------------------------------
+    @property
+    def server_cpu(self) -> float:
+        """CPU of the server processes over the window, per core (NaN: unknown)."""
+        return self.server.cpu if self.server is not None else float("nan")
+
+    def _server_count(self, value: int | None) -> float:
+        return float("nan") if value is None else float(value)
+
+    @property
+    def server_ops(self) -> float:
+        """Requests the server counted over the load (NaN: no counters)."""
+        return self._server_count(self.server.requests if self.server else None)
+
+    @property
+    def server_threads(self) -> float:
+        return self._server_count(self.server.threads if self.server else None)
+
+    @property
+    def server_connections(self) -> float:
+        return self._server_count(self.server.connections if self.server else None)
+
+    @property
+    def server_saturated(self) -> bool:
+        """The server processes kept (nearly) every core busy: the step measured a
+        server at its limit (the same limit as the client's)."""
+        return self.server_cpu > self.client_cpu_limit  # False for NaN
+
+    def server_saturation_text(self) -> str:
+        """Why the step's numbers are a saturated server's, for the failure message."""
+        assert self.server is not None
+        return (f"server saturated: its processes used {self.server.cpu:.0%} of their "
+                f"{self.server.cores} cores over the window, above the limit of "
+                f"{self.client_cpu_limit:.0%}: this step measured the server at its CPU "
+                f"limit")
+
+    @property
+    def issued_operations(self) -> int | None:
+        """Every operation the clients finished in the step: warm-up, window and drain
+        (None: nothing measured)."""
+        total = self.total
+        if total is None:
+            return None
+        return (total.warmup_operations + total.succeeded + total.failed + total.throttled
+                + total.drain_operations)
 
     def metric(self, name: str) -> float:
         """A rule metric: derived (``mix_ratio``), a side's (``readers.mb_s``) or the
@@ -295,6 +344,11 @@ class StepRecord:
             if self.result.client is not None:
                 document["client_cpu"] = self.client.to_json()["cpu"]
                 document["client_host"] = self.result.client.to_json()
+            if self.server is not None:
+                document["server"] = self.server.to_json()
+                document["server_cpu"] = self.server.to_json()["cpu"]
+                document["server_ops"] = self.server.requests
+                document["server_saturated"] = self.server_saturated
             if len(self.result.sides) > 1:
                 document["sides"] = {name: side.to_json()
                                      for name, side in self.result.sides.items()}
@@ -341,6 +395,8 @@ class StepRecord:
             else None,
             client_cpu_limit=float(data.get("client_cpu_limit") or 0.9),
             door=str(data.get("door") or ""),
+            server=ServerUsage.from_json(data["server"])
+            if isinstance(data.get("server"), dict) else None,
         )
 
 

@@ -29,12 +29,12 @@ __all__ = ["HostResult", "breakdown_lines", "disconnect", "header_lines",
 
 def run_cluster_step(address: str, plan: StepPlan,
                      progress: Callable[[StepProgress], None] | None = None, *,
-                     clients_per_host: int = 0) -> StepResult:
+                     clients_per_host: int = 0, observe=None) -> StepResult:
     """Measure ``plan`` on the cluster at ``address``; the result holds the per-host
     breakdown (``hosts``, ``lost``). See :func:`.coordinator.run_cluster_step`."""
     from .coordinator import run_cluster_step as run
 
-    return run(address, plan, progress, clients_per_host=clients_per_host)
+    return run(address, plan, progress, clients_per_host=clients_per_host, observe=observe)
 
 
 def disconnect() -> None:

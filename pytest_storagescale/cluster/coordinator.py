@@ -434,8 +434,9 @@ def _host_result(base: HostResult, report: HostReport, plan: StepPlan) -> HostRe
 
 def run_cluster_step(address: str, plan: StepPlan,
                      progress: Callable[[StepProgress], None] | None = None,
-                     *, clients_per_host: int = 0) -> StepResult:
-    """Measure ``plan`` with its clients on the cluster at ``address``; the result holds
+                     *, clients_per_host: int = 0, observe=None) -> StepResult:
+    """Measure ``plan`` with its clients on the cluster at ``address`` (``observe``: the
+    servers' side, as :func:`~pytest_storagescale.load.engine.run_step` takes it); the result holds
     the per-host breakdown (``hosts``) and the ``lost`` clients (an interrupted step's
     too, in :class:`StepInterrupted`'s ``result``).
 
@@ -446,7 +447,7 @@ def run_cluster_step(address: str, plan: StepPlan,
     check_offsets(hosts, address)
     executor = ClusterExecutor(connection, hosts, clients_per_host)
     try:
-        result = run_step(plan, executor=executor, progress=progress)
+        result = run_step(plan, executor=executor, progress=progress, observe=observe)
     except StepInterrupted as interrupted:
         stopped = interrupted.result
         stopped.hosts, stopped.lost = list(executor.hosts), executor.lost

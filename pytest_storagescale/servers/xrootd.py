@@ -41,6 +41,7 @@ from ..drivers.url import HTTPS_SCHEMES
 from ..errors import EndpointError, exit_text
 from ..redact import redact_url
 from .family import EmbeddedServer
+from .monitor import report_line
 from .orphans import server_directory
 from .processes import free_port, log_tail, unprivileged_user
 
@@ -133,6 +134,7 @@ class EmbeddedXRootD(EmbeddedServer):
     """
 
     kind = "xrootd"
+    reports_summary = True
     schemes = ("root", "davs")
     logins = ("unix", "krb5", "gsi", "token")
     packages = ("xrootd-server", "xrootd-server-plugins")
@@ -229,6 +231,11 @@ class EmbeddedXRootD(EmbeddedServer):
         assert self.process is not None
         return self.process.pid
 
+    def server_pids(self) -> list[int]:
+        """The xrootd process while it runs."""
+        return [self.process.pid] if self.process is not None and self.process.poll() is None \
+            else []
+
     @property
     def log_path(self) -> Path:
         assert self.directory is not None
@@ -253,6 +260,7 @@ class EmbeddedXRootD(EmbeddedServer):
                 # the security framework only when a login needs it: unix is no protocol
                 *(["xrootd.seclib libXrdSec.so", *self._security_config]
                   if self._security_config else []),
+                *([report_line(self.report_to)] if self.report_to else []),
                 self.extra_config,
                 "",
             ])

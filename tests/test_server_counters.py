@@ -1,0 +1,252 @@
+"""The server's side of a step (servers/monitor.py), against a real xrootd reporting its
+own summary monitoring (``xrd.report``) to the listener a session starts:
+
+- everything the clients sent (warm-up + window + drain, as the step's record says) is
+  what the server counted, within 1 % or 50 requests, with the compiled loop;
+- load from outside the plugin during the step makes the step an error that says the
+  counts disagree;
+- the server processes' CPU, threads and connections over the window are measured,
+  rules can name them (``server_cpu``), and a saturated server is said so.
+
+Mechanisms only: no assertion on how fast anything ran."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+
+import pytest
+
+from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.load.engine import run_step
+from pytest_storagescale.load.operations import get_operation
+from pytest_storagescale.load.plan import StepPlan
+from pytest_storagescale.load.server_usage import ServerUsage
+from pytest_storagescale.records import StepRecord, Verdict
+from pytest_storagescale.reporting.table import format_table, format_why
+from pytest_storagescale.servers.monitor import (
+    ServerWatch,
+    SummaryListener,
+    disagreement,
+    parse_summary,
+)
+from pytest_storagescale.steps import counts_disagree
+from pytest_storagescale.thresholds import evaluate, parse_rule
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def reporting_xrootd():
+    """A real xrootd reporting its summary every second to a listener on loopback."""
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
+
+    listener = SummaryListener()
+    server = EmbeddedXRootD(https=False)
+    server.report_to = listener.address
+    try:
+        with server:
+            yield server, listener
+    finally:
+        listener.close()
+
+
+@pytest.fixture
+def area(reporting_xrootd, request):
+    server, _ = reporting_xrootd
+    root = f"/storagescale/{request.node.name[:40]}"
+    driver = driver_spec(server.url, writable_root=root).connect("tests", timeout=10)
+    driver.mkdir(root)
+    yield root
+    driver.remove_tree(root)
+    driver.close()
+
+
+def _stat_step(server, root, **values) -> StepPlan:
+    plan = dict(operation=get_operation("stat"), clients=4, duration=2.0, warmup=0.5,
+                hang_timeout=30.0, workdir=f"{root}/step",
+                driver=driver_spec(server.url, writable_root=root,
+                                   options={"client_loop": "compiled"}))
+    plan.update(values)
+    return StepPlan(**plan)
+
+
+def _watched(server, listener, plan: StepPlan, root: str,
+             during=None) -> tuple[StepRecord, ServerWatch]:
+    """Run ``plan`` with the server's side watched as a session watches it (``during``:
+    called in a thread once the load began); the step's record."""
+    calibration = driver_spec(server.url, writable_root=root).connect("calib", timeout=10)
+
+    def send(count: int) -> None:
+        for _ in range(count):
+            calibration.stat(root)
+
+    watch = ServerWatch(source="test", operation=plan.operation.name,
+                        pids=server.server_pids(), listener=listener, door="root", send=send)
+    outside = None
+
+    def observe():
+        nonlocal outside
+        bracket = watch.bracket()
+
+        class Started:
+            def __enter__(self):
+                bracket.__enter__()
+                if during is not None:
+                    nonlocal outside
+                    outside = threading.Thread(target=during, daemon=True)
+                    outside.start()
+
+            def __exit__(self, *exc):
+                if outside is not None:
+                    outside.join()
+                return bracket.__exit__(*exc)
+
+        return Started()
+
+    result = run_step(plan, executor="threads", observe=observe)
+    calibration.close()
+    record = StepRecord(step_id="1", test="t", section="stat", operation="stat",
+                        clients=plan.clients, result=result, client_cpu_limit=0.9)
+    measure_from = result.started + result.warmup_s
+    record.server = watch.usage(measure_from, measure_from + result.duration_s)
+    return record, watch
+
+
+def test_the_server_counts_what_the_plugin_sent(reporting_xrootd, area):
+    """Warm-up + window + drain of a compiled-loop stat step is what the server served
+    (its own ``misc`` counter over its count per stat), within 1 % or 50 requests."""
+    server, listener = reporting_xrootd
+    record, _ = _watched(server, listener, _stat_step(server, area), area)
+    total = record.total
+    assert total.failed == 0 and total.hung == 0, total.errors
+    assert record.result.client.compiled_clients == 4  # the compiled loop made them
+    sent = record.issued_operations
+    assert sent == (total.warmup_operations + total.succeeded + total.drain_operations)
+    assert total.warmup_operations > 0  # the warm-up's requests are counted too
+    usage = record.server
+    assert usage.counted == "misc" and usage.per_operation >= 1, usage
+    served = usage.operations
+    assert abs(served - sent) <= max(0.01 * sent, 50), (served, sent, usage.ops)
+    assert counts_disagree(record) is None
+    # the set-up's put and the clean-up's requests are outside the bracket: no open
+    assert usage.ops.get("open", 0) == 0 and usage.ops.get("wr", 0) == 0, usage.ops
+    assert record.server_ops == usage.requests >= served
+
+
+def test_load_from_outside_the_plugin_makes_the_step_an_error(reporting_xrootd, area):
+    """Stats sent by another client during the step: the server counts them, the
+    plugin does not; the verdict says the step did not measure what it claims."""
+    server, listener = reporting_xrootd
+    stranger = driver_spec(server.url, writable_root=area).connect("stranger", timeout=10)
+
+    def extra_load() -> None:
+        for _ in range(3000):
+            stranger.stat(area)
+
+    plan = _stat_step(server, area, clients=1, duration=1.0, warmup=0.0)
+    record, _ = _watched(server, listener, plan, area, during=extra_load)
+    stranger.close()
+    assert record.server.operations > record.issued_operations + 2000
+    why = counts_disagree(record)
+    assert why is not None and "load from outside the plugin" in why, why
+    assert f"where its clients made {record.issued_operations}" in why
+    # the verdict: the step as judge_step leaves it
+    record.verdict, record.error = Verdict.ERROR, why
+    assert any("did not measure what it claims" in line for line in format_why(record))
+
+
+def test_server_cpu_is_measured_and_rules_name_it(reporting_xrootd, area):
+    """The server process's CPU over the window (per core), its threads and
+    connections; ``server_cpu`` and ``server_connections`` in rules; the JSON keeps
+    them; a limit below what it used says the server was saturated."""
+    server, listener = reporting_xrootd
+    record, _ = _watched(server, listener, _stat_step(server, area), area)
+    usage = record.server
+    assert usage.cpu_s is not None and usage.cpu_s > 0, usage
+    assert 0 < record.server_cpu <= 1.0 and usage.cores >= 1
+    assert record.server_threads >= 1
+    assert record.server_connections >= 4  # one per client, at least
+    checks = evaluate([parse_rule("server_cpu <= 1.0"), parse_rule("server_connections >= 4"),
+                       parse_rule("server_cpu > 1.0")], record.metric)
+    assert [c.passed for c in checks] == [True, True, False]
+    assert not record.server_saturated
+    record.client_cpu_limit = record.server_cpu / 2
+    assert record.server_saturated
+    assert any(line.startswith("server saturated:") for line in format_why(record))
+    table = "\n".join(format_table([record]))
+    assert "server" in table and "saturated*" in table
+    again = StepRecord.from_json(json.loads(json.dumps(record.to_json())))
+    assert again.server == record.server and again.metric("server_cpu") == record.server_cpu
+    assert json.loads(json.dumps(record.to_json()))["server_ops"] == usage.requests
+
+
+# -- without a server ----------------------------------------------------------------
+SUMMARY = (b'<statistics tod="1" ver="v5.5.3" src="vm:1094" tos="100" pgm="xrootd" ins="anon" '
+           b'pid="7" site=""><stats id="link"><num>3</num></stats><stats id="proc"><usr><s>1'
+           b'</s><u>500000</u></usr><sys><s>0</s><u>250000</u></sys></stats><stats id="xrootd">'
+           b'<num>2</num><ops><open>4</open><rd>9</rd><rs>30</rs><misc>20</misc></ops></stats>'
+           b'<stats id="sched"><threads>12</threads></stats></statistics>')
+
+
+def test_a_summary_report_is_read_and_anything_else_ignored():
+    summary = parse_summary(SUMMARY, received=5.0)
+    assert summary is not None
+    assert (summary.source, summary.started, summary.links, summary.threads) == (
+        "vm:1094", 100, 3, 12)
+    assert summary.ops == {"open": 4, "rd": 9, "rs": 30, "misc": 20}
+    assert math.isclose(summary.cpu_s, 1.75)
+    assert parse_summary(b"not xml") is None
+    assert parse_summary(b"<other/>") is None
+    hostile = b'<!DOCTYPE s [<!ENTITY a "aaaa">]><statistics src="x">&a;</statistics>'
+    assert parse_summary(hostile) is None
+
+
+def test_counts_within_two_percent_agree():
+    usage = ServerUsage(ops={"misc": 2000}, counted="misc", per_operation=2.0)
+    assert usage.operations == 1000 and usage.requests == 2000
+    assert disagreement(1000, 0, usage) is None
+    assert disagreement(985, 0, usage) is None  # 1.5 %
+    assert "load from outside the plugin" in disagreement(900, 0, usage)
+    assert "never reached the server" in disagreement(1100, 0, usage)
+    assert disagreement(900, 100, usage) is None  # the hung ones may have been served
+    assert disagreement(900, 0, usage, clients=100) is None  # so may the logins
+    assert disagreement(1000, 0, ServerUsage(ops={"misc": 1})) is None  # not comparable
+
+
+def test_a_session_shows_the_servers_side_beside_the_clients(pytester):
+    """Through the plugin: the session's listener, the embedded xrootd reporting to it,
+    a stat step whose rules name the server's metrics; the table's ``server`` column,
+    the JSON's ``server`` and the results' agreement of both counts."""
+    (pytester.path / "thr" / "xrootd").mkdir(parents=True)
+    (pytester.path / "thr" / "xrootd" / "t.toml").write_text(
+        '[storage]\nsystem = "xrootd"\nversions = ["*"]\n[defaults]\nduration = "1s"\n'
+        'warmup = "0.5s"\nhang_timeout = "20s"\n[ops.stat]\nclients = [2]\n'
+        '[[ops.stat.expect]]\nrules = ["failed == 0", "server_ops > 0", '
+        '"server_cpu <= 1.0", "server_connections >= 2"]\n')
+    pytester.makepyfile(test_suite="""
+        import pytest
+
+        @pytest.mark.storagescale_op("stat")
+        def test_stat(storage_load, storage_clients):
+            storage_load.run()
+    """)
+    results = pytester.path / "results.json"
+    result = pytester.runpytest_subprocess(
+        "test_suite.py", "--storage-thresholds=thr", f"--storage-results={results}",
+        "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    [header] = [line for line in result.stdout.lines if line.lstrip().startswith("op ")]
+    assert "server" in header.split()
+    [step] = json.loads(results.read_text())["steps"]
+    server = step["server"]
+    assert server["counted"] == "misc" and server["operations"] is not None, server
+    sent = (step["warmup_operations"] + step["succeeded"] + step["failed"]
+            + step["drain_operations"])
+    assert abs(server["operations"] - sent) <= max(0.01 * sent, 50), (server, sent)
+    assert step["verdict"] == "pass" and step["server_ops"] == server["requests"]
+    checked = {check["metric"]: check["passed"] for check in step["checks"]}
+    assert {name: checked.get(name) for name in (
+        "server_ops", "server_cpu", "server_connections")} == dict.fromkeys(
+        ("server_ops", "server_cpu", "server_connections"), True), step["checks"]
