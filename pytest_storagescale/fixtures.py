@@ -8,6 +8,7 @@ can replace any of them:
 - ``storage_system`` / ``storage_thresholds``: which thresholds file applies;
 - ``storage_known_issues``: the files whose ``[known_issues]`` apply to a check;
 - ``storage_clients``: the step's concurrency, parametrized from the file's scan;
+  ``storage_arrival_rate``: an open-loop section's offered rate (requests/s), instead;
 - ``storage_load``: runs load steps and judges them, over the door
   ``storage_load_door`` names (parametrized by ``--storage-load-doors``); built from
   ``storage_endpoint`` and ``storage_thresholds``, so a conftest overriding either
@@ -256,6 +257,19 @@ def storage_clients(request: pytest.FixtureRequest) -> int:
     return param
 
 
+@pytest.fixture
+def storage_arrival_rate(request: pytest.FixtureRequest) -> float:
+    """This open-loop step's offered rate (requests/s), parametrized from the
+    thresholds section's ``arrival_rate`` list."""
+    param = getattr(request, "param", None)
+    if param is None:
+        raise pytest.UsageError(
+            "storage_arrival_rate is parametrized only for tests marked "
+            "@pytest.mark.storagescale_op('<section>') of an open-loop section "
+            "(arrival_rate = [...]).")
+    return param
+
+
 #: the fixture a load test's door comes from (parametrized only with several doors)
 DOOR_FIXTURE = "storage_load_door"
 
@@ -329,6 +343,14 @@ class StorageLoad:
                         f"version is not tested for {section}")
         return plan
 
+    def rate_for(self, rate: float | None) -> float:
+        """``rate``, or the test's parametrized ``storage_arrival_rate`` (0: none, a
+        closed loop)."""
+        node = self._request.node
+        if rate is None and hasattr(node, "callspec"):
+            rate = node.callspec.params.get("storage_arrival_rate")
+        return float(rate or 0.0)
+
     def clients_for(self, clients: int | None) -> int:
         node = self._request.node
         if clients is None and hasattr(node, "callspec"):
@@ -340,7 +362,7 @@ class StorageLoad:
     def run(self, section: str | None = None, clients: int | None = None, *,
             check: bool = True, label: str | None = None, judge: Judge = True,
             derive: Derive | None = None, side: str | None = None,
-            **overrides: Any) -> StepRecord:
+            arrival_rate: float | None = None, **overrides: Any) -> StepRecord:
         """Run ``section`` of the thresholds file (default: the test's
         ``storagescale_op`` marker) at ``clients`` (default: the test's parametrized
         concurrency); return the step's record.
@@ -351,13 +373,17 @@ class StorageLoad:
         ``label`` names the step's role in a multi-step test; ``judge=False`` records
         it without rules (verdict ``info``), or ``judge`` decides from the record;
         ``derive`` adds metrics computed from it (and earlier steps) before the rules
-        are checked; ``side`` runs one side of a composite section alone."""
-        section, clients = self.section_name(section), self.clients_for(clients)
-        self.section_plan(section)
+        are checked; ``side`` runs one side of a composite section alone.
+        ``arrival_rate`` (default: the test's parametrized ``storage_arrival_rate``):
+        an open-loop step at that offered rate, its clients the section's
+        ``max_in_flight``."""
+        section, rate = self.section_name(section), self.rate_for(arrival_rate)
+        plan = self.section_plan(section)
+        clients = (clients or plan.max_in_flight or 1) if rate else self.clients_for(clients)
         _usable(self._run)
         request = StepRequest(test=self.nodeid, system=self._system, section=section,
                               clients=clients, overrides=overrides, label=label, side=side,
-                              door=self.door_name)
+                              door=self.door_name, arrival_rate=rate)
         progress = LiveProgress(self._request.config)
         try:
             outcome = run_load_step(self._run, request, judge=judge, derive=derive,

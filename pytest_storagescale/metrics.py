@@ -24,7 +24,13 @@ __all__ = ["MEASURED", "STEP_MEASURED", "known_metrics", "metric_description",
 MEASURED: tuple[str, ...] = (
     "rate_hz", "rate_per_min", "mb_s", "mbit_s", "succeeded", "failed", "hung",
     "throttled", "error_ratio", "mean_s", "p50_s", "p90_s", "p99_s", "max_s",
+    *("offered_hz", "achieved_hz", "dropped", "late"),
 )
+#: of these, an open-loop step's own (``arrival_rate``): the offered rate, the achieved
+#: one (``rate_hz``), the requests dropped at the cap on requests in flight and those
+#: sent late (0 for a closed loop); its ``p50_s``... are response times, from each
+#: request's intended start (load/open_loop.py)
+OPEN_LOOP: tuple[str, ...] = ("offered_hz", "achieved_hz", "dropped", "late")
 #: metrics of the whole step only (no side): ``client_cpu``, the client processes'
 #: CPU (user + system) over the measured window as a fraction of the cores they may
 #: use (1: the client host was saturated, and measured itself); ``lost``, the clients

@@ -25,6 +25,7 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     STEP_PROPERTY,
     marker_arg,
     parametrize_load_doors,
+    storage_arrival_rate,
     storage_client,
     storage_clients,
     storage_doors,
@@ -66,7 +67,8 @@ header_shown_key = pytest.StashKey[bool]()
 
 MARKERS = (
     "storagescale_op(section): a load test of this thresholds section ([ops.<section>]); "
-    "storage_clients is parametrized from its scan list.",
+    "storage_clients (an open-loop section's storage_arrival_rate) is parametrized from "
+    "its scan list.",
     "storagescale_system(name): the storage system whose thresholds folder applies "
     "(--storage-system overrides).",
 )
@@ -307,9 +309,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     parametrize_load_doors(metafunc)
 
 
+#: the fixtures a load test's scan parametrizes: a closed loop's concurrencies, an
+#: open loop's offered rates
+SCAN_FIXTURES = ("storage_clients", "storage_arrival_rate")
+
+
 def parametrize_clients(metafunc: pytest.Metafunc) -> None:
-    """Parametrize ``storage_clients`` from the matched thresholds file."""
-    if "storage_clients" not in metafunc.fixturenames:
+    """Parametrize ``storage_clients`` (or an open-loop section's
+    ``storage_arrival_rate``) from the matched thresholds file."""
+    fixture = next((f for f in SCAN_FIXTURES if f in metafunc.fixturenames), None)
+    if fixture is None:
         return
     section = marker_arg(metafunc.definition, "storagescale_op")
     if section is None:
@@ -327,19 +336,37 @@ def parametrize_clients(metafunc: pytest.Metafunc) -> None:
         # raised from here it would become a collection error with a traceback; it is
         # raised as a usage error (exit code 4) once collection is done
         run.collection_errors.append(str(exc))
-        metafunc.parametrize("storage_clients", [pytest.param(None, marks=pytest.mark.skip(
+        metafunc.parametrize(fixture, [pytest.param(None, marks=pytest.mark.skip(
             reason=f"not collected: {exc}"))], indirect=True, ids=["error"])
         return
     plan = thresholds.section(section)
-    if plan is None:
-        reason = (f"{thresholds.path} has no [ops.{section}] section: this storage version "
-                  f"is not tested for {section}")
-        metafunc.parametrize("storage_clients", [pytest.param(
+    reason = scan_mismatch(fixture, plan, section, str(thresholds.path))
+    if plan is None or reason is not None:
+        metafunc.parametrize(fixture, [pytest.param(
             None, marks=pytest.mark.skip(reason=reason))], indirect=True, ids=["no-plan"])
+        return
+    if fixture == "storage_arrival_rate":
+        metafunc.parametrize(fixture, list(plan.arrival_rates), indirect=True,
+                             ids=[f"r{rate:g}hz" for rate in plan.arrival_rates])
         return
     clients = run.settings.clients or plan.clients
     metafunc.parametrize("storage_clients", list(clients), indirect=True,
                          ids=[f"c{c}" for c in clients])
+
+
+def scan_mismatch(fixture: str, plan, section: str, path: str) -> str | None:
+    """Why a test with ``fixture`` has no steps in ``plan``: no section, or a section
+    of the other loop (None: it has)."""
+    if plan is None:
+        return (f"{path} has no [ops.{section}] section: this storage version is not "
+                f"tested for {section}")
+    if fixture == "storage_arrival_rate" and not plan.open_loop:
+        return (f"[ops.{section}] of {path} scans clients (a closed loop); this test runs "
+                f"an open-loop scan: give the section arrival_rate = [...]")
+    if fixture == "storage_clients" and plan.open_loop:
+        return (f"[ops.{section}] of {path} scans arrival rates (an open loop); this test "
+                f"runs a closed-loop scan: use the storage_arrival_rate fixture")
+    return None
 
 
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:

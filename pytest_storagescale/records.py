@@ -18,7 +18,14 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from .load.server_usage import ServerUsage
-from .load.stats import ClientUsage, HostResult, SideResult, StepResult, sides_from_json
+from .load.stats import (
+    LATE_AFTER_S,
+    ClientUsage,
+    HostResult,
+    SideResult,
+    StepResult,
+    sides_from_json,
+)
 from .metrics import MEASURED, STEP_MEASURED
 
 if TYPE_CHECKING:
@@ -166,6 +173,10 @@ class StepRecord:
     plan: StepPlan | None = field(default=None, repr=False, compare=False)
     #: what the servers did during the step by their own account (None: not measured)
     server: ServerUsage | None = None
+    #: an open-loop step's offered rate (requests/s; ``clients`` is then its cap on
+    #: requests in flight) and schedule (``constant``, ``poisson``); 0: a closed loop
+    arrival_rate: float = 0.0
+    arrivals: str = ""
 
     # -- reading ---------------------------------------------------------------
     @property
@@ -207,6 +218,31 @@ class StepRecord:
                 f"{usage.cores} cores ({spread}), above the limit of "
                 f"{self.client_cpu_limit:.0%}: this step measured the client host, not the "
                 f"storage; run fewer clients per host or more client hosts")
+
+    #: an open-loop step with more of its window's requests sent late than this share
+    #: did not keep its schedule (the client host could not)
+    LATE_SHARE = 0.05
+
+    @property
+    def schedule_missed(self) -> bool:
+        """An open-loop step whose client host could not keep the schedule: more than
+        :attr:`LATE_SHARE` of its sent requests went late, or its client CPU was over
+        the limit."""
+        total = self.total
+        if not self.arrival_rate or total is None or total.open_loop is None:
+            return False
+        sent = total.succeeded + total.failed + total.throttled + total.hung
+        return self.client_saturated or (sent > 0 and total.late > self.LATE_SHARE * sent)
+
+    def schedule_text(self) -> str:
+        """Why an open-loop step's schedule was not kept, for the failure message."""
+        total = self.total
+        assert total is not None
+        cpu = "unknown" if math.isnan(self.client_cpu) else f"{self.client_cpu:.0%}"
+        return (f"schedule not kept: {total.late} of the requests were sent more than "
+                f"{LATE_AFTER_S * 1000:g} ms after their intended time (client CPU {cpu}): the "
+                f"client host could not offer {self.arrival_rate:g}/s; their lateness is in "
+                f"the response times. Offer less per host, or more client hosts")
 
     # -- the servers' side (servers/monitor.py) -----------------------------------
     @property
@@ -301,12 +337,21 @@ class StepRecord:
         """What identifies the step across runs (baseline matching): section,
         concurrency, label, side and door (a step of results written before doors were
         recorded has no door in its key)."""
-        key = (self.section, self.clients, self.label, self.side)
+        key = (self.section, self.scan_point, self.label, self.side)
         return (*key, self.door) if self.door else key
 
     @property
+    def scan_point(self) -> int | str:
+        """Where the step is in its scan: its clients, or an open loop's offered rate
+        (``"50/s"``)."""
+        return f"{self.arrival_rate:g}/s" if self.arrival_rate else self.clients
+
+    @property
     def title(self) -> str:
-        """``copyout/readers (alone) at 50 clients``."""
+        """``copyout/readers (alone) at 50 clients``; ``stat at 50/s (at most 200 in
+        flight)`` for an open loop."""
+        if self.arrival_rate:
+            return f"{self.name} at {self.arrival_rate:g}/s (at most {self.clients} in flight)"
         return f"{self.name} at {self.clients} clients"
 
     @property
@@ -322,6 +367,8 @@ class StepRecord:
             "format": FORMAT, "step_id": self.step_id, "worker": self.worker,
             "test": self.test, "op": self.section, "operation": self.operation,
             "label": self.label, "side": self.side, "door": self.door,
+            **({"arrival_rate": self.arrival_rate, "arrivals": self.arrivals,
+                "max_in_flight": self.clients} if self.arrival_rate else {}),
             "system": self.system, "operations_bound": self.max_operations,
             "warmup_s": self.warmup_s,
             "hang_timeout_s": self.hang_timeout_s, "params": self.params,
@@ -359,6 +406,7 @@ class StepRecord:
             "error": self.error, "cleanup_error": self.cleanup_error,
             "client_cpu_limit": self.client_cpu_limit,
             "client_saturated": self.client_saturated,
+            **({"schedule_missed": self.schedule_missed} if self.arrival_rate else {}),
         })
         if self.baseline is not None:
             document["baseline"] = self.baseline.to_json()
@@ -395,6 +443,8 @@ class StepRecord:
             else None,
             client_cpu_limit=float(data.get("client_cpu_limit") or 0.9),
             door=str(data.get("door") or ""),
+            arrival_rate=float(data.get("arrival_rate") or 0.0),
+            arrivals=str(data.get("arrivals") or ""),
             server=ServerUsage.from_json(data["server"])
             if isinstance(data.get("server"), dict) else None,
         )

@@ -40,7 +40,8 @@ class StepRequest:
     the section's values (``duration``, ``hang_timeout``, ``warmup``, parameters);
     ``label`` names the step's role in a multi-step test; ``side`` runs one side of a
     composite section alone; ``door`` names the door its clients use (None: the
-    endpoint's own)."""
+    endpoint's own); ``arrival_rate`` makes it an open-loop step at that offered rate
+    (``clients`` its cap on requests in flight; 0: the closed loop)."""
 
     test: str
     system: str
@@ -50,6 +51,7 @@ class StepRequest:
     label: str | None = None
     side: str | None = None
     door: str | None = None
+    arrival_rate: float = 0.0
 
 
 @dataclass
@@ -107,7 +109,8 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan, *,
         operation=operation, clients=request.clients, duration=duration, warmup=warmup,
         hang_timeout=hang_timeout, driver=door.spec,
         workdir=door.path(f"{request.section}-c{request.clients}-{step_id}"), params=params,
-        max_operations=section.max_operations,
+        max_operations=section.max_operations, arrival_rate=request.arrival_rate,
+        arrivals=section.arrivals,
     )
     record = StepRecord(
         step_id=step_id, test=request.test, section=request.section,
@@ -117,7 +120,8 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan, *,
         hang_timeout_s=hang_timeout, params=dict(params), executor=settings.executor,
         thresholds_file=str(thresholds.path), started=time.time(),
         client_cpu_limit=getattr(settings, "client_cpu_limit", None) or 0.9, door=door.name,
-        plan=plan,
+        plan=plan, arrival_rate=request.arrival_rate,
+        arrivals=section.arrivals if request.arrival_rate else "",
     )
     return record
 
@@ -350,7 +354,7 @@ def judge_step(run: StorageRun, record: StepRecord, section: SectionPlan, *,
     if not (judge(record) if callable(judge) else judge):
         record.verdict = Verdict.INFO
         return
-    rules = section.rules_for(record.clients)
+    rules = section.rules_for(record.clients, rate=record.arrival_rate)
     if (why := too_few_for_percentiles(record, rules)) is not None:
         return _error(record, why)
     if (why := empty_baseline(run, base, rules)) is not None:

@@ -19,6 +19,16 @@ must hold at each of them::
     clients = "<=100"
     rules = ["rate_hz >= 4", "failed == 0", "hung == 0"]
 
+A section may scan offered rates instead (an open loop, see :mod:`.load.open_loop`)::
+
+    [ops.stat]
+    arrival_rate = ["50/s", "500/s"]
+    arrivals = "poisson"         # or "constant" (the default)
+    max_in_flight = 200          # the cap on requests in flight (default 100)
+
+    [[ops.stat.expect]]          # no clients/arrival_rate key: every step
+    rules = ["failed == 0", "dropped == 0", "achieved_hz >= 0.95 * offered_hz"]
+
 A section runs the operation of its name, or the one ``op = "get"`` names. Files
 are validated when loaded; every problem is a :class:`ThresholdsError` that names
 the file, the key and what is valid. :meth:`ThresholdSet.scaled` shrinks a plan for
@@ -40,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import StorageScaleUsageError, ThresholdsError
 from .limits import check_clients
+from .load.plan import ARRIVALS
 from .metrics import known_metrics
 from .units import parse_duration
 
@@ -60,8 +71,12 @@ COMPARISONS: dict[str, Callable[[float, float], bool]] = {
 DEFAULT_KEYS = ("duration", "warmup", "hang_timeout")
 #: keys an ``[ops.<section>]`` table may hold besides its operation's parameters
 SECTION_KEYS = ("op", "clients", "expect", "operations", "tries", "min_operations",
-                "clients_per_host",
+                "clients_per_host", "arrival_rate", "arrivals", "max_in_flight",
                 *DEFAULT_KEYS)
+#: an open-loop section's cap on requests in flight when it does not say
+DEFAULT_MAX_IN_FLIGHT = 100
+#: an offered rate: ``"500/s"``, ``"30/min"`` (or a number: per second)
+_RATE_RE = re.compile(r"\s*(\d+(?:\.\d+)?(?:e[-+]?\d+)?)\s*/\s*(s|min)\s*")
 #: keys of a recovery probe section (see ``StorageLoad.recovery``)
 RECOVERY_KEYS = ("overload_clients", "overload_duration", "recover_fraction", "recover_within")
 #: rules that judge every step unless an ``expect`` block selecting its concurrency
@@ -71,9 +86,10 @@ DEFAULT_RULES = ("hung == 0", "lost == 0")
 #: the shortest step a scaled plan runs (a shorter unscaled one stays as it is)
 MIN_SCALED_DURATION_S = 1.0
 _NUMBER = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+_METRIC = r"[A-Za-z_][\w.]*"
 _RULE_RE = re.compile(
-    rf"^\s*([A-Za-z_][\w.]*)\s*(>=|<=|==|>|<)\s*"
-    rf"(?:({_NUMBER})\s*(\*\s*baseline)?|(baseline))\s*$"
+    rf"^\s*({_METRIC})\s*(>=|<=|==|>|<)\s*"
+    rf"(?:({_NUMBER})\s*(?:\*\s*({_METRIC}))?|({_METRIC}))\s*$"
 )
 
 
@@ -88,6 +104,9 @@ class Rule:
     limit: float
     text: str
     relative: bool = False
+    #: another metric of the same step the limit is a factor of (``achieved_hz >= 0.95
+    #: * offered_hz``; None: a number or the baseline)
+    reference: str | None = None
 
     def resolve(self, baseline: float | None) -> float | None:
         """The number to compare with; None for a relative rule without a baseline."""
@@ -108,11 +127,20 @@ def parse_rule(text: str, *, sides: tuple[str, ...] = (), where: str = "rule") -
         raise ThresholdsError(
             f"{where}: cannot read rule {text!r}. Write '<metric> <comparison> <number>', "
             f"e.g. 'rate_hz >= 4', or relative to a baseline run: 'rate_hz >= 0.9 * baseline'"
-            f", 'hung <= baseline'; comparisons: {', '.join(COMPARISONS)}."
+            f", 'hung <= baseline', or to another metric of the step: 'achieved_hz >= 0.95 "
+            f"* offered_hz'; comparisons: {', '.join(COMPARISONS)}."
         )
-    metric, comparison, number, times_baseline, bare_baseline = match.groups()
-    relative = bool(times_baseline or bare_baseline)
+    metric, comparison, number, times, bare_other = match.groups()
+    other = times or bare_other
+    relative = other == "baseline"
+    reference = other if other and not relative else None
     number = number if number is not None else "1"
+    for name in (metric, *([reference] if reference else [])):
+        _check_metric(name, text, sides, where)
+    return Rule(metric, comparison, float(number), text.strip(), relative, reference)
+
+
+def _check_metric(metric: str, text: str, sides: tuple[str, ...], where: str) -> None:
     side, _, bare = metric.rpartition(".")
     known = known_metrics()
     if bare not in known:
@@ -125,7 +153,6 @@ def parse_rule(text: str, *, sides: tuple[str, ...] = (), where: str = "rule") -
         raise ThresholdsError(
             f"{where}: unknown side {side!r} in {text!r}. Sides: {valid}."
         )
-    return Rule(metric, comparison, float(number), text.strip(), relative)
 
 
 @functools.cache
@@ -173,9 +200,39 @@ def parse_selector(value: Any, *, where: str) -> ClientSelector:
     )
 
 
+def parse_rate(value: Any, *, where: str) -> float:
+    """An offered rate: ``"500/s"``, ``"30/min"``, or a number (per second); > 0."""
+    rate = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        rate = float(value)
+    elif isinstance(value, str) and (m := _RATE_RE.fullmatch(value)):
+        rate = float(m.group(1)) / (60.0 if m.group(2) == "min" else 1.0)
+    if rate is None or not rate > 0 or rate == float("inf"):
+        raise ThresholdsError(
+            f"{where}: cannot read arrival rate {value!r}. Write requests per second as "
+            f"\"500/s\" (or per minute, \"30/min\"), more than 0.")
+    return rate
+
+
+def parse_rate_selector(value: Any, *, where: str) -> ClientSelector:
+    """Which offered rates an open-loop ``expect`` block applies to: a rate
+    (``"50/s"``), a list of rates, ``"<=100/s"``, ``">=100/s"`` or ``"*"``."""
+    if isinstance(value, str) and value.strip() in ("*", "all"):
+        return ClientSelector(value.strip(), lambda r: True)
+    if isinstance(value, list) and value:
+        rates = frozenset(parse_rate(v, where=where) for v in value)
+        return ClientSelector(str(value), lambda r: r in rates)
+    if isinstance(value, str) and (m := re.fullmatch(r"\s*(<=|>=|<|>)(.+)", value)):
+        comparison, limit = COMPARISONS[m.group(1)], parse_rate(m.group(2), where=where)
+        return ClientSelector(value.strip(), lambda r: comparison(r, limit))
+    rate = parse_rate(value, where=where)
+    return ClientSelector(str(value), lambda r: r == rate)
+
+
 @dataclass(frozen=True)
 class Expectation:
-    """The rules that hold for the concurrencies its selector picks."""
+    """The rules that hold for the concurrencies (or, in an open-loop section, the
+    offered rates) its selector picks."""
 
     clients: ClientSelector
     rules: tuple[Rule, ...]
@@ -256,13 +313,24 @@ class SectionPlan:
     judged_as: Mapping[int, int] = field(default_factory=dict)
     #: on a cluster (--storage-cluster): this many clients per host (0: spread evenly)
     clients_per_host: int = 0
+    #: an open-loop section's offered rates (requests/s; empty: a closed loop, scanned
+    #: over ``clients``), their schedule and the cap on requests in flight
+    arrival_rates: tuple[float, ...] = ()
+    arrivals: str = "constant"
+    max_in_flight: int = 0
 
-    def rules_for(self, clients: int) -> list[Rule]:
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.arrival_rates)
+
+    def rules_for(self, clients: int, rate: float = 0.0) -> list[Rule]:
         """The rules of every expectation that selects ``clients`` (for a scaled plan:
-        the file's concurrency it stands for), then the :data:`DEFAULT_RULES` on a
-        metric none of them names (on the step or on one of its sides)."""
+        the file's concurrency it stands for; an open-loop step: that selects its
+        offered ``rate``), then the :data:`DEFAULT_RULES` on a metric none of them
+        names (on the step or on one of its sides)."""
         clients = self.judged_as.get(clients, clients)
-        rules = [r for e in self.expectations if e.clients(clients) for r in e.rules]
+        chosen = rate if rate else clients
+        rules = [r for e in self.expectations if e.clients(chosen) for r in e.rules]
         named = {rule.metric.rpartition(".")[2] for rule in rules}
         return rules + [rule for rule in default_rules() if rule.metric not in named]
 
@@ -499,7 +567,8 @@ def _section(name: str, table: Any, path: Path, defaults: dict[str, float]) -> S
         table, "clients_per_host", 0, 0, path, key, "a whole number of clients each host of "
         "a --storage-cluster runs, e.g. clients_per_host = 100 (default: spread evenly)",
     )
-    clients = _clients(table.get("clients"), path, key)
+    rates, arrivals, max_in_flight = _open_loop(table, operation, path, key)
+    clients = () if rates else _clients(table.get("clients"), path, key)
     timings = {
         timing: _timing(timing, table[timing], path, f"{key}.{timing}") if timing in table
         else defaults[timing]
@@ -513,13 +582,56 @@ def _section(name: str, table: Any, path: Path, defaults: dict[str, float]) -> S
         warmup=timings["warmup"],
         hang_timeout=timings["hang_timeout"],
         params=_params(operation, table, path, key),
-        expectations=_expectations(name, table.get("expect", []), operation.sides, path),
+        expectations=_expectations(name, table.get("expect", []), operation.sides, path,
+                                   open_loop=bool(rates)),
         max_operations=max_operations,
         tries=tries,
         recovery=recovery,
         min_operations=min_operations,
         clients_per_host=clients_per_host,
+        arrival_rates=rates, arrivals=arrivals, max_in_flight=max_in_flight,
     )
+
+
+def _open_loop(table: dict, operation: Operation, path: Path, key: str
+               ) -> tuple[tuple[float, ...], str, int]:
+    """An open-loop section's offered rates, schedule and cap (none: a closed loop)."""
+    if "arrival_rate" not in table:
+        extra = [name for name in ("arrivals", "max_in_flight") if name in table]
+        if extra:
+            raise ThresholdsError(f"{_where(path, key)}: {', '.join(extra)} belong to an "
+                                  f"open-loop section; add arrival_rate = [\"50/s\", ...] "
+                                  f"(or remove them).")
+        return (), "constant", 0
+    if "clients" in table:
+        raise ThresholdsError(
+            f"{_where(path, key)}: give either clients (a closed loop: each client sends "
+            f"its next request when the last one returned) or arrival_rate (an open loop: "
+            f"requests at a fixed rate, max_in_flight the cap), not both.")
+    if operation.sides:
+        raise ThresholdsError(
+            f"{_where(path, key)}: arrival_rate works with one-sided operations; "
+            f"{operation.name} has sides ({', '.join(operation.sides)}): scan it with "
+            f"clients, or give each side its own open-loop section.")
+    where = _where(path, f"{key}.arrival_rate")
+    value = table["arrival_rate"]
+    if not isinstance(value, list) or not value:
+        raise ThresholdsError(f"{where}: must be a list of offered rates, e.g. "
+                              f"arrival_rate = [\"2/s\", \"5/s\", \"50/s\"].")
+    rates = tuple(dict.fromkeys(parse_rate(v, where=where) for v in value))
+    arrivals = table.get("arrivals", "constant")
+    if arrivals not in ARRIVALS:
+        raise ThresholdsError(f"{_where(path, f'{key}.arrivals')}: {arrivals!r} is not a "
+                              f"schedule; write arrivals = \"constant\" (every 1/rate s) or "
+                              f"\"poisson\" (random gaps of mean 1/rate s).")
+    cap = _whole_number(table, "max_in_flight", DEFAULT_MAX_IN_FLIGHT, 1, path, key,
+                        "a whole number of requests in flight at most (the clients the "
+                        "engine may use), e.g. max_in_flight = 200")
+    try:
+        check_clients(cap, what=_where(path, f"{key}.max_in_flight"))
+    except StorageScaleUsageError as exc:
+        raise ThresholdsError(str(exc)) from None
+    return rates, arrivals, cap
 
 
 def _section_operation(name: str, table: dict, path: Path, key: str) -> Operation:
@@ -564,25 +676,30 @@ def _params(operation: Operation, table: dict, path: Path, key: str) -> dict[str
 
 
 def _expectations(name: str, expect: Any, sides: tuple[str, ...],
-                  path: Path) -> tuple[Expectation, ...]:
+                  path: Path, *, open_loop: bool = False) -> tuple[Expectation, ...]:
     if not isinstance(expect, list):
         raise ThresholdsError(
             f"{_where(path, f'[ops.{name}].expect')}: write expectations as "
             f"[[ops.{name}.expect]] blocks with clients and rules."
         )
     return tuple(
-        _expectation(block, sides, path, f"[ops.{name}.expect][{index}]")
+        _expectation(block, sides, path, f"[ops.{name}.expect][{index}]", open_loop)
         for index, block in enumerate(expect)
     )
 
 
-def _expectation(block: Any, sides: tuple[str, ...], path: Path, key: str) -> Expectation:
-    """One ``[[ops.<name>.expect]]`` block: a client selector and its rules."""
+def _expectation(block: Any, sides: tuple[str, ...], path: Path, key: str,
+                 open_loop: bool = False) -> Expectation:
+    """One ``[[ops.<name>.expect]]`` block: a client selector (an open-loop section's:
+    a rate selector, ``arrival_rate``) and its rules; without one, every step."""
     where = _where(path, key)
     if not isinstance(block, dict):
         raise ThresholdsError(f"{where}: must be a table with clients and rules.")
-    _check_keys(block, ("clients", "rules"), path, key)
-    selector = parse_selector(block.get("clients", "*"), where=f"{where}.clients")
+    scan = "arrival_rate" if open_loop else "clients"
+    _check_keys(block, (scan, "rules"), path, key)
+    selector = (parse_rate_selector(block.get(scan, "*"), where=f"{where}.{scan}")
+                if open_loop else
+                parse_selector(block.get("clients", "*"), where=f"{where}.clients"))
     rules = block.get("rules")
     if not isinstance(rules, list) or not rules:
         raise ThresholdsError(
@@ -708,7 +825,8 @@ def evaluate(
     for rule in rules:
         observed = metric(rule.metric)
         base = baseline(rule.metric) if (rule.relative and baseline is not None) else None
-        limit = rule.resolve(base)
+        limit = (rule.limit * metric(rule.reference) if rule.reference is not None
+                 else rule.resolve(base))
         passed = None if limit is None else COMPARISONS[rule.comparison](observed, limit)
         checks.append(RuleCheck(rule=rule.text, metric=rule.metric,
                                 comparison=rule.comparison, limit=limit, observed=observed,

@@ -9,6 +9,7 @@ open loop, and one per client in the closed loop.
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 
@@ -143,3 +144,112 @@ def test_poisson_arrivals_have_the_rate_on_average_and_one_sequence_per_seed():
     assert len(set(gaps)) > 4000  # not constant
     constant = list(itertools.islice(intended_times(100.0, "constant", 1.0, 7), 3))
     assert constant == [1.0, 1.01, 1.02]
+
+
+# -- the thresholds file and the plugin ------------------------------------------------
+ISSUE_EXAMPLE = """
+[storage]
+system = "xrootd"
+versions = ["*"]
+
+[defaults]
+duration = "1s"
+warmup = "0s"
+hang_timeout = "5s"
+
+[ops.stat]
+arrival_rate = ["20/s", "40/s"]
+max_in_flight = 20
+
+[[ops.stat.expect]]          # no clients/arrival_rate key: every step of the section
+rules = ["failed == 0"]
+
+[[ops.stat.expect]]
+arrival_rate = "<=20/s"
+rules = ["achieved_hz >= 0.5 * offered_hz", "dropped == 0", "late <= 20"]
+
+[ops.ls]
+clients = [2]
+"""
+
+OPEN_SUITE = """
+import pytest
+
+@pytest.mark.storagescale_op("stat")
+def test_stat_open(storage_load, storage_arrival_rate):
+    storage_load.run()
+
+@pytest.mark.storagescale_op("stat")
+def test_stat_closed(storage_load, storage_clients):
+    storage_load.run()
+
+@pytest.mark.storagescale_op("ls")
+def test_ls_open(storage_load, storage_arrival_rate):
+    storage_load.run()
+"""
+
+
+def test_the_issues_example_loads_and_selects_rules_by_rate(tmp_path):
+    from pytest_storagescale.thresholds import load_thresholds
+
+    path = tmp_path / "t.toml"
+    path.write_text(ISSUE_EXAMPLE)
+    section = load_thresholds(path).sections["stat"]
+    assert section.arrival_rates == (20.0, 40.0) and section.max_in_flight == 20
+    assert section.arrivals == "constant" and section.clients == ()
+    low = [rule.text for rule in section.rules_for(20, rate=20.0)]
+    high = [rule.text for rule in section.rules_for(20, rate=40.0)]
+    assert "failed == 0" in low and "failed == 0" in high  # no selector: every step
+    assert "dropped == 0" in low and "dropped == 0" not in high
+    rule = next(r for r in section.rules_for(20, rate=20.0) if r.reference)
+    assert (rule.metric, rule.limit, rule.reference) == ("achieved_hz", 0.5, "offered_hz")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (("max_in_flight = 20", "max_in_flight = 20\nclients = [1]"), "not both"),
+    (('["20/s", "40/s"]', '["fast"]'), "cannot read arrival rate 'fast'"),
+    (('max_in_flight = 20', 'max_in_flight = 20\narrivals = "bursty"'), "'bursty' is not a "
+                                                                         "schedule"),
+    (('arrival_rate = "<=20/s"', 'clients = 3'), "unknown key 'clients'"),
+    (("clients = [2]", "clients = [2]\nmax_in_flight = 3"), "belong to an open-loop"),
+])
+def test_bad_open_loop_sections_name_the_key_and_the_fix(tmp_path, change, message):
+    from pytest_storagescale.errors import ThresholdsError
+    from pytest_storagescale.thresholds import load_thresholds
+
+    path = tmp_path / "t.toml"
+    path.write_text(ISSUE_EXAMPLE.replace(*change))
+    with pytest.raises(ThresholdsError, match=message):
+        load_thresholds(path)
+
+
+def test_an_open_loop_scan_runs_through_the_plugin_with_verdicts(pytester, tmp_path):
+    area = tmp_path / "area"
+    area.mkdir()
+    pytester.makepyfile(test_suite=OPEN_SUITE)
+    folder = pytester.path / "thr" / "xrootd"
+    folder.mkdir(parents=True)
+    (folder / "any.toml").write_text(ISSUE_EXAMPLE)
+    result = pytester.runpytest(
+        f"--storage-endpoint=file://{area}", "--storage-version=1.0",
+        "--storage-thresholds=thr", "-p", "no:cacheprovider", "-rs", "-v",
+        "--storage-results=out/results.json")
+    result.assert_outcomes(passed=2, skipped=2)
+    result.stdout.fnmatch_lines([
+        "*test_stat_open[[]r20hz[]] PASSED*", "*test_stat_open[[]r40hz[]] PASSED*",
+        "op*clients*offered*succeeded*rate*failed*dropped*hung*p50*p99*verdict",
+        "stat*20*20.0 Hz*20*20.0 Hz*pass",
+        "*scans arrival rates (an open loop)*storage_arrival_rate fixture*",
+        "*scans clients (a closed loop)*give the section arrival_rate*",
+    ])
+    steps = json.loads((pytester.path / "out" / "results.json").read_text())["steps"]
+    assert [(s["arrival_rate"], s["max_in_flight"]) for s in steps] == [(20.0, 20),
+                                                                         (40.0, 20)]
+    for step in steps:
+        assert step["offered_hz"] == step["arrival_rate"] and step["verdict"] == "pass"
+        for key in ("achieved_hz", "dropped", "late", "latency_s", "service_latency_s",
+                    "warmup_operations"):
+            assert key in step
+    assert {c["rule"] for c in steps[0]["checks"]} >= {
+        "failed == 0", "achieved_hz >= 0.5 * offered_hz", "dropped == 0"}
+    assert "dropped == 0" not in {c["rule"] for c in steps[1]["checks"]}

@@ -35,18 +35,16 @@ import zlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from .plan import ARRIVALS
 from .stats import OpenLoopAccumulator, SideAccumulator
 
 if TYPE_CHECKING:
     from ..drivers.base import Driver
     from .clients import ClientSlot, StepRun
 
-#: the schedules an open-loop step may follow (``arrivals``)
-ARRIVALS = ("constant", "poisson")
-
-
 def intended_times(rate: float, arrivals: str, start: float, seed: int) -> Iterator[float]:
     """The intended send times of requests 0, 1, ... from ``start`` (any clock)."""
+    assert arrivals in ARRIVALS, arrivals
     if arrivals == "poisson":
         rng = random.Random(seed)
         moment = start

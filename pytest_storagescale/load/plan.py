@@ -13,6 +13,8 @@ if TYPE_CHECKING:  # the engine is imported by config.py: keep this module light
     from ..drivers.spec import DriverSpec
     from .operations import Operation
 
+#: the schedules an open-loop step may follow (``StepPlan.arrivals``)
+ARRIVALS = ("constant", "poisson")
 #: a client's native request timeout is this much longer than hang_timeout, so that
 #: a stuck request is counted as a hang by the engine rather than as a client error
 NATIVE_TIMEOUT_MARGIN = 5.0

@@ -32,6 +32,10 @@ DERIVED_COLUMN = "derived"
 #: the column of operations the storage throttled (429/503 with Retry-After past their
 #: deadline), after ``hung``, when a step has some
 THROTTLED_COLUMN = "throttled"
+#: an open-loop step's offered rate (after ``clients``, its cap on requests in flight)
+#: and its requests dropped at that cap (after ``failed``), when a step is open-loop;
+#: its ``rate`` is the achieved rate, its p50/p99 response times
+OFFERED_COLUMN, DROPPED_COLUMN = "offered", "dropped"
 
 
 def format_derived(name: str, value: float) -> str:
@@ -154,6 +158,8 @@ def table_rows(steps: list[StepRecord], main_door: str = "", *, client_column: b
     per_step = [step_rows(s, with_baseline=with_baseline, with_door=with_door,
                           with_derived=DERIVED_COLUMN in columns,
                           with_throttled=THROTTLED_COLUMN in columns) for s in steps]
+    if any(step.arrival_rate for step in steps):
+        columns, per_step = _with_open_loop(steps, columns, per_step)
     if client_column:
         columns, per_step = (*columns[:-1], CLIENT_COLUMN, columns[-1]), [
             [[*row[:-1], client_cell(step), row[-1]] for row in rows]
@@ -181,6 +187,28 @@ def server_cell(step: StepRecord) -> str:
         parts.append(f"CPU {server.cpu:.0%}" + (f" {SATURATED}" if step.server_saturated
                                                  else ""))
     return ", ".join(parts) or "-"
+
+
+def _with_open_loop(steps: list[StepRecord], columns: tuple[str, ...],
+                    per_step: list[list[list[str]]]
+                    ) -> tuple[tuple[str, ...], list[list[list[str]]]]:
+    """``columns`` and rows with :data:`OFFERED_COLUMN` and :data:`DROPPED_COLUMN`
+    (``-`` for a closed-loop step)."""
+    offered_at = columns.index("clients") + 1
+    dropped_at = columns.index("failed") + 2  # after the offered column
+    widened = (*columns[:offered_at], OFFERED_COLUMN, *columns[offered_at:])
+    widened = (*widened[:dropped_at], DROPPED_COLUMN, *widened[dropped_at:])
+    rows = []
+    for step, step_rows_ in zip(steps, per_step, strict=True):
+        sides = list(step.sides.values()) or [None] * len(step_rows_)
+        offered = format_rate(step.arrival_rate) if step.arrival_rate else "-"
+        out = []
+        for row, side in zip(step_rows_, sides, strict=True):
+            dropped = str(side.dropped) if step.arrival_rate and side is not None else "-"
+            row = [*row[:offered_at], offered, *row[offered_at:]]
+            out.append([*row[:dropped_at], dropped, *row[dropped_at:]])
+        rows.append(out)
+    return widened, rows
 
 
 def _number(value: float | int | None) -> str:
@@ -250,8 +278,10 @@ def _server_numbers(step: StepRecord, index: int) -> list[str]:
 
 def saturation_note(steps: list[StepRecord]) -> list[str]:
     """The note under a table with a saturated step (``saturated*``), else nothing."""
+    missed = [step.title for step in steps if step.schedule_missed]
     return ([SATURATED_NOTE] if any(step.client_saturated for step in steps) else []) + (
-        [SERVER_SATURATED_NOTE] if any(step.server_saturated for step in steps) else [])
+        [SERVER_SATURATED_NOTE] if any(step.server_saturated for step in steps) else []) + (
+        [f"{SCHEDULE_NOTE}: {'; '.join(missed)}"] if missed else [])
 
 
 #: the column that appears when a step saturated its client host
@@ -263,6 +293,11 @@ SATURATED_NOTE = ("* the client processes used more of the client host's cores t
                   "the storage")
 SERVER_SATURATED_NOTE = ("* (server) the server processes used more of their cores than "
                          "the same limit: such a step measured the server at its CPU limit")
+
+
+#: the note naming open-loop steps that did not keep their schedule
+SCHEDULE_NOTE = ("open-loop steps whose client host could not keep the schedule (requests "
+                 "sent late; their lateness is in the response times)")
 
 
 def client_cell(step: StepRecord) -> str:
@@ -329,6 +364,8 @@ def format_why(step: StepRecord, *, top: int = 3) -> list[str]:
     lines = [f"error: {step.error}"] if step.error else []
     if step.client_saturated:
         lines.append(step.saturation_text())
+    if step.schedule_missed:
+        lines.append(step.schedule_text())
     if step.server_saturated:
         lines.append(step.server_saturation_text())
     total = step.total
