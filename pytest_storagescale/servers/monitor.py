@@ -41,8 +41,11 @@ from ..load.server_usage import ServerUsage
 REPORT_EVERY = 1
 #: the ``xrd.report`` line of an embedded xrootd reporting to ``address``
 REPORT_LINE = "xrd.report {address} every {every}s all sync"
-#: the most the watch waits for a server's next report at the load's start and end
+#: the most the watch waits for a server's next report at the load's start and end:
+#: this, or one and a half of the longest interval between a server's reports (a
+#: remote storage's, at most :data:`LONGEST_WAIT`)
 FRESH_WAIT = 3.0
+LONGEST_WAIT = 60.0
 #: how often the server processes are sampled (seconds); connections every 4th time
 #: (psutil reads the whole TCP table for them)
 SAMPLE_EVERY = 0.25
@@ -141,6 +144,8 @@ class SummaryListener:
         self._socket.bind((host, int(port or 0)))
         self._socket.settimeout(0.2)  # the thread looks whether it was closed
         self._latest: dict[str, Summary] = {}
+        #: each server's last interval between two reports (seconds)
+        self._interval: dict[str, float] = {}
         self._condition = threading.Condition()
         self._closed = threading.Event()
         #: (operation, door) -> the counter's requests per operation, measured once
@@ -167,6 +172,9 @@ class SummaryListener:
             if summary is None:
                 continue
             with self._condition:
+                last = self._latest.get(summary.source)
+                if last is not None:
+                    self._interval[summary.source] = summary.received - last.received
                 self._latest[summary.source] = summary
                 self._condition.notify_all()
 
@@ -175,11 +183,17 @@ class SummaryListener:
         with self._condition:
             return dict(self._latest)
 
-    def fresh(self, after: float, timeout: float = FRESH_WAIT) -> dict[str, Summary]:
+    def wait_limit(self) -> float:
+        """How long :meth:`fresh` waits by default (see :data:`FRESH_WAIT`)."""
+        with self._condition:
+            longest = max(self._interval.values(), default=0.0)
+        return min(max(FRESH_WAIT, 1.5 * longest), LONGEST_WAIT)
+
+    def fresh(self, after: float, timeout: float | None = None) -> dict[str, Summary]:
         """The reports received after ``after`` (``time.time()``), waiting up to
-        ``timeout`` seconds until every server heard from so far has sent one (at
-        least one server); those that did not are left out."""
-        deadline = time.monotonic() + timeout
+        ``timeout`` seconds (default :meth:`wait_limit`) until every server heard from
+        so far has sent one (at least one server); those that did not are left out."""
+        deadline = time.monotonic() + (self.wait_limit() if timeout is None else timeout)
         with self._condition:
             while True:
                 new = {source: summary for source, summary in self._latest.items()
@@ -368,8 +382,9 @@ class ServerWatch:
         if self.listener is None:
             return {}, ""
         if not self.before or not self.after:
-            return {}, (f"no summary report from the server within {FRESH_WAIT:g} s at the "
-                        f"load's {'start' if not self.before else 'end'} (listening on "
+            return {}, (f"no summary report from the server within "
+                        f"{self.listener.wait_limit():g} s at the load's "
+                        f"{'start' if not self.before else 'end'} (listening on "
                         f"{self.listener.address})")
         ops = ops_between(self.before, self.after)
         return ops, "" if ops else "the server restarted during the step"
@@ -422,3 +437,17 @@ def disagreement(client_operations: int, in_flight: int, usage: ServerUsage,
             + ("load from outside the plugin reached the server during the step"
                if gap > 0 else "requests the clients counted never reached the server")
             + "); rerun it on a quiet server")
+
+
+def parse_listen_address(value: str) -> str:
+    """``--storage-server-monitor``: ``host:port`` (``[v6]:port``) to listen on for a
+    remote storage's summary monitoring; a usage error naming the form otherwise."""
+    from ..errors import StorageScaleUsageError
+
+    host, _, port = value.strip().rpartition(":")
+    if host and port.isdigit() and 0 < int(port) < 65536 and host.strip("[]"):
+        return value.strip()
+    raise StorageScaleUsageError(
+        f"--storage-server-monitor {value!r}: give the address to listen on for the "
+        f"storage's XRootD summary monitoring as host:port (e.g. 0.0.0.0:9931, the "
+        f"destination of the servers' 'xrd.report HOST:9931 every 10s all sync').")
