@@ -389,7 +389,20 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "(tcp://head:8786), local:N (N worker processes here) or a dask-jobqueue recipe "
         "with its number of hosts (htcondor:20, slurm:20). Default: clients run here.",
     ),
+    "storage_server_monitor": (
+        "--storage-server-monitor", lambda v: _parse_listen_address(v), None,
+        "host:port to listen on for a remote storage's XRootD summary monitoring (its "
+        "servers' 'xrd.report HOST:PORT every 10s all sync'): each step then shows the "
+        "requests the servers counted beside the clients' (server_ops). The embedded "
+        "xrootd reports to a listener on loopback without it.",
+    ),
 }
+def _parse_listen_address(value: str) -> str:
+    from .servers.monitor import parse_listen_address
+
+    return parse_listen_address(value)
+
+
 #: options given several times on the command line (their values are lists)
 REPEATABLE = ("storage_driver_options", "storage_doors", "storage_tpc_peer")
 #: options that are flags on the command line (no value)

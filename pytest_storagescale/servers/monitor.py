@@ -430,8 +430,10 @@ def disagreement(client_operations: int, in_flight: int, usage: ServerUsage,
     gap = (served - nearest) / max(nearest, 1)
     if abs(gap) <= limit or math.isclose(served, nearest):
         return None
-    return (f"the server counted {served:.0f} {usage.counted!r} requests for this step's "
-            f"operations where its clients made {client_operations}"
+    return (f"the server counted {served:.0f} of this step's operations "
+            f"({usage.ops.get(usage.counted, 0)} {usage.counted!r} requests, "
+            f"{usage.per_operation:g} per operation) where its clients made "
+            f"{client_operations}"
             + (f" (and {in_flight} given up)" if in_flight else "")
             + f", {gap:+.1%}: the step did not measure what it claims ("
             + ("load from outside the plugin reached the server during the step"

@@ -117,6 +117,8 @@ class EndpointUnderTest:
 
     def _start_or_read_url(self) -> str:
         if not self.is_embedded:
+            if self.settings.server_monitor and self._shared is None and self.listener is None:
+                self.listener = _listen(self.settings.server_monitor)
             return self.settings.endpoint
         if self._shared is not None:
             return self.from_controller()["endpoint_url"]
@@ -310,6 +312,20 @@ class EndpointUnderTest:
         if self.listener is not None:
             self.listener.close()
             self.listener = None
+
+
+def _listen(address: str):
+    """The session's listener for a remote storage's summary monitoring on ``address``
+    (``--storage-server-monitor``); a usage error when it cannot be bound."""
+    from ..servers.monitor import SummaryListener
+
+    try:
+        return SummaryListener(address)
+    except (OSError, ValueError) as exc:
+        raise StorageScaleUsageError(
+            f"--storage-server-monitor {address}: cannot listen there "
+            f"({getattr(exc, 'strerror', None) or exc}). Give an address of this host and "
+            f"a free UDP port, e.g. 0.0.0.0:9931.") from None
 
 
 def main_door_name(endpoint: EndpointUnderTest) -> str:
