@@ -258,7 +258,7 @@ def counts_disagree(record: StepRecord) -> str | None:
         return None
     from .servers.monitor import disagreement
 
-    return disagreement(issued, record.total.hung, record.server)
+    return disagreement(issued, record.total.hung, record.server, record.total.clients)
 
 
 def too_little_measured(record: StepRecord, section: SectionPlan) -> str | None:
