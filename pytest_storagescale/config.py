@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -447,32 +447,75 @@ def resolve_setting(config: pytest.Config, name: str) -> Setting:
 
 @dataclass(frozen=True)
 class Settings:
-    """All ``storage_*`` settings of a session, resolved and validated once."""
+    """All ``storage_*`` settings of a session, resolved and validated once: one typed
+    field per option of :data:`OPTIONS` (the field is the option's name without
+    ``storage_``), and where each value came from (``sources``, for the header)."""
 
-    values: dict[str, Setting] = field(default_factory=dict)
+    endpoint: str | None = None
+    system: str | None = None
+    version: str | None = None
+    thresholds: str | None = None
+    clients: tuple[int, ...] | None = None
+    duration: float | None = None
+    hang_timeout: float | None = None
+    results: str | None = None
+    report: str | None = None
+    benchmark_json: str | None = None
+    baseline: str | None = None
+    executor: str = "auto"
+    client_cpu_limit: float = 0.9
+    embedded: str | None = None
+    embedded_version: str | None = None
+    embedded_login: str = "unix"
+    embedded_protocol: str | None = None
+    driver: str = "auto"
+    driver_options: dict[str, str] | None = None
+    scale: float = 1.0
+    clean_stale: bool | None = None
+    doors: dict[str, str] | None = None
+    load_doors: tuple[str, ...] | None = None
+    #: the command line's list, or the ini's lines
+    tpc_peer: str | list[str] | None = None
+    token_readonly: str | None = None
+    token_expired: str | None = None
+    cluster: str | None = None
+    server_monitor: str | None = None
     #: where pytest was started: relative paths and the default thresholds/ are from here
     invocation_path: Path = Path(".")
+    #: option name (``storage_endpoint``) -> where its value came from; "default" if absent
+    sources: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
         values = {name: resolve_setting(config, name) for name in OPTIONS}
         register_credentials({name: setting.value for name, setting in values.items()})
-        return cls(values, Path(config.invocation_params.dir))
+        return cls.from_values(values, Path(config.invocation_params.dir))
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Setting],
+                    invocation_path: Path = Path(".")) -> Settings:
+        """Settings of these resolved values (option name -> :class:`Setting`); the
+        options not named keep their defaults."""
+        unknown = set(values) - set(OPTIONS)
+        if unknown:
+            raise KeyError(f"not an option of OPTIONS: {', '.join(sorted(unknown))}")
+        return cls(**{_field(name): setting.value for name, setting in values.items()},
+                   invocation_path=invocation_path,
+                   sources={name: setting.source for name, setting in values.items()})
 
     def with_value(self, name: str, value: Any, source: str) -> Settings:
         """These settings with ``storage_<name>`` set from ``source``."""
-        values = dict(self.values)
-        values[f"storage_{name}"] = Setting(value, source)
-        return Settings(values, self.invocation_path)
+        return replace(self, **{name: value},
+                       sources={**self.sources, f"storage_{name}": source})
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.values[f"storage_{name}"].value
-        except KeyError:
-            raise AttributeError(name) from None
+    @property
+    def values(self) -> dict[str, Setting]:
+        """Option name -> its value and source, in the order of :data:`OPTIONS`."""
+        return {name: Setting(getattr(self, _field(name)),
+                              self.sources.get(name, "default")) for name in OPTIONS}
 
     def source(self, name: str) -> str:
-        return self.values[f"storage_{name}"].source
+        return self.sources.get(f"storage_{name}", "default")
 
     def thresholds_path(self) -> Path:
         """The thresholds file or folder: relative paths from where pytest was run."""
@@ -522,16 +565,14 @@ class Settings:
         Credentials are never shown: a driver option that is one (``secret_options``,
         :func:`~.redact.secret_option`) as ``key=***``, URLs without passwords."""
         lines = []
-        remote = self.values.get("storage_endpoint", Setting(None, "default")).value
         for name, setting in self.values.items():
             if setting.source == "default" and (setting.value is None or not verbose):
                 continue
-            if remote is not None and name in EMBEDDED_SETTINGS:
+            if self.endpoint is not None and name in EMBEDDED_SETTINGS:
                 continue  # no embedded server runs
             shown = _shown(name, setting.value, tuple(secret_options))
             lines.append(f"{name}: {shown} (from {setting.source})")
-        thresholds = self.values.get("storage_thresholds")
-        if thresholds is not None and thresholds.value is None:  # which folder, and why
+        if self.thresholds is None:  # which folder, and why
             folder, why = self.thresholds_origin()
             lines.append(f"storage_thresholds: {folder} ({why})")
         return lines
@@ -552,3 +593,16 @@ def _shown(name: str, value: Any, secret_options: tuple[str, ...] = ()) -> str:
         return ",".join(map(str, value))
     return str(value)
 
+
+
+def _field(name: str) -> str:
+    """The :class:`Settings` field of the option ``name`` (``storage_endpoint``)."""
+    return name.removeprefix("storage_")
+
+
+#: an option without its typed field (or the reverse) is a programming error, said at once
+_MISSING = {_field(name) for name in OPTIONS} ^ (
+    {f.name for f in fields(Settings)} - {"invocation_path", "sources"})
+if _MISSING:
+    raise TypeError(f"config.OPTIONS and the fields of config.Settings differ: "
+                    f"{', '.join(sorted(_MISSING))}. Give every option one typed field.")

@@ -176,7 +176,7 @@ def storage_doors(storage_endpoint: StorageEndpoint,
                   request: pytest.FixtureRequest) -> dict[str, Door]:
     """Door name -> :class:`Door`: every door of the storage, each guarded to this
     run's directory (which exists: ``storage_endpoint`` made it)."""
-    return build_doors(_run(request), storage_endpoint.driver_spec)
+    return build_doors(_run(request))  # storage_endpoint: the run directory exists
 
 
 @pytest.fixture
@@ -403,8 +403,13 @@ class StorageLoad:
     def _report(self, outcome: StepOutcome) -> None:
         if allure_dir(self._request.config) is not None:
             logged = [step for _, step in self._run.ledger.logged()]
-            attach_step(outcome.record, outcome.run_info, scan_of(logged, outcome.record),
+            scan = scan_of(logged, outcome.record)
+            attach_step(outcome.record, outcome.run_info, scan,
                         door_parameter=self.door_name is not None)
+            if self._run.baseline is not None:  # the baseline's step beside this one
+                from .compare import attach_to_allure
+
+                attach_to_allure(self._run.baseline, outcome.run_info, outcome.record, scan)
         # the report says a step finished; whoever owns the results (this process or
         # the xdist controller, see plugin.StepCollector) reads it from the step log
         self._request.node.user_properties.append((STEP_PROPERTY, outcome.record.step_id))

@@ -84,7 +84,7 @@ def test_header_never_shows_credentials_or_url_passwords():
 
     options = {"token": "s3cr3t", "ca_dir": "/x", "sig": "0xfeed", "my_password": "pw",
                "x509_proxy": "/tmp/x509up_u1", "latency": "0.1"}
-    settings = Settings({
+    settings = Settings.from_values({
         "storage_driver_options": Setting(options, "--storage-driver-option"),
         "storage_endpoint": Setting("davs://alice:hunter2@door:2880/pnfs/area", "ini storage_endpoint"),
         "storage_embedded": Setting("webdav", "the suite's conftest"),
@@ -102,11 +102,40 @@ def test_header_never_shows_credentials_or_url_passwords():
 def test_header_shows_defaults_only_when_verbose():
     from pytest_storagescale.config import Setting, Settings
 
-    settings = Settings({"storage_executor": Setting("auto", "default"),
-                         "storage_version": Setting("1.0", "--storage-version"),
-                         "storage_embedded": Setting("xrootd", "default"),
-                         "storage_duration": Setting(None, "default")})
-    assert settings.header_lines() == ["storage_version: 1.0 (from --storage-version)"]
-    assert settings.header_lines(verbose=True) == [
-        "storage_executor: auto (from default)", "storage_version: 1.0 (from --storage-version)",
-        "storage_embedded: xrootd (from default)"]  # no endpoint: the embedded server runs
+    settings = Settings.from_values({"storage_version": Setting("1.0", "--storage-version"),
+                                     "storage_embedded": Setting("xrootd", "default"),
+                                     "storage_duration": Setting(None, "default")})
+
+    def given(lines):  # the thresholds folder chosen is said in any case
+        return [line for line in lines if not line.startswith("storage_thresholds:")]
+
+    assert given(settings.header_lines()) == ["storage_version: 1.0 (from --storage-version)"]
+    assert given(settings.header_lines(verbose=True)) == [
+        "storage_version: 1.0 (from --storage-version)", "storage_executor: auto (from default)",
+        "storage_client_cpu_limit: 0.9 (from default)",
+        "storage_embedded: xrootd (from default)",  # no endpoint: the embedded server runs
+        "storage_embedded_login: unix (from default)", "storage_driver: auto (from default)",
+        "storage_scale: 1.0 (from default)"]
+
+
+def test_settings_have_one_typed_field_per_option_with_its_default():
+    """Settings is a frozen dataclass whose fields are the options (OPTIONS drives the
+    command line, the ini keys and the docs): each field's default is the option's, a
+    read of an unknown name is an AttributeError (no __getattr__: mypy sees every read)."""
+    import dataclasses
+
+    from pytest_storagescale.config import OPTIONS, Settings
+
+    defaults = Settings()
+    assert {f"storage_{f.name}" for f in dataclasses.fields(Settings)} - set(OPTIONS) == {
+        "storage_invocation_path", "storage_sources"}
+    for name, (_, _, default, _) in OPTIONS.items():
+        assert getattr(defaults, name.removeprefix("storage_")) == default, name
+    assert "__getattr__" not in vars(Settings)
+    with pytest.raises(AttributeError):
+        _ = defaults.no_such_option  # type: ignore[attr-defined]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        defaults.endpoint = "root://elsewhere//x"  # type: ignore[misc]
+    changed = defaults.with_value("embedded", "ceph", "the suite's conftest")
+    assert (changed.embedded, changed.source("embedded"), defaults.embedded) == (
+        "ceph", "the suite's conftest", None)

@@ -15,13 +15,13 @@ baseline written without doors is matched against.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from ..drivers.base import Driver
-from ..drivers.registry import DriverSpec, driver_spec
+from ..drivers.registry import DriverSpec
 from ..errors import EndpointError, StorageError, StorageNotFound, StorageScaleUsageError
-from .endpoint import EndpointUnderTest, endpoint_door_names, main_door_name
+from .endpoint import EndpointUnderTest, endpoint_door_names
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -97,38 +97,25 @@ def door_names(run: Run) -> tuple[str, ...]:
 
 def door_urls(run: Run) -> dict[str, str]:
     """Door name -> URL of its test area (starts the embedded server when needed)."""
-    if run.endpoint.is_embedded:
-        return run.endpoint.door_urls()
-    main = main_door_name(run.endpoint)
-    return {main: run.settings.endpoint, **{
-        name: url for name, url in (run.settings.doors or {}).items() if name != main}}
+    return dict(run.endpoint.resolved.door_urls)
 
 
-def door_spec(url: str, main: DriverSpec, run_id: str) -> tuple[DriverSpec, str]:
-    """A door's client spec guarded to this run's directory on it, and that directory.
-
-    The door's driver is chosen by its scheme (the main door's own driver when ``url``
-    is the main endpoint's); it gets those of ``main``'s options it takes."""
-    cls = driver_spec(url).driver_class
-    options = {k: v for k, v in main.options.items() if k in cls.option_names}
-    area = driver_spec(url).endpoint.path.rstrip("/")
-    run_dir = f"{area}/{run_id}"
-    same = url == main.endpoint_url
-    spec = driver_spec(url, driver=main.name if same else "auto", options=options,
-                       writable_root=run_dir)
-    return spec, run_dir
+def door_spec(spec: DriverSpec, run_id: str) -> tuple[DriverSpec, str]:
+    """A door's resolved client spec (:attr:`ResolvedEndpoint.door_specs`) guarded to
+    this run's directory on it, and that directory."""
+    run_dir = f"{spec.endpoint.path.rstrip('/')}/{run_id}"
+    return replace(spec, writable_root=run_dir), run_dir
 
 
-def build_doors(run: Run, main: DriverSpec) -> dict[str, Door]:
-    """Every door with a client spec guarded to this run's directory on it.
-
-    ``main`` is the session's own spec (the endpoint's driver, options merged from the
-    embedded server and ``--storage-driver-option``); the other doors get the options
-    their driver takes."""
+def build_doors(run: Run) -> dict[str, Door]:
+    """Every door with a client spec guarded to this run's directory on it: the
+    endpoint's driver for the main one, the other doors' by their scheme, each with
+    the options (merged from the embedded server and ``--storage-driver-option``) its
+    driver takes (:attr:`ResolvedEndpoint.door_specs`)."""
     timeout = run.settings.hang_timeout or DOOR_TIMEOUT
     doors = {}
-    for name, url in door_urls(run).items():
-        spec, run_dir = door_spec(url, main, run.run_id)
+    for name, resolved in run.endpoint.resolved.door_specs.items():
+        spec, run_dir = door_spec(resolved, run.run_id)
         doors[name] = Door(name, spec, run_dir, timeout)
     return doors
 
@@ -137,18 +124,16 @@ def load_door(run: Run, name: str | None) -> Door:
     """The door a load step runs over: ``name``, or the main door when None. The main
     door's spec is the session's own (:meth:`EndpointUnderTest.driver_spec`)."""
     run_dir = run.area.ensure()
-    main_name = main_door_name(run.endpoint)
-    main = run.endpoint.driver_spec(run_dir)
+    resolved = run.endpoint.resolved
     timeout = run.settings.hang_timeout or DOOR_TIMEOUT
-    if name is None or name == main_name:
-        return Door(main_name, main, run_dir, timeout)
-    urls = door_urls(run)
-    if name not in urls:
+    if name is None or name == resolved.main_door:
+        return Door(resolved.main_door, resolved.driver_spec(run_dir), run_dir, timeout)
+    if name not in resolved.door_urls:
         raise StorageScaleUsageError(
             f"--storage-load-doors: unknown door {name!r}. The doors of this storage: "
-            f"{', '.join(urls)}."
+            f"{', '.join(resolved.door_urls)}."
         )
-    spec, door_dir = door_spec(urls[name], main, run.run_id)
+    spec, door_dir = door_spec(resolved.door_specs[name], run.run_id)
     door = Door(name, spec, door_dir, timeout)
     if name not in run.area.door_checks:
         what = (f"the embedded {run.endpoint.embedded_kind}'s {name} door"

@@ -3,7 +3,10 @@ it, and the storage version that chooses the thresholds file."""
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +31,59 @@ VERSION_TIMEOUT = 10.0
 ENDPOINT_FILE = "endpoint.json"
 
 
+@dataclass(frozen=True)
+class ResolvedEndpoint:
+    """The endpoint under test resolved once (the embedded server started, or the
+    controller's read): the main door's driver spec, its parsed URL, the doors, the
+    display and identity strings. Everything else reads these attributes; nothing
+    resolves the endpoint's URL or driver again."""
+
+    #: the main door's client spec, writable nowhere (:meth:`driver_spec` guards one)
+    spec: DriverSpec
+    #: the main door's name (``root``, ``davs``...)
+    main_door: str
+    #: door name -> the URL of its test area (the embedded server's doors, or the
+    #: endpoint and the ``--storage-door`` ones)
+    door_urls: Mapping[str, str]
+    #: what names the endpoint across runs (the embedded one's port changes)
+    identity: str
+
+    @property
+    def url(self) -> EndpointURL:
+        return self.spec.endpoint
+
+    @property
+    def display(self) -> str:
+        """The main door's URL without credentials."""
+        return self.spec.endpoint.display
+
+    @property
+    def driver_name(self) -> str:
+        return self.spec.name
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(sorted(self.spec.options))
+
+    def driver_spec(self, writable_root: str | None) -> DriverSpec:
+        """The main door's spec, its clients writing only below ``writable_root``."""
+        return replace(self.spec, writable_root=writable_root)
+
+    @functools.cached_property
+    def door_specs(self) -> dict[str, DriverSpec]:
+        """Door name -> its client spec (writable nowhere), resolved once on first
+        need: a door's driver is chosen by its scheme (the main driver for the main
+        endpoint's URL), with those of the main options it takes."""
+        specs = {}
+        for name, url in self.door_urls.items():
+            by_scheme = driver_spec(url).driver_class
+            options = {k: v for k, v in self.spec.options.items() if k in by_scheme.option_names}
+            same = url == self.spec.endpoint_url
+            specs[name] = driver_spec(url, driver=self.spec.name if same else "auto",
+                                      options=options)
+        return specs
+
+
 class EndpointUnderTest:
     """``--storage-endpoint``, or the embedded server (``--storage-embedded``) started
     on first use.
@@ -44,7 +100,7 @@ class EndpointUnderTest:
         self._server: EmbeddedServer | None = None
         #: why the embedded server died during the run ("" when it did not), see stop()
         self.exit_note = ""
-        self._url: EndpointURL | None = None
+        self._resolved: ResolvedEndpoint | None = None
         self._version: str | None = (shared or {}).get("version")
         #: the first contact's verdict: None not yet, "" usable, else why not (said once)
         self._contact: str | None = "" if (shared or {}).get("contacted") else None
@@ -58,8 +114,7 @@ class EndpointUnderTest:
         test runs (no request is sent), and a ``--storage-load-doors`` name the storage
         has no door for."""
         if not self.is_embedded:
-            driver_spec(self.settings.endpoint, driver=self.settings.driver,
-                        options=self._options())
+            _ = self.resolved  # resolved once, here: no request is sent
         else:
             _ = self.protocol  # refuses a protocol or login the embedded server lacks
             if self.settings.embedded_version:
@@ -107,13 +162,29 @@ class EndpointUnderTest:
                                      self.settings.embedded_login)
 
     @property
-    def url(self) -> EndpointURL:
-        """The endpoint; the embedded server is started on first use."""
-        if self._url is None:
+    def resolved(self) -> ResolvedEndpoint:
+        """The endpoint resolved once; the embedded server is started on first use."""
+        if self._resolved is None:
             # the driver class parses its own URLs (its schemes, its path rules)
-            self._url = driver_spec(self._start_or_read_url(), driver=self.settings.driver,
-                                    options=self._options()).endpoint
-        return self._url
+            spec = driver_spec(self._start_or_read_url(), driver=self.settings.driver,
+                               options=self._options())
+            main = main_door_name(self)
+            if self.is_embedded:
+                urls = self._embedded_door_urls()
+                login = self.settings.embedded_login
+                suffix = "" if login == "unix" else f", {login} login"
+                identity = f"embedded {self.embedded_kind} ({spec.endpoint.scheme}{suffix})"
+            else:
+                urls = {main: spec.endpoint_url, **{name: url for name, url in (
+                    self.settings.doors or {}).items() if name != main}}
+                identity = spec.endpoint.display
+            self._resolved = ResolvedEndpoint(spec, main, urls, identity)
+        return self._resolved
+
+    @property
+    def url(self) -> EndpointURL:
+        """The endpoint's parsed URL; the embedded server is started on first use."""
+        return self.resolved.url
 
     def _start_or_read_url(self) -> str:
         if not self.is_embedded:
@@ -143,8 +214,8 @@ class EndpointUnderTest:
     @property
     def display(self) -> str:
         """The URL without credentials (before the embedded server started too)."""
-        if self._url is not None:
-            return self._url.display
+        if self._resolved is not None:
+            return self._resolved.display
         if self.is_embedded:
             return (f"embedded {self.embedded_kind} ({self.protocol}://127.0.0.1:"
                     f"<free port>, {self.settings.embedded_login} login)")
@@ -156,11 +227,7 @@ class EndpointUnderTest:
     @property
     def identity(self) -> str:
         """What names the endpoint across runs (the embedded one's port changes)."""
-        if self.is_embedded:
-            login = self.settings.embedded_login
-            suffix = "" if login == "unix" else f", {login} login"
-            return f"embedded {self.embedded_kind} ({self.url.scheme}{suffix})"
-        return self.url.display
+        return self.resolved.identity
 
     # -- how -------------------------------------------------------------------------
     def _options(self) -> dict[str, str]:
@@ -176,17 +243,17 @@ class EndpointUnderTest:
         return {**server, **(self.settings.driver_options or {})}
 
     def driver_spec(self, writable_root: str | None) -> DriverSpec:
-        """How to open clients of the endpoint that may write only below ``writable_root``."""
-        return driver_spec(self.url.url, driver=self.settings.driver,
-                           options=self._options(), writable_root=writable_root)
+        """How to open clients of the endpoint that may write only below ``writable_root``
+        (the resolved spec, :attr:`resolved`)."""
+        return self.resolved.driver_spec(writable_root)
 
     @property
     def driver_name(self) -> str:
-        return self.driver_spec(None).name
+        return self.resolved.driver_name
 
     @property
     def option_names(self) -> tuple[str, ...]:
-        return tuple(sorted(self._options()))
+        return self.resolved.option_names
 
     def shared_info(self) -> dict[str, Any]:
         """What an xdist worker needs to reach the same endpoint."""
@@ -217,11 +284,12 @@ class EndpointUnderTest:
     def door_urls(self) -> dict[str, str]:
         """Every door of the embedded server, scheme -> its test area URL (the
         conformance suite's doors); empty for a remote endpoint."""
-        if not self.is_embedded:
-            return {}
+        return dict(self.resolved.door_urls) if self.is_embedded else {}
+
+    def _embedded_door_urls(self) -> dict[str, str]:
+        """The embedded server's doors (this process's started one, or the controller's)."""
         if self._shared is not None:
             return dict(self.from_controller().get("door_urls") or {})
-        _ = self.url  # starts the server, once
         server = self._server
         return {scheme: server.url_for(scheme) for scheme in server.schemes} if server else {}
 
@@ -346,7 +414,7 @@ def endpoint_door_names(endpoint: EndpointUnderTest) -> tuple[str, ...]:
 def load_door_names(endpoint: EndpointUnderTest) -> tuple[str, ...]:
     """The doors the load steps run over (``--storage-load-doors``; default: the main
     door); an unknown name is one usage error naming the doors the storage has."""
-    wanted = getattr(endpoint.settings, "load_doors", None)
+    wanted = endpoint.settings.load_doors
     known = endpoint_door_names(endpoint)
     if not wanted:
         return (main_door_name(endpoint),)
