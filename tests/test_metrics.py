@@ -24,7 +24,8 @@ def test_measured_then_core_derived_metrics():
     assert MEASURED == ("rate_hz", "rate_per_min", "mb_s", "mbit_s", "succeeded", "failed",
                         "hung", "throttled", "error_ratio", "mean_s", "p50_s", "p90_s",
                         "p99_s", "max_s")
-    assert STEP_MEASURED == ("client_cpu", "lost")
+    assert STEP_MEASURED == ("client_cpu", "lost", "server_cpu", "server_ops",
+                             "server_threads", "server_connections")
     assert known_metrics() == (*MEASURED, *STEP_MEASURED, *CORE_DERIVED)
     assert "hot_ratio" not in known_metrics()  # the ceph suite's own
     assert "overload" in metrics.metric_description("recovery_s")
