@@ -344,3 +344,38 @@ def test_processes_executor_through_the_plugin(pytester, suite):
     result.assert_outcomes(passed=1, skipped=1)
     step = json.loads((pytester.path / "r.json").read_text())["steps"][0]
     assert step["executor"] == "processes" and step["succeeded"] > 0 and step["hung"] == 0
+
+
+#: counts the resolutions of the endpoint's driver (each driver_spec() runs the driver
+#: class's check_options once) and writes them at the session's end
+COUNTING_CONFTEST = """
+from pathlib import Path
+from pytest_storagescale.drivers.local import LocalDriver
+
+RESOLVED = []
+_check = LocalDriver.check_options.__func__
+
+def _counting(cls, options):
+    RESOLVED.append(1)
+    return _check(cls, options)
+
+LocalDriver.check_options = classmethod(_counting)
+
+def pytest_sessionfinish(session):
+    Path("resolved").write_text(str(len(RESOLVED)))
+"""
+
+
+def test_the_endpoint_is_resolved_once_whatever_the_number_of_steps(pytester, suite):
+    """The driver spec of the endpoint and its doors is resolved once per session
+    (session/endpoint.ResolvedEndpoint), not again per step: as many resolutions for
+    a scan of 1 step as for a scan of 4 (was 3-7 per step)."""
+    pytester.makeconftest(COUNTING_CONFTEST)
+    counts = []
+    for clients in ("[1]", "[1, 2, 3, 4]"):
+        args = suite(thresholds=THRESHOLDS.replace("clients = [1, 3]", f"clients = {clients}"))
+        result = pytester.runpytest_subprocess(*args, "-k", "stat")
+        result.assert_outcomes(passed=clients.count(",") + 1)
+        counts.append(int((pytester.path / "resolved").read_text()))
+    assert counts[0] == counts[1], counts
+    assert counts[0] <= 3, counts  # the endpoint, and its door's spec
