@@ -11,12 +11,20 @@ have is reported (``new``), never failed. A matched baseline step that measured
 nothing (:func:`measured_nothing`) makes a step with a relative rule an ``error``:
 compared with zeros, the rule would pass whatever was measured. Results of the previous release (no
 ``format`` key) load as they are.
+
+A recovery probe (``probe 3``) is matched by time, not by number: with the baseline's
+probe whose time since its overload ended (:func:`since_fault`) is nearest its own,
+so a version that recovers in one probe is compared with the baseline's state at the
+same moment after the fault, and its judged probe with the baseline's recovery.
+:func:`read_results` reads a results file for the baseline and for
+``storagescale compare``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 from .errors import StorageScaleUsageError
@@ -31,39 +39,11 @@ class Baseline:
         self.path = path
         #: this run's main door (None: a step of any door matches a door-less step)
         self.main_door = main_door
-        document = self._read(path)
-        try:
-            self.run = RunInfo.from_json(document.get("run") or {})
-            steps = [StepRecord.from_json(step) for step in document["steps"]]
-        except (TypeError, ValueError, KeyError, AttributeError) as exc:
-            raise self._wrong_shape(f"a step it holds cannot be read ({exc})") from None
-        for step in steps:  # a step without door ran over its run's main door
-            step.door = step.door or self.run.door
+        self.run, steps, _ = read_results(path, "--storage-baseline")
         self.steps = {step.key: step for step in steps}
-
-    def _read(self, path: Path) -> dict:
-        try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise StorageScaleUsageError(
-                f"--storage-baseline {path}: cannot read it ({exc.strerror}). Give the JSON "
-                f"results file of an earlier run (--storage-results)."
-            ) from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise StorageScaleUsageError(
-                f"--storage-baseline {path}: not JSON ({exc}). Give the JSON results file "
-                f"of an earlier run (--storage-results)."
-            ) from None
-        steps = document.get("steps") if isinstance(document, dict) else None
-        if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
-            raise self._wrong_shape("no 'steps' list of step objects")
-        return document
-
-    def _wrong_shape(self, what: str) -> StorageScaleUsageError:
-        return StorageScaleUsageError(
-            f"--storage-baseline {self.path}: {what}; this is not a pytest-storagescale "
-            f"results file. Give the file an earlier run wrote with --storage-results."
-        )
+        #: each recovery probe's seconds since its overload ended, by step id
+        self.since_fault = {step.step_id: since_fault(step, steps) for step in steps
+                            if is_probe(step)}
 
     @property
     def version(self) -> str:
@@ -83,23 +63,52 @@ class Baseline:
         return found
 
     def warning(self, system: str, thresholds_file: str, scale: float) -> str | None:
+        """What the run should know of its baseline, said once before any load: a
+        WARNING for another storage system or plan scale (other steps are compared);
+        another thresholds file is the normal upgrade (a new version chooses its own
+        file), said plainly as a fact. None when nothing differs."""
         found = self.mismatches(system, thresholds_file, scale)
         if not found:
             return None
+        other_file = [text for text in found if text.startswith("thresholds file")]
+        serious = [text for text in found if text not in other_file]
+        if not serious:
+            return (f"baseline {self.path} ({self.run.system} {self.version}) was planned "
+                    f"by {Path(self.run.thresholds_file).name}, this run by "
+                    f"{Path(thresholds_file).name}: steps of the same section, concurrency "
+                    f"and door are compared, the others are 'new'.")
         return (f"WARNING: baseline {self.path} is from {'; '.join(found)}: its steps are "
-                f"compared all the same; give a baseline of the same system and plan.")
+                f"compared all the same; give a baseline of the same system and plan scale.")
 
-    def find(self, step: StepRecord) -> StepRecord | None:
+    def find(self, step: StepRecord, since: float | None = None) -> StepRecord | None:
         """The baseline's step with ``step``'s key; a step of this run's main door also
-        matches a step of a baseline that recorded no doors."""
+        matches a step of a baseline that recorded no doors. A recovery probe given
+        its seconds since the overload ended (``since``, :func:`since_fault`) is matched
+        with the baseline's probe nearest that time, whatever their numbers."""
+        if since is not None and is_probe(step):
+            found = self._nearest_probe(step, since)
+            if found is not None:
+                return found
         found = self.steps.get(step.key)
         if found is None and (self.main_door is None or step.door in ("", self.main_door)):
             found = self.steps.get(step.key[:4])  # the key without door
         return found
 
-    def compare(self, step: StepRecord) -> BaselineComparison:
+    def _nearest_probe(self, step: StepRecord, since: float) -> StepRecord | None:
+        """The baseline probe of ``step``'s section, concurrency, side and door whose
+        time since its overload is nearest ``since`` (on a tie, the later one)."""
+        door_less = self.main_door is None or step.door in ("", self.main_door)
+        timed = [(abs(self.since_fault[base.step_id] - since), -base.started, base)
+                 for base in self.steps.values()
+                 if is_probe(base) and self.since_fault.get(base.step_id) is not None
+                 and (base.section, base.clients, base.side) ==
+                 (step.section, step.clients, step.side)
+                 and (base.door == step.door or (door_less and not base.door))]
+        return min(timed, key=lambda item: item[:2])[2] if timed else None
+
+    def compare(self, step: StepRecord, since: float | None = None) -> BaselineComparison:
         """How ``step`` compares with its baseline step (the table's ``vs base``)."""
-        base = self.find(step)
+        base = self.find(step, since)
         return BaselineComparison(
             file=str(self.path), version=self.version, matched=base is not None,
             rate_hz=base.metric_or_none("rate_hz") if base else None,
@@ -128,3 +137,61 @@ def rate_change(step: StepRecord, base: StepRecord | None) -> float | None:
     if not before or math.isnan(now):
         return None
     return (now - before) / before
+
+
+def _not_results(path: Path, source: str, what: str) -> StorageScaleUsageError:
+    return StorageScaleUsageError(
+        f"{source} {path}: {what}; this is not a pytest-storagescale results file. Give "
+        f"the file an earlier run wrote with --storage-results."
+    )
+
+
+def read_results(path: Path, source: str) -> tuple[RunInfo, list[StepRecord], dict]:
+    """The run, its steps and the whole document of the results file ``path``, checked
+    when read: a file that is missing, not JSON or of another shape is one usage error
+    naming ``source`` (``--storage-baseline``, ``storagescale compare``) and the file.
+    A step without door ran over its run's main door."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise StorageScaleUsageError(
+            f"{source} {path}: cannot read it ({exc.strerror}). Give the JSON results "
+            f"file of an earlier run (--storage-results)."
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise StorageScaleUsageError(
+            f"{source} {path}: not JSON ({exc}). Give the JSON results file of an earlier "
+            f"run (--storage-results)."
+        ) from None
+    steps = document.get("steps") if isinstance(document, dict) else None
+    if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+        raise _not_results(path, source, "no 'steps' list of step objects")
+    try:
+        run = RunInfo.from_json(document.get("run") or {})
+        records = [StepRecord.from_json(step) for step in steps]
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise _not_results(path, source, f"a step it holds cannot be read ({exc})") from None
+    for record in records:
+        record.door = record.door or run.door
+    return run, records, document
+
+
+#: the label of a recovery test's overload step, and the start of its probes' labels
+#: (:func:`~.scenarios.recovery`)
+OVERLOAD, PROBE = "overload", "probe "
+
+
+def is_probe(step: StepRecord) -> bool:
+    return bool(step.label and step.label.startswith(PROBE))
+
+
+def since_fault(step: StepRecord, steps: Iterable[StepRecord]) -> float | None:
+    """Seconds from the end of the overload a recovery probe follows (the fault: the
+    latest ``overload`` step of the same test and door that ended before the probe
+    began) to the probe's end; None for a step that is no probe or has no overload."""
+    if not is_probe(step):
+        return None
+    ends = [other.ended for other in steps
+            if other.label == OVERLOAD and other.test == step.test
+            and other.door == step.door and other.ended <= step.started + 1.0]
+    return step.ended - max(ends) if ends else None

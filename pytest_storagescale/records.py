@@ -27,6 +27,7 @@ from .load.stats import (
     sides_from_json,
 )
 from .metrics import MEASURED, STEP_MEASURED
+from .units import format_change
 
 if TYPE_CHECKING:
     from .load.plan import StepPlan
@@ -124,7 +125,7 @@ class BaselineComparison:
         """The rate's change for the table: ``-12%``, ``new`` when unmatched."""
         if not self.matched:
             return "new"
-        return "-" if self.rate_change is None else f"{self.rate_change * 100:+.0f}%"
+        return format_change(self.rate_change)
 
 
 @dataclass
@@ -238,11 +239,15 @@ class StepRecord:
         """Why an open-loop step's schedule was not kept, for the failure message."""
         total = self.total
         assert total is not None
-        cpu = "unknown" if math.isnan(self.client_cpu) else f"{self.client_cpu:.0%}"
+        cpu = self.client_cpu
+        whose = ("" if math.isnan(cpu) or self.client_saturated else
+                 f"; the clients themselves used {cpu:.0%} of its cores: other work on the "
+                 f"host kept them waiting")
         return (f"schedule not kept: {total.late} of the requests were sent more than "
-                f"{LATE_AFTER_S * 1000:g} ms after their intended time (client CPU {cpu}): the "
-                f"client host could not offer {self.arrival_rate:g}/s; their lateness is in "
-                f"the response times. Offer less per host, or more client hosts")
+                f"{LATE_AFTER_S * 1000:g} ms after their intended time: the client host "
+                f"could not offer {self.arrival_rate:g}/s{whose}; their lateness is in the "
+                f"response times. Offer less per host, use more client hosts, or a host of "
+                f"its own")
 
     # -- the servers' side (servers/monitor.py) -----------------------------------
     @property

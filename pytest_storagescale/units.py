@@ -69,3 +69,12 @@ def format_seconds(seconds: float | None) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.0f} ms" if seconds >= 0.01 else f"{seconds * 1e3:.1f} ms"
     return f"{seconds:.2f} s" if seconds < 100 else f"{seconds:.0f} s"
+
+
+def format_change(change: float | None) -> str:
+    """A relative change as the tables write it: ``-12%``, ``+3%``; ``0%`` for a change
+    that rounds to none (never ``-0%``); ``-`` when unknown."""
+    if change is None or not math.isfinite(change):
+        return "-"
+    percent = round(change * 100)
+    return "0%" if percent == 0 else f"{percent:+d}%"

@@ -65,3 +65,37 @@ def progress_conftest(body: str, imports: str = "") -> str:
     from the step's own progress, in a run a test starts."""
     indented = "\n".join(f"        {line}" if line else "" for line in body.splitlines())
     return _PROGRESS_CONFTEST.format(imports=imports, body=indented)
+
+
+class DutyCycle:
+    """A real slower server: the process ``pid`` stopped (SIGSTOP) for ``stopped`` s
+    out of every ``stopped + running`` s, in a thread, until the block ends (then
+    continued, SIGCONT, whatever happened). A 5.5.3 that runs a tenth of the time
+    stands in for a slower version of the same server."""
+
+    def __init__(self, pid: int, *, stopped: float = 0.09, running: float = 0.01) -> None:
+        self.pid, self.stopped, self.running = pid, stopped, running
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._cycle, daemon=True)
+
+    def _cycle(self) -> None:
+        import os
+        import signal
+
+        while not self._done.is_set():
+            os.kill(self.pid, signal.SIGSTOP)
+            self._done.wait(self.stopped)
+            os.kill(self.pid, signal.SIGCONT)
+            self._done.wait(self.running)
+
+    def __enter__(self) -> DutyCycle:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import os
+        import signal
+
+        self._done.set()
+        self._thread.join()
+        os.kill(self.pid, signal.SIGCONT)

@@ -13,7 +13,8 @@
 - :func:`ecdf_png`: one step's latency distribution (ECDF, from its HdrHistogram),
   like seed 002's readv ECDFs and seed 003's ``transfertimex.jpg``;
 - :func:`scan_png`: rate (and MB/s) vs clients with the thresholds drawn on it, and
-  failed and hung vs clients, like seed 003's ``writerate.jpg``. The concurrency
+  failed and hung vs clients, like seed 003's ``writerate.jpg``; :func:`overlay_png`:
+  one scan of several runs (``storagescale compare``), rate and p99 vs clients. The concurrency
   axis is logarithmic whenever a scan has more than one concurrency: the seeds scan
   5 ... 1,000 clients, and a linear axis squeezes the first half of the table into
   its left edge. Every count and rate axis starts at zero; failed and hung are
@@ -302,6 +303,35 @@ def scan_figure(steps: list[StepRecord]) -> Any:
 
 def scan_png(steps: list[StepRecord]) -> bytes:
     return _png(scan_figure(steps))
+
+
+def overlay_figure(name: str, runs: dict[str, list[StepRecord]]) -> Any:
+    """One scan of several runs (``storagescale compare``): rate vs clients above, p99
+    vs clients below, one line per run (its title), on the shared concurrency axis."""
+    plt = _pyplot()
+    figure, (rate_axes, p99_axes) = plt.subplots(
+        2, 1, figsize=(7, 5.5), sharex=True, gridspec_kw={"height_ratios": [1, 1]})
+    clients: list[int] = []
+    for title, steps in runs.items():
+        steps = sorted(steps, key=lambda s: s.clients)
+        points = [s.clients for s in steps]
+        clients += points
+        rate_axes.plot(points, [s.metric("rate_hz") for s in steps], marker="o", label=title)
+        p99_axes.plot(points, [s.metric("p99_s") for s in steps], marker="o", label=title)
+    rate_axes.set_ylabel("operations per second")
+    rate_axes.set_ylim(bottom=0)
+    rate_axes.set_title(f"scan: {name}")
+    p99_axes.set_ylabel("p99 latency (s)")
+    p99_axes.set_ylim(bottom=0)
+    for axes in (rate_axes, p99_axes):
+        axes.legend(fontsize="small")
+        axes.grid(True, alpha=0.3)
+    _concurrency_axis(p99_axes, clients or [1])
+    return figure
+
+
+def overlay_png(name: str, runs: dict[str, list[StepRecord]]) -> bytes:
+    return _png(overlay_figure(name, runs))
 
 
 def scans(steps: list[StepRecord]) -> dict[str, list[StepRecord]]:

@@ -7,8 +7,10 @@ it finished::
      "run": {"endpoint", "system", "version", "thresholds_file", "started", "client", ...},
      "steps": [{"test", "op", "operation", "clients", "duration_s", "started", "ended",
                 "succeeded", "failed", "hung", "rate_hz", "mb_s", "latency_s": {...},
-                "errors", "verdict", "violations", "checks", ...}]}
+                "errors", "verdict", "violations", "checks", ...}],
+     "verdict": "FAILED", "tests": [{"nodeid", "kind", "outcome", "cause"}]}
 
+(``verdict`` and ``tests`` are written when the session ends.)
 (:meth:`RunInfo.to_json` and :meth:`StepRecord.to_json` define the keys.) NaN
 (nothing measured) and infinity (never recovered) are written as ``null``: strict
 JSON readers refuse them.
@@ -87,6 +89,11 @@ class ResultsFile:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
+        #: written at the session's end: the run's verdict (pytest's exit status, as
+        #: the HTML report states it) and every test's outcome, so that
+        #: ``storagescale compare`` names the conformance checks that changed
+        self.verdict: str | None = None
+        self.tests: list[dict[str, str]] = []
 
     def check_writable(self) -> None:
         """Fail at session start, not after the first 20-minute step, when the file
@@ -101,10 +108,20 @@ class ResultsFile:
                 f"in a folder you can write, e.g. --storage-results=results/storage.json."
             )
 
-    @staticmethod
-    def document(run: RunInfo, steps: list[StepRecord]) -> dict[str, Any]:
-        return {"format": FORMAT, "run": run.to_json(),
-                "steps": [step.to_json() for step in steps]}
+    def document(self, run: RunInfo, steps: list[StepRecord]) -> dict[str, Any]:
+        document = {"format": FORMAT, "run": run.to_json(),
+                    "steps": [step.to_json() for step in steps]}
+        if self.verdict is not None:
+            document.update(verdict=self.verdict, tests=self.tests)
+        return document
+
+    def finish(self, run: RunInfo | None, steps: list[StepRecord], verdict: str,
+               tests: list[dict[str, str]]) -> None:
+        """Write the file once more at the session's end, with the run's ``verdict``
+        and every test's outcome (``{"nodeid", "kind", "outcome", "cause"}``)."""
+        self.verdict, self.tests = verdict, tests
+        if run is not None:
+            self.write(run, steps)
 
     def write(self, run: RunInfo, steps: list[StepRecord]) -> None:
         """Replace the file with ``run`` and every step so far (nothing without a path)."""

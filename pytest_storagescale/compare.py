@@ -1,0 +1,430 @@
+"""Two or more runs side by side: ``storagescale compare A.json B.json ...``.
+
+The seeds kept one table per dCache version (Run 1 ... Run 8: concurrency, succeeded
+(rate), failed) and were read across. Here each run is a column group of one table
+(succeeded (rate), p99, failed, hung, verdict, and from the second run on the rate's
+change against the run before), one row per step, the steps of a section together,
+by concurrency; the derived metrics (``mix_ratio``, ``recovery_s``) get a row of
+their own. A recovery test shows its judged probe (``last probe``: the one with
+``recovery_s``), since probes are as many as each run needed. Under the table: each
+run's facts (storage and version, how it was found, client libraries, thresholds
+file, scale, verdict), the steps whose verdict changed and the functional and
+conformance checks whose outcome changed (a results file holds every test's outcome,
+``tests``). :func:`write_page` writes the same as one HTML page with each scan's
+runs overlaid (rate and p99 vs clients, :func:`~.reporting.plots.overlay_png`).
+:func:`attach_to_allure` gives a step's Allure test its baseline step beside it.
+"""
+
+from __future__ import annotations
+
+import html
+import string
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .baseline import Baseline, is_probe, read_results
+from .errors import StorageScaleUsageError
+from .load.stats import SideResult
+from .records import RunInfo, StepRecord, Verdict
+from .redact import redact_html, redact_text
+from .reporting import plots
+from .reporting.html import _STYLE, _img
+from .reporting.table import format_derived, render, table_order
+from .units import format_change, format_rate, format_seconds
+
+#: a run's columns; the second run on adds the rate's change against the run before
+RUN_COLUMNS = ("succeeded (rate)", "p99", "failed", "hung", "verdict")
+#: the label a recovery test's judged probe is compared under
+LAST_PROBE = "last probe"
+#: where the command's name is said in its messages
+COMMAND = "storagescale compare"
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """One functional, conformance or load test's outcome in a results file."""
+
+    __test__ = False
+
+    outcome: str
+    cause: str = ""
+
+
+@dataclass
+class ComparedRun:
+    """One results file: its run, steps, and tests' outcomes (``tests``; empty in a
+    file written before they were recorded)."""
+
+    path: Path
+    letter: str
+    run: RunInfo
+    steps: list[StepRecord]
+    tests: dict[str, TestResult] = field(default_factory=dict)
+    verdict: str = ""
+
+    @property
+    def title(self) -> str:
+        """``A: xrootd 5.5.3``."""
+        return f"{self.letter}: {self.run.system or '?'} {self.run.version or '?'}"
+
+    def facts(self) -> str:
+        """The run in one line: file, storage and how its version was found, client
+        libraries, thresholds, scale, date, verdict."""
+        run = self.run
+        source = f" ({run.version_source})" if run.version_source else ""
+        libraries = ", ".join(f"{name} {version}" for name, version in
+                              run.client.versions.items() if name in CLIENT_LIBRARIES)
+        scale = f", plan scale {run.scale:g}" if run.scale != 1 else ""
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(run.started)) \
+            if run.started else "?"
+        return (f"{self.title}{source} at {run.endpoint_id or run.endpoint}; {self.path}; "
+                f"thresholds {Path(run.thresholds_file).name or '?'}{scale}; {when}; "
+                f"client {run.client.host or '?'}"
+                + (f" ({libraries})" if libraries else "") + f"; verdict {self.verdict}")
+
+
+#: the client libraries a run's facts name (what an old client of a new server shows)
+CLIENT_LIBRARIES = ("xrootd", "pycurl", "gfal2", "python", "pytest-storagescale")
+
+
+def _bad(what: str) -> StorageScaleUsageError:
+    return StorageScaleUsageError(f"{COMMAND}: {what}")
+
+
+def load_runs(paths: list[Path]) -> list[ComparedRun]:
+    """Read every results file (a missing, unreadable or foreign file, or fewer than
+    two, is one usage error naming it)."""
+    if len(paths) < 2:
+        raise _bad(
+            f"give two or more results files to compare (got {len(paths)}): the files "
+            f"runs wrote with --storage-results, the earlier version first, e.g. "
+            f"'storagescale compare before.json after.json'.")
+    if len(paths) > len(string.ascii_uppercase):
+        raise _bad(f"at most {len(string.ascii_uppercase)} results files (got {len(paths)}).")
+    runs = []
+    for letter, path in zip(string.ascii_uppercase, paths, strict=False):
+        run, steps, document = read_results(path, COMMAND)
+        tests = {str(test.get("nodeid")): TestResult(str(test.get("outcome", "")),
+                                                      str(test.get("cause") or ""))
+                 for test in document.get("tests") or [] if isinstance(test, dict)}
+        runs.append(ComparedRun(path, letter, run, steps, tests,
+                                str(document.get("verdict") or _step_verdict(steps))))
+    return runs
+
+
+def _step_verdict(steps: list[StepRecord]) -> str:
+    """A run's verdict from its load steps alone (a file without ``verdict``)."""
+    bad = any(step.verdict in (Verdict.FAIL, Verdict.ERROR, Verdict.INTERRUPTED)
+              for step in steps)
+    return "FAILED (load steps)" if bad else "PASSED (load steps)"
+
+
+# -- aligning the runs' steps ----------------------------------------------------------
+
+#: a row: section, door, label, side name, clients
+RowKey = tuple[str, str, str, str, int]
+
+
+@dataclass
+class Row:
+    """One row of the comparison: the step (or one side of it) in each run."""
+
+    key: RowKey
+    name: str
+    #: the step's first (or only) side: its derived metrics and verdict are said here
+    first_side: bool = True
+    cells: dict[str, tuple[StepRecord, SideResult | None]] = field(default_factory=dict)
+
+
+def _label(step: StepRecord) -> str | None:
+    """The label a step is compared under: a recovery test's judged probe is its
+    ``last probe``; its other probes are not compared (None); else its own."""
+    if is_probe(step):
+        return LAST_PROBE if step.verdict is not Verdict.INFO else None
+    return step.label or ""
+
+
+def _entries(step: StepRecord) -> Iterator[tuple[RowKey, str, bool, SideResult | None]]:
+    """The rows of one step: one per side of a composite step, else one."""
+    label = _label(step)
+    if label is None:
+        return
+    shown = f" ({label})" if label and label != step.side else ""
+    sides: dict[str, SideResult | None] = dict(step.sides) or {"": None}
+    several = len(sides) > 1
+    for index, (name, side) in enumerate(sides.items()):
+        side_name = name if several else (step.side or "")
+        section = f"{step.section}/{side_name}" if side_name else step.section
+        yield (step.section, step.door, label, side_name, step.clients), \
+            f"{section}{shown}", index == 0, side
+
+
+def align(runs: list[ComparedRun]) -> list[Row]:
+    """Every step of every run as rows: the sections in the order the first run that
+    has them ran them (:func:`~.reporting.table.table_order`), a section's plain scan
+    steps by concurrency, then its labelled steps in the order they ran."""
+    rows: dict[RowKey, Row] = {}
+    order: dict[tuple[str, str], int] = {}
+    for compared in runs:
+        for step in table_order(compared.steps):
+            for key, name, first_side, side in _entries(step):
+                order.setdefault(key[:2], len(order))
+                row = rows.setdefault(key, Row(key, name, first_side))
+                row.cells.setdefault(compared.letter, (step, side))
+    first_seen = {key: index for index, key in enumerate(rows)}
+    return sorted(rows.values(), key=lambda row: (
+        order[row.key[:2]], bool(row.key[2]), row.key[4] if not row.key[2] else 0,
+        first_seen[row.key]))
+
+
+# -- the table -----------------------------------------------------------------------------
+
+def _rate(step: StepRecord, side: SideResult | None) -> float | None:
+    if side is not None:
+        return side.rate_hz
+    return step.metric_or_none("rate_hz") if step.measured else None
+
+
+def _run_cells(step: StepRecord, side: SideResult | None) -> list[str]:
+    """succeeded (rate) .. verdict of one run's step."""
+    if side is None and step.total is None:
+        return ["-", "-", "-", "-", str(step.verdict)]
+    measured = side if side is not None else step.total
+    assert measured is not None
+    return [f"{measured.succeeded} ({format_rate(measured.rate_hz)})",
+            format_seconds(measured.latency_s.get("p99")), str(measured.failed),
+            str(measured.hung), str(step.verdict)]
+
+
+def _change(before: float | None, now: float | None) -> str:
+    if before is None or now is None or not before:
+        return "-"
+    return format_change((now - before) / before)
+
+
+def columns_for(runs: list[ComparedRun], doors: bool) -> list[str]:
+    columns = ["op", *(["door"] if doors else []), "clients"]
+    for index, compared in enumerate(runs):
+        columns += [f"{compared.letter} {name}" if name == "verdict" else name
+                    for name in RUN_COLUMNS]
+        if index:
+            columns.append(f"rate vs {runs[index - 1].letter}")
+    return columns
+
+
+def _row_cells(row: Row, runs: list[ComparedRun], doors: bool) -> list[list[str]]:
+    """The row's line, then a line per derived metric of its steps."""
+    line = [row.name, *([row.key[1] or "-"] if doors else []), str(row.key[4])]
+    derived: dict[str, list[str]] = {}
+    previous: float | None = None
+    for index, compared in enumerate(runs):
+        step, side = row.cells.get(compared.letter, (None, None))
+        line += _run_cells(step, side) if step is not None else [""] * len(RUN_COLUMNS)
+        rate = _rate(step, side) if step is not None else None
+        if index:
+            line.append(_change(previous, rate))
+        previous = rate
+        for name, value in (step.derived.items() if step is not None else ()):
+            derived.setdefault(name, [""] * len(runs))[index] = format_derived(name, value)
+    lines = [line]
+    if not row.first_side:
+        return lines
+    for metric, shown in derived.items():  # once per step (its first side's row)
+        extra = [f"  {metric}", *([""] if doors else []), ""]
+        for index, text in enumerate(shown):
+            extra += [text, *[""] * (len(RUN_COLUMNS) - 1), *([""] if index else [])]
+        lines.append(extra)
+    return lines
+
+
+def several_doors(runs: list[ComparedRun]) -> bool:
+    return len({step.door for compared in runs for step in compared.steps}) > 1
+
+
+def table_lines(runs: list[ComparedRun], rows: list[Row]) -> list[str]:
+    """The comparison table: a line of run titles over their column groups, the
+    columns, then the rows, a blank line between sections."""
+    doors = several_doors(runs)
+    columns = columns_for(runs, doors)
+    body: list[list[str]] = []
+    breaks: set[int] = set()
+    for index, row in enumerate(rows):
+        if index and row.key[:2] != rows[index - 1].key[:2]:
+            breaks.add(len(body))
+        body.extend(_row_cells(row, runs, doors))
+    lines = render(body, tuple(columns),
+                   text=tuple(c for c in columns if c.endswith(" verdict")))
+    header, rendered = lines[0], lines[1:]
+    titles = _titles(header, columns, runs, doors)
+    out = [titles, header]
+    for index, line in enumerate(rendered):
+        if index in breaks:
+            out.append("")
+        out.append(line)
+    return out
+
+
+def _titles(header: str, columns: list[str], runs: list[ComparedRun], doors: bool) -> str:
+    """Each run's title above its first column (found in the rendered header)."""
+    line, position = "", 0
+    start = 2 + int(doors)
+    for compared in runs:
+        first = header.index(columns[start], position)
+        # a right-aligned column begins where its padding does: after the column before
+        begin = header.rfind("  ", 0, first) + 2 if first else 0
+        begin = max(begin, len(line) + 2 if line else begin)
+        line = line.ljust(begin) + compared.title
+        position = first + len(columns[start])
+        start += len(RUN_COLUMNS) + (1 if compared is not runs[0] else 0)
+    return line.rstrip()
+
+
+# -- what changed ----------------------------------------------------------------------------
+
+def changed_verdicts(runs: list[ComparedRun], rows: list[Row]) -> list[str]:
+    """The steps whose verdict differs from the run before, with the broken rules."""
+    lines = []
+    for row in (row for row in rows if row.first_side):  # a step once, not per side
+        for before, after in zip(runs, runs[1:], strict=False):
+            old, new = row.cells.get(before.letter), row.cells.get(after.letter)
+            if old is None or new is None or old[0].verdict == new[0].verdict:
+                continue
+            why = "; ".join(new[0].violations) or new[0].error or ""
+            lines.append(f"{row.name} at {row.key[4]} clients"
+                         + (f" over {row.key[1]}" if several_doors(runs) else "")
+                         + f": {before.letter} {old[0].verdict} -> {after.letter} "
+                           f"{new[0].verdict}" + (f" ({why})" if why else ""))
+    return lines
+
+
+def changed_outcomes(runs: list[ComparedRun], *, load: bool = False) -> list[str]:
+    """The tests (functional and conformance checks; not load steps, whose verdicts
+    say more) whose outcome differs from the run before: ``xfailed -> passed`` is a
+    known issue the new version fixed."""
+    lines = []
+    for before, after in zip(runs, runs[1:], strict=False):
+        for nodeid in dict.fromkeys([*before.tests, *after.tests]):
+            if not load and _is_load_test(nodeid, before, after):
+                continue
+            old = before.tests.get(nodeid, TestResult("not run"))
+            new = after.tests.get(nodeid, TestResult("not run"))
+            if old.outcome != new.outcome:
+                cause = f": {new.cause.splitlines()[0]}" if new.cause else ""
+                lines.append(f"{nodeid}: {before.letter} {old.outcome} -> {after.letter} "
+                             f"{new.outcome}{cause}")
+    return lines
+
+
+def _is_load_test(nodeid: str, *runs: ComparedRun) -> bool:
+    return any(step.test == nodeid for compared in runs for step in compared.steps)
+
+
+def report_lines(runs: list[ComparedRun]) -> list[str]:
+    """The whole comparison for the terminal: the table, the runs, what changed."""
+    rows = align(runs)
+    lines = table_lines(runs, rows) if rows else ["(no load steps in these files)"]
+    lines += ["", "runs:", *(f"  {compared.facts()}" for compared in runs)]
+    verdicts = changed_verdicts(runs, rows)
+    lines += ["", "load steps whose verdict changed:" if verdicts else
+              "load steps whose verdict changed: none", *(f"  {v}" for v in verdicts)]
+    if any(compared.tests for compared in runs):
+        outcomes = changed_outcomes(runs)
+        lines += ["", "checks whose outcome changed:" if outcomes else
+                  "checks whose outcome changed: none", *(f"  {o}" for o in outcomes)]
+    else:
+        lines += ["", "checks whose outcome changed: not known (these results files do "
+                  "not hold the tests' outcomes)"]
+    return [redact_text(line) for line in lines]
+
+
+# -- the page --------------------------------------------------------------------------------
+
+def scans_by_run(runs: list[ComparedRun]) -> dict[str, dict[str, list[StepRecord]]]:
+    """Each scan's steps per run title (:func:`~.reporting.plots.scans`)."""
+    grouped: dict[str, dict[str, list[StepRecord]]] = {}
+    for compared in runs:
+        for name, steps in plots.scans(compared.steps).items():
+            grouped.setdefault(name, {})[compared.title] = steps
+    return grouped
+
+
+def page_html(runs: list[ComparedRun]) -> str:
+    lines = report_lines(runs)
+    title = " vs ".join(compared.title for compared in runs)
+    parts = ["<!doctype html><html><head><meta charset='utf-8'>",
+             f"<title>storagescale compare: {html.escape(title)}</title>"
+             f"<style>{_STYLE} pre {{ font-size: 90%; }}</style></head><body>",
+             f"<h1>{html.escape(title)}</h1>",
+             "<table class='facts'>" + "".join(
+                 f"<tr><th>{html.escape(compared.letter)}</th>"
+                 f"<td>{html.escape(compared.facts())}</td></tr>" for compared in runs)
+             + "</table>",
+             "<h2>Steps, run by run</h2>", f"<pre>{html.escape(chr(10).join(lines))}</pre>"]
+    grouped = scans_by_run(runs)
+    if grouped:
+        parts.append("<h2>Scans, runs overlaid</h2>")
+    for name, by_run in grouped.items():
+        parts += [f"<h3>{html.escape(name)}</h3>",
+                  _img(plots.overlay_png(name, by_run), f"scan {name}, runs overlaid")]
+    parts.append("</body></html>")
+    return redact_html("\n".join(parts))
+
+
+def write_page(directory: Path, runs: list[ComparedRun]) -> Path:
+    """``DIR/index.html``: the comparison and each scan's runs overlaid."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        page = directory / "index.html"
+        page.write_text(page_html(runs), encoding="utf-8")
+    except OSError as exc:
+        raise _bad(f"--html {directory}: cannot write the page there ({exc.strerror or exc}); "
+                   f"give a folder you can write.") from None
+    return page
+
+
+# -- a run with --storage-baseline: each step's Allure test --------------------------------
+
+def baseline_run(baseline: Baseline) -> ComparedRun:
+    return ComparedRun(baseline.path, "A", baseline.run, list(baseline.steps.values()))
+
+
+def step_comparison(baseline: Baseline, run: RunInfo, record: StepRecord,
+                    scan: list[StepRecord]) -> tuple[str, bytes | None]:
+    """The baseline's step beside ``record`` (text lines, as the command writes them)
+    and, for a scan step, the scan's rate and p99 vs clients of both runs overlaid."""
+    before = baseline_run(baseline)
+    now = ComparedRun(Path("this run"), "B", run, [record])
+    if is_probe(record):  # its judged probe beside the baseline's (recovery_s)
+        base = next((step for step in before.steps if is_probe(step) and _same_test(
+            step, record) and step.verdict is not Verdict.INFO), None)
+    else:
+        base = baseline.find(record)
+    before.steps = [base] if base is not None else []
+    rows = align([before, now])
+    text = "\n".join(table_lines([before, now], rows)) if rows else ""
+    image = None
+    if scan and not record.label:
+        theirs = plots.scan_of(list(baseline.steps.values()), base) if base else []
+        if theirs:
+            image = plots.overlay_png(record.section, {before.title: theirs, now.title: scan})
+    return text, image
+
+
+def _same_test(step: StepRecord, record: StepRecord) -> bool:
+    return step.test == record.test and step.door == record.door
+
+
+def attach_to_allure(baseline: Baseline, run: RunInfo, record: StepRecord,
+                     scan: list[StepRecord]) -> None:
+    """Attach the step's comparison with its baseline step to its Allure test."""
+    import allure
+
+    text, image = step_comparison(baseline, run, record, scan)
+    if text:
+        allure.attach(redact_text(text), f"vs baseline {baseline.version}: {record.title}",
+                      allure.attachment_type.TEXT)
+    if image is not None:
+        allure.attach(image, f"scan {record.section}: baseline {baseline.version} and this "
+                      f"run overlaid", allure.attachment_type.PNG)
