@@ -54,7 +54,12 @@ LEAN_SERVER_PACKAGES=(
           # the embedded family (--storage-embedded): logins, WebDAV, GridFTP, Ceph
           krb5-kdc krb5-admin-server krb5-user xrootd-scitokens-plugins libscitokens0
           globus-proxy-utils voms-clients apache2 globus-gridftp-server-progs
-          gfal2-plugin-gridftp ceph-mon ceph-osd ceph-common xrootd-ceph-plugins)
+          gfal2-plugin-gridftp ceph-mon ceph-osd ceph-common xrootd-ceph-plugins
+          # the embedded CephFS (--storage-embedded cephfs): metadata server, FUSE client
+          ceph-mds ceph-fuse
+          # scripts/build-xrootd6.sh: XRootD 6.2.1 from source (--storage-embedded-version)
+          cmake make pkg-config libssl-dev zlib1g-dev uuid-dev libxml2-dev
+          libcurl4-openssl-dev libkrb5-dev libscitokens-dev libmacaroons-dev libjson-c-dev)
 # commands that may come from elsewhere on the machine (a JDK, nodesource's node):
 # their Debian packages are installed only when the command is missing
 command -v java >/dev/null || SERVER_PACKAGES+=(default-jre-headless)
@@ -167,3 +172,5 @@ case "$PART" in
     servers) allure_command_line ;;
     all) python_environment; allure_command_line ;;
 esac
+# XRootD 6.2.1 into ~/.cache, once per machine (15-30 min the first time, then a no-op)
+case "$PART" in servers|all) run bash scripts/build-xrootd6.sh ;; esac

@@ -3,7 +3,10 @@
 Each driver answers :meth:`~pytest_storagescale.drivers.base.Driver.version` in its
 own protocol, through a ``version`` connection (:func:`detect_version`):
 
-- ``xrootd`` on ``root://``: XRootD ``query config version`` (``5.5.3``);
+- ``xrootd`` on ``root://``: XRootD ``query config version`` (``v5.5.3``; dCache's
+  xrootd door answers ``dCache 11.2.5``: :func:`version_from_config_answer`);
+- ``gfal2`` on ``srm://``: the SRM door's ``srmPing`` (its ``backend_version``;
+  :func:`~pytest_storagescale.drivers.srm.srm_ping`);
 - ``gfal2`` on ``davs://``/``https://``: the door's ``Server:`` header (dCache's
   WebDAV door says ``dCache/9.2.4``, XrdHttp says ``XrootD/v5.5.3``), read with TLS
   verified against the CA directory (:func:`server_header_version`);
@@ -42,6 +45,17 @@ _SERVER_RE = re.compile(r"(?:dcache|xrootd|eos)[/ -]v?(\d+(?:\.\d+)*(?:-\d+)?)",
 def version_from_server_header(header: str) -> str | None:
     """``dCache/9.2.4`` -> ``9.2.4``; ``XrootD/v5.5.3`` -> ``5.5.3``; else None."""
     match = _SERVER_RE.search(header or "")
+    return match.group(1) if match else None
+
+
+#: XRootD's ``query config version`` answer: ``v5.5.3`` (xrootd), ``dCache 11.2.5``
+#: (dCache's xrootd door), possibly with a trailing NUL or newline
+_CONFIG_RE = re.compile(r"^\s*(?:[A-Za-z][\w.-]*\s+)?v?(\d+(?:\.\d+)*(?:[-.\w]*)?)\s*$")
+
+
+def version_from_config_answer(answer: str) -> str | None:
+    """``dCache 11.2.5`` -> ``11.2.5``; ``v5.5.3`` -> ``5.5.3``; else None."""
+    match = _CONFIG_RE.match(answer.replace("\0", ""))
     return match.group(1) if match else None
 
 
@@ -189,6 +203,10 @@ def server_header_version(endpoint: EndpointURL, *, ca_dir: str | None = None,
         connection.request("HEAD", endpoint.path + "/", headers=headers)
         response = connection.getresponse()
         server = response.getheader("Server", "")
+        response.read()
+        # XRootD 6 names no version there: its listing page, on the same connection
+        page, why = (listing_page(connection, endpoint.path, headers)
+                     if names_xrootd_without_version(server) else (b"", ""))
         connection.close()
     except ssl.SSLError as exc:
         raise StorageUnreachable(
@@ -198,10 +216,58 @@ def server_header_version(endpoint: EndpointURL, *, ca_dir: str | None = None,
             error_class="tls", **kwargs) from None
     except OSError as exc:
         raise StorageUnreachable(str(exc), error_class="unreachable", **kwargs) from None
-    version = version_from_server_header(server)
+    version = version_from_server_header(server) or version_from_listing(page)
     if version is None:
         raise StorageError(
+            unknown_xrootd_version(server, why or "it names none") if why or page else
             f"the Server header {server!r} names no version I can read", error_class="version",
             **kwargs,
         )
     return version
+
+
+# -- XRootD 6: a Server header without the version ---------------------------------
+#: XrdHttp since XRootD 6 sends ``Server: XRootD``, the product without its version
+_BARE_XROOTD = re.compile(r"\s*xrootd\s*", re.IGNORECASE)
+#: XrdHttp's listing page (a GET of a folder) ends "Powered by XrdHTTP v6.2.1 (CERN IT-SDC)"
+_LISTING_RE = re.compile(rb"Powered by XrdHTTP v?(\d+(?:\.\d+)+)", re.IGNORECASE)
+#: the most of a listing page read for the version (a larger folder: version unknown)
+LISTING_READ = 1024 * 1024
+
+
+def names_xrootd_without_version(header: str) -> bool:
+    """Whether a ``Server`` header is XRootD's with no version (``XRootD``, 6.x)."""
+    return bool(_BARE_XROOTD.fullmatch(header or ""))
+
+
+def version_from_listing(page: bytes) -> str | None:
+    """The version on XrdHttp's listing page (``Powered by XrdHTTP v6.2.1``), else None."""
+    match = _LISTING_RE.search(page or b"")
+    return match.group(1).decode() if match else None
+
+
+def unknown_xrootd_version(header: str, why: str) -> str:
+    """Why an XrdHttp door's version stays unknown, and how to state it."""
+    return (f"the version of this XRootD is unknown: its Server header {header!r} names "
+            f"none (XrdHttp sends none since XRootD 6) and its listing page, asked instead, "
+            f"did not say it ({why}). The version chooses the thresholds file; state it "
+            f"with --storage-version VERSION (e.g. 6.2.1), or test the server's root:// "
+            f"door, whose 'query config version' answers it")
+
+
+def listing_page(connection: http.client.HTTPConnection, path: str,
+                 headers: dict[str, str]) -> tuple[bytes, str]:
+    """A ``GET`` of folder ``path`` on an open connection to an XrdHttp door: its listing
+    page (up to :data:`LISTING_READ` bytes) and "", or b"" and why there is none."""
+    try:
+        connection.request("GET", path.rstrip("/") + "/",
+                           headers={**headers, "Accept": "text/html"})
+        response = connection.getresponse()
+        page = response.read(LISTING_READ + 1)
+    except (OSError, http.client.HTTPException) as exc:
+        return b"", f"GET {path}/: {exc}"
+    if response.status != 200:
+        return b"", f"GET {path}/ answered HTTP {response.status} {response.reason}"
+    if len(page) > LISTING_READ:
+        return b"", f"GET {path}/: a listing longer than {LISTING_READ:,} bytes"
+    return page, ""

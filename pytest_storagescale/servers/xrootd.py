@@ -21,6 +21,16 @@ conformance suite catches): ``ofs.tpc`` for root:// (the destination server runs
 xrdtpc``) for WebDAV ``COPY``, pull and push. XrdHttpTPC verifies the other server
 against this server's CA folder, read at each copy (``XRDTPC_CADIR``): a peer issued
 by another throwaway CA is trusted once :func:`trust_ca` put that CA in the folder.
+
+Releases (``--storage-embedded-version``, :mod:`.xrootd_releases`): the installed one
+(Debian's 5.5.3) by default, ``6.2.1`` from the cache ``scripts/build-xrootd6.sh``
+fills, or a site's own installation prefix. The configuration follows the release
+(:meth:`EmbeddedXRootD._release_config`): plug-ins by their full path in the prefix
+(``libXrdHttp-6.so``), ``tpc.allow local`` from 5.9.3 on (HTTP TPC to or from a
+loopback address is refused by default since), ``all.sitename`` from 6 on (XrdMacaroons
+refuses to load without it); the server runs with ``LD_LIBRARY_PATH`` on the prefix's
+library folder and is refused when its ``/proc/PID/maps`` shows an XRootD library from
+elsewhere.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ from .family import EmbeddedServer
 from .monitor import report_line
 from .orphans import server_directory
 from .processes import free_port, log_tail, unprivileged_user
+from .xrootd_releases import XRootDRelease, check_requested, foreign_libraries, offered, release
 
 if TYPE_CHECKING:  # .credentials loads cryptography: imported where a server makes them
     from .credentials import CertificateFiles, KerberosRealm, ThrowawayCA, TokenIssuer
@@ -145,6 +156,23 @@ class EmbeddedXRootD(EmbeddedServer):
         """``xrootd -v``: known without starting it."""
         return xrootd_version()
 
+    @classmethod
+    def available_versions(cls) -> tuple[str, ...]:
+        """The installed release (the default) and 6.2.1 (built into the cache)."""
+        return offered(cls.installed_version())
+
+    @classmethod
+    def check_version(cls, requested: str) -> str:
+        """A release by name (6.2.1: built, else the build command) or an installation
+        prefix (made absolute): :func:`.xrootd_releases.check_requested`."""
+        return check_requested(requested, cls.installed_version())
+
+    @classmethod
+    def release_version(cls, requested: str) -> str:
+        """The version a server of ``requested`` (a checked value) will say, without
+        starting it: its ``xrootd -v``."""
+        return release(check_requested(requested, cls.installed_version())).version
+
     def __init__(self, *, extra_config: str = "", startup_timeout: float = 30.0,
                  https: bool = True, login: str = "unix", tpc: bool = True) -> None:
         super().__init__(login=login)
@@ -155,6 +183,8 @@ class EmbeddedXRootD(EmbeddedServer):
         self.http_port = 0
         self.startup_timeout = startup_timeout
         self.binary = xrootd_binary()
+        #: the installation it runs (chosen by :attr:`requested_version` at start)
+        self.release: XRootDRelease | None = None
         self.directory: Path | None = None
         self.process: subprocess.Popen | None = None
         self.port = 0
@@ -253,12 +283,13 @@ class EmbeddedXRootD(EmbeddedServer):
                 f"all.adminpath {d / 'admin'}",
                 f"all.pidpath {d / 'run'}",
                 "xrootd.chksum adler32",
+                *self._release_config(),
                 # enough threads for 1000+ clients blocked in requests
                 "xrd.sched mint 16 maxt 4096 avlt 256 idle 60",
                 *(self._https_config() if self.tls else []),
                 *self._tpc_config(),
                 # the security framework only when a login needs it: unix is no protocol
-                *(["xrootd.seclib libXrdSec.so", *self._security_config]
+                *([f"xrootd.seclib {self._plugin('libXrdSec')}", *self._security_config]
                   if self._security_config else []),
                 *([report_line(self.report_to)] if self.report_to else []),
                 self.extra_config,
@@ -273,8 +304,23 @@ class EmbeddedXRootD(EmbeddedServer):
         return [
             f"xrd.tls {d / 'tls' / 'host.pem'} {d / 'tls' / 'host.key'}",
             f"xrd.tlsca certdir {d / 'ca'}",
-            *([f"xrd.protocol XrdHttp:{self.http_port} libXrdHttp.so"] if self.https else []),
+            *([f"xrd.protocol XrdHttp:{self.http_port} {self._plugin('libXrdHttp')}"]
+              if self.https else []),
         ]
+
+    def _plugin(self, name: str) -> str:
+        """The name a directive gives plug-in ``name`` in this release."""
+        return self.release.plugin(name) if self.release is not None else f"{name}.so"
+
+    def _release_config(self) -> list[str]:
+        """What differs between releases: ``all.sitename`` (6: XrdMacaroons needs it)
+        and ``tpc.allow local`` (5.9.3: HTTP TPC to or from loopback is refused
+        without it)."""
+        if self.release is None:
+            return []
+        return [*(["all.sitename storagescale"] if self.release.at_least(6) else []),
+                *(["tpc.allow local"] if self.tpc and self.https
+                  and self.release.at_least(5, 9, 3) else [])]
 
     def _tpc_config(self) -> list[str]:
         """Third-party copy: ``ofs.tpc`` (root://: this server pulls with ``xrdcp`` when
@@ -282,12 +328,14 @@ class EmbeddedXRootD(EmbeddedServer):
         XrdHttpTPC for ``COPY`` on the davs door."""
         if not self.tpc:
             return []
-        xrdcp = shutil.which("xrdcp") or "xrdcp"
+        xrdcp = (self.release.program("xrdcp", self.directory)
+                 if self.release is not None and self.directory is not None
+                 else shutil.which("xrdcp") or "xrdcp")
         return [
             # autorm: a failed copy leaves no partial file; pgm must come last
             f"ofs.tpc autorm ttl {TPC_TTL[0]} {TPC_TTL[1]} xfr {TPC_TRANSFERS} "
             f"pgm {xrdcp} --server",
-            *(["http.exthandler xrdtpc libXrdHttpTPC.so"] if self.https else []),
+            *([f"http.exthandler xrdtpc {self._plugin('libXrdHttpTPC')}"] if self.https else []),
         ]
 
     def _environment(self) -> dict[str, str]:
@@ -297,7 +345,8 @@ class EmbeddedXRootD(EmbeddedServer):
         copy made at start)."""
         tpc = {"XRDTPC_CADIR": str(self.directory / "ca")} if (
             self.tpc and self.https and self.directory is not None) else {}
-        return {**os.environ, **self._server_environment, **tpc}
+        own = self.release.environment() if self.release is not None else {}
+        return {**os.environ, **self._server_environment, **tpc, **own}
 
     def trust(self, other_ca_dir: str | Path) -> None:
         """Trust the CA of ``other_ca_dir`` (a TPC peer's): :func:`trust_ca`."""
@@ -359,7 +408,7 @@ class EmbeddedXRootD(EmbeddedServer):
             "sec.protocol ztn",
             "ofs.authorize 1",
             f"acc.authdb {d / 'authdb'}",
-            f"ofs.authlib ++ libXrdAccSciTokens.so config={d / 'scitokens.cfg'}",
+            f"ofs.authlib ++ {self._plugin('libXrdAccSciTokens')} config={d / 'scitokens.cfg'}",
             # the davs door: the bearer token of the Authorization header authorises too
             *(["http.header2cgi Authorization authz"] if self.https else []),
         ]
@@ -375,7 +424,8 @@ class EmbeddedXRootD(EmbeddedServer):
             self.directory / "tls" / "host.pem", self.directory / "tls" / "host.key")
 
     def start(self) -> EmbeddedXRootD:
-        self.version = xrootd_version(self.binary)
+        self.release = release(self.requested_version)
+        self.binary, self.version = self.release.binary, self.release.version
         self.directory = server_directory(self.kind)
         for sub in ("data", "admin", "run"):
             (self.directory / sub).mkdir()
@@ -383,6 +433,9 @@ class EmbeddedXRootD(EmbeddedServer):
         if self.tls:
             self._make_certificates()
         user = unprivileged_user()
+        if user:  # the release's files within the reach of the user it runs as
+            self.release = self.release.copied_to(self.directory / "release")
+            self.binary = self.release.binary
         if user:  # the login's daemons (the KDC) run as the user too: let it in now
             entry = pwd.getpwnam(user)
             os.chown(self.directory, entry.pw_uid, entry.pw_gid)
@@ -402,7 +455,7 @@ class EmbeddedXRootD(EmbeddedServer):
             self.port = free_port()
             self.http_port = free_port() if self.https else 0
             self._launch(user)
-            last_error = self._wait_ready()
+            last_error = self._wait_ready() or self._foreign_libraries()
             if not last_error:
                 return self
             self._terminate()
@@ -468,6 +521,15 @@ class EmbeddedXRootD(EmbeddedServer):
         return f"no answer on port {self.port} within {self.startup_timeout:.0f} s" + (
             f" ({last})" if "last" in locals() else ""
         )
+
+    def _foreign_libraries(self) -> str:
+        """Why the running server is not the release it should be: XRootD libraries
+        mapped from outside its prefix ("" when none)."""
+        if self.release is None or self.process is None:
+            return ""
+        foreign = foreign_libraries(self.process.pid, self.release)
+        return (f"xrootd {self.version} from {self.release.lib_dir} loaded libraries of "
+                f"another XRootD: {', '.join(foreign)}" if foreign else "")
 
     def _log_tail(self, lines: int = 15) -> str:
         return log_tail(self.log_path, lines) if self.directory is not None else "(no log)"

@@ -1,0 +1,263 @@
+"""Which XRootD the embedded xrootd runs (``--storage-embedded-version``).
+
+- the installed one (Debian's ``xrootd``, 5.5.3 on Debian 12): the default;
+- ``6.2.1``: built from PyPI's ``xrootd==6.2.1`` source distribution by
+  ``scripts/build-xrootd6.sh`` (run by ``scripts/bootstrap.sh servers|all``) into
+  ``$XDG_CACHE_HOME/pytest-storagescale/xrootd-6.2.1-<key>/`` (default ``~/.cache``),
+  whose marker file ``.storagescale-built`` is written last (no marker: a broken or
+  partial build, not used);
+- a path: a site's own XRootD installation prefix (``bin/xrootd``, ``lib/`` or
+  ``lib64/``), the release it is about to deploy.
+
+A release from a prefix runs with ``LD_LIBRARY_PATH`` on its own library folder, its
+plug-ins named by their full path (``lib/libXrdHttp-6.so``), so that Debian's 5.5.3
+libraries, on the default search path, are never loaded beside it
+(:func:`foreign_libraries` checks a running server's ``/proc/PID/maps``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import EndpointError, StorageScaleUsageError
+
+#: the release the project's set-up builds
+BUILT_VERSION = "6.2.1"
+#: the script that builds it (relative to the checkout)
+BUILD_SCRIPT = "scripts/build-xrootd6.sh"
+#: written last by the build: its presence means a whole build
+MARKER = ".storagescale-built"
+_VERSION = re.compile(r"v?(\d+(?:\.\d+)+)")
+
+
+def cache_root() -> Path:
+    """``$XDG_CACHE_HOME/pytest-storagescale`` (default ``~/.cache``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pytest-storagescale"
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``5.9.3`` -> ``(5, 9, 3)`` (the leading numbers; ``()`` for none)."""
+    match = _VERSION.match(version or "")
+    return tuple(int(part) for part in match.group(1).split(".")) if match else ()
+
+
+@dataclass(frozen=True)
+class XRootDRelease:
+    """One XRootD installation: its ``xrootd`` binary, its library folder (None: the
+    system's, found by the default search path) and the version ``xrootd -v`` says."""
+
+    binary: str
+    lib_dir: str | None
+    version: str
+
+    @property
+    def major(self) -> int:
+        key = version_key(self.version)
+        return key[0] if key else 0
+
+    def at_least(self, *version: int) -> bool:
+        return version_key(self.version) >= version
+
+    def tool(self, name: str) -> str:
+        """A command of this installation (``xrdcp``): beside its ``xrootd``, else on PATH."""
+        beside = Path(self.binary).with_name(name)
+        if self.lib_dir is not None and beside.is_file():
+            return str(beside)
+        return shutil.which(name) or name
+
+    def plugin(self, name: str) -> str:
+        """What a directive names for plug-in ``name`` (``libXrdHttp``): the system's
+        short name (xrootd adds its major version and searches), or this prefix's file
+        by its full path (``<lib>/libXrdHttp-6.so``)."""
+        if self.lib_dir is not None:
+            for candidate in (f"{name}-{self.major}.so", f"{name}.so"):
+                path = Path(self.lib_dir) / candidate
+                if path.is_file():
+                    return str(path)
+        return f"{name}.so"
+
+    def has_plugin(self, name: str) -> bool:
+        """Whether plug-in ``name`` is installed in this release's library folder."""
+        if self.lib_dir is None:
+            return any(Path(folder, f"{name}-{self.major}.so").is_file()
+                       for folder in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"))
+        return Path(self.plugin(name)).is_absolute()
+
+    def copied_to(self, folder: Path) -> XRootDRelease:
+        """This release for a server that drops root's rights: itself when everyone
+        may read its library folder, else its libraries, ``xrootd`` and ``xrdcp``
+        copied into ``folder`` (a cache under ``/root``, mode 0700, is out of reach of
+        the user xrootd switches to before it loads its plug-ins)."""
+        if self.lib_dir is None or reachable_by_all(Path(self.lib_dir)):
+            return self
+        (folder / "bin").mkdir(parents=True)
+        shutil.copytree(self.lib_dir, folder / "lib", symlinks=True)
+        for name in ("xrootd", "xrdcp"):
+            source = Path(self.binary).with_name(name)
+            if source.is_file():
+                shutil.copy2(source, folder / "bin" / name)
+        for path in (folder, folder / "bin", folder / "lib"):
+            path.chmod(0o755)
+        return XRootDRelease(str(folder / "bin" / "xrootd"), str(folder / "lib"), self.version)
+
+    def program(self, name: str, folder: Path) -> str:
+        """A command of this installation that the server runs itself (``ofs.tpc``'s
+        copy program, which is not handed ``LD_LIBRARY_PATH``): the system's from PATH,
+        else a script in ``folder`` that runs this prefix's on its own libraries."""
+        command = self.tool(name)
+        if self.lib_dir is None:
+            return command
+        script = folder / f"{name}-{self.version}"
+        script.write_text(f'#!/bin/sh\nLD_LIBRARY_PATH="{self.lib_dir}${{LD_LIBRARY_PATH:+:'
+                          f'$LD_LIBRARY_PATH}}" exec "{command}" "$@"\n')
+        script.chmod(0o755)
+        return str(script)
+
+    def environment(self) -> dict[str, str]:
+        """What its processes need in their environment (``LD_LIBRARY_PATH``)."""
+        if self.lib_dir is None:
+            return {}
+        earlier = os.environ.get("LD_LIBRARY_PATH")
+        return {"LD_LIBRARY_PATH": self.lib_dir + (f":{earlier}" if earlier else "")}
+
+
+def reachable_by_all(folder: Path) -> bool:
+    """Whether any user may read ``folder`` (it and every folder above it searchable)."""
+    import stat
+
+    try:
+        if not folder.stat().st_mode & stat.S_IROTH:
+            return False
+        return all(parent.stat().st_mode & stat.S_IXOTH
+                   for parent in [folder, *folder.resolve().parents])
+    except OSError:
+        return False
+
+
+def system_binary() -> str | None:
+    """The installed ``xrootd`` (PATH, else ``/usr/bin/xrootd``)."""
+    return shutil.which("xrootd") or (
+        "/usr/bin/xrootd" if os.access("/usr/bin/xrootd", os.X_OK) else None)
+
+
+def version_of(binary: str, environment: dict[str, str] | None = None) -> str:
+    """``xrootd -v`` of ``binary`` (``5.5.3``), with ``environment`` added; "unknown"
+    when it says nothing readable."""
+    try:
+        result = subprocess.run([binary, "-v"], capture_output=True, text=True, timeout=30,
+                                env={**os.environ, **(environment or {})})
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    for line in reversed((result.stdout + result.stderr).strip().splitlines()):
+        match = _VERSION.fullmatch(line.strip())
+        if match:
+            return match.group(1)
+    return "unknown"
+
+
+def built_prefix(version: str = BUILT_VERSION) -> Path | None:
+    """The newest whole build of ``version`` in the cache (None: not built)."""
+    root = cache_root()
+    if not root.is_dir():
+        return None
+    markers = sorted(root.glob(f"xrootd-{version}-*/{MARKER}"),
+                     key=lambda path: path.stat().st_mtime)
+    return markers[-1].parent if markers else None
+
+
+def library_folder(prefix: Path) -> Path:
+    """``lib64/`` when it holds the XRootD libraries, else ``lib/``."""
+    lib64 = prefix / "lib64"
+    return lib64 if any(lib64.glob("libXrdUtils.so*")) else prefix / "lib"
+
+
+def prefix_problem(prefix: Path) -> str:
+    """Why ``prefix`` is no XRootD installation ("" when it is one)."""
+    if not prefix.is_dir():
+        return f"{prefix} is not a folder"
+    binary = prefix / "bin" / "xrootd"
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        return f"{prefix} has no executable bin/xrootd"
+    if not any(library_folder(prefix).glob("libXrdUtils.so*")):
+        return f"{prefix} has no lib/libXrdUtils.so* (nor lib64/)"
+    return ""
+
+
+def is_path(requested: str) -> bool:
+    """Whether a ``--storage-embedded-version`` value names a folder, not a release."""
+    return "/" in requested or requested.startswith(("~", "."))
+
+
+def check_requested(requested: str, installed: str) -> str:
+    """``requested`` as the server will use it (a prefix made absolute); a usage error
+    naming the releases, the build command or what the folder lacks."""
+    if is_path(requested):
+        prefix = Path(requested).expanduser().resolve()
+        problem = prefix_problem(prefix)
+        if problem:
+            raise StorageScaleUsageError(
+                f"--storage-embedded-version {requested}: {problem}. Give the prefix of an "
+                f"XRootD installation (the folder holding bin/xrootd and lib/), or one of "
+                f"the releases {', '.join(offered(installed))}.")
+        return str(prefix)
+    if requested == installed and installed:
+        return requested
+    if requested == BUILT_VERSION:
+        if built_prefix() is None:
+            raise StorageScaleUsageError(
+                f"--storage-embedded-version {requested}: XRootD {requested} is not built on "
+                f"this machine (no {cache_root()}/xrootd-{requested}-*/{MARKER}). Build it "
+                f"once with 'bash {BUILD_SCRIPT}' in the pytest-storagescale checkout "
+                f"(15-30 minutes; 'make setup' runs it), or leave the option out for the "
+                f"installed {installed or 'xrootd'}.")
+        return requested
+    raise StorageScaleUsageError(
+        f"--storage-embedded-version {requested}: the embedded xrootd offers "
+        f"{', '.join(offered(installed))}, or the path of an XRootD installation prefix "
+        f"(a site's own build). Pick one of those, or leave the option out.")
+
+
+def offered(installed: str) -> tuple[str, ...]:
+    """The releases by name: the installed one (the default) and the built one."""
+    return tuple(dict.fromkeys(v for v in (installed, BUILT_VERSION) if v and v != "unknown"))
+
+
+@functools.cache
+def release(requested: str | None) -> XRootDRelease:
+    """The installation ``requested`` names (as :func:`check_requested` gave it back;
+    None: the installed one)."""
+    if requested is None or (not is_path(requested) and requested != BUILT_VERSION):
+        binary = system_binary()
+        if binary is None:
+            raise EndpointError("the embedded endpoint needs the xrootd binary, not found on "
+                                "PATH: install xrootd-server (or run 'make setup').")
+        return XRootDRelease(binary, None, version_of(binary))
+    prefix = Path(requested) if is_path(requested) else built_prefix()
+    if prefix is None:
+        check_requested(requested, "")  # the usage error naming the build
+        raise AssertionError("unreachable")
+    lib_dir = str(library_folder(prefix))
+    binary = str(prefix / "bin" / "xrootd")
+    return XRootDRelease(binary, lib_dir,
+                         version_of(binary, {"LD_LIBRARY_PATH": lib_dir}))
+
+
+def foreign_libraries(pid: int, release_: XRootDRelease) -> list[str]:
+    """The XRootD libraries a running server mapped from outside ``release_``'s library
+    folder (``/proc/PID/maps``): empty when it runs on its own only."""
+    if release_.lib_dir is None:
+        return []
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return []
+    mapped = {line.split()[-1] for line in maps.splitlines() if "/libXrd" in line}
+    own = os.path.realpath(release_.lib_dir)
+    return sorted(path for path in mapped if not os.path.realpath(path).startswith(own + "/"))

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Builds the XRootD 6.2.1 server that `--storage-embedded-version 6.2.1` runs, once per
+# machine, into a cache outside the checkout:
+#
+#   $XDG_CACHE_HOME/pytest-storagescale/xrootd-6.2.1-<key>/   (default ~/.cache)
+#       bin/  xrootd cmsd xrdfs xrdcp xrdadler32
+#       lib/  the 6.2.1 libraries and the server's plug-ins (lib...-6.so)
+#       .storagescale-built   the marker, written last: what was built and how
+#
+# <key> is a hash of the version, the CMake options and the targets: a change of any
+# gives a new folder. A prefix without the marker is a broken or partial build (the
+# machine stopped, the build failed) and is built again from scratch; with the marker
+# the script does nothing. Run by scripts/bootstrap.sh servers|all (make test's
+# set-up); its build dependencies are installed there.
+#
+# The source is PyPI's xrootd==6.2.1 source distribution (pip download, kept in
+# the cache): it holds the whole XRootD source, server included, but not the
+# top-level vendor/ folder (inih, picojson) that XrdThrottle and XrdSciTokens
+# include: that comes from the shared material ($STORAGESCALE_SHARED/xrootd6/vendor,
+# default <checkout>/../shared, then /work/shared).
+#
+# Options: --print-prefix prints the prefix and exits; --dry-run prints what it would do.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CHECKOUT=$(pwd)
+
+VERSION=6.2.1
+CMAKE_OPTIONS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DENABLE_TESTS=OFF -DENABLE_PYTHON=OFF
+               -DENABLE_CEPH=OFF -DENABLE_XRDEC=OFF -DENABLE_FUSE=OFF -DENABLE_VOMS=OFF
+               -DENABLE_XRDOSSARC=OFF)
+TARGETS=(xrootd cmsd xrdfs xrdcp xrdadler32 XrdHttp-6 XrdHttpTPC-6 XrdPfc-6 XrdThrottle-6
+         XrdPss-6 XrdSec-6 XrdSecProt-6 XrdSecunix-6 XrdSeckrb5-6 XrdSecgsi-6
+         XrdSecgsiGMAPDN-6 XrdSecsss-6 XrdSecztn-6 XrdSecpwd-6 XrdCryptossl-6
+         XrdMacaroons-6 XrdAccSciTokens-6 XrdCksCalczcrc32-6)
+JOBS=${STORAGESCALE_BUILD_JOBS:-2}
+
+PRINT_PREFIX=
+DRY_RUN=
+for arg in "$@"; do
+    case "$arg" in
+        --print-prefix) PRINT_PREFIX=1 ;;
+        --dry-run) DRY_RUN=1 ;;
+        *) echo "build-xrootd6: unknown argument '$arg': write --print-prefix or" \
+                "--dry-run, or nothing to build" >&2; exit 2 ;;
+    esac
+done
+
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/pytest-storagescale
+KEY=$(printf '%s\n' "$VERSION" "${CMAKE_OPTIONS[*]}" "${TARGETS[*]}" | sha256sum | cut -c1-12)
+PREFIX=$CACHE/xrootd-$VERSION-$KEY
+MARKER=$PREFIX/.storagescale-built
+if [ -n "$PRINT_PREFIX" ]; then echo "$PREFIX"; exit 0; fi
+already_built() {
+    if [ -f "$MARKER" ]; then echo "build-xrootd6: XRootD $VERSION already built in $PREFIX"; exit 0; fi
+}
+already_built
+# one build at a time on a machine (two make test set-ups): the second waits, then finds it
+mkdir -p "$CACHE"
+exec 9>"$CACHE/xrootd-$VERSION.lock"
+flock 9
+already_built
+
+SHARED=${STORAGESCALE_SHARED:-$CHECKOUT/../shared}
+[ -d "$SHARED/xrootd6/vendor" ] || SHARED=/work/shared
+VENDOR=$SHARED/xrootd6/vendor
+if [ ! -f "$VENDOR/inih/INIReader.h" ] || [ ! -f "$VENDOR/picojson/picojson.h" ]; then
+    echo "build-xrootd6: the vendored headers are missing: expected" \
+         "$VENDOR/inih/INIReader.h and $VENDOR/picojson/picojson.h (set" \
+         "STORAGESCALE_SHARED to the folder holding xrootd6/vendor)" >&2
+    exit 1
+fi
+for tool in cmake make g++ pkg-config; do
+    command -v "$tool" >/dev/null || { echo "build-xrootd6: '$tool' is missing: run" \
+        "scripts/bootstrap.sh servers (it installs the build dependencies)" >&2; exit 1; }
+done
+PYTHON=python3
+[ -x "$CHECKOUT/.venv/bin/python" ] && PYTHON=$CHECKOUT/.venv/bin/python
+
+run() { if [ -n "$DRY_RUN" ]; then echo "build-xrootd6 (dry run): $*"; else "$@"; fi; }
+
+SDIST_DIR=$CACHE/sdist
+SDIST=$SDIST_DIR/xrootd-$VERSION.tar.gz
+WORK=$CACHE/build-xrootd-$VERSION-$KEY
+started=$(date +%s)
+echo "build-xrootd6: building XRootD $VERSION into $PREFIX (15-30 minutes on 2 busy cores)"
+run mkdir -p "$SDIST_DIR"
+if [ ! -f "$SDIST" ]; then
+    run "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation \
+        --dest "$SDIST_DIR" "xrootd==$VERSION"
+fi
+# a partial earlier attempt is thrown away whole: a prefix without the marker, a build tree
+run rm -rf "$PREFIX" "$WORK"
+run mkdir -p "$WORK"
+run tar -xzf "$SDIST" -C "$WORK"
+SRC=$WORK/xrootd-$VERSION
+run cp -r "$VENDOR" "$SRC/vendor"
+run rm -f "$SRC/vendor/README.vendor"
+run nice -n 19 cmake -S "$SRC" -B "$WORK/build" -DCMAKE_INSTALL_PREFIX="$PREFIX" \
+    "${CMAKE_OPTIONS[@]}" >"$WORK/cmake.log" 2>&1 \
+    || { echo "build-xrootd6: cmake failed: see $WORK/cmake.log" >&2; tail -20 "$WORK/cmake.log" >&2; exit 1; }
+run nice -n 19 make -C "$WORK/build" -j"$JOBS" "${TARGETS[@]}" >"$WORK/make.log" 2>&1 \
+    || { echo "build-xrootd6: the build failed: see $WORK/make.log" >&2; tail -30 "$WORK/make.log" >&2; exit 1; }
+run mkdir -p "$PREFIX/bin" "$PREFIX/lib"
+run cp -a "$WORK/build/bin/." "$PREFIX/bin/"
+run sh -c "cp -a '$WORK/build/lib/'*.so* '$PREFIX/lib/'"
+# RelWithDebInfo's debug sections are 9/10 of the size (110 MB -> ~11 MB): dropped
+run find "$PREFIX/bin" "$PREFIX/lib" -type f -exec strip --strip-debug {} +
+if [ -z "$DRY_RUN" ]; then
+    LD_LIBRARY_PATH=$PREFIX/lib "$PREFIX/bin/xrootd" -v 2>&1 | grep -q "v$VERSION" \
+        || { echo "build-xrootd6: the built xrootd does not say v$VERSION" >&2; exit 1; }
+    # the marker, last: its presence means a whole build
+    {
+        echo "version=$VERSION"
+        echo "key=$KEY"
+        echo "cmake_options=${CMAKE_OPTIONS[*]}"
+        echo "targets=${TARGETS[*]}"
+        echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        echo "build_seconds=$(( $(date +%s) - started ))"
+        echo "size_bytes=$(du -sb "$PREFIX" | cut -f1)"
+    } >"$MARKER.tmp"
+    mv "$MARKER.tmp" "$MARKER"
+    rm -rf "$WORK"
+fi
+echo "build-xrootd6: XRootD $VERSION built in $PREFIX in $(( $(date +%s) - started )) s"
