@@ -12,10 +12,13 @@ Mechanisms only: no assertion on how fast anything ran."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import socket
 import threading
+import time
 
 import pytest
 
@@ -25,7 +28,8 @@ from pytest_storagescale.load.operations import get_operation
 from pytest_storagescale.load.plan import StepPlan
 from pytest_storagescale.load.server_usage import ServerUsage
 from pytest_storagescale.records import StepRecord, Verdict
-from pytest_storagescale.reporting.table import format_table, format_why
+from pytest_storagescale.reporting.html import table_csv, table_html
+from pytest_storagescale.reporting.table import SERVER_SATURATED_NOTE, format_table, format_why
 from pytest_storagescale.servers.monitor import (
     ServerWatch,
     SummaryListener,
@@ -178,6 +182,12 @@ def test_server_cpu_is_measured_and_rules_name_it(reporting_xrootd, area):
     assert any(line.startswith("server saturated:") for line in format_why(record))
     table = "\n".join(format_table([record]))
     assert "server" in table and "saturated*" in table
+    assert SERVER_SATURATED_NOTE in table
+    [header, row] = csv.reader(io.StringIO(table_csv([record])))
+    cells = dict(zip(header, row, strict=True))
+    assert (cells["server_ops"], cells["server_saturated"]) == (str(usage.requests), "1")
+    assert float(cells["server_cpu"]) == pytest.approx(record.server_cpu, rel=1e-5)
+    assert "<th>server</th>" in table_html([record]) and "saturated*" in table_html([record])
     again = StepRecord.from_json(json.loads(json.dumps(record.to_json())))
     assert again.server == record.server and again.metric("server_cpu") == record.server_cpu
     assert json.loads(json.dumps(record.to_json()))["server_ops"] == usage.requests
@@ -302,3 +312,38 @@ def test_good_monitor_addresses_are_taken():
 
     assert parse_listen_address("0.0.0.0:9931") == "0.0.0.0:9931"
     assert parse_listen_address("[::1]:9931") == "[::1]:9931"
+
+
+def test_a_servers_processes_are_sampled_with_what_they_forked():
+    """A daemon's workers (Apache's, GridFTP's) count: CPU and threads of the process
+    tree, the window's CPU read between the samples around it."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from pytest_storagescale.servers.monitor import ProcessSampler, sample_processes
+
+    busy = "import time\nend = time.time() + 2\nwhile time.time() < end: pass\n"
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys\n"
+        f"subprocess.run([sys.executable, '-c', {busy!r}])\n")])
+    try:
+        sampler = ProcessSampler([parent.pid])
+        sampler.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(  # the worker has run a while
+                sum(child.cpu_times()[:2]) for child in psutil.Process(parent.pid).children()):
+            time.sleep(0.02)
+        tree, threads, connections = sample_processes([parent.pid], with_connections=True)
+        alone = sum(psutil.Process(parent.pid).cpu_times()[:2])
+        assert tree > alone and threads >= 2 and connections == 0  # the child's count
+        parent.wait(timeout=60)
+        sampler.stop()
+    finally:
+        parent.kill()
+        parent.wait()
+    first, last = sampler.samples[0][0], sampler.samples[-1][0]
+    cpu, most_threads, _ = sampler.over(first, last)
+    assert cpu is not None and cpu > 0 and most_threads >= 2
+    assert sampler.over(last, first) == (None, None, None)  # no window: nothing known

@@ -314,14 +314,18 @@ class ProcessSampler:
         self._thread.join(timeout=10)
 
     def _cpu_at(self, moment: float) -> float:
-        """The CPU seconds at ``moment``, between the samples around it."""
-        samples = self.samples
+        """The CPU seconds used from the first sample to ``moment``, between the
+        samples around it. Only increases count: a worker that ended (and was not
+        reaped by its leader) takes its CPU out of the sum, which is no negative use."""
+        samples, used = self.samples, 0.0
         if moment <= samples[0][0]:
-            return samples[0][1]
+            return 0.0
         for (t0, c0, *_), (t1, c1, *_) in zip(samples, samples[1:], strict=False):
+            step = max(0.0, c1 - c0)
             if t0 <= moment <= t1:
-                return c0 + (c1 - c0) * ((moment - t0) / (t1 - t0) if t1 > t0 else 1.0)
-        return samples[-1][1]
+                return used + step * ((moment - t0) / (t1 - t0) if t1 > t0 else 1.0)
+            used += step
+        return used
 
     def over(self, start: float, end: float
              ) -> tuple[float | None, int | None, int | None]:
@@ -331,7 +335,7 @@ class ProcessSampler:
             return None, None, None
         inside = [s for s in self.samples if start <= s[0] <= end] or self.samples[-1:]
         connections = [s[3] for s in inside if s[3] is not None]
-        return (max(0.0, self._cpu_at(end) - self._cpu_at(start)),
+        return (self._cpu_at(end) - self._cpu_at(start),
                 max(s[2] for s in inside), max(connections) if connections else None)
 
 
