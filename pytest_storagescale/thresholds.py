@@ -163,12 +163,13 @@ def default_rules() -> tuple[Rule, ...]:
 
 @dataclass(frozen=True)
 class ClientSelector:
-    """Which concurrencies an ``expect`` block applies to."""
+    """Which concurrencies (an open-loop section's: offered rates) an ``expect`` block
+    applies to."""
 
     text: str
-    test: Callable[[int], bool] = field(compare=False)
+    test: Callable[[float], bool] = field(compare=False)
 
-    def __call__(self, clients: int) -> bool:
+    def __call__(self, clients: float) -> bool:
         return self.test(clients)
 
 

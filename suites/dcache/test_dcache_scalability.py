@@ -5,6 +5,8 @@ Each test is one of the seeds' hand-run tests; concurrencies, durations and rule
 come from ``thresholds/dcache/<version>.toml``:
 
 - namespace scan: ``lcg-ls -b -D srmv2 $mytestdir`` in a tight loop per concurrency;
+  and as offered rates (an open loop: requests at a fixed rate, whatever the door
+  does, response times from each request's intended start; docs/open-loop.md);
 - copy-out scan: ``lcg-cp`` of a 10 MB file to local disk (checksum verified),
   rate, MB/s and Mbit/s, failed, hung (stuck copies are abandoned and counted);
 - recovery probe: after an overload, does the door come back by itself;
@@ -24,6 +26,14 @@ pytestmark = pytest.mark.storagescale_system("dcache")
 @pytest.mark.storagescale_op("ls")
 def test_namespace_scan(storage_load, storage_clients):
     """Seed 000, lcg-ls runs: succeeded (rate Hz), failed, hung per concurrency."""
+    storage_load.run()
+
+
+@pytest.mark.storagescale_op("ls_open")
+def test_namespace_open_loop(storage_load, storage_arrival_rate):
+    """Seed 000's namespace scan as offered rates: ls requests arrive at the rate
+    whatever the door does (as grid jobs do); a stall shows as every request that
+    waited for it (response time), dropped requests as the door falling behind."""
     storage_load.run()
 
 

@@ -3,7 +3,9 @@
 What the seed measured by hand, as steps whose concurrencies and rules come from
 ``thresholds/xrootd/<version>.toml``:
 
-- namespace: ``stat`` and ``ls`` rates at each concurrency;
+- namespace: ``stat`` and ``ls`` rates at each concurrency; and at offered rates (an
+  open loop: requests at a fixed rate whatever the server does, response times from
+  each request's intended start, so a stall is not hidden; docs/open-loop.md);
 - small files: N clients writing 1 MB files (``put``), then reading them (``get``),
   as files/s with the transfer-time distribution (mean, p50, p99 in the results);
 - mixed: readers and writers at once, each side's throughput reported;
@@ -45,6 +47,19 @@ def test_stat_scan(storage_load, storage_clients):
 @pytest.mark.storagescale_op("ls")
 def test_ls_scan(storage_load, storage_clients):
     """Listing of a small directory, back to back, by each client."""
+    storage_load.run()
+
+
+@pytest.mark.storagescale_op("stat_open")
+def test_stat_open_loop(storage_load, storage_arrival_rate):
+    """stat requests arriving at the offered rate whatever the server does: achieved
+    rate, dropped requests, response times from each request's intended start."""
+    storage_load.run()
+
+
+@pytest.mark.storagescale_op("ls_open")
+def test_ls_open_loop(storage_load, storage_arrival_rate):
+    """Listings of a small directory arriving at the offered rate (open loop)."""
     storage_load.run()
 
 
