@@ -49,9 +49,20 @@ def format_derived(name: str, value: float) -> str:
 
 
 def derived_cell(step: StepRecord) -> str:
-    """``mix_ratio 0.87``, ``recovery_s 12.00 s``: the step's derived metrics."""
-    return ", ".join(f"{name} {format_derived(name, float(value))}"
-                     for name, value in step.derived.items())
+    """``mix_ratio 0.87``, ``recovery_s 12.00 s``: the step's derived metrics; a mean
+    with its standard deviation as the seeds wrote them, ``mb_s 62.5 ± 0.951``."""
+    derived = step.derived
+    cells = []
+    for name, value in derived.items():
+        base = name.removesuffix("_stddev")
+        if base != name and f"{base}_mean" in derived:
+            continue  # beside its mean
+        base = name.removesuffix("_mean")
+        spread = derived.get(f"{base}_stddev") if base != name else None
+        cells.append(f"{name} {format_derived(name, float(value))}" if spread is None else
+                     f"{base} {format_derived(name, float(value))} ± "
+                     f"{format_derived(name, float(spread))}")
+    return ", ".join(cells)
 
 
 def _change(step: StepRecord) -> str:

@@ -132,6 +132,8 @@ class EmbeddedCephFS(EmbeddedCephGateway):
         self.hosts: list[ClientHost] = []
         self.switch: Daemon | None = None
         self.tag = f"{os.getpid() % 1000:03d}{random.randint(0, 0xfff):03x}"
+        self._scheduler: Daemon | None = None
+        self._scheduler_address = ""
 
     # -- what the family asks -----------------------------------------------------------
     @classmethod
@@ -308,6 +310,79 @@ class EmbeddedCephFS(EmbeddedCephGateway):
         finally:
             marker.unlink(missing_ok=True)
 
+    # -- one Dask worker per client host (the cluster executor) ---------------------------
+    def cluster_address(self) -> str:
+        """A Dask scheduler on the head address and one worker per client host, started
+        on first call: each worker runs in its host's namespace and a private mount
+        namespace where host 0's mount point is its own host's mount (``mount --bind``),
+        so that the endpoint's one ``file://`` path is the same on every host, as
+        ``/gpfs/scratch`` is on every GPFS node, served by that host's own client."""
+        if self._scheduler is None:
+            try:
+                self._start_dask()
+            except BaseException:
+                self._stop_dask()
+                raise
+        return self._scheduler_address
+
+    def _start_dask(self) -> None:
+        import socket
+        import sys
+
+        d = self.directory
+        assert d is not None and self.hosts
+        (d / "dask").mkdir(exist_ok=True)
+        with socket.socket() as probe:
+            probe.bind((self.address, 0))
+            port = probe.getsockname()[1]
+        self._scheduler_address = f"tcp://{self.address}:{port}"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._scheduler = self._spawn("dask-scheduler", [
+            sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", self.address,
+            "--port", str(port), "--no-dashboard"], env)
+        self._wait_for(lambda: self._listening(port), "the Dask scheduler did not listen",
+                       "dask-scheduler")
+        here = self.hosts[0].mountpoint
+        for host in self.hosts:
+            local = d / "dask" / host.name
+            local.mkdir(exist_ok=True)
+            worker = (f"exec {sys.executable} -m distributed.cli.dask_worker "
+                      f"{self._scheduler_address} --host {host.address} --nthreads 1 "
+                      f"--no-nanny --name {host.name} --no-dashboard --local-directory {local}")
+            bind = "" if host.index == 0 else f"mount --bind {host.mountpoint} {here} && "
+            self._spawn(f"dask-worker.{host.name}", [
+                "nsenter", f"--net={host.netns}", "unshare", "--mount", "--propagation",
+                "private", "sh", "-c", bind + worker], env)
+        from distributed import Client
+
+        with Client(self._scheduler_address, timeout=30, set_as_default=False) as client:
+            try:
+                client.wait_for_workers(len(self.hosts), timeout=self.startup_timeout)
+            except TimeoutError:
+                raise self._fail(f"the {len(self.hosts)} Dask workers did not join within "
+                                 f"{self.startup_timeout:.0f} s",
+                                 self._daemon(f"dask-worker.{self.hosts[-1].name}")) from None
+
+    def _listening(self, port: int) -> bool:
+        import socket
+
+        try:
+            socket.create_connection((self.address, port), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
+    def _stop_dask(self) -> None:
+        if self._scheduler_address:  # this process's client of it first (else its exit
+            from ..cluster.hosts import disconnect  # tries to reconnect to it)
+
+            disconnect(self._scheduler_address)
+        names = {"dask-scheduler", *(f"dask-worker.{host.name}" for host in self.hosts)}
+        for daemon in [d for d in self.daemons if d.name in names]:
+            daemon.stop()
+            self.daemons.remove(daemon)
+        self._scheduler = None
+
     # -- stop ----------------------------------------------------------------------
     def unmount(self, host: ClientHost) -> None:
         """Unmount ``host`` (lazily when busy): its ``ceph-fuse`` exits by itself."""
@@ -324,6 +399,7 @@ class EmbeddedCephFS(EmbeddedCephGateway):
 
     def stop(self) -> None:
         """Unmount every host, stop the daemons, the namespaces go with their holders."""
+        self._stop_dask()
         for host in self.hosts:
             self.unmount(host)
         self.hosts = []

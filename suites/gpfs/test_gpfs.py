@@ -7,13 +7,24 @@ through its mount (``file:///gpfs/scratch/storagescale``) or a protocol door.
 - ``ls`` of a directory while other clients write next to it (BNL: 14 s, and 13 min
   one level deeper);
 - files left by a writer killed with SIGKILL can be deleted by another client (BNL
-  once got "Permission denied" from another node).
+  once got "Permission denied" from another node), from the same host and from
+  another host, with and without a ``sync`` on the writer's host first;
+- ioperf's patterns (fwrite, fread, putc, getc, seek: 2.22, 33.09, 2.20, 3.79, 1.35
+  MB/s with one thread), with one thread, one thread per core, and one thread per
+  client host (``--storage-cluster`` with one worker per node);
+- ``ls -l`` of the top and of a deeper level while writers work one level deeper
+  still (BNL: 14 s and 13 min).
 
-    pytest suites/gpfs --storage-endpoint file:///gpfs/scratch/storagescale
+Without an endpoint the suite mounts the embedded CephFS on two client hosts
+(``--storage-embedded cephfs``); on a real file system::
+
+    pytest suites/gpfs --storage-endpoint file:///gpfs/scratch/storagescale \
+        --storage-gpfs-second-mount file:///mnt/gpfs-from-b/scratch/storagescale
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import signal
 import subprocess
@@ -23,6 +34,11 @@ import time
 import pytest
 
 from pytest_storagescale import StorageNotFound
+
+from . import crossnode
+
+#: seed 001's ioperf patterns, each a section ``ioperf_<pattern>`` of the thresholds
+IOPERF = ("fwrite", "fread", "putc", "getc", "seek")
 
 pytestmark = pytest.mark.storagescale_system("gpfs")
 
@@ -49,6 +65,43 @@ def test_sequential_read(storage_load, storage_clients):
 def test_ls_while_writing(storage_load, storage_clients):
     """Listers time ``ls`` of a directory while writers fill the one next to it."""
     storage_load.run()
+
+
+@pytest.mark.storagescale_op("ls_depth")
+def test_ls_at_depth_while_writing(storage_load, storage_clients, second_host_if_any):
+    """``ls -l`` of the top and of the level below while writers (on host B when
+    there is one) fill a directory one level deeper still."""
+    storage_load.run()
+
+
+@pytest.mark.parametrize("pattern", IOPERF)
+def test_ioperf_single_thread(storage_load, pattern):
+    """One ioperf thread: the pattern's rate over the section's passes."""
+    storage_load.run(f"ioperf_{pattern}", 1, label="1 thread")
+
+
+@pytest.mark.parametrize("pattern", IOPERF)
+def test_ioperf_thread_per_core(storage_load, pattern):
+    """One ioperf thread per processor of this host, the aggregate rate."""
+    cores = len(os.sched_getaffinity(0))
+    storage_load.run(f"ioperf_{pattern}", cores, label="1 thread per core")
+
+
+@pytest.mark.parametrize("pattern", IOPERF)
+def test_ioperf_thread_per_host(storage_load, host_cluster, pattern):
+    """One ioperf thread on each client host (a Dask worker per node): the aggregate
+    rate, and each host's in the step's per-host breakdown."""
+    storage_load.run(f"ioperf_{pattern}", host_cluster, label="1 thread per host")
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["no-sync", "sync"])
+def test_killed_writer_deleted_from_another_host(storage_load, two_hosts, sync):
+    """Host A's writer killed with SIGKILL mid-write, host B deletes its file (after
+    ``sync -f`` on A, or not): deleted, refused with which errno, and how long until
+    it went, measured and judged (``delete_s``)."""
+    section = "killed_writer_sync" if sync else "killed_writer"
+    storage_load.run(section, 1, label="sync on A first" if sync else "no sync",
+                     derive=lambda step: crossnode.outcome())
 
 
 # stdin: the run's pickled DriverSpec (driver, options with any credential, test

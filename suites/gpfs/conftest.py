@@ -1,0 +1,113 @@
+"""The gpfs suite's server, its operations, its derived metrics and its second host.
+
+- the embedded server this suite fits: CephFS mounted with ``ceph-fuse`` on two client
+  hosts (``--storage-embedded cephfs``: network namespaces, one CephFS client each);
+- the ioperf patterns and ``ls_depth`` (``suites/gpfs/ioperf.py``), the killed writer
+  deleted from another host (``suites/gpfs/crossnode.py``) and its metrics;
+- ``--storage-gpfs-second-mount URL``: host B's view of the same test area, for the
+  cross-host steps against a real shared file system (``file:///gpfs/...`` of a second
+  mount on this machine, e.g. a second client's NFS or FUSE mount); the embedded
+  CephFS gives its second host's mount.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from urllib.parse import urlparse
+
+import pytest
+
+from pytest_storagescale import storage_run
+
+from . import crossnode, ioperf
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--storage-gpfs-second-mount", default=None, metavar="URL",
+        help="the test area as a second client host mounts it (file:///...), for the "
+             "killed-writer and ls-at-depth steps (env STORAGESCALE_GPFS_SECOND_MOUNT); "
+             "default: the embedded CephFS's second host")
+    parser.addoption(
+        "--storage-gpfs-hosts", default=None, type=int, metavar="N",
+        help="client hosts of --storage-cluster for the one-thread-per-host ioperf steps "
+             "(one worker per node); default: the embedded CephFS's client hosts")
+
+
+def pytest_storagescale_embedded(config: pytest.Config) -> str:
+    """Seed 001 is a shared POSIX file system seen from several nodes."""
+    return "cephfs"
+
+
+def pytest_storagescale_operations() -> list:
+    return [*ioperf.OPERATIONS, *crossnode.OPERATIONS]
+
+
+def pytest_storagescale_metrics() -> dict[str, str]:
+    return {
+        "delete_s": "seconds from the writer's SIGKILL on host A until host B deleted its "
+        "file (infinite: never within give_up)",
+        "delete_refusals": "times host B's delete was refused before it went through",
+        "delete_errno": "errno of host B's first refused delete (0: none; 13 EACCES, the "
+        "seed's 'Permission denied')",
+    }
+
+
+def second_host(config: pytest.Config, endpoint) -> tuple[str, str, str] | None:
+    """(host A's test area, host B's, A's network namespace) or None: no second host."""
+    given = (config.getoption("--storage-gpfs-second-mount")
+             or os.environ.get("STORAGESCALE_GPFS_SECOND_MOUNT"))
+    area_a = urlparse(endpoint.url).path.rstrip("/")
+    if given:
+        return area_a, urlparse(given).path.rstrip("/"), ""
+    server = endpoint.embedded
+    hosts = getattr(server, "hosts", None) or []
+    if len(hosts) < 2:
+        return None
+    return str(hosts[0].area), str(hosts[1].area), hosts[0].netns
+
+
+@pytest.fixture
+def second_host_if_any(request: pytest.FixtureRequest, storage_endpoint):
+    """The cross-host steps of this test write on host B when there is one."""
+    hosts = second_host(request.config, storage_endpoint)
+    if hosts is not None:
+        crossnode.use_hosts(*hosts)
+    yield hosts
+    crossnode.forget_hosts()
+
+
+@pytest.fixture
+def two_hosts(request: pytest.FixtureRequest, storage_endpoint):
+    """The cross-host steps of this test write on host A and act on host B; skipped
+    without a second host."""
+    hosts = second_host(request.config, storage_endpoint)
+    if hosts is None:
+        pytest.skip("no second client host of this file system: give its mount of the "
+                    "same test area with --storage-gpfs-second-mount file:///mnt/b/area, "
+                    "or run the embedded CephFS (--storage-embedded cephfs)")
+    crossnode.use_hosts(*hosts)
+    yield hosts
+    crossnode.forget_hosts()
+
+
+@pytest.fixture
+def host_cluster(request: pytest.FixtureRequest, storage_endpoint, monkeypatch) -> int:
+    """The number of client hosts this test's steps run on, one Dask worker each: the
+    --storage-cluster given (with --storage-gpfs-hosts N), or the embedded CephFS's
+    hosts (a scheduler and one worker per namespace host, for this test's steps)."""
+    run = storage_run(request.config)
+    given = request.config.getoption("--storage-gpfs-hosts")
+    if run.settings.cluster:
+        if not given:
+            pytest.skip("--storage-cluster is given: say how many client hosts it has "
+                        "with --storage-gpfs-hosts N (one worker per node)")
+        return given
+    server = storage_endpoint.embedded
+    if not hasattr(server, "cluster_address"):
+        pytest.skip("no client hosts: give --storage-cluster with one worker per node and "
+                    "--storage-gpfs-hosts N, or run the embedded CephFS")
+    address = server.cluster_address()
+    monkeypatch.setattr(run, "settings", dataclasses.replace(run.settings, cluster=address))
+    return len(server.hosts)
