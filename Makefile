@@ -50,6 +50,7 @@ test: setup
 # BENCH=--quick for a first try (fewer points); the results go into docs/benchmarks.md
 bench: setup
 	$(PY) benchmarks/bench_engine.py --write-docs $(BENCH)
+	$(PY) benchmarks/bench_open_loop.py --write-docs $(BENCH)
 	@if [ -f benchmarks/bench_http.py ]; then $(PY) benchmarks/bench_http.py $(BENCH); fi
 
 clean:
