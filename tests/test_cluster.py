@@ -268,6 +268,21 @@ def test_four_namespace_hosts_each_client_its_own_login(server, four_hosts, run_
     assert result.client.compiled_clients == 100
 
 
+def test_an_open_loop_step_is_one_schedule_shared_by_the_hosts(server, four_hosts, run_root):
+    """An open-loop step on 4 hosts: each sends its share of the one schedule (request
+    k on the host holding client k mod C) from the common start time, so together they
+    offer the rate once, not once each."""
+    url, root = run_root(four_hosts)
+    result = run_cluster_step(four_hosts.address,
+                              _plan(url, root, clients=8, arrival_rate=40.0, duration=2.0))
+    total = result.total
+    assert total.open_loop is not None and total.open_loop.scheduled == 80
+    assert total.failed == total.hung == total.dropped == 0
+    assert abs(total.succeeded - 80) <= 8  # 40/s over 2 s, give or take the edges
+    assert [h.clients for h in result.hosts] == [2] * 4
+    assert all(h.succeeded > 0 for h in result.hosts)  # every host sent its share
+
+
 def test_a_slow_host_shows_up_as_itself(server, four_hosts, run_root):
     """A tbf cap on one host's link: in a get step, that host's MB/s is the capped one."""
     url, root = run_root(four_hosts)
