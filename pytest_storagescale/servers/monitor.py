@@ -359,12 +359,15 @@ class ServerWatch:
         self.sampler: ProcessSampler | None = None
         self.before: dict[str, Summary] = {}
         self.after: dict[str, Summary] = {}
+        #: the load began (the bracket was entered), and the servers' count per operation
+        self.entered = False
+        self.per_operation = 1.0
 
     @contextmanager
     def bracket(self) -> Iterator[None]:
         """Around the load: the servers' reports at both ends, the processes sampled."""
         counter = COUNTERS.get(self.operation)
-        self.per_operation = 1.0
+        self.entered = True
         if self.listener is not None and counter:  # before the start: nothing else runs
             self.per_operation = self.listener.per_operation(
                 self.operation, self.door, counter, self.send)
@@ -383,7 +386,7 @@ class ServerWatch:
 
     def _counters(self) -> tuple[dict[str, int], str]:
         """The requests the servers counted over the load, and why none ("")."""
-        if self.listener is None:
+        if self.listener is None or not self.entered:
             return {}, ""
         if not self.before or not self.after:
             return {}, (f"no summary report from the server within "
@@ -401,7 +404,7 @@ class ServerWatch:
             cpu_s, threads, connections = self.sampler.over(measure_from, end_at)
         ops, note = self._counters()
         counter = COUNTERS.get(self.operation, "")
-        per_operation = getattr(self, "per_operation", 1.0)
+        per_operation = self.per_operation
         if ops and counter and not per_operation:
             note = (f"how many '{counter}' requests the server counts per "
                     f"{self.operation} could not be measured: the counts are not compared")
