@@ -416,7 +416,8 @@ class StorageLoad:
 
     def _raise_for(self, outcome: StepOutcome, check: bool) -> None:
         record = outcome.record
-        what = f"{record.name} step at {record.clients} clients"
+        what = (f"{record.name} step at {record.arrival_rate:g}/s" if record.arrival_rate
+                else f"{record.name} step at {record.clients} clients")
         if self.door_name is not None:
             what += f" over the {record.door} door"
         why = [f"  {line}" for line in format_why(record)]

@@ -253,3 +253,27 @@ def test_an_open_loop_scan_runs_through_the_plugin_with_verdicts(pytester, tmp_p
     assert {c["rule"] for c in steps[0]["checks"]} >= {
         "failed == 0", "achieved_hz >= 0.5 * offered_hz", "dropped == 0"}
     assert "dropped == 0" not in {c["rule"] for c in steps[1]["checks"]}
+
+
+def test_a_step_whose_host_could_not_keep_the_schedule_says_so(spec, monkeypatch):
+    """Requests sent late (here: any lateness counts, as on a host too busy to send
+    them on time) make the step say its client host could not offer the rate: in the
+    record, the table's note, the why lines and the CSV."""
+    from pytest_storagescale.load import stats
+    from pytest_storagescale.records import StepRecord
+    from pytest_storagescale.reporting.table import csv_rows, format_table, format_why
+
+    monkeypatch.setattr(stats, "LATE_AFTER_S", -1.0)  # every request is "late"
+    result = run_step(plan(spec(), arrival_rate=40.0, duration=1.0, clients=10))
+    assert result.total.late == result.total.succeeded > 0
+    record = StepRecord(step_id="1", test="t", section="stat_open", operation="stat",
+                        clients=10, result=result, arrival_rate=40.0, arrivals="constant")
+    assert record.schedule_missed and record.to_json()["schedule_missed"] is True
+    assert any("could not keep the schedule" in line and "stat_open at 40/s" in line
+               for line in format_table([record]))
+    assert any(line.startswith("schedule not kept:") for line in format_why(record))
+    header, row = csv_rows([record])
+    assert row[header.index("offered_hz")] == "40"
+    assert row[header.index("dropped")] == "0" and int(row[header.index("late")]) > 0
+    again = StepRecord.from_json(record.to_json())
+    assert (again.arrival_rate, again.scan_point, again.schedule_missed) == (40.0, "40/s", True)

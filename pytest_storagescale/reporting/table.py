@@ -253,8 +253,10 @@ def csv_rows(steps: list[StepRecord], main_door: str = "") -> list[list[str]]:
     with_baseline = any(step.baseline is not None for step in steps)
     derived = list(dict.fromkeys(name for step in steps for name in step.derived))
     with_server = any(step.server is not None for step in steps)
+    with_open = any(step.arrival_rate for step in steps)
     header = ["op", *([DOOR_COLUMN] if with_door else []), "clients", "succeeded", "rate_hz",
-              "mb_s", "failed", "hung", "p50_s", "p99_s", *derived,
+              "mb_s", "failed", "hung", "p50_s", "p99_s",
+              *(OPEN_LOOP_CSV if with_open else []), *derived,
               *(["rate_change"] if with_baseline else []), "client_cpu", "client_saturated",
               *(SERVER_CSV if with_server else []), "verdict"]
     rows = [header]
@@ -268,6 +270,7 @@ def csv_rows(steps: list[StepRecord], main_door: str = "") -> list[list[str]]:
                        else [_number(step.clients), *[""] * 7])
             values = [_number(step.derived.get(metric)) if index == 0 else ""
                       for metric in derived]
+            numbers += _open_numbers(step, side) if with_open else []
             rows.append([_side_name(step, name, len(sides) > 1), *door, *numbers, *values,
                          *change, _number(step.client_cpu), _saturated(step),
                          *(_server_numbers(step, index) if with_server else []),
@@ -277,6 +280,15 @@ def csv_rows(steps: list[StepRecord], main_door: str = "") -> list[list[str]]:
 
 #: the CSV's columns of the server's side, when a step has one
 SERVER_CSV = ("server_ops", "server_cpu", "server_saturated")
+#: the CSV's columns of an open-loop step (empty for a closed one), when a step is one
+OPEN_LOOP_CSV = ("offered_hz", "dropped", "late")
+
+
+def _open_numbers(step: StepRecord, side: SideResult | None) -> list[str]:
+    """The :data:`OPEN_LOOP_CSV` cells of one side of ``step``."""
+    if not step.arrival_rate or side is None:
+        return [""] * len(OPEN_LOOP_CSV)
+    return [_number(step.arrival_rate), _number(side.dropped), _number(side.late)]
 
 
 def _server_numbers(step: StepRecord, index: int) -> list[str]:
