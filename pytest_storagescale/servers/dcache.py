@@ -1,0 +1,615 @@
+"""The embedded dCache: a real dCache release, one domain on loopback, its namespace
+(chimera) in a private PostgreSQL cluster, two pools, and three doors.
+
+- WebDAV over HTTPS (``davs://localhost:<port>/storagescale``): a ``GET`` or ``PUT``
+  is answered by a 307 to the pool that holds (or will hold) the data; users log in
+  with user/password (the ``unix`` login) or an X.509 certificate or proxy of the
+  session's throwaway CA (``gsi``).
+- xrootd (``root://localhost:<port>//storagescale``): anonymous (the ``unix`` login),
+  acting as the test user; ``gsi``: a second xrootd door that requires GSI.
+- SRM (``srm://localhost:<port>/storagescale``, GSI), through gfal2.
+
+The release comes from a distribution tarball, ``dcache-<version>.tar.gz`` as dCache
+publishes it: ``--storage-embedded-version`` names one of the distribution cache
+(:func:`distribution_dir`; the project's set-up fills it with
+``scripts/dcache-dist.sh``) or gives the path of a tarball (the one a site is about to
+deploy); the newest of the cache by default. Everything lives in the run's private
+directory: the unpacked release, its configuration (``etc/dcache.conf``, a layout of one
+domain, gPlazma's files), the grid-security folder, the pools, the PostgreSQL cluster
+(:mod:`.postgres`) and the logs. The domain's JVM runs in the foreground as a child of
+the session (what ``bin/dcache start`` runs under its restart loop; a service that
+fails at start makes the domain exit instead of restarting quietly), its heap bounded
+(:data:`HEAP`), every door, ZooKeeper and the database on loopback; ports are free
+ones picked at start. Readiness is probed on each door, never slept for: a real
+``PUT`` through the WebDAV door (the pools come up after the doors), a ``stat`` of
+the test area over xrootd and over SRM. The version is the WebDAV door's own report
+(its ``Server:`` header). A killed pytest leaves nothing behind: the JVM and
+PostgreSQL work in the recorded directory (:mod:`.orphans`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..drivers.grid import LOGIN_PROTOCOLS, credential_environment_kept
+from ..errors import EndpointError, StorageScaleUsageError
+from .family import EmbeddedServer
+from .orphans import server_directory
+from .postgres import PostgresCluster
+from .postgres import check_installed as check_postgres
+from .processes import ServerProcess, free_port, log_tail
+
+if TYPE_CHECKING:  # .credentials loads cryptography: imported where a server makes them
+    from .credentials import CertificateFiles, ThrowawayCA
+
+#: the test area in the namespace
+AREA = "/storagescale"
+#: the test user: its name in gPlazma, uid and gid in the namespace
+USER, UID, GID = "storagescale", 1000, 1000
+#: the JVM's heap and direct memory (``dcache.java.memory.*``)
+HEAP, DIRECT_MEMORY = "768m", "512m"
+#: the databases dCache's services use (owned by the role ``dcache``)
+DATABASES = ("chimera", "pinmanager", "srm")
+#: the one domain and the layout's name
+DOMAIN, LAYOUT = "dCacheDomain", "storagescale"
+#: how a tarball is named, and a release's version
+TARBALL = re.compile(r"dcache-(\d+(?:\.\d+)+)\.tar\.gz")
+#: the Debian packages it needs (java 17 to 21, PostgreSQL)
+PACKAGES = ("openjdk-17-jre-headless", "postgresql")
+#: the environment variable naming the distribution cache (else the user cache's)
+DIST_VARIABLE = "STORAGESCALE_DCACHE_DIST"
+#: what runs the domain in the foreground (sourced from the release's own scripts)
+_RUN_DOMAIN = """#!/bin/sh
+# The dCache domain $2 of the release in $1, in the foreground: what bin/dcache start
+# runs under its restart daemon (share/lib/services-daemon.sh, domainStart).
+set -e
+DCACHE_HOME=$1
+DCACHE_CLASSPATH=${DCACHE_HOME}/share/classes/*
+DCACHE_DEFAULTS=${DCACHE_HOME}/share/defaults
+DCACHE_CACHED_CONFIG=${DCACHE_HOME}/var/config/cache
+. "${DCACHE_HOME}/share/lib/loadConfig.sh"
+classpath="$(printClassPath "$2")"
+JAVA_OPTIONS="$(getProperty dcache.java.options "$2")"
+cd "$DCACHE_HOME"
+CLASSPATH="$classpath" exec "$JAVA" ${JAVA_OPTIONS} "-Ddcache.home=$DCACHE_HOME" \\
+    "-Ddcache.paths.defaults=$DCACHE_DEFAULTS" org.dcache.boot.BootLoader start "$2"
+"""
+
+
+def distribution_dir() -> Path:
+    """Where the dCache tarballs are: ``$STORAGESCALE_DCACHE_DIST``, else
+    ``$XDG_CACHE_HOME/pytest-storagescale/dcache`` (``~/.cache`` by default)."""
+    if os.environ.get(DIST_VARIABLE):
+        return Path(os.environ[DIST_VARIABLE])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pytest-storagescale" / "dcache"
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def cached_releases() -> dict[str, Path]:
+    """version -> tarball of the distribution cache, oldest first."""
+    try:
+        entries = list(distribution_dir().iterdir())
+    except OSError:
+        return {}
+    found = {match.group(1): entry for entry in entries
+             if (match := TARBALL.fullmatch(entry.name)) and entry.is_file()}
+    return {version: found[version] for version in sorted(found, key=_version_key)}
+
+
+def no_distribution_text() -> str:
+    """The paragraph a run without any dCache distribution gets."""
+    return (f"the embedded dcache needs a dCache distribution, and there is none: no "
+            f"dcache-<version>.tar.gz in {distribution_dir()}. Give the tarball of the "
+            f"release to test with --storage-embedded-version PATH (a dcache-VERSION.tar.gz "
+            f"as dcache.org publishes it), or fill the cache: 'scripts/dcache-dist.sh' in the "
+            f"pytest-storagescale checkout (run by 'make setup'; it assembles the releases "
+            f"of the shared dcache folder); or point the suite at a running dCache with "
+            f"--storage-endpoint URL.")
+
+
+def _java_release() -> int:
+    """The major version of ``java`` on PATH (0: none or unreadable)."""
+    java = shutil.which("java")
+    if java is None:
+        return 0
+    done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    match = re.search(r'version "(\d+)', done.stderr + done.stdout)
+    return int(match.group(1)) if match else 0
+
+
+class EmbeddedDCache(EmbeddedServer):
+    """A throwaway dCache on loopback (see the module's doc)."""
+
+    kind = "dcache"
+    summary = "a real dCache release: WebDAV, xrootd and SRM doors"
+    schemes = ("davs", "root", "srm")
+    logins = ("unix", "gsi")
+    packages = PACKAGES
+    binaries = ("java",)
+
+    def __init__(self, *, login: str = "unix", startup_timeout: float = 300.0,
+                 gsi_xrootd: bool | None = None) -> None:
+        super().__init__(login=login)
+        self.startup_timeout = startup_timeout
+        #: a second xrootd door that requires GSI (always with the gsi login)
+        self.gsi_xrootd = login == "gsi" if gsi_xrootd is None else gsi_xrootd
+        self.directory: Path | None = None
+        self.home: Path | None = None
+        self.tarball: Path | None = None
+        self.database: PostgresCluster | None = None
+        self.process: subprocess.Popen | None = None
+        self.watched: ServerProcess | None = None
+        self.ports: dict[str, int] = {}
+        self.password = ""
+        self.authority: ThrowawayCA | None = None
+        self.host_certificate: CertificateFiles | None = None
+        self.user_certificate: CertificateFiles | None = None
+        self.proxy: Path | None = None
+        #: seconds from start() to every door ready, and per door from the JVM's start
+        self.start_seconds = 0.0
+        self.door_seconds: dict[str, float] = {}
+        self.setup_seconds = 0.0
+
+    # -- the releases ----------------------------------------------------------------
+    @classmethod
+    def available_versions(cls) -> tuple[str, ...]:
+        """The releases of the distribution cache, oldest first."""
+        return tuple(cached_releases())
+
+    @classmethod
+    def check_version(cls, requested: str) -> str:
+        """A release of the cache, or the path of a ``dcache-VERSION.tar.gz`` (given
+        back absolute)."""
+        if requested in cached_releases():
+            return requested
+        path = Path(requested).expanduser()
+        if TARBALL.fullmatch(path.name) and path.is_file():
+            return str(path.resolve())
+        offered = cls.available_versions()
+        raise StorageScaleUsageError(
+            f"--storage-embedded-version {requested}: "
+            + ("no such file, and not a release of the distribution cache"
+               if "/" in requested or requested.endswith(".gz")
+               else "not a release of the distribution cache")
+            + (f" ({distribution_dir()} offers {', '.join(offered)})" if offered else
+               f" ({distribution_dir()} holds none)")
+            + ". Name one of those, or give the path of a dcache-VERSION.tar.gz (the "
+              "distribution tarball as dcache.org publishes it).")
+
+    @classmethod
+    def check_installed(cls) -> None:
+        """java 17-21 and PostgreSQL, and a distribution to start."""
+        release = _java_release()
+        if not 17 <= release <= 21:
+            raise EndpointError(
+                "the embedded dcache needs java 17 to 21 ("
+                + (f"java {release} is on PATH" if release else "none is on PATH")
+                + f"). Install it: 'sudo apt-get install {PACKAGES[0]}' (or run 'make setup' "
+                  "in the pytest-storagescale checkout).")
+        check_postgres("the embedded dcache")
+
+    def _choose_tarball(self) -> Path:
+        requested = self.requested_version
+        releases = cached_releases()
+        if requested and requested in releases:
+            return releases[requested]
+        if requested:
+            return Path(requested)
+        if not releases:
+            raise StorageScaleUsageError(no_distribution_text())
+        return list(releases.values())[-1]
+
+    # -- where -----------------------------------------------------------------------
+    @property
+    def ca_dir(self) -> str:
+        return str(self.directory / "grid-security" / "certificates") if self.directory else ""
+
+    def url_for(self, scheme: str) -> str:
+        if scheme in ("davs", "https"):
+            credentials = f"{USER}:{self.password}@" if self.login == "unix" else ""
+            return f"{scheme}://{credentials}localhost:{self.ports['webdav']}{AREA}"
+        if scheme in ("root", "roots"):
+            door = "xrootd_gsi" if self.login == "gsi" else "xrootd"
+            return f"root://localhost:{self.ports[door]}/{AREA}"
+        if scheme == "srm":
+            return f"srm://localhost:{self.ports['srm']}{AREA}"
+        raise EndpointError(f"the embedded dcache serves {', '.join(self.schemes)}, "
+                            f"not {scheme}://")
+
+    @property
+    def url(self) -> str:
+        return self.url_for(self.schemes[0])
+
+    def driver_options(self) -> dict[str, str]:
+        """The CA folder and the session user's proxy: the SRM door knows only X.509
+        (with the ``unix`` login the WebDAV door gets the password in the URL and
+        maps the certificate to the same user; the xrootd door is anonymous); with
+        ``gsi`` the xrootd client is told to use GSI."""
+        options = super().driver_options()
+        if self.proxy is not None:
+            options["x509_proxy"] = str(self.proxy)
+        if self.login == "gsi":
+            options["security_protocol"] = LOGIN_PROTOCOLS["gsi"]
+        return options
+
+    def describe(self) -> str:
+        database = self.database.version if self.database is not None else ""
+        return (f"embedded dCache {self.version} ({self.login} login: WebDAV, xrootd and "
+                f"SRM doors, chimera in PostgreSQL {database})")
+
+    @property
+    def log_path(self) -> Path:
+        assert self.home is not None
+        return self.home / "var" / "log" / f"{DOMAIN}.log"
+
+    def server_processes(self) -> list[ServerProcess]:
+        watched = [self.watched] if self.watched is not None else []
+        if self.database is not None and self.database.watched is not None:
+            watched.append(self.database.watched)
+        return watched
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the JVM (the JVM alone: :meth:`database_rss_bytes`)."""
+        import psutil
+
+        try:
+            return psutil.Process(self.process.pid).memory_info().rss if self.process else 0
+        except psutil.Error:
+            return 0
+
+    def database_rss_bytes(self) -> int:
+        return self.database.rss_bytes() if self.database is not None else 0
+
+    # -- start -------------------------------------------------------------------------
+    def start(self) -> EmbeddedDCache:
+        began = time.monotonic()
+        self.tarball = self._choose_tarball()
+        self.directory = server_directory(self.kind)
+        try:
+            self.directory.chmod(0o711)  # the database's user goes through to its folder
+            self._prepare()
+            self.setup_seconds = time.monotonic() - began
+            self._launch()
+            error = self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        if error:
+            tail = log_tail(self.log_path, 25) if self.home else "(no log)"
+            self.stop()
+            raise EndpointError(f"the embedded dCache did not start: {error}. Log tail "
+                                f"({DOMAIN}.log):\n{tail}")
+        self.start_seconds = time.monotonic() - began
+        return self
+
+    def _prepare(self) -> None:
+        """Unpack, credentials, database, configuration, pools, schema, test area."""
+        assert self.directory is not None and self.tarball is not None
+        d = self.directory
+        self.home = self._unpack(self.tarball, d / "dist")
+        self._make_credentials()
+        self.database = PostgresCluster(d / "postgres").start()
+        self.database.create_databases("dcache", DATABASES)
+        for name in ("webdav", "xrootd", "xrootd_gsi", "srm", "srm_tls", "zookeeper"):
+            self.ports[name] = free_port()
+        self._write_configuration()
+        self._dcache("database", "update")
+        self._dcache_chimera()
+
+    def _unpack(self, tarball: Path, target: Path) -> Path:
+        target.mkdir()
+        done = subprocess.run(["tar", "xzf", str(tarball), "-C", str(target)],
+                              capture_output=True, text=True, timeout=300)
+        tops = [entry for entry in target.iterdir() if entry.is_dir()]
+        if done.returncode != 0 or len(tops) != 1 or not (tops[0] / "bin" / "dcache").exists():
+            raise EndpointError(
+                f"the dCache distribution {tarball} could not be unpacked as a dCache release "
+                f"({done.stderr.strip()[-300:] or 'no bin/dcache in it'}): it is broken or "
+                f"partial. Delete it and run 'scripts/dcache-dist.sh' again, or give another "
+                f"tarball with --storage-embedded-version PATH.")
+        home = tops[0]
+        services = home / "share" / "lib" / "services.sh"  # the packages make this link
+        if not services.exists():
+            services.symlink_to("services-daemon.sh")
+        return home
+
+    def _make_credentials(self) -> None:
+        """Throwaway CA, host certificate, the user's certificate and proxy, in the
+        grid-security folder dCache reads (``dcache.paths.grid-security``)."""
+        from .credentials import ThrowawayCA
+
+        assert self.directory is not None
+        grid = self.directory / "grid-security"
+        grid.mkdir()
+        self.authority = ThrowawayCA(grid)
+        (grid / "ca").rename(grid / "certificates")
+        self.host_certificate = self.authority.issue_host(grid / "hostcert.pem",
+                                                          grid / "hostkey.pem")
+        (grid / "vomsdir").mkdir()  # the xrootd door refuses to start without it
+        client = self.directory / "client"
+        client.mkdir(mode=0o700)
+        self.user_certificate = self.authority.issue_user(client / "usercert.pem",
+                                                          client / "userkey.pem")
+        self.proxy = self.authority.make_proxy(self.user_certificate, client / "x509up")
+        (grid / "storage-authzdb").write_text(
+            f"version 2.1\nauthorize {USER} read-write {UID} {GID} / / /\n")
+        self.password = secrets.token_urlsafe(12)
+
+    def _write_configuration(self) -> None:
+        assert self.home is not None and self.directory is not None
+        assert self.database is not None and self.user_certificate is not None
+        d, etc, p = self.directory, self.home / "etc", self.ports
+        wan = free_port_block(100)
+        lan = free_port_block(40)
+        (etc / "dcache.conf").write_text("\n".join([
+            f"dcache.layout={LAYOUT}",
+            f"dcache.paths.grid-security={d / 'grid-security'}",
+            "dcache.broker.scheme=none",
+            "dcache.enable.space-reservation=false",
+            f"dcache.java.memory.heap={HEAP}",
+            f"dcache.java.memory.direct={DIRECT_MEMORY}",
+            "dcache.net.listen=127.0.0.1",
+            f"dcache.net.wan.port.min={wan}",
+            f"dcache.net.wan.port.max={wan + 99}",
+            f"dcache.net.lan.port.min={lan}",
+            f"dcache.net.lan.port.max={lan + 39}",
+            f"dcache.zookeeper.connection=127.0.0.1:{p['zookeeper']}",
+            f"dcache.db.host=127.0.0.1:{self.database.port}",
+            "dcache.default-access-latency=ONLINE",
+            "dcache.default-retention-policy=REPLICA",
+            # the throwaway CA publishes a CRL; IF_VALID still takes a certificate
+            # when a CRL is out of date (the trial found REQUIRE refusing clients)
+            "dcache.authn.crl-mode=IF_VALID",
+            "",
+        ]))
+        layout = [
+            f"[{DOMAIN}]",
+            f"[{DOMAIN}/zookeeper]", f"zookeeper.net.port={p['zookeeper']}",
+            *(f"[{DOMAIN}/{service}]" for service in (
+                "pnfsmanager", "cleaner-disk", "poolmanager", "billing", "gplazma",
+                "pinmanager")),
+            f"[{DOMAIN}/srmmanager]", "srmmanager.net.host=localhost",
+            f"[{DOMAIN}/transfermanagers]",
+            f"[{DOMAIN}/srm]", "srm.loginbroker.address=localhost",
+            f"srm.net.port={p['srm']}", f"srm.net.ssl-port={p['srm_tls']}",
+            f"[{DOMAIN}/webdav]", f"webdav.net.port={p['webdav']}",
+            "webdav.authn.protocol=https", "webdav.authn.basic=true",
+            f"[{DOMAIN}/xrootd]", f"xrootd.net.port={p['xrootd']}",
+            "xrootd.plugins=gplazma:none",
+            "xrootd.authz.anonymous-operations=FULL",
+            f"xrootd.authz.user={UID}:{GID}",
+            f"xrootd.authz.write-paths={AREA}",
+            *([f"[{DOMAIN}/xrootd]", "xrootd.cell.name=xrootd-gsi",
+               f"xrootd.net.port={p['xrootd_gsi']}", "xrootd.plugins=gplazma:gsi",
+               f"xrootd.authz.write-paths={AREA}"] if self.gsi_xrootd else []),
+        ]
+        for name in ("pool1", "pool2"):
+            pool = d / "pools" / name
+            (pool / "data").mkdir(parents=True)
+            layout += [f"[{DOMAIN}/pool]", f"pool.name={name}", f"pool.path={pool}",
+                       "pool.wait-for-files=${pool.path}/data"]
+        (etc / "layouts" / f"{LAYOUT}.conf").write_text("\n".join(layout) + "\n")
+        (etc / "gplazma.conf").write_text(
+            "auth    optional    x509\n"
+            "auth    optional    htpasswd\n"
+            "map     optional    multimap\n"
+            "map     requisite   authzdb\n"
+            "session requisite   authzdb\n")
+        (etc / "multi-mapfile").write_text(
+            f'dn:"{self.user_certificate.subject}" username:{USER}\n')
+        (etc / "htpasswd").write_text(f"{USER}:{apr1_hash(self.password)}\n")
+        (d / "run-domain.sh").write_text(_RUN_DOMAIN)
+
+    def _dcache(self, *arguments: str, stdin: str | None = None, timeout: float = 300) -> str:
+        """``bin/dcache`` (or another of the release's commands) with the session's
+        java; an EndpointError with its output when it fails."""
+        assert self.home is not None
+        command = arguments if arguments[0].startswith("bin/") else ("bin/dcache", *arguments)
+        done = subprocess.run([str(self.home / command[0]), *command[1:]], input=stdin,
+                              capture_output=True, text=True, timeout=timeout,
+                              cwd=self.home, env=self._environment())
+        if done.returncode != 0:
+            raise EndpointError(
+                f"the embedded dCache's set-up: '{' '.join(command)}' failed "
+                f"({done.returncode}): {(done.stderr + done.stdout).strip()[-800:]}")
+        return done.stdout
+
+    def _dcache_chimera(self) -> None:
+        """The test area, owned by the test user, writable by every door's user, with
+        the tags that route its files to the pools."""
+        self._dcache("bin/chimera", "-e", "-", stdin="\n".join([
+            f"mkdir {AREA}",
+            f"chown {UID}:{GID} {AREA}",
+            f"chmod 777 {AREA}",
+            f'writetag {AREA} sGroup "default"',
+            f'writetag {AREA} OSMTemplate "StoreName storagescale"',
+            "",
+        ]))
+
+    def _environment(self) -> dict[str, str]:
+        assert self.home is not None
+        environment = {key: value for key, value in os.environ.items()
+                       if not key.startswith(("X509_", "DCACHE_"))}
+        return {**environment, "DCACHE_HOME": str(self.home), "LC_ALL": "C"}
+
+    def _launch(self) -> None:
+        assert self.directory is not None and self.home is not None
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                ["/bin/sh", str(self.directory / "run-domain.sh"), str(self.home), DOMAIN],
+                cwd=self.home, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, env=self._environment())
+        self.watched = ServerProcess("dCache domain JVM", self.process, (self.log_path,))
+
+    # -- readiness -------------------------------------------------------------------
+    def _wait_ready(self) -> str:
+        """Probe every door until each answered ('' then), else why not."""
+        with credential_environment_kept():
+            return self._probe_doors()
+
+    def _probe_doors(self) -> str:
+        assert self.process is not None
+        launched = time.monotonic()
+        deadline = launched + self.startup_timeout
+        probes = {"davs": self._probe_webdav, "root": self._probe_xrootd,
+                  "srm": self._probe_srm}
+        last: dict[str, str] = dict.fromkeys(probes, "not probed yet")
+        while probes and time.monotonic() < deadline:
+            try:
+                code = self.process.wait(timeout=0.5)  # the pause between rounds
+                return f"its JVM exited with code {code}"
+            except subprocess.TimeoutExpired:
+                pass
+            for door, probe in list(probes.items()):
+                try:
+                    probe()
+                except Exception as exc:  # noqa: BLE001 - keep probing until the deadline
+                    last[door] = str(exc)[-300:]
+                    continue
+                self.door_seconds[door] = time.monotonic() - launched
+                del probes[door]
+        if not probes:
+            return ""
+        return (f"within {self.startup_timeout:.0f} s, "
+                + "; ".join(f"the {door} door did not answer ({last[door]})" for door in probes))
+
+    def _client(self, scheme: str, driver: str):
+        from ..drivers.registry import driver_spec
+
+        options = {key: value for key, value in self.driver_options().items()
+                   if driver != "http" or key != "security_protocol"}
+        return driver_spec(self.url_for(scheme), driver=driver, options=options,
+                           writable_root=AREA).connect("probe", timeout=10)
+
+    def _probe_webdav(self) -> None:
+        """A real PUT (answered by a pool: the pools come up after the doors), read
+        back, and the version from the door's ``Server:`` header."""
+        client = self._client("davs", "http")
+        try:
+            name = f"{AREA}/.storagescale-ready-{os.getpid()}"
+            data = b"storagescale readiness probe\n"
+            client.put(name, data)
+            if client.read(name, 0, len(data)) != data:
+                raise EndpointError("the probe file read back differs")
+            client.delete(name)
+        finally:
+            client.close()
+        self.version = self._door_version()
+
+    def _door_version(self) -> str:
+        """The release in the WebDAV door's ``Server:`` header (``dCache/11.2.5``), from
+        a request that logs in: an anonymous one counts as an authentication error,
+        of which the 11.2 door's request limiter tolerates 3 in 20 s per client."""
+        import base64
+        import http.client
+        import ssl
+
+        from ..drivers.version import version_from_server_header
+
+        context = ssl.create_default_context(capath=self.ca_dir)
+        connection = http.client.HTTPSConnection("localhost", self.ports["webdav"],
+                                                 context=context, timeout=10)
+        secret = base64.b64encode(f"{USER}:{self.password}".encode()).decode()
+        try:
+            connection.request("PROPFIND", AREA, headers={
+                "Authorization": f"Basic {secret}", "Depth": "0"})
+            response = connection.getresponse()
+            response.read()
+        finally:
+            connection.close()
+        header = response.getheader("Server") or ""
+        version = version_from_server_header(header)
+        if not version:
+            raise EndpointError(f"the WebDAV door's Server header {header!r} names no version")
+        return version
+
+    def _probe_xrootd(self) -> None:
+        client = self._client("root", "xrootd")
+        try:
+            if not client.stat(AREA).is_dir:
+                raise EndpointError(f"{AREA} is not a directory")
+        finally:
+            client.close()
+
+    def _probe_srm(self) -> None:
+        client = self._client("srm", "gfal2")
+        try:
+            if not client.stat(AREA).is_dir:
+                raise EndpointError(f"{AREA} is not a directory")
+        finally:
+            client.close()
+
+    # -- stop --------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop the JVM (SIGTERM: dCache's own shutdown, then SIGKILL to its group)
+        and PostgreSQL, and remove the private directory (idempotent)."""
+        process = self.process
+        if self.watched is not None:
+            self.watched.stopping()
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                try:  # not reaped: the group's number is still the JVM's
+                    os.killpg(process.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                process.wait(timeout=10)
+        self.process = None
+        if self.database is not None:
+            self.database.stop()
+            self.database = None
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+
+def free_port_block(size: int) -> int:
+    """The first of ``size`` consecutive ports that are free on 127.0.0.1 now (the
+    pools' movers take theirs from such a range), away from the usual services'."""
+    import socket
+
+    for _ in range(50):
+        base = 40000 + secrets.randbelow(20000 - size)
+        sockets = []
+        try:
+            for port in range(base, base + size):
+                probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sockets.append(probe)
+                probe.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for probe in sockets:
+                probe.close()
+    raise EndpointError(f"no {size} consecutive free ports on 127.0.0.1 for the dCache "
+                        f"pools' movers")
+
+
+def apr1_hash(password: str) -> str:
+    """The Apache ``$apr1$`` hash of ``password`` (gPlazma's htpasswd plugin reads
+    it), from ``openssl passwd`` (the password through stdin, never the command line)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise EndpointError("the embedded dcache needs the openssl command: "
+                            "'sudo apt-get install openssl'.")
+    done = subprocess.run([openssl, "passwd", "-apr1", "-stdin"], input=password + "\n",
+                          capture_output=True, text=True, timeout=60)
+    if done.returncode != 0 or not done.stdout.startswith("$apr1$"):
+        raise EndpointError(f"openssl passwd -apr1 failed: {done.stderr.strip()[-200:]}")
+    return done.stdout.strip()
