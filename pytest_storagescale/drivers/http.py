@@ -139,6 +139,15 @@ _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _MUTATING_METHODS = frozenset({"PUT", "DELETE", "MKCOL", "MOVE", "COPY", "PROPPATCH",
                                "LOCK", "UNLOCK", "POST", "PATCH"})
 _MAX_REDIRECTS = 5
+#: a PUT's own headers: no Content-Type (libcurl would send a form's; dCache's pool
+#: answers any Content-* header it does not know with 501 "Content-Type is not
+#: implemented")
+_PUT_HEADERS = ("Content-Type:",)
+#: and to a dCache door: on Expect: 100-continue it redirects the upload to its pool
+#: before the body is sent; without, it takes the body and proxies it to the pool.
+#: (libcurl asks for 100-continue itself above 1 MiB; below, XrdHttp 5.5 closed the
+#: connection after such a PUT)
+_DCACHE_PUT_HEADERS = (*_PUT_HEADERS, "Expect: 100-continue")
 #: the statuses by which a server tells a client to come back later: 429 Too Many
 #: Requests (RFC 6585; dCache 11.2's WebDAV request limiter), 503 with ``Retry-After``
 _THROTTLE_STATUSES = frozenset({429, 503})
@@ -429,6 +438,11 @@ class HTTPDriver(Driver):
         self._checksums_lock = threading.Lock()
         #: the door throttled this client once: read Retry-After from every answer
         self._read_retry_after = False
+        #: redirects this client followed (a dCache door sends each transfer to a pool),
+        #: and the seconds its requests spent before their last server answered
+        #: (the door's share of a redirected request's latency)
+        self.redirects = 0
+        self.door_seconds = 0.0
 
     def __repr__(self) -> str:
         return f"<HTTPDriver {self.endpoint.display} client {self.client_id}>"
@@ -583,6 +597,7 @@ class HTTPDriver(Driver):
                 settings.headed = True
             handle.perform()
             answer.status = handle.getinfo(pycurl.RESPONSE_CODE)
+            self._count_redirects(handle)
             if answer.status in _REDIRECT_STATUSES and method in _MUTATING_METHODS:
                 settings = _Settings()  # following sets the handle otherwise
                 refused = self._follow(handle, method, path, sent, body, answer,
@@ -604,6 +619,13 @@ class HTTPDriver(Driver):
         if refused is not None:
             raise refused
         return answer
+
+    def _count_redirects(self, handle: pycurl.Curl) -> None:
+        """Count the redirects libcurl followed for the request (a read's)."""
+        followed = handle.getinfo(pycurl.REDIRECT_COUNT)
+        if followed:
+            self.redirects += followed
+            self.door_seconds += handle.getinfo(pycurl.REDIRECT_TIME)
 
     def _follow(self, handle: pycurl.Curl, method: str, path: str, headers: list[str],
                 body: bytes | None, answer: Body, want_headers: bool,
@@ -628,6 +650,8 @@ class HTTPDriver(Driver):
                         error_class="redirect_refused",
                         **self._kwargs(operation, path, f"HTTP {answer.status}"))
                 foreign = _origin(location) != _origin(self._base)
+                self.redirects += 1
+                self.door_seconds += handle.getinfo(pycurl.TOTAL_TIME)
                 handle.reset()
                 self._configure(handle, login=not foreign)
                 handle.setopt(pycurl.URL, location)
@@ -949,7 +973,8 @@ class HTTPDriver(Driver):
     def _put(self, path: str, data: bytes) -> int:
         """PUT the whole file (overwriting; a missing parent is made), then compare the
         adler32 the server gives with the data's."""
-        headers = [*self._auth, "Content-Type: application/octet-stream"]
+        dcache = _DOOR_SERVERS.get(self.endpoint.server, "").lower().startswith("dcache")
+        headers = [*self._auth, *(_DCACHE_PUT_HEADERS if dcache else _PUT_HEADERS)]
         learn = self._verifying() is None
         answer = self._request("PUT", path, headers=headers, body=data, operation="put",
                                want_headers=learn)

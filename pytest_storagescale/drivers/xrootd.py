@@ -61,6 +61,7 @@ from .grid import (
     configure_xrootd_shard,
     login_refusal,
 )
+from .version import version_from_config_answer
 
 configure_xrootd_client()  # the client's settings (see .grid)
 
@@ -327,7 +328,9 @@ class XRootDDriver(XRootDLogins, Driver):
     def _version(self) -> str:
         status, answer = self._fs.query(QueryCode.CONFIG, "version", timeout=self._timeout)
         self._check(status, "version", "/")
-        return self._text(answer, "version", "/").lstrip("v")
+        text = self._text(answer, "version", "/")
+        # dCache's xrootd door answers "dCache 11.2.5"; xrootd "v5.5.3"
+        return version_from_config_answer(text) or text.strip().lstrip("v")
 
     # -- data ----------------------------------------------------------------
     def _open(self, path: str, flags: int, operation: str, mode: int = 0) -> client.File:

@@ -1,0 +1,171 @@
+"""An SRM door's version: its ``srmPing`` answer (SRM v2.2), read without gfal2.
+
+gfal2's SRM plugin pings the door, but what it hands out of the answer is the
+``backend_type`` only (the extended attribute ``srm.type``: ``dCache``); the
+``backend_version`` beside it (``11.2.5``) is not offered, and no gfal2 request
+asks for it. So :func:`srm_ping` sends the SOAP ``srmPing`` itself, as ``srm-ping``
+(dCache's own client) does: over TLS verified against the grid CA folder, presenting
+the user's X.509 proxy or certificate, to the door's service path
+(``/srm/managerv2``). dCache's SRM port speaks ``httpg``: after the TLS handshake the
+client sends one byte saying whether it delegates a credential (``0``: none), then
+HTTP. A plain-TLS SRM port (dCache's ``srm.net.ssl-port``) is asked over HTTPS when
+the ``httpg`` exchange gets no 200 (it reads the flag as the request's first byte and
+answers 501). Seen against dCache 10.2.25 and 11.2.5:
+``versionInfo`` ``v2.2``, ``backend_type`` ``dCache``, ``backend_version`` the
+release.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+from typing import NamedTuple
+from xml.etree import ElementTree
+
+from ..errors import StorageError, StorageUnreachable
+from .url import EndpointURL
+from .version import DEFAULT_CA_DIR
+
+#: the service path of an SRM v2.2 endpoint when the URL names none (gfal2's default)
+SERVICE_PATH = "/srm/managerv2"
+#: the most of an answer read
+ANSWER_LIMIT = 4 * 1024 * 1024
+_PING = (b'<?xml version="1.0" encoding="UTF-8"?>'
+         b'<SOAP-ENV:Envelope xmlns:SOAP-ENV="http://schemas.xmlsoap.org/soap/envelope/" '
+         b'xmlns:srm="http://srm.lbl.gov/StorageResourceManager"><SOAP-ENV:Body>'
+         b'<srm:srmPing><srmPingRequest></srmPingRequest></srm:srmPing>'
+         b'</SOAP-ENV:Body></SOAP-ENV:Envelope>')
+
+
+class PingAnswer(NamedTuple):
+    """What ``srmPing`` answered."""
+
+    #: the SRM protocol version (``v2.2``)
+    srm_version: str
+    #: ``otherInfo``'s key/value pairs (``backend_type``, ``backend_version``)
+    info: dict[str, str]
+
+    @property
+    def backend_version(self) -> str | None:
+        return self.info.get("backend_version")
+
+
+def read_ping_answer(data: bytes) -> PingAnswer:
+    """The ``srmPing`` answer in an HTTP answer's body (ValueError when unreadable)."""
+    try:
+        root = ElementTree.fromstring(data)
+    except ElementTree.ParseError as exc:
+        raise ValueError(f"not XML: {exc}") from None
+    version, info = "", {}
+    for element in root.iter():
+        tag = element.tag.rpartition("}")[2]
+        if tag == "versionInfo":
+            version = (element.text or "").strip()
+        elif tag == "extraInfoArray":
+            fields = {child.tag.rpartition("}")[2]: (child.text or "").strip()
+                      for child in element}
+            if fields.get("key"):
+                info[fields["key"]] = fields.get("value", "")
+    if not version and not info:
+        raise ValueError("no srmPingResponse in the answer")
+    return PingAnswer(version, info)
+
+
+def _credential(x509_proxy: str | None) -> tuple[str, str] | None:
+    """The certificate and key files to present: the proxy option, else
+    ``$X509_USER_PROXY``, else ``$X509_USER_CERT``/``$X509_USER_KEY``, else the
+    default proxy file ``/tmp/x509up_u<uid>`` (where gfal2 looks too)."""
+    proxy = x509_proxy or os.environ.get("X509_USER_PROXY")
+    if proxy:
+        return proxy, proxy
+    cert = os.environ.get("X509_USER_CERT")
+    if cert:
+        return cert, os.environ.get("X509_USER_KEY") or cert
+    default = f"/tmp/x509up_u{os.getuid()}"  # noqa: S108 - the grid's default proxy path
+    return (default, default) if os.path.exists(default) else None
+
+
+def _exchange(endpoint: EndpointURL, context: ssl.SSLContext, path: str, body: bytes,
+              timeout: float, httpg: bool) -> bytes:
+    """One SOAP POST (``httpg``: after the delegation byte); the whole answer."""
+    request = (f"POST {path} HTTP/1.1\r\nHost: {endpoint.host}\r\n"
+               f"Content-Type: text/xml; charset=utf-8\r\nSOAPAction: \"\"\r\n"
+               f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    raw = socket.create_connection((endpoint.host, endpoint.port or 8443), timeout=timeout)
+    with context.wrap_socket(raw, server_hostname=endpoint.host) as connection:
+        if httpg:  # its own TLS record: the door reads the record as the flag
+            connection.sendall(b"0")
+        connection.sendall(request + body)
+        answer = b""
+        while len(answer) <= ANSWER_LIMIT:
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    return answer
+
+
+def soap_call(endpoint: EndpointURL, body: bytes, *, ca_dir: str | None = None,
+              x509_proxy: str | None = None, timeout: float = 15) -> bytes:
+    """POST the SOAP ``body`` to the SRM door of ``endpoint`` (``srm://host:port/...``)
+    and return the answer's body (an HTTP 200's; else a ``version`` StorageError)."""
+    kwargs = dict(driver="gfal2", endpoint=endpoint.server, operation="version",
+                  path=endpoint.path)
+    ca_dir = ca_dir or os.environ.get("X509_CERT_DIR") or DEFAULT_CA_DIR
+    path = SERVICE_PATH
+    if "?SFN=" in endpoint.url:  # srm://host:port/srm/managerv2?SFN=/path
+        path = endpoint.url.split("?SFN=", 1)[0].split(endpoint.server, 1)[-1] or path
+    try:
+        context = ssl.create_default_context(capath=ca_dir)
+        credential = _credential(x509_proxy)
+        if credential is not None:
+            context.load_cert_chain(*credential)
+        answer = _exchange(endpoint, context, path, body, timeout, httpg=True)
+        if not answer.startswith(b"HTTP/1.1 200 "):
+            # a plain-TLS SRM port reads the delegation byte as the request's first
+            # (dCache: 501 Not Implemented): HTTPS there
+            answer = _exchange(endpoint, context, path, body, timeout, httpg=False)
+    except ssl.SSLError as exc:
+        raise StorageUnreachable(
+            f"TLS: {exc}. The SRM door's certificate is checked against the CA folder "
+            f"{ca_dir} (driver option ca_dir, else $X509_CERT_DIR, else {DEFAULT_CA_DIR}) "
+            f"and the door needs an X.509 proxy or certificate (driver option x509_proxy, "
+            f"else $X509_USER_PROXY)", error_class="tls", **kwargs) from None
+    except OSError as exc:
+        raise StorageUnreachable(str(exc), error_class="unreachable", **kwargs) from None
+    head, _, data = answer.partition(b"\r\n\r\n")
+    status = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")
+    if " 200 " not in status + " ":
+        raise StorageError(f"the SRM door answered {status[:100]!r}", error_class="version",
+                           **kwargs)
+    return _unchunked(data) if b"chunked" in head.lower() else data
+
+
+def srm_ping(endpoint: EndpointURL, *, ca_dir: str | None = None,
+             x509_proxy: str | None = None, timeout: float = 15) -> PingAnswer:
+    """Ping the SRM door of ``endpoint`` (``srm://host:port/...``)."""
+    data = soap_call(endpoint, _PING, ca_dir=ca_dir, x509_proxy=x509_proxy, timeout=timeout)
+    try:
+        return read_ping_answer(data)
+    except ValueError as exc:
+        raise StorageError(f"unreadable srmPing answer: {exc}", error_class="version",
+                           driver="gfal2", endpoint=endpoint.server, operation="version",
+                           path=endpoint.path) from None
+
+
+def _unchunked(body: bytes) -> bytes:
+    """A chunked HTTP body's bytes."""
+    out, position = b"", 0
+    while True:
+        end = body.find(b"\r\n", position)
+        if end < 0:
+            return out
+        try:
+            size = int(body[position:end].split(b";")[0], 16)
+        except ValueError:
+            return out
+        if size == 0:
+            return out
+        out += body[end + 2:end + 2 + size]
+        position = end + 2 + size + 2
