@@ -13,7 +13,7 @@ FAST_TESTS := tests/test_config.py tests/test_records.py tests/test_thresholds.p
 	tests/test_limits.py
 NO_SERVER := not integration and not slow_server
 
-.PHONY: setup setup-demo setup-check servers demo check lint test bench clean
+.PHONY: setup setup-demo setup-check servers demo upgrade-demo check lint test bench clean
 
 # everything make test runs (what the install hints of the embedded servers name)
 setup:
@@ -32,6 +32,23 @@ servers:
 demo: setup-demo
 	$(PY) -m pytest suites/xrootd -p no:cacheprovider -rs \
 		--storage-results storagescale-results/demo.json
+
+# The upgrade gate (docs/upgrade.md): suites/xrootd against the embedded xrootd 5.5.3,
+# then against 6.2.1 (built into ~/.cache once: 15-30 min the first time) with the
+# first run as its baseline, then both side by side. Exit status: the second run's.
+UPGRADE_SCALE ?= 0.2
+UPGRADE := storagescale-results/upgrade
+upgrade-demo: setup-demo
+	bash scripts/build-xrootd6.sh
+	$(PY) -m pytest suites/xrootd -p no:cacheprovider -q -rs --storage-scale $(UPGRADE_SCALE) \
+		--storage-results $(UPGRADE)/before.json
+	@status=0; $(PY) -m pytest suites/xrootd -p no:cacheprovider -q -rs \
+		--storage-scale $(UPGRADE_SCALE) --storage-embedded-version 6.2.1 \
+		--storage-baseline $(UPGRADE)/before.json --storage-results $(UPGRADE)/after.json \
+		|| status=$$?; \
+	$(VENV)/bin/storagescale compare $(UPGRADE)/before.json $(UPGRADE)/after.json \
+		--html $(UPGRADE) || exit $$?; \
+	echo "upgrade gate: the 6.2.1 run's pytest exit status was $$status"; exit $$status
 
 # ruff, mypy on the package, the import contracts (pyproject.toml [tool.importlinter])
 lint:

@@ -109,10 +109,16 @@ class Baseline:
     def compare(self, step: StepRecord, since: float | None = None) -> BaselineComparison:
         """How ``step`` compares with its baseline step (the table's ``vs base``)."""
         base = self.find(step, since)
+        if base is None:
+            return BaselineComparison(file=str(self.path), version=self.version, matched=False)
+        failed, hung = base.metric_or_none("failed"), base.metric_or_none("hung")
         return BaselineComparison(
-            file=str(self.path), version=self.version, matched=base is not None,
-            rate_hz=base.metric_or_none("rate_hz") if base else None,
-            rate_change=rate_change(step, base),
+            file=str(self.path), version=self.version, matched=True,
+            rate_hz=base.metric_or_none("rate_hz"), rate_change=rate_change(step, base),
+            p99_s=base.metric_or_none("p99_s"),
+            failed=None if failed is None else int(failed),
+            hung=None if hung is None else int(hung), verdict=base.verdict.value,
+            derived=dict(base.derived),
         )
 
 

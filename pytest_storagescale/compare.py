@@ -123,8 +123,9 @@ def _step_verdict(steps: list[StepRecord]) -> str:
 
 # -- aligning the runs' steps ----------------------------------------------------------
 
-#: a row: section, door, label, side name, clients
-RowKey = tuple[str, str, str, str, int]
+#: a row: section, door, label, side name, scan point (clients, or an open loop's
+#: offered rate: ``"20/s"``)
+RowKey = tuple[str, str, str, str, int | str]
 
 
 @dataclass
@@ -135,6 +136,8 @@ class Row:
     name: str
     #: the step's first (or only) side: its derived metrics and verdict are said here
     first_side: bool = True
+    #: where the row sorts in its scan: its clients, or an open loop's offered rate
+    point: float = 0.0
     cells: dict[str, tuple[StepRecord, SideResult | None]] = field(default_factory=dict)
 
 
@@ -157,7 +160,7 @@ def _entries(step: StepRecord) -> Iterator[tuple[RowKey, str, bool, SideResult |
     for index, (name, side) in enumerate(sides.items()):
         side_name = name if several else (step.side or "")
         section = f"{step.section}/{side_name}" if side_name else step.section
-        yield (step.section, step.door, label, side_name, step.clients), \
+        yield (step.section, step.door, label, side_name, step.scan_point), \
             f"{section}{shown}", index == 0, side
 
 
@@ -171,11 +174,12 @@ def align(runs: list[ComparedRun]) -> list[Row]:
         for step in table_order(compared.steps):
             for key, name, first_side, side in _entries(step):
                 order.setdefault(key[:2], len(order))
-                row = rows.setdefault(key, Row(key, name, first_side))
+                row = rows.setdefault(key, Row(key, name, first_side,
+                                               step.arrival_rate or step.clients))
                 row.cells.setdefault(compared.letter, (step, side))
     first_seen = {key: index for index, key in enumerate(rows)}
     return sorted(rows.values(), key=lambda row: (
-        order[row.key[:2]], bool(row.key[2]), row.key[4] if not row.key[2] else 0,
+        order[row.key[:2]], bool(row.key[2]), row.point if not row.key[2] else 0,
         first_seen[row.key]))
 
 
@@ -292,7 +296,8 @@ def changed_verdicts(runs: list[ComparedRun], rows: list[Row]) -> list[str]:
             if old is None or new is None or old[0].verdict == new[0].verdict:
                 continue
             why = "; ".join(new[0].violations) or new[0].error or ""
-            lines.append(f"{row.name} at {row.key[4]} clients"
+            point = row.key[4]
+            lines.append(f"{row.name} at {point}" + (" clients" if isinstance(point, int) else "")
                          + (f" over {row.key[1]}" if several_doors(runs) else "")
                          + f": {before.letter} {old[0].verdict} -> {after.letter} "
                            f"{new[0].verdict}" + (f" ({why})" if why else ""))

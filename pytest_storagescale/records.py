@@ -103,23 +103,36 @@ def violations(checks: list[RuleCheck]) -> list[str]:
 
 @dataclass(frozen=True)
 class BaselineComparison:
-    """How a step compares with the same step of the baseline run."""
+    """How a step compares with the same step of the baseline run: the baseline
+    step's rate, p99, failed, hung, verdict and derived metrics (``recovery_s``), and
+    the rate's change."""
 
     file: str
     version: str
     matched: bool
     rate_hz: float | None = None
     rate_change: float | None = None
+    p99_s: float | None = None
+    failed: int | None = None
+    hung: int | None = None
+    verdict: str | None = None
+    derived: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BaselineComparison:
         return cls(file=str(data.get("file", "")), version=str(data.get("version", "?")),
                    matched=bool(data.get("matched")), rate_hz=data.get("rate_hz"),
-                   rate_change=data.get("rate_change"))
+                   rate_change=data.get("rate_change"), p99_s=data.get("p99_s"),
+                   failed=data.get("failed"), hung=data.get("hung"),
+                   verdict=data.get("verdict"),
+                   derived={k: float("inf") if v is None else float(v)
+                            for k, v in (data.get("derived") or {}).items()})
 
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "version": self.version, "matched": self.matched,
-                "rate_hz": self.rate_hz, "rate_change": self.rate_change}
+                "rate_hz": self.rate_hz, "rate_change": self.rate_change,
+                "p99_s": self.p99_s, "failed": self.failed, "hung": self.hung,
+                "verdict": self.verdict, "derived": dict(self.derived)}
 
     def change_text(self) -> str:
         """The rate's change for the table: ``-12%``, ``new`` when unmatched."""
@@ -394,7 +407,7 @@ class StepRecord:
                 "cleanup_error": self.result.cleanup_error,
             }
             if self.result.client is not None:
-                document["client_cpu"] = self.client.to_json()["cpu"]
+                document["client_cpu"] = self.result.client.to_json()["cpu"]
                 document["client_host"] = self.result.client.to_json()
             if self.server is not None:
                 document["server"] = self.server.to_json()

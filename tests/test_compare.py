@@ -243,8 +243,15 @@ def test_a_baseline_of_another_thresholds_file_is_said_once_plainly(pytester, tm
             "no:cacheprovider", "-k", "stat"]
     pytester.runpytest(*args, "--storage-thresholds=old", "--storage-results=old.json")
     result = pytester.runpytest(*args, "--storage-thresholds=new",
-                                "--storage-baseline=old.json")
+                                "--storage-baseline=old.json", "--storage-results=new.json")
     result.assert_outcomes(passed=2)
+    # each step's JSON says what its baseline step measured: rate, p99, failed, hung
+    old = {s["clients"]: s for s in json.loads((pytester.path / "old.json").read_text())["steps"]}
+    for step in json.loads((pytester.path / "new.json").read_text())["steps"]:
+        base, was = step["baseline"], old[step["clients"]]
+        assert base["matched"] and base["version"] == "2.0" and base["verdict"] == "pass"
+        assert (base["rate_hz"], base["p99_s"], base["failed"], base["hung"]) == (
+            was["rate_hz"], was["latency_s"]["p99"], 0, 0)
     said = [line for line in result.outlines if line.startswith("storagescale: baseline")
             or "WARNING" in line]
     assert said == [f"storagescale: baseline {pytester.path / 'old.json'} (xrootd 2.0) was "
@@ -326,3 +333,34 @@ def test_the_shipped_rules_fail_a_slower_server_and_pass_the_same_one(pytester):
                                  "*rate_hz >= 0.5 [*] baseline*VIOLATED*"])
     check = _relative_check(pytester, "slower")
     assert check["passed"] is False and check["observed"] < 0.5 * check["baseline"]
+
+
+def test_allure_holds_each_step_beside_its_baseline_step(pytester, tmp_path):
+    """With --storage-baseline, each step's Allure test has the baseline's step beside
+    its own (the comparison's two column groups) and its scan of both runs overlaid."""
+    area = tmp_path / "area"
+    area.mkdir()
+    pytester.makepyfile(test_suite=SUITE)
+    (pytester.path / "thr" / "xrootd").mkdir(parents=True)
+    (pytester.path / "thr" / "xrootd" / "any.toml").write_text(PLAN.format(floor=0))
+    args = [f"--storage-endpoint=file://{area}", "--storage-version=2.0", "-p",
+            "no:cacheprovider", "-k", "stat", "--storage-thresholds=thr"]
+    pytester.runpytest_subprocess(*args, "--storage-results=old.json").assert_outcomes(
+        passed=2)
+    pytester.runpytest_subprocess(*args, "--storage-baseline=old.json",
+                                  "--alluredir=allure").assert_outcomes(passed=2)
+    attached, names = {}, []
+    for result in (pytester.path / "allure").glob("*-result.json"):
+        document = json.loads(result.read_text())
+        for attachment in document.get("attachments", []):
+            attached[attachment["name"]] = pytester.path / "allure" / attachment["source"]
+            names.append(attachment["name"])
+    assert sorted(name for name in names if "baseline" in name) == [
+        "scan stat: baseline 2.0 and this run overlaid",
+        "scan stat: baseline 2.0 and this run overlaid",
+        "vs baseline 2.0: stat at 1 clients", "vs baseline 2.0: stat at 2 clients"]
+    text = attached["vs baseline 2.0: stat at 2 clients"].read_text().splitlines()
+    assert text[0].split() == ["A:", "xrootd", "2.0", "B:", "xrootd", "2.0"]
+    assert re.match(r"stat\s+2\s+\d+ \(", text[2]) and text[2].count("pass") == 2
+    assert attached["scan stat: baseline 2.0 and this run overlaid"].read_bytes()[:4] == \
+        b"\x89PNG"

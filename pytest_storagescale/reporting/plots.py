@@ -227,7 +227,7 @@ def ecdf_png(record: StepRecord) -> bytes:
 
 # -- scans -----------------------------------------------------------------------------
 
-def scan_xscale(clients: Sequence[int]) -> str:
+def scan_xscale(clients: Sequence[float]) -> str:
     """``log`` when the scan spans more than one concurrency, else ``linear``."""
     return "log" if len(set(clients)) > 1 else "linear"
 
@@ -264,7 +264,7 @@ def _draw_rate(axes: Any, steps: list[StepRecord], clients: list[int]) -> None:
     axes.grid(True, alpha=0.3)
 
 
-def _concurrency_axis(axes: Any, clients: list[int]) -> None:
+def _concurrency_axis(axes: Any, clients: Sequence[float]) -> None:
     """Ticks at the scanned concurrencies, written as plain numbers (5, 50, 1000)."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
@@ -311,10 +311,11 @@ def overlay_figure(name: str, runs: dict[str, list[StepRecord]]) -> Any:
     plt = _pyplot()
     figure, (rate_axes, p99_axes) = plt.subplots(
         2, 1, figsize=(7, 5.5), sharex=True, gridspec_kw={"height_ratios": [1, 1]})
-    clients: list[int] = []
+    clients: list[float] = []
     for title, steps in runs.items():
-        steps = sorted(steps, key=lambda s: s.clients)
-        points = [s.clients for s in steps]
+        # an open loop's scan is over the offered rate (its clients: the in-flight cap)
+        steps = sorted(steps, key=lambda s: s.arrival_rate or s.clients)
+        points = [s.arrival_rate or s.clients for s in steps]
         clients += points
         rate_axes.plot(points, [s.metric("rate_hz") for s in steps], marker="o", label=title)
         p99_axes.plot(points, [s.metric("p99_s") for s in steps], marker="o", label=title)
@@ -327,6 +328,8 @@ def overlay_figure(name: str, runs: dict[str, list[StepRecord]]) -> Any:
         axes.legend(fontsize="small")
         axes.grid(True, alpha=0.3)
     _concurrency_axis(p99_axes, clients or [1])
+    if any(s.arrival_rate for steps in runs.values() for s in steps):
+        p99_axes.set_xlabel("offered rate (requests/s)")
     return figure
 
 
