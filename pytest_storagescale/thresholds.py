@@ -135,18 +135,24 @@ def parse_rule(text: str, *, sides: tuple[str, ...] = (), where: str = "rule") -
     relative = other == "baseline"
     reference = other if other and not relative else None
     number = number if number is not None else "1"
-    for name in (metric, *([reference] if reference else [])):
-        _check_metric(name, text, sides, where)
+    _check_metric(metric, text, sides, where)
+    if reference:
+        _check_metric(reference, text, sides, where, hint=(
+            f" On the right of the comparison: '<number> * baseline' (relative to a "
+            f"baseline run, e.g. '{metric} {comparison} {number} * baseline') or "
+            f"'<number> * <metric>' (another metric of the step)."))
     return Rule(metric, comparison, float(number), text.strip(), relative, reference)
 
 
-def _check_metric(metric: str, text: str, sides: tuple[str, ...], where: str) -> None:
+def _check_metric(metric: str, text: str, sides: tuple[str, ...], where: str,
+                  hint: str = "") -> None:
     side, _, bare = metric.rpartition(".")
     known = known_metrics()
     if bare not in known:
         raise ThresholdsError(
             f"{where}: unknown metric {bare!r} in {text!r}. Known metrics: {', '.join(known)}. "
             f"A suite can register a derived metric with the pytest_storagescale_metrics hook."
+            + hint
         )
     if side and side not in sides:
         valid = ", ".join(sides) if sides else "none for this operation"
