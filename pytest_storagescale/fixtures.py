@@ -206,6 +206,10 @@ def remove_folder(client: Driver, folder: str, *, who: str = "clean-up") -> None
     """Remove what ``client``'s recorder saw made in ``folder`` (:func:`remove_created`);
     what is left, or a refusal, is a warning naming it: the test's verdict stands, and
     the run directory's removal names what is still there at the end."""
+    if client.created is None:  # records nothing it makes: nothing is proved the test's
+        warnings.warn(StorageScaleWarning(f"{who}: {folder} not removed: its client "
+                                          f"records nothing it makes"), stacklevel=2)
+        return
     try:
         left = remove_created(client, client.created.below(folder), client.run_started())
     except StorageError as exc:

@@ -343,7 +343,7 @@ def parametrize_clients(metafunc: pytest.Metafunc) -> None:
     reason = scan_mismatch(fixture, plan, section, str(thresholds.path))
     if plan is None or reason is not None:
         metafunc.parametrize(fixture, [pytest.param(
-            None, marks=pytest.mark.skip(reason=reason))], indirect=True, ids=["no-plan"])
+            None, marks=pytest.mark.skip(reason=reason or ""))], indirect=True, ids=["no-plan"])
         return
     if fixture == "storage_arrival_rate":
         metafunc.parametrize(fixture, list(plan.arrival_rates), indirect=True,
@@ -445,13 +445,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         ledger = run.ledger
         report = run.settings.report_path()
         if run.owns_results:  # every test's outcome, for the report and the results
-            summary = session.config.pluginmanager.get_plugin(OUTCOMES).summary(
-                session.exitstatus)
+            outcomes: TestOutcomes = session.config.pluginmanager.getplugin(OUTCOMES)
+            summary = outcomes.summary(session.exitstatus)
             ledger.results.finish(ledger.run, ledger.steps, summary.verdict,
                                   [dataclasses.asdict(test) for test in summary.tests])
         if run.owns_results and report is not None:
             run.report_page = write_report(report, ledger.run, ledger.steps, summary)
-        if run.owns_results and ledger.steps:
+        if run.owns_results and ledger.steps and ledger.run is not None:
             benchmark_json = run.settings.benchmark_json_path()
             if benchmark_json is not None:
                 write_benchmark_json(benchmark_json, ledger.run, ledger.steps)
@@ -489,11 +489,11 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if run is None:
         return
     _write_session_notes(terminalreporter, run)
-    if not run.ledger.steps:  # functional checks only: their report still exists
-        if run.report_page is not None:
+    info = run.ledger.run
+    if not run.ledger.steps or info is None:  # functional checks only: their report
+        if run.report_page is not None:      # still exists
             terminalreporter.write_line(f"report: {run.report_page}")
         return
-    info = run.ledger.run
     terminalreporter.section("storagescale")
     terminalreporter.write_line(
         f"storagescale: {info.system} {info.version} at {info.endpoint}"

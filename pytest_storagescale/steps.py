@@ -136,7 +136,7 @@ def endpoint_driver(run: StorageRun) -> type[Driver] | None:
             return driver_class(settings.driver)
         endpoint = run.endpoint
         scheme = (endpoint.protocol if endpoint.is_embedded
-                  else urlsplit(settings.endpoint).scheme)
+                  else urlsplit(settings.endpoint or "").scheme)
         return driver_spec(f"{scheme}://127.0.0.1//storagescale").driver_class
     except Exception:  # noqa: BLE001 - the endpoint's own check reports a bad URL
         return None
@@ -157,7 +157,7 @@ def executor_line(executor: str, driver: type | None) -> str:
     """The header's word on how a step's clients are spread over processes."""
     limit = int(getattr(driver, "clients_per_process", 0) or 0)
     name = getattr(driver, "name", "the driver")
-    isolated = executor == "auto" and isolates_clients(driver)
+    isolated = executor == "auto" and driver is not None and isolates_clients(driver)
     where = ("threads of one spawned process (its client library never runs in "
              "pytest's: a crash of it costs the step, not the session)" if isolated
              else "threads of one process")
@@ -220,9 +220,10 @@ def measure(run: StorageRun, record: StepRecord,
     try:
         with run.ledger.lock():
             record.lock_acquired = time.time()
-            if getattr(run.settings, "cluster", None):  # the clients run on its hosts
+            cluster = getattr(run.settings, "cluster", None)
+            if cluster:  # the clients run on its hosts
                 record.executor = "cluster"
-                record.result = run_cluster_step(run.settings.cluster, plan, progress,
+                record.result = run_cluster_step(cluster, plan, progress,
                                                  clients_per_host=clients_per_host,
                                                  observe=observe)
             else:
@@ -289,7 +290,8 @@ def too_few_for_percentiles(record: StepRecord, rules: list) -> str | None:
         if match is None:
             continue
         needed = math.ceil(100 / (100 - int(match.group(1))))
-        result = record.result.sides.get(side) if side else record.total
+        sides = record.result.sides if record.result is not None else {}
+        result = sides.get(side) if side else record.total
         succeeded = result.succeeded if result is not None else 0
         if succeeded < needed:
             return (f"rule {rule.text!r} needs at least {needed} succeeded operations for "
@@ -310,7 +312,8 @@ def empty_baseline(run: StorageRun, base: StepRecord | None, rules: list) -> str
     """Why the step's relative rules cannot be checked against its baseline step, which
     measured nothing (:func:`~.baseline.measured_nothing`), or None."""
     relative = [rule.text for rule in rules if rule.relative]
-    if base is None or not relative or (why := measured_nothing(base)) is None:
+    if (base is None or run.baseline is None or not relative
+            or (why := measured_nothing(base)) is None):
         return None
     return (f"relative rule(s) {', '.join(map(repr, relative))} compare with the baseline's "
             f"step {base.title} of {run.baseline.path}, which measured nothing ({why}): "

@@ -321,12 +321,13 @@ class RunArea:
             # this user's proof, or (no key to sign with) the very record this run wrote
             ours = owner is not None and (
                 verified(owner) or (path == self.path and owner == self.record))
-            if not (ours and owner.get("run_id") == run_id):
+            if owner is None or not ours or owner.get("run_id") != run_id:
                 return (f"{path} not removed: its owner file is not this run's (missing, "
                         f"changed, or the directory was replaced, e.g. by a link); nothing "
                         f"in it was deleted. Check it and remove it by hand")
-            created = CreatedPaths(path, run_generated, owner=f"{path}/{OWNER_FILE}")
-            created.add(created.owner, "file")
+            owner_file = f"{path}/{OWNER_FILE}"
+            created = CreatedPaths(path, run_generated, owner=owner_file)
+            created.add(owner_file, "file")
             return remove_created(driver, created, owner.get("storage_started"))
 
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -67,7 +67,8 @@ class ResolvedEndpoint:
 
     def driver_spec(self, writable_root: str | None) -> DriverSpec:
         """The main door's spec, its clients writing only below ``writable_root``."""
-        return replace(self.spec, writable_root=writable_root)
+        spec = self.spec
+        return DriverSpec(spec.driver_class, spec.endpoint_url, writable_root, spec.options)
 
     @functools.cached_property
     def door_specs(self) -> dict[str, DriverSpec]:
@@ -187,7 +188,7 @@ class EndpointUnderTest:
         return self.resolved.url
 
     def _start_or_read_url(self) -> str:
-        if not self.is_embedded:
+        if self.settings.endpoint is not None:  # remote
             if self.settings.server_monitor and self._shared is None and self.listener is None:
                 self.listener = _listen(self.settings.server_monitor)
             return self.settings.endpoint
@@ -216,13 +217,14 @@ class EndpointUnderTest:
         """The URL without credentials (before the embedded server started too)."""
         if self._resolved is not None:
             return self._resolved.display
-        if self.is_embedded:
+        remote = self.settings.endpoint
+        if remote is None:
             return (f"embedded {self.embedded_kind} ({self.protocol}://127.0.0.1:"
                     f"<free port>, {self.settings.embedded_login} login)")
         try:
-            return EndpointURL.parse(self.settings.endpoint).display
+            return EndpointURL.parse(remote).display
         except EndpointError:
-            return redact_url(self.settings.endpoint)
+            return redact_url(remote)
 
     @property
     def identity(self) -> str:
@@ -234,10 +236,11 @@ class EndpointUnderTest:
         """The user's driver options over those the embedded server hands out that the
         driver takes (the http driver of a davs door has no ``security_protocol``)."""
         shared = self.from_controller()
-        server = shared.get("driver_options") or (
-            self._server.driver_options() if self._server is not None else {})
-        if server:
-            url = shared.get("endpoint_url") or self._server.url_for(self.protocol)
+        server: dict[str, str] = shared.get("driver_options") or {}
+        url = shared.get("endpoint_url")
+        if not server and self._server is not None:
+            server, url = self._server.driver_options(), self._server.url_for(self.protocol)
+        if server and url:
             accepted = driver_spec(url, driver=self.settings.driver).driver_class.option_names
             server = {key: value for key, value in server.items() if key in accepted}
         return {**server, **(self.settings.driver_options or {})}
@@ -311,8 +314,9 @@ class EndpointUnderTest:
     def _detect_version(self) -> str:
         if self.is_embedded and self._server is not None:
             return self._server.version
-        if self.is_embedded and (self._shared or {}).get("embedded_version"):
-            return self._shared["embedded_version"]
+        shared = self._shared or {}
+        if self.is_embedded and shared.get("embedded_version"):
+            return str(shared["embedded_version"])
         if self.is_embedded and (self._shared is None or self.deferred):
             cls, release = embedded_class(self.embedded_kind), self.settings.embedded_version
             installed = cls.release_version(release) if release else cls.installed_version()
@@ -329,8 +333,8 @@ class EndpointUnderTest:
             _ = self.url  # starts it: a server knows its version once it runs
             if self._server is not None:
                 return self._server.version
-        self.first_contact()
-        return self._version
+        self.first_contact()  # asks the version: want_version, as the version is unknown
+        return self._version or ""
 
     def first_contact(self) -> None:
         """Log in, stat the test area and (without ``--storage-version``) detect the
@@ -398,9 +402,10 @@ def _listen(address: str):
 
 def main_door_name(endpoint: EndpointUnderTest) -> str:
     """The endpoint's own door: the embedded protocol, or the endpoint URL's scheme."""
-    if endpoint.is_embedded:
+    remote = endpoint.settings.endpoint
+    if remote is None:
         return endpoint.protocol
-    return urlsplit(endpoint.settings.endpoint).scheme.lower() or "endpoint"
+    return urlsplit(remote).scheme.lower() or "endpoint"
 
 
 def endpoint_door_names(endpoint: EndpointUnderTest) -> tuple[str, ...]:

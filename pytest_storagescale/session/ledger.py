@@ -119,7 +119,8 @@ class StepLedger:
     def _take(self, new: list[StepRecord]) -> list[StepRecord]:
         if new:
             self.steps = sorted([*self.steps, *new], key=lambda step: step.started)
-            self.results.write(self.run, self.steps)
+            if self.run is not None:  # set with the first step
+                self.results.write(self.run, self.steps)
         return new
 
     def lose(self, worker: str | None, why: str, verdict: Verdict = Verdict.ERROR
