@@ -52,7 +52,16 @@ naming the ``Location``). Credentials go to the door only: on a redirect to anot
 scheme, host or port neither the ``Authorization`` header (token) nor ``user:password``
 is sent (libcurl's own rule for reads: ``UNRESTRICTED_AUTH`` is never set; the same rule
 here for mutating requests); the client certificate is presented to whichever server
-the TLS trust accepts.
+the TLS trust accepts. Each followed redirect is counted (:attr:`HTTPDriver.redirects`,
+with the door's share of the time in :attr:`HTTPDriver.door_seconds`). A ``PUT`` sends
+no ``Content-Type`` (dCache's pool refuses one with 501) and, to a dCache door,
+``Expect: 100-continue``, on which the door redirects the upload to its pool.
+
+**Throttling**: a 429, or a 503 with ``Retry-After``, is waited out (``Retry-After``,
+else 1 s) and the request sent again, while the waits end within half its deadline
+(at most 20 sends); past that it is
+:class:`~pytest_storagescale.errors.StorageThrottled` (``throttled``), which a load
+step counts as ``throttled``, not ``failed`` (docs/drivers.md).
 
 **Answers are bounded**: a metadata answer (a stat, the answer to a mutating request,
 an error page) is read up to :data:`ANSWER_LIMIT` (4 MiB), a listing (``PROPFIND
