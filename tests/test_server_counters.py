@@ -347,3 +347,31 @@ def test_a_servers_processes_are_sampled_with_what_they_forked():
     cpu, most_threads, _ = sampler.over(first, last)
     assert cpu is not None and cpu > 0 and most_threads >= 2
     assert sampler.over(last, first) == (None, None, None)  # no window: nothing known
+
+
+def test_a_calibration_that_does_not_end_is_given_up(monkeypatch):
+    """The stats that measure the server's count per operation have a deadline: a
+    server that does not answer them costs the step its comparison, not its time."""
+    from pytest_storagescale.servers import monitor
+
+    monkeypatch.setattr(monitor, "CALIBRATION_DEADLINE", 0.5)
+    listener = SummaryListener()
+    host, port = listener.address.split(":")
+    stop, never = threading.Event(), threading.Event()
+
+    def report() -> None:  # a server reporting ten times a second
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            while not stop.wait(0.1):
+                sender.sendto(SUMMARY, (host, int(port)))
+
+    reporter = threading.Thread(target=report, daemon=True)
+    reporter.start()
+    try:
+        # returns while the requests still hang (they end only when the test ends)
+        assert listener.per_operation("stat", "root", "misc", lambda n: never.wait()) == 0
+        assert set(listener.latest()) == {"vm:1094"}  # the reports came meanwhile
+    finally:
+        stop.set()
+        never.set()
+        reporter.join()
+        listener.close()

@@ -42,8 +42,9 @@ REPORT_EVERY = 1
 #: the ``xrd.report`` line of an embedded xrootd reporting to ``address``
 REPORT_LINE = "xrd.report {address} every {every}s all sync"
 #: the most the watch waits for a server's next report at the load's start and end:
-#: this, or one and a half of the longest interval between a server's reports (a
-#: remote storage's, at most :data:`LONGEST_WAIT`)
+#: this, or one and a half of a server's reporting interval (the shortest seen between
+#: two of its reports: a gap while it was frozen does not count), at most
+#: :data:`LONGEST_WAIT` (a remote storage reporting every 10 s)
 FRESH_WAIT = 3.0
 LONGEST_WAIT = 60.0
 #: how often the server processes are sampled (seconds); connections every 4th time
@@ -53,8 +54,10 @@ CONNECTIONS_EVERY = 4
 #: operation -> the counter of XRootD's summary holding its requests, for the
 #: operations whose server count the step compares with its clients'
 COUNTERS = {"stat": "misc"}
-#: requests sent to measure how many of a counter one operation makes
+#: requests sent to measure how many of a counter one operation makes, and the most
+#: they may take together (seconds; a frozen server: no comparison, the step goes on)
 CALIBRATION_REQUESTS = 20
+CALIBRATION_DEADLINE = 10.0
 #: the largest packet read (a summary with every section is about 2 kB)
 PACKET_BYTES = 65536
 
@@ -144,7 +147,7 @@ class SummaryListener:
         self._socket.bind((host, int(port or 0)))
         self._socket.settimeout(0.2)  # the thread looks whether it was closed
         self._latest: dict[str, Summary] = {}
-        #: each server's last interval between two reports (seconds)
+        #: each server's reporting interval: the shortest seen between two reports (s)
         self._interval: dict[str, float] = {}
         self._condition = threading.Condition()
         self._closed = threading.Event()
@@ -173,8 +176,10 @@ class SummaryListener:
                 continue
             with self._condition:
                 last = self._latest.get(summary.source)
-                if last is not None:
-                    self._interval[summary.source] = summary.received - last.received
+                gap = summary.received - last.received if last is not None else 0.0
+                if gap > 0.2:  # two packets of one report, or a stray one: not an interval
+                    self._interval[summary.source] = min(
+                        gap, self._interval.get(summary.source, gap))
                 self._latest[summary.source] = summary
                 self._condition.notify_all()
 
@@ -216,9 +221,7 @@ class SummaryListener:
             value = 0.0
             if send is not None:
                 before = self.fresh(time.time())
-                try:
-                    send(CALIBRATION_REQUESTS)
-                except Exception:  # noqa: BLE001 - no calibration: no comparison
+                if before and not _sent_in_time(send):
                     before = {}
                 after = self.fresh(time.time()) if before else {}
                 counted = ops_between(before, after).get(counter, 0)
@@ -230,6 +233,25 @@ class SummaryListener:
         self._closed.set()
         self._socket.close()
         self._thread.join(timeout=2)
+
+
+def _sent_in_time(send: Callable[[int], None]) -> bool:
+    """``send`` made its :data:`CALIBRATION_REQUESTS` within
+    :data:`CALIBRATION_DEADLINE` without an error (in a daemon thread: a request the
+    client library never ends is abandoned)."""
+    done, failed = threading.Event(), []
+
+    def calibrate() -> None:
+        try:
+            send(CALIBRATION_REQUESTS)
+        except Exception as exc:  # noqa: BLE001 - no calibration: no comparison
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=calibrate, daemon=True,
+                     name="storagescale-server-calibration").start()
+    return done.wait(CALIBRATION_DEADLINE) and not failed
 
 
 # -- the server processes ----------------------------------------------------------
