@@ -70,10 +70,10 @@ def progress_conftest(body: str, imports: str = "") -> str:
 class DutyCycle:
     """A real slower server: the process ``pid`` stopped (SIGSTOP) for ``stopped`` s
     out of every ``stopped + running`` s, in a thread, until the block ends (then
-    continued, SIGCONT, whatever happened). A 5.5.3 that runs a tenth of the time
+    continued, SIGCONT, whatever happened). A 5.5.3 that runs a twentieth of the time
     stands in for a slower version of the same server."""
 
-    def __init__(self, pid: int, *, stopped: float = 0.09, running: float = 0.01) -> None:
+    def __init__(self, pid: int, *, stopped: float = 0.095, running: float = 0.005) -> None:
         self.pid, self.stopped, self.running = pid, stopped, running
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._cycle, daemon=True)

@@ -263,7 +263,7 @@ def test_a_baseline_of_another_thresholds_file_is_said_once_plainly(pytester, tm
 # -- the shipped relative rules ----------------------------------------------------------------
 
 SHIPPED = sorted((REPO / "thresholds").glob("*/*.toml"))
-#: a relative rule on a rate or throughput: ``readers.mb_s >= 0.5 * baseline``
+#: a relative rule on a rate or throughput: ``readers.mb_s >= 0.25 * baseline``
 RELATIVE = re.compile(r"((?:\w+\.)?(?:rate_hz|mb_s|mb_s_mean)) >= ([\d.]+) \* baseline")
 
 
@@ -283,7 +283,8 @@ def test_every_shipped_scan_gates_on_the_baseline_with_its_slack_stated(path):
         assert relative, f"[ops.{section}] has no rule relative to the baseline"
         assert all(match is not None and 0 < float(match[2]) < 1 for match in relative), section
         for match in relative:  # the rule language takes them, sides and all
-            rule = parse_rule(match[0], sides=("readers", "writers", "listers"))
+            side = match[1].rpartition(".")[0]
+            rule = parse_rule(match[0], sides=(side,) if side else ())
             assert rule.relative and rule.limit == float(match[2])
         factors |= {match[2] for match in relative}
     text = path.read_text()
@@ -310,8 +311,8 @@ def _relative_check(pytester, name: str) -> dict:
 @pytest.mark.integration
 def test_the_shipped_rules_fail_a_slower_server_and_pass_the_same_one(pytester):
     """The shipped 5.x.toml against the embedded xrootd: a run of the same server with
-    the first run's results as its baseline passes 'rate_hz >= 0.5 * baseline'; the
-    same server duty-cycled (running a tenth of the time: a slower version) fails it.
+    the first run's results as its baseline passes 'rate_hz >= 0.25 * baseline'; the
+    same server duty-cycled (running a twentieth of the time: a slower version) fails it.
     Without a baseline the rule is not checked."""
     from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
@@ -320,19 +321,19 @@ def test_the_shipped_rules_fail_a_slower_server_and_pass_the_same_one(pytester):
         assert _relative_check(pytester, "before")["passed"] is None  # no baseline
         same = _stat_scan(pytester, server, "same", "--storage-baseline=before.json")
         if _relative_check(pytester, "same")["passed"] is False:
-            # a loaded 2-core machine (docs/upgrade.md measured -42%...+112% between two
+            # a loaded 2-core machine (docs/upgrade.md measured -74%...+261% between two
             # runs of one server): a second try of the same server, never of the slower
             same = _stat_scan(pytester, server, "same", "--storage-baseline=before.json")
         same.assert_outcomes(passed=1)
         check = _relative_check(pytester, "same")
-        assert check["passed"] is True and check["rule"] == "rate_hz >= 0.5 * baseline"
+        assert check["passed"] is True and check["rule"] == "rate_hz >= 0.25 * baseline"
         with DutyCycle(server.pid):
             slower = _stat_scan(pytester, server, "slower", "--storage-baseline=before.json")
     slower.assert_outcomes(failed=1)
     slower.stdout.fnmatch_lines(["*stat step at 5 clients broke its thresholds*",
-                                 "*rate_hz >= 0.5 [*] baseline*VIOLATED*"])
+                                 "*rate_hz >= 0.25 [*] baseline*VIOLATED*"])
     check = _relative_check(pytester, "slower")
-    assert check["passed"] is False and check["observed"] < 0.5 * check["baseline"]
+    assert check["passed"] is False and check["observed"] < 0.25 * check["baseline"]
 
 
 def test_allure_holds_each_step_beside_its_baseline_step(pytester, tmp_path):
