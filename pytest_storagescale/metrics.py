@@ -20,10 +20,14 @@ __all__ = ["MEASURED", "STEP_MEASURED", "known_metrics", "metric_description",
 
 #: metrics every step has, computed from its measurement (per side, too); ``throttled``
 #: counts operations the storage told to come back later (HTTP 429, or 503 with
-#: ``Retry-After``) past their deadline: neither ``succeeded`` nor ``failed``
+#: ``Retry-After``) past their deadline: neither ``succeeded`` nor ``failed``;
+#: ``redirects``, the redirects the clients followed (a dCache door to its pools), and
+#: ``door_latency_s``, the mean seconds a redirected request spent at the door, both
+#: over the whole step (warm-up included)
 MEASURED: tuple[str, ...] = (
     "rate_hz", "rate_per_min", "mb_s", "mbit_s", "succeeded", "failed", "hung",
-    "throttled", "error_ratio", "mean_s", "p50_s", "p90_s", "p99_s", "max_s",
+    "throttled", "redirects", "door_latency_s", "error_ratio", "mean_s", "p50_s", "p90_s",
+    "p99_s", "max_s",
     *("offered_hz", "achieved_hz", "dropped", "late"),
 )
 #: of these, an open-loop step's own (``arrival_rate``): the offered rate, the achieved

@@ -525,3 +525,25 @@ def test_a_throttled_step_counts_throttled_not_failed_and_a_rule_can_name_it(
                                  "*failed*hung*throttled*p50*verdict",
                                  f"stat*0*{step['throttled']}*fail"])
     result.stdout.no_fnmatch_line("failed*failed == 0*VIOLATED")
+
+
+def test_a_steps_redirects_are_counted_and_a_rule_can_name_them(
+        pytester, thresholds_dir, hostile):
+    """Through the engine: every GET of the load is redirected to a pool (a second door
+    before the same server), as a dCache door does. The step's JSON counts the
+    redirects and the door's mean share of their latency, the table shows the count,
+    and the rule ``redirects == 0`` fails naming it."""
+    _, door = _door_and_pool(hostile, ("GET",))
+    thresholds_dir(one_step_plan("get", rules=("failed == 0", "redirects == 0")))
+    pytester.makepyfile(test_suite=SUITE.format(op="get"))
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", f"--storage-endpoint={door.url(hostile.root)}",
+        f"--storage-driver-option=ca_dir={hostile.embedded.ca_dir}",
+        f"--storage-thresholds={thresholds_dir.root}", "--storage-results=results.json",
+        "--storage-driver=http", timeout=300)
+    [step] = json.loads((pytester.path / "results.json").read_text())["steps"]
+    assert step["failed"] == 0 and step["redirects"] >= step["succeeded"] > 0, step
+    assert step["door_latency_s"] > 0
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["redirects*redirects == 0*VIOLATED",
+                                 "*failed*hung*redirects*p50*verdict"])

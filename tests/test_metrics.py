@@ -22,8 +22,9 @@ def registry(monkeypatch):
 
 def test_measured_then_core_derived_metrics():
     assert MEASURED == ("rate_hz", "rate_per_min", "mb_s", "mbit_s", "succeeded", "failed",
-                        "hung", "throttled", "error_ratio", "mean_s", "p50_s", "p90_s",
-                        "p99_s", "max_s")
+                        "hung", "throttled", "redirects", "door_latency_s", "error_ratio",
+                        "mean_s", "p50_s", "p90_s", "p99_s", "max_s", "offered_hz",
+                        "achieved_hz", "dropped", "late")
     assert STEP_MEASURED == ("client_cpu", "lost", "server_cpu", "server_ops",
                              "server_threads", "server_connections")
     assert known_metrics() == (*MEASURED, *STEP_MEASURED, *CORE_DERIVED)

@@ -363,6 +363,12 @@ class Driver(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, most drivers keep nothing
         """Release the connection (best effort)."""
 
+    def counters(self) -> dict[str, float]:
+        """What this client counted of its requests beyond their outcomes, summed over
+        a step's clients into its results (``redirects`` and ``door_seconds``: a door's
+        redirects to its data servers); none by default."""
+        return {}
+
     def compiled_loop(self, walk: RequestWalk) -> CompiledLoop | None:
         """A loop that makes this client's requests of ``walk`` back to back outside
         Python, with its own connection as this client's; None (the default): the

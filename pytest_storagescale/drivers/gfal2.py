@@ -430,6 +430,11 @@ class Gfal2Driver(XRootDLogins, Driver):
         sequence. A transfer read to its end is never aborted."""
         return self._call(operation, path, lambda: b"".join(self._chunks(path)))
 
+    def counters(self) -> dict[str, float]:
+        """The http driver's, which makes this client's writes on an HTTP door (gfal2
+        follows its reads' redirects without telling)."""
+        return self._writer.counters() if self._writer is not None else {}
+
     def close(self) -> None:
         self._context = None
         if self._writer is not None:

@@ -1142,6 +1142,9 @@ class HTTPDriver(Driver):
         raise StorageError(why, error_class="tpc_failed", **self._kwargs(
             "third-party copy", written, f"HTTP {answer.status}"))
 
+    def counters(self) -> dict[str, float]:
+        return {"redirects": self.redirects, "door_seconds": self.door_seconds}
+
     def close(self) -> None:
         self._closed = True
         while self._idle:

@@ -89,7 +89,7 @@ class ClientSlot:
     """What the coordinator sees of one client thread."""
 
     __slots__ = ("assignment", "busy_since", "hung", "done", "ready", "records", "loop",
-                 "background", "started")
+                 "background", "started", "counters")
 
     def __init__(self, assignment: ClientAssignment) -> None:
         self.assignment = assignment
@@ -107,6 +107,9 @@ class ClientSlot:
         self.background = False
         #: its thread was started
         self.started = False
+        #: the driver's own counts when the client ended (Driver.counters: redirects...),
+        #: until the coordinator adds them to its side
+        self.counters: dict[str, float] | None = None
 
     def in_flight_since(self) -> float | None:
         """When the client's request in flight began (perf_counter), None between."""
@@ -181,6 +184,8 @@ def run_client(slot: ClientSlot, run: StepRun) -> None:
         # counted even before the measurement began: the client never measured anything
         slot.records.append((max(time.perf_counter(), run.measure_perf), 0.0, 0, exc))
     finally:
+        if driver is not None and not slot.hung:  # before done: collected with it
+            slot.counters = driver.counters()
         slot.done = True
         if loop is not None and (slot.background or not slot.hung):
             loop.close()  # a background request given up is halted, freed when it ends
@@ -332,8 +337,16 @@ class ClientGroup:
             ).start()
             slot.started = True
 
+    def _collect_counters(self) -> None:
+        """Add the driver counts of the clients that ended to their sides'."""
+        for slot in self.slots:
+            if slot.done and slot.counters:
+                self.accumulators[slot.assignment.side].add_counters(slot.counters)
+                slot.counters = None
+
     def collect(self) -> None:
         """Move every client's finished operations into its side's accumulator."""
+        self._collect_counters()
         if self.run.dispatcher is not None:
             return self._collect_open(self.run.dispatcher)
         for slot in self.slots:

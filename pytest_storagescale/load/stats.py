@@ -40,6 +40,9 @@ class SideAccumulator:
         #: operations the storage throttled past their deadline (HTTP 429/503 with
         #: Retry-After): not failed, not succeeded
         self.throttled = 0
+        #: what the clients' drivers counted over the step (Driver.counters: redirects,
+        #: door_seconds), warm-up and drain included
+        self.counters: dict[str, float] = {}
         self.bytes = 0
         self.errors: Counter[str] = Counter()
         self.error_examples: dict[str, str] = {}
@@ -86,11 +89,17 @@ class SideAccumulator:
             if cls not in self.error_examples:  # credentials out before the cut
                 self.error_examples[cls] = redact_text(str(error))[:300]
 
+    def add_counters(self, counters: dict[str, float]) -> None:
+        """Add one client's (or one process's) driver counts."""
+        for name, value in counters.items():
+            self.counters[name] = self.counters.get(name, 0) + value
+
     def to_wire(self) -> dict[str, Any]:
         """A picklable, JSON-able form, for the process executor."""
         return {
             "succeeded": self.succeeded, "failed": self.failed, "bytes": self.bytes,
-            "throttled": self.throttled, "errors": dict(self.errors),
+            "throttled": self.throttled, "counters": dict(self.counters),
+            "errors": dict(self.errors),
             "error_examples": self.error_examples,
             "histogram": self.histogram.encode().decode("ascii"),
             "completions": self.completions, "failures": self.failures,
@@ -104,6 +113,7 @@ class SideAccumulator:
         self.succeeded += wire["succeeded"]
         self.failed += wire["failed"]
         self.throttled += wire.get("throttled", 0)
+        self.add_counters(wire.get("counters") or {})
         self.bytes += wire["bytes"]
         self.errors.update(wire["errors"])
         for cls, text in wire["error_examples"].items():
@@ -229,6 +239,10 @@ class SideResult:
     histogram: str = ""
     #: operations the storage throttled (429/503 with Retry-After) past their deadline
     throttled: int = 0
+    #: redirects the clients followed (a dCache door to its pools), and the seconds
+    #: their requests spent before the last server answered; over the whole step
+    redirects: int = 0
+    door_seconds: float = 0.0
     #: operations finished in the warm-up, and in the drain after the window (not in
     #: the rate): with ``succeeded + failed``, all that the storage served in the step
     warmup_operations: int = 0
@@ -246,6 +260,8 @@ class SideResult:
             failed=acc.failed, hung=acc.hung, bytes=acc.bytes,
             latency_s=latency_summary(acc.histogram),
             histogram=acc.histogram.encode().decode("ascii"), throttled=acc.throttled,
+            redirects=int(acc.counters.get("redirects", 0)),
+            door_seconds=float(acc.counters.get("door_seconds", 0.0)),
             warmup_operations=acc.warmup_operations, drain_operations=acc.drain_operations,
             errors=dict(acc.errors), error_examples=dict(acc.error_examples),
             timeline={
@@ -270,6 +286,8 @@ class SideResult:
             timeline={key: list(value) for key, value in (data.get("timeline") or {}).items()},
             histogram=data.get("histogram") or "",
             throttled=int(data.get("throttled") or 0),
+            redirects=int(data.get("redirects") or 0),
+            door_seconds=float(data.get("door_seconds") or 0.0),
             warmup_operations=int(data.get("warmup_operations") or 0),
             drain_operations=int(data.get("drain_operations") or 0),
             open_loop=OpenLoopResult.from_json(data),
@@ -309,6 +327,12 @@ class SideResult:
         return self.bytes / self.duration_s / 1e6 if self.duration_s > 0 else 0.0
 
     @property
+    def door_latency_s(self) -> float:
+        """Mean seconds a redirected request spent at the door (before its last
+        server answered); NaN without redirects."""
+        return self.door_seconds / self.redirects if self.redirects else float("nan")
+
+    @property
     def error_ratio(self) -> float:
         attempts = self.succeeded + self.failed + self.hung
         return (self.failed + self.hung) / attempts if attempts else 0.0
@@ -317,7 +341,9 @@ class SideResult:
         return {
             "clients": self.clients, "duration_s": self.duration_s,
             "succeeded": self.succeeded, "failed": self.failed, "hung": self.hung,
-            "throttled": self.throttled, "bytes": self.bytes, "rate_hz": self.rate_hz,
+            "throttled": self.throttled, "redirects": self.redirects,
+            "door_seconds": self.door_seconds, "door_latency_s": _finite(self.door_latency_s),
+            "bytes": self.bytes, "rate_hz": self.rate_hz,
             "rate_per_min": self.rate_per_min,
             "mb_s": self.mb_s, "mbit_s": self.mbit_s,
             "error_ratio": self.error_ratio,
@@ -570,6 +596,8 @@ class StepResult:
             timeline={},
             histogram=merged.encode().decode("ascii"),
             throttled=sum(p.throttled for p in parts),
+            redirects=sum(p.redirects for p in parts),
+            door_seconds=sum(p.door_seconds for p in parts),
             warmup_operations=sum(p.warmup_operations for p in parts),
             drain_operations=sum(p.drain_operations for p in parts),
             open_loop=OpenLoopResult.merged([p.open_loop for p in parts if p.open_loop]),

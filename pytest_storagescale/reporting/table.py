@@ -29,9 +29,10 @@ COLUMNS = ("op", "clients", "succeeded", "rate", "MB/s", "failed", "hung", "p50"
 DOOR_COLUMN = "door"
 #: the column of a step's derived metrics (``mix_ratio 0.87``), when a step has some
 DERIVED_COLUMN = "derived"
-#: the column of operations the storage throttled (429/503 with Retry-After past their
-#: deadline), after ``hung``, when a step has some
-THROTTLED_COLUMN = "throttled"
+#: counts shown after ``hung`` when a step has some: operations the storage throttled
+#: (429/503 with Retry-After past their deadline), redirects the clients followed (a
+#: dCache door to its pools)
+COUNT_COLUMNS = ("throttled", "redirects")
 #: an open-loop step's offered rate (after ``clients``, its cap on requests in flight)
 #: and its requests dropped at that cap (after ``failed``), when a step is open-loop;
 #: its ``rate`` is the achieved rate, its p50/p99 response times
@@ -89,33 +90,35 @@ def _side_cells(side: SideResult) -> list[str]:
 
 def step_rows(step: StepRecord, *, with_baseline: bool = False,
               with_door: bool = False, with_derived: bool = False,
-              with_throttled: bool = False) -> list[list[str]]:
+              counts: tuple[str, ...] = ()) -> list[list[str]]:
     """Table rows for one step: one per side, or one row of ``-`` when it measured
     nothing; ``with_door``: the step's door after its name; ``with_derived``: the
-    step's derived metrics (on its first row) after p99; ``with_throttled``: its
-    throttled operations after hung."""
+    step's derived metrics (on its first row) after p99; ``counts``: those of
+    :data:`COUNT_COLUMNS` after hung."""
     tail = [*([_change(step)] if with_baseline else []), str(step.verdict)]
     door = [step.door or "-"] if with_door else []
     derived = [derived_cell(step)] if with_derived else []
     sides = step.sides
     if not sides:
-        return [[step.name, *door, str(step.clients), *["-"] * (7 + with_throttled),
+        return [[step.name, *door, str(step.clients), *["-"] * (7 + len(counts)),
                  *derived, *tail]]
     at = COLUMNS.index("hung")  # in the side's cells, which begin at clients
     return [[_side_name(step, name, len(sides) > 1), *door,
-             *_with_throttled(_side_cells(side), at, side, with_throttled),
+             *_with_counts(_side_cells(side), at, side, counts),
              *(derived if index == 0 else [""] * len(derived)), *tail]
             for index, (name, side) in enumerate(sides.items())]
 
 
-def _with_throttled(cells: list[str], at: int, side: SideResult, shown: bool) -> list[str]:
-    """``cells`` with the side's throttled count inserted at ``at`` when ``shown``."""
-    return [*cells[:at], str(side.throttled), *cells[at:]] if shown else cells
+def _with_counts(cells: list[str], at: int, side: SideResult,
+                 counts: tuple[str, ...]) -> list[str]:
+    """``cells`` with the side's ``counts`` inserted at ``at``."""
+    return [*cells[:at], *(str(getattr(side, name)) for name in counts), *cells[at:]]
 
 
-def any_throttled(steps: list[StepRecord]) -> bool:
-    """Whether a side of ``steps`` had throttled operations (the column shows then)."""
-    return any(side.throttled for step in steps for side in step.sides.values())
+def shown_counts(steps: list[StepRecord]) -> tuple[str, ...]:
+    """The :data:`COUNT_COLUMNS` a side of ``steps`` has some of (shown then)."""
+    return tuple(name for name in COUNT_COLUMNS if any(
+        getattr(side, name) for step in steps for side in step.sides.values()))
 
 
 def render(rows: list[list[str]], columns: tuple[str, ...] = COLUMNS,
@@ -152,9 +155,9 @@ def columns_for(steps: list[StepRecord], main_door: str = "") -> tuple[bool, tup
     if any(step.derived for step in steps):  # after p99
         at = COLUMNS.index("p99") + 1
         columns = (*columns[:at], DERIVED_COLUMN, *columns[at:])
-    if any_throttled(steps):  # after hung
+    if counts := shown_counts(steps):  # after hung
         at = COLUMNS.index("hung") + 1
-        columns = (*columns[:at], THROTTLED_COLUMN, *columns[at:])
+        columns = (*columns[:at], *counts, *columns[at:])
     if several_doors(steps, main_door):
         columns = (columns[0], DOOR_COLUMN, *columns[1:])
     return with_baseline, columns
@@ -168,7 +171,8 @@ def table_rows(steps: list[StepRecord], main_door: str = "", *, client_column: b
     with_door = several_doors(steps, main_door)
     per_step = [step_rows(s, with_baseline=with_baseline, with_door=with_door,
                           with_derived=DERIVED_COLUMN in columns,
-                          with_throttled=THROTTLED_COLUMN in columns) for s in steps]
+                          counts=tuple(c for c in COUNT_COLUMNS if c in columns))
+                for s in steps]
     if any(step.arrival_rate for step in steps):
         columns, per_step = _with_open_loop(steps, columns, per_step)
     if client_column:
