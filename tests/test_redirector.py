@@ -14,9 +14,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from server_side import stat_step, watched_step
 
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.servers.family import check_embedded_choice, embedded_class
+from pytest_storagescale.servers.monitor import SummaryListener
 from pytest_storagescale.servers.redirector import EmbeddedXRootDCluster, located
 from pytest_storagescale.servers.xrootd import AREA
 from suites.conformance.doors import Door
@@ -30,8 +32,18 @@ NOTICE_DEADLINE = 30.0
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with EmbeddedXRootDCluster() as server:
+def summaries():
+    """The listener the cluster's xrootds report their summary monitoring to."""
+    listener = SummaryListener()
+    yield listener
+    listener.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(summaries):
+    server = EmbeddedXRootDCluster()
+    server.report_to = summaries.address
+    with server:
         yield server
 
 
@@ -141,3 +153,19 @@ def test_the_checks_say_why_they_skip_on_a_standalone_server(pytester, embedded_
         "is no data server to redirect to*",
         "SKIPPED*davs door: redirection is XRootD's (kXR_locate, kXR_redirect)*",
     ])
+
+
+def test_a_steps_server_side_counts_every_xrootd_of_the_cluster(cluster, summaries, area):
+    """The manager and both data servers report to the session's listener: a stat step
+    through the manager is counted by the manager and by the data server it redirects
+    to (the count per stat measured so), and the sum agrees with what the clients sent."""
+    door, _ = area
+    root = door.spec.writable_root
+    record, watch = watched_step(cluster, summaries,
+                                 stat_step(cluster, root, clients=2, duration=1.0), root)
+    assert len(watch.before) == len(watch.after) == 3  # three xrootds, no cmsd
+    usage = record.server
+    assert usage.counted == "misc" and usage.per_operation > 2, usage  # two servers' each
+    sent = record.issued_operations
+    assert abs(usage.operations - sent) <= max(0.01 * sent, 50), (usage, sent)
+    assert usage.threads > 0 and usage.cpu_s is not None  # six daemons sampled

@@ -21,11 +21,9 @@ import threading
 import time
 
 import pytest
+from server_side import stat_step, watched_step
 
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.load.engine import run_step
-from pytest_storagescale.load.operations import get_operation
-from pytest_storagescale.load.plan import StepPlan
 from pytest_storagescale.load.server_usage import ServerUsage
 from pytest_storagescale.records import StepRecord, Verdict
 from pytest_storagescale.reporting.html import table_csv, table_html
@@ -68,62 +66,11 @@ def area(reporting_xrootd, request):
     driver.close()
 
 
-def _stat_step(server, root, **values) -> StepPlan:
-    plan = dict(operation=get_operation("stat"), clients=4, duration=2.0, warmup=0.5,
-                hang_timeout=30.0, workdir=f"{root}/step",
-                driver=driver_spec(server.url, writable_root=root,
-                                   options={"client_loop": "compiled"}))
-    plan.update(values)
-    return StepPlan(**plan)
-
-
-def _watched(server, listener, plan: StepPlan, root: str,
-             during=None) -> tuple[StepRecord, ServerWatch]:
-    """Run ``plan`` with the server's side watched as a session watches it (``during``:
-    called in a thread once the load began); the step's record."""
-    calibration = driver_spec(server.url, writable_root=root).connect("calib", timeout=10)
-
-    def send(count: int) -> None:
-        for _ in range(count):
-            calibration.stat(root)
-
-    watch = ServerWatch(source="test", operation=plan.operation.name,
-                        pids=server.server_pids(), listener=listener, door="root", send=send)
-    outside = None
-
-    def observe():
-        nonlocal outside
-        bracket = watch.bracket()
-
-        class Started:
-            def __enter__(self):
-                bracket.__enter__()
-                if during is not None:
-                    nonlocal outside
-                    outside = threading.Thread(target=during, daemon=True)
-                    outside.start()
-
-            def __exit__(self, *exc):
-                if outside is not None:
-                    outside.join()
-                return bracket.__exit__(*exc)
-
-        return Started()
-
-    result = run_step(plan, executor="threads", observe=observe)
-    calibration.close()
-    record = StepRecord(step_id="1", test="t", section="stat", operation="stat",
-                        clients=plan.clients, result=result, client_cpu_limit=0.9)
-    measure_from = result.started + result.warmup_s
-    record.server = watch.usage(measure_from, measure_from + result.duration_s)
-    return record, watch
-
-
 def test_the_server_counts_what_the_plugin_sent(reporting_xrootd, area):
     """Warm-up + window + drain of a compiled-loop stat step is what the server served
     (its own ``misc`` counter over its count per stat), within 1 % or 50 requests."""
     server, listener = reporting_xrootd
-    record, _ = _watched(server, listener, _stat_step(server, area), area)
+    record, _ = watched_step(server, listener, stat_step(server, area), area)
     total = record.total
     assert total.failed == 0 and total.hung == 0, total.errors
     assert record.result.client.compiled_clients == 4  # the compiled loop made them
@@ -150,8 +97,8 @@ def test_load_from_outside_the_plugin_makes_the_step_an_error(reporting_xrootd, 
         for _ in range(3000):
             stranger.stat(area)
 
-    plan = _stat_step(server, area, clients=1, duration=1.0, warmup=0.0)
-    record, _ = _watched(server, listener, plan, area, during=extra_load)
+    plan = stat_step(server, area, clients=1, duration=1.0, warmup=0.0)
+    record, _ = watched_step(server, listener, plan, area, during=extra_load)
     stranger.close()
     assert record.server.operations > record.issued_operations + 2000
     why = counts_disagree(record)
@@ -167,7 +114,7 @@ def test_server_cpu_is_measured_and_rules_name_it(reporting_xrootd, area):
     connections; ``server_cpu`` and ``server_connections`` in rules; the JSON keeps
     them; a limit below what it used says the server was saturated."""
     server, listener = reporting_xrootd
-    record, _ = _watched(server, listener, _stat_step(server, area), area)
+    record, _ = watched_step(server, listener, stat_step(server, area), area)
     usage = record.server
     assert usage.cpu_s is not None and usage.cpu_s > 0, usage
     assert 0 < record.server_cpu <= 1.0 and usage.cores >= 1
@@ -375,3 +322,27 @@ def test_a_calibration_that_does_not_end_is_given_up(monkeypatch):
         never.set()
         reporter.join()
         listener.close()
+
+
+def test_a_server_gone_at_the_loads_end_leaves_the_counts_uncompared():
+    """Two servers reported at the load's start, one at its end (a data server stopped
+    mid-step): its part is unknown, so the counts are kept but not compared."""
+    from pytest_storagescale.servers.monitor import Summary
+
+    def report(source: str, misc: int, started: int = 100) -> Summary:
+        return Summary(source=source, received=1.0, started=started, ops={"misc": misc})
+
+    watch = ServerWatch(source="test", operation="stat", listener=SummaryListener())
+    try:
+        watch.entered = True
+        watch.before = {"a:1": report("a:1", 10), "b:2": report("b:2", 10)}
+        watch.after = {"a:1": report("a:1", 210)}
+        usage = watch.usage(0.0, 1.0)
+        assert usage.ops == {"misc": 200} and usage.counted == "" and usage.operations is None
+        assert "no report at the load's end from b:2" in usage.counters_note
+        watch.after = {"a:1": report("a:1", 210), "b:2": report("b:2", 5, started=200)}
+        assert "b:2 (stopped or restarted" in watch.usage(0.0, 1.0).counters_note
+        watch.after = {"a:1": report("a:1", 210), "b:2": report("b:2", 30)}
+        assert watch.usage(0.0, 1.0).operations == 220  # both: compared
+    finally:
+        watch.listener.close()

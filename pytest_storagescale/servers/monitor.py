@@ -416,7 +416,14 @@ class ServerWatch:
                         f"{'start' if not self.before else 'end'} (listening on "
                         f"{self.listener.address})")
         ops = ops_between(self.before, self.after)
-        return ops, "" if ops else "the server restarted during the step"
+        if not ops:
+            return ops, "the server restarted during the step"
+        missing = sorted(source for source in self.before if source not in self.after or
+                         self.after[source].started != self.before[source].started)
+        if missing:  # a server stopped or restarted: its part of the load is unknown
+            return ops, (f"no report at the load's end from {', '.join(missing)} (stopped "
+                         f"or restarted during the step): the counts are not compared")
+        return ops, ""
 
     def usage(self, measure_from: float, end_at: float) -> ServerUsage:
         """What the servers did: CPU, threads and connections over the measured window
@@ -434,7 +441,7 @@ class ServerWatch:
             source=self.source, window_s=max(0.0, end_at - measure_from), cpu_s=cpu_s,
             cores=usable_cores(self.pids) if self.pids else 0, threads=threads,
             connections=connections, ops=ops,
-            counted=counter if ops and per_operation else "",
+            counted=counter if ops and per_operation and not note else "",
             per_operation=per_operation or 1.0, counters_note=note,
         )
 

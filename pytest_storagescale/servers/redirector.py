@@ -63,6 +63,7 @@ from pathlib import Path
 from ..drivers.grid import Location, located  # noqa: F401 - locate is the client's request
 from ..errors import EndpointError
 from .family import EmbeddedServer
+from .monitor import report_line
 from .orphans import server_directory
 from .processes import (
     ProcessGroup,
@@ -106,6 +107,9 @@ class ClusterNode:
         self.manager_cms_port = manager_cms_port
         self.xrootd: ProcessGroup | None = None
         self.cmsd: ProcessGroup | None = None
+        #: where its xrootd sends its summary monitoring ("" none: the cluster's
+        #: ``report_to``)
+        self.report_to = ""
         for sub in ("admin", "run", "data", "data" + AREA):
             (directory / sub).mkdir(parents=True, exist_ok=True)
 
@@ -146,6 +150,8 @@ class ClusterNode:
                 # default, local, would list the manager's own empty disk)
                 "ofs.dirlist remote",
             ]
+        if self.report_to:  # the xrootd's requests (its cmsd has none of its own)
+            lines += ["if exec xrootd", report_line(self.report_to), "fi"]
         path = d / "node.cfg"
         path.write_text("\n".join([*lines, ""]))
         return path
@@ -209,6 +215,7 @@ class EmbeddedXRootDCluster(EmbeddedServer):
     manager, ``root://127.0.0.1:<manager port>//storagescale``."""
 
     kind = "redirector"
+    reports_summary = True
     summary = "an XRootD cluster: a cmsd manager and two data servers"
     schemes = ("root",)
     packages = ("xrootd-server",)
@@ -288,6 +295,8 @@ class EmbeddedXRootDCluster(EmbeddedServer):
                 ClusterNode(f"data server {index + 1}", "server",
                             self.directory / f"server{index + 1}")
                 for index in range(self.data_server_count)]
+            for node in self._nodes():
+                node.report_to = self.report_to
             self._hand_to_user()
             self._start_node(self.manager)
             for node in self.data_servers:
