@@ -295,13 +295,23 @@ def changed_verdicts(runs: list[ComparedRun], rows: list[Row]) -> list[str]:
             old, new = row.cells.get(before.letter), row.cells.get(after.letter)
             if old is None or new is None or old[0].verdict == new[0].verdict:
                 continue
-            why = "; ".join(new[0].violations) or new[0].error or ""
             point = row.key[4]
-            lines.append(f"{row.name} at {point}" + (" clients" if isinstance(point, int) else "")
+            lines.append(f"{new[0].name} at {point}"
+                         + (" clients" if isinstance(point, int) else "")
                          + (f" over {row.key[1]}" if several_doors(runs) else "")
                          + f": {before.letter} {old[0].verdict} -> {after.letter} "
-                           f"{new[0].verdict}" + (f" ({why})" if why else ""))
+                           f"{new[0].verdict}" + _why(before, old[0], after, new[0]))
     return lines
+
+
+def _why(before: ComparedRun, old: StepRecord, after: ComparedRun, new: StepRecord) -> str:
+    """The broken rules (or the error) of the step that did not pass, naming its run
+    when that is the earlier one."""
+    for compared, step in ((after, new), (before, old)):
+        why = "; ".join(step.violations) or step.error or ""
+        if why:
+            return f" ({why})" if step is new else f" ({compared.letter}: {why})"
+    return ""
 
 
 def changed_outcomes(runs: list[ComparedRun], *, load: bool = False) -> list[str]:

@@ -16,6 +16,8 @@ from pathlib import Path
 import matplotlib.pyplot  # noqa: F401 - loaded before pytester's snapshot of sys.modules
 import pytest
 from faults import DutyCycle
+from test_baseline import PLAN as BASELINE_PLAN
+from test_baseline import SUITE as BASELINE_SUITE
 from test_reporting_units import RUN, record, side
 
 from pytest_storagescale import cli
@@ -28,32 +30,13 @@ from pytest_storagescale.thresholds import parse_rule
 
 REPO = Path(__file__).resolve().parent.parent
 
-PLAN = """
-[storage]
-system = "xrootd"
-versions = ["*"]
+#: test_baseline's stat scan (1 and 2 clients, 0.3 s), judged by a rate floor
+PLAN = BASELINE_PLAN.replace('"rate_hz >= 0.5 * baseline", "hung <= baseline"',
+                             '"hung == 0", "rate_hz >= {floor}"')
+assert "{floor}" in PLAN
 
-[defaults]
-duration = "0.3s"
-hang_timeout = "5s"
-
-[ops.stat]
-clients = [1, 2]
-
-[[ops.stat.expect]]
-clients = "*"
-rules = ["failed == 0", "hung == 0", "rate_hz >= {floor}"]
-"""
-
-SUITE = """
-import os
-
-import pytest
-
-@pytest.mark.storagescale_op("stat")
-def test_stat(storage_load, storage_clients):
-    storage_load.run()
-
+#: the stat scan and a functional check that fails when H4_BROKEN is set
+SUITE = BASELINE_SUITE.replace("import pytest", "import os\n\nimport pytest") + """
 def test_checksum_check():
     assert "H4_BROKEN" not in os.environ, "the server answered the wrong adler32"
 """
@@ -321,7 +304,7 @@ def test_the_shipped_rules_fail_a_slower_server_and_pass_the_same_one(pytester):
         assert _relative_check(pytester, "before")["passed"] is None  # no baseline
         same = _stat_scan(pytester, server, "same", "--storage-baseline=before.json")
         if _relative_check(pytester, "same")["passed"] is False:
-            # a loaded 2-core machine (docs/upgrade.md measured -74%...+261% between two
+            # a loaded 2-core machine (docs/upgrade.md measured -74%...+175% between two
             # runs of one server): a second try of the same server, never of the slower
             same = _stat_scan(pytester, server, "same", "--storage-baseline=before.json")
         same.assert_outcomes(passed=1)
