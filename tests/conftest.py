@@ -14,6 +14,15 @@ os.environ.setdefault("XDG_CACHE_HOME", str(Path.home() / ".cache"))
 
 REPO = Path(__file__).resolve().parent.parent
 
+# cryptography's Rust bindings (PyO3) load once per process: imported here, before any
+# in-process pytester run, whose sys.modules snapshot would drop them, and a test of
+# the same process starting a server after it failed with "PyO3 modules may only be
+# initialized once per interpreter process"
+try:
+    import cryptography.x509  # noqa: F401
+except ImportError:  # the servers' tests then skip, naming the extra
+    pass
+
 
 #: what client libraries read credentials from: a driver sets some of them for the
 #: whole process (one identity per process), so each test gets them back as they were
