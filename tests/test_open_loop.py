@@ -277,3 +277,20 @@ def test_a_step_whose_host_could_not_keep_the_schedule_says_so(spec, monkeypatch
     assert row[header.index("dropped")] == "0" and int(row[header.index("late")]) > 0
     again = StepRecord.from_json(record.to_json())
     assert (again.arrival_rate, again.scan_point, again.schedule_missed) == (40.0, "40/s", True)
+
+
+def test_an_open_loop_scan_is_plotted_over_its_offered_rates(spec):
+    pytest.importorskip("matplotlib")
+    from pytest_storagescale.records import StepRecord
+    from pytest_storagescale.reporting.plots import scan_figure
+
+    steps = [StepRecord(step_id=str(rate), test="t", section="stat_open", operation="stat",
+                        clients=10, arrival_rate=rate, arrivals="constant",
+                        result=run_step(plan(spec(), arrival_rate=rate, duration=1.0,
+                                             clients=10)))
+             for rate in (40.0, 20.0)]
+    rate_axes, error_axes = scan_figure(steps).axes[:2]
+    achieved, offered = rate_axes.lines[:2]
+    assert list(achieved.get_xdata()) == [20.0, 40.0] == list(offered.get_ydata())
+    assert "dropped" in [line.get_label() for line in error_axes.lines]
+    assert error_axes.get_xlabel() == "offered rate (requests/s)"

@@ -232,19 +232,27 @@ def scan_xscale(clients: Sequence[float]) -> str:
     return "log" if len(set(clients)) > 1 else "linear"
 
 
-def _limits(steps: list[StepRecord], metric: str) -> list[tuple[int, float]]:
+def scan_point(step: StepRecord) -> float:
+    """Where ``step`` is on its scan's axis: its clients, or an open loop's offered rate
+    (its clients are the cap on requests in flight)."""
+    return step.arrival_rate or step.clients
+
+
+def _limits(steps: list[StepRecord], metric: str) -> list[tuple[float, float]]:
     """(clients, limit) of the rules on ``metric`` that each step was checked against."""
-    return sorted((step.clients, check.limit) for step in steps for check in step.checks
+    return sorted((scan_point(step), check.limit) for step in steps for check in step.checks
                   if check.metric == metric and check.limit is not None)
 
 
-def _draw_rate(axes: Any, steps: list[StepRecord], clients: list[int]) -> None:
+def _draw_rate(axes: Any, steps: list[StepRecord], clients: list[float]) -> None:
     axes.plot(clients, [s.metric("rate_hz") for s in steps], marker="o", label="rate (Hz)")
+    if any(s.arrival_rate for s in steps):  # an open loop: the rate it was offered
+        axes.plot(clients, clients, linestyle=":", color="0.5", label="offered")
     limits = _limits(steps, "rate_hz")
     if limits:
         axes.plot([c for c, _ in limits], [v for _, v in limits], linestyle="--",
                   marker="_", markersize=14, color="tab:red", label="rate_hz limit")
-    baseline = [(s.clients, s.baseline.rate_hz) for s in steps
+    baseline = [(scan_point(s), s.baseline.rate_hz) for s in steps
                 if s.baseline is not None and s.baseline.rate_hz is not None]
     if baseline:
         version = next(s.baseline.version for s in steps if s.baseline is not None)
@@ -281,8 +289,8 @@ def scan_figure(steps: list[StepRecord]) -> Any:
     from matplotlib.ticker import MaxNLocator
 
     plt = _pyplot()
-    steps = sorted(steps, key=lambda s: s.clients)
-    clients = [s.clients for s in steps]
+    steps = sorted(steps, key=scan_point)
+    clients = [scan_point(s) for s in steps]
     figure, (rate_axes, error_axes) = plt.subplots(
         2, 1, figsize=(7, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     _draw_rate(rate_axes, steps, clients)
@@ -291,13 +299,20 @@ def scan_figure(steps: list[StepRecord]) -> Any:
                     color="tab:orange", label="failed", clip_on=False)
     error_axes.plot(clients, [s.metric("hung") for s in steps], marker="^", color="tab:red",
                     label="hung", clip_on=False)
+    open_loop = any(s.arrival_rate for s in steps)
+    if open_loop:
+        error_axes.plot(clients, [s.metric("dropped") for s in steps], marker="v",
+                        color="tab:purple", label="dropped", clip_on=False)
     error_axes.set_ylabel("count")
-    counts = [s.metric(name) for s in steps for name in ("failed", "hung")]
+    counts = [s.metric(name) for s in steps
+              for name in ("failed", "hung", *(("dropped",) if open_loop else ()))]
     error_axes.set_ylim(0, max([1, *(c * 1.1 for c in counts if not math.isnan(c))]))
     error_axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     error_axes.legend(fontsize="small")
     error_axes.grid(True, alpha=0.3)
     _concurrency_axis(error_axes, clients)
+    if open_loop:
+        error_axes.set_xlabel("offered rate (requests/s)")
     return figure
 
 
