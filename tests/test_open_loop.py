@@ -233,7 +233,7 @@ def test_an_open_loop_scan_runs_through_the_plugin_with_verdicts(pytester, tmp_p
     result = pytester.runpytest(
         f"--storage-endpoint=file://{area}", "--storage-version=1.0",
         "--storage-thresholds=thr", "-p", "no:cacheprovider", "-rs", "-v",
-        "--storage-results=out/results.json")
+        "--storage-results=out/results.json", "--storage-benchmark-json=out/bench.json")
     result.assert_outcomes(passed=2, skipped=2)
     result.stdout.fnmatch_lines([
         "*test_stat_open[[]r20hz[]] PASSED*", "*test_stat_open[[]r40hz[]] PASSED*",
@@ -253,6 +253,9 @@ def test_an_open_loop_scan_runs_through_the_plugin_with_verdicts(pytester, tmp_p
     assert {c["rule"] for c in steps[0]["checks"]} >= {
         "failed == 0", "achieved_hz >= 0.5 * offered_hz", "dropped == 0"}
     assert "dropped == 0" not in {c["rule"] for c in steps[1]["checks"]}
+    # each rate its own benchmark (the clients, the cap, are the same)
+    bench = json.loads((pytester.path / "out" / "bench.json").read_text())["benchmarks"]
+    assert [b["name"] for b in bench] == ["stat[r20hz]", "stat[r40hz]"]
 
 
 def test_a_step_whose_host_could_not_keep_the_schedule_says_so(spec, monkeypatch):

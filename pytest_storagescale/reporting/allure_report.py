@@ -132,6 +132,8 @@ def _parameters(record: StepRecord, run: RunInfo, *, door_parameter: bool) -> No
 
     allure.dynamic.parameter("op", record.section)
     allure.dynamic.parameter("clients", record.clients)
+    if record.arrival_rate:  # an open loop: its clients are the cap, its rate the scan's
+        allure.dynamic.parameter("arrival rate", f"{record.arrival_rate:g}/s")
     if door_parameter:  # the test runs once per door: the door tells the runs apart
         allure.dynamic.parameter("door", record.door)
     if record.door:  # a label, not a parameter: one-door runs keep their history ids

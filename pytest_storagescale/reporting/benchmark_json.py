@@ -59,13 +59,16 @@ def _benchmark(run: RunInfo, step: StepRecord, stats: dict[str, Any], *,
     label = f" ({step.label})" if step.label else ""
     side = f"/{step.side}" if step.side else ""
     door = f"-{step.door}" if with_door else ""
-    name = f"{step.section}{side}[c{step.clients}{door}]{label}"
+    # an open loop's steps are told apart by their offered rate (``stat_open[r50hz]``)
+    point = f"r{step.arrival_rate:g}hz" if step.arrival_rate else f"c{step.clients}"
+    name = f"{step.section}{side}[{point}{door}]{label}"
     return {
         "group": f"{run.system} {step.section}{side}",
         "name": name,
         "fullname": f"{step.test}::{name}",
-        "params": {"clients": step.clients, **({"door": step.door} if with_door else {})},
-        "param": f"{step.clients}{door}",
+        "params": {"clients": step.clients, **({"door": step.door} if with_door else {}),
+                   **({"arrival_rate": step.arrival_rate} if step.arrival_rate else {})},
+        "param": f"{point if step.arrival_rate else step.clients}{door}",
         "extra_info": {
             "storage_version": run.version, "endpoint": run.endpoint, "door": step.door,
             "rate_hz": step.metric("rate_hz"), "mb_s": step.metric("mb_s"),
