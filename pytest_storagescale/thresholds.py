@@ -356,7 +356,8 @@ class SectionPlan:
           when the shrunk parameters fail the operation's checks, the parameter
           that breaks them keeps its value (:meth:`Operation.scaled_params`);
         - ``hang_timeout`` and ``recover_within`` (deadlines, not workloads),
-          ``tries`` and the rules: unchanged.
+          ``tries`` and the rules: unchanged; an open loop's ``arrival_rate`` and
+          ``max_in_flight`` too (a rate is not a size: a shorter step at the same rate).
         """
         from .load.operations import get_operation
 
