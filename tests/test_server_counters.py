@@ -346,3 +346,15 @@ def test_a_server_gone_at_the_loads_end_leaves_the_counts_uncompared():
         assert watch.usage(0.0, 1.0).operations == 220  # both: compared
     finally:
         watch.listener.close()
+
+
+def test_a_window_shorter_than_the_connections_sampling_still_has_connections():
+    """Connections are sampled once a second: a window holding no such sample takes
+    the nearest one's; CPU counts only what was used inside the window."""
+    from pytest_storagescale.servers.monitor import ProcessSampler
+
+    sampler = ProcessSampler([])
+    sampler.samples = [(0.0, 1.0, 5, 7), (0.25, 2.0, 6, None), (0.5, 2.0, 9, None),
+                       (1.0, 4.0, 5, 3)]
+    assert sampler.over(0.2, 0.6) == (pytest.approx(0.6), 9, 7)
+    assert sampler.over(0.7, 0.9) == (pytest.approx(0.8), 5, 3)  # the nearest samples

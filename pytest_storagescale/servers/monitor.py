@@ -47,6 +47,9 @@ REPORT_LINE = "xrd.report {address} every {every}s all sync"
 #: :data:`LONGEST_WAIT` (a remote storage reporting every 10 s)
 FRESH_WAIT = 3.0
 LONGEST_WAIT = 60.0
+#: a server not heard from for this long (and three of its intervals) is no longer
+#: waited for: it stopped
+SILENT_AFTER = 10.0
 #: how often the server processes are sampled (seconds); connections every 4th time
 #: (psutil reads the whole TCP table for them)
 SAMPLE_EVERY = 0.25
@@ -191,19 +194,26 @@ class SummaryListener:
     def wait_limit(self) -> float:
         """How long :meth:`fresh` waits by default (see :data:`FRESH_WAIT`)."""
         with self._condition:
-            longest = max(self._interval.values(), default=0.0)
-        return min(max(FRESH_WAIT, 1.5 * longest), LONGEST_WAIT)
+            interval = max(self._interval.values(), default=0.0)
+        return min(max(FRESH_WAIT, 1.5 * interval), LONGEST_WAIT)
+
+    def _live(self, now: float) -> set[str]:
+        """The servers still reporting: heard from within three of their intervals (at
+        least :data:`SILENT_AFTER` s); one stopped for good is not waited for."""
+        return {source for source, summary in self._latest.items()
+                if now - summary.received < max(SILENT_AFTER,
+                                                 3 * self._interval.get(source, 0.0))}
 
     def fresh(self, after: float, timeout: float | None = None) -> dict[str, Summary]:
         """The reports received after ``after`` (``time.time()``), waiting up to
-        ``timeout`` seconds (default :meth:`wait_limit`) until every server heard from
-        so far has sent one (at least one server); those that did not are left out."""
+        ``timeout`` seconds (default :meth:`wait_limit`) until every server still
+        reporting has sent one (at least one server); those that did not are left out."""
         deadline = time.monotonic() + (self.wait_limit() if timeout is None else timeout)
         with self._condition:
             while True:
                 new = {source: summary for source, summary in self._latest.items()
                        if summary.received > after}
-                if new and len(new) == len(self._latest):
+                if new and self._live(after) <= set(new):
                     return new
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -355,8 +365,12 @@ class ProcessSampler:
         sampled in it (or the nearest samples when none falls inside)."""
         if not self.samples or end <= start:
             return None, None, None
-        inside = [s for s in self.samples if start <= s[0] <= end] or self.samples[-1:]
-        connections = [s[3] for s in inside if s[3] is not None]
+        middle = (start + end) / 2
+        nearest = sorted(self.samples, key=lambda s: abs(s[0] - middle))
+        inside = [s for s in self.samples if start <= s[0] <= end] or nearest[:1]
+        # connections are sampled once a second: a shorter window may hold none
+        connections = [s[3] for s in inside if s[3] is not None] or [
+            s[3] for s in nearest if s[3] is not None][:1]
         return (self._cpu_at(end) - self._cpu_at(start),
                 max(s[2] for s in inside), max(connections) if connections else None)
 
