@@ -45,7 +45,7 @@ REPORT_LINE = "xrd.report {address} every {every}s all sync"
 #: this, or one and a half of a server's reporting interval (the shortest seen between
 #: two of its reports: a gap while it was frozen does not count), at most
 #: :data:`LONGEST_WAIT` (a remote storage reporting every 10 s)
-FRESH_WAIT = 3.0
+FRESH_WAIT = 5.0
 LONGEST_WAIT = 60.0
 #: a server not heard from for this long (and three of its intervals) is no longer
 #: waited for: it stopped
