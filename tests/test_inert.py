@@ -49,6 +49,8 @@ def plain_environment(monkeypatch):
     for name in list(os.environ):
         if name.startswith(("XRD_", "STORAGESCALE_")):
             monkeypatch.delenv(name)
+    # the runs made here are no xdist workers, even when these tests run under -n
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     monkeypatch.setenv("XRD_REQUESTTIMEOUT", "77")
 
 
@@ -76,11 +78,10 @@ def test_a_run_without_storage_imports_no_client_library_nor_touches_the_environ
 
 
 def test_an_xdist_run_without_storage_starts_no_server_nor_touches_the_environment(
-        pytester, plain_environment, monkeypatch):
+        pytester, plain_environment):
     """pytest -n 2 and no storage setting or test: neither the controller nor a worker
     starts the embedded server, imports a client library or writes an XRD_* variable
     (the controller had started the xrootd for its workers at pytest_configure_node)."""
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     pytester.makepyfile(test_plain="def test_one():\n    pass\n\ndef test_two():\n    pass\n")
     result, controller = session_state(pytester, "-n", "2")
     result.assert_outcomes(passed=2)
@@ -92,11 +93,10 @@ def test_an_xdist_run_without_storage_starts_no_server_nor_touches_the_environme
 
 
 def test_an_xdist_worker_collecting_a_storage_test_gets_the_controllers_server(
-        pytester, plain_environment, monkeypatch):
+        pytester, plain_environment):
     """pytest -n 2, no storage setting, a storage test: once the workers collected it
     the controller starts the embedded xrootd (only it) and says its endpoint, and the
     workers write through it (the URL and options handed over in the shared folder)."""
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     pytester.makepyfile(test_storage="""
         def test_write(storage_client, storage_endpoint):
             storage_client.put(f"{storage_endpoint.run_dir}/a", b"x" * 10)

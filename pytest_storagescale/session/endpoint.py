@@ -402,6 +402,8 @@ def _listen(address: str):
 
 def main_door_name(endpoint: EndpointUnderTest) -> str:
     """The endpoint's own door: the embedded protocol, or the endpoint URL's scheme."""
+    if endpoint._resolved is not None:  # resolved: its main door, parsed once
+        return endpoint._resolved.main_door
     remote = endpoint.settings.endpoint
     if remote is None:
         return endpoint.protocol
