@@ -437,9 +437,10 @@ def targets(rows: list[dict]) -> list[str]:
     return lines
 
 
-def write_docs(lines: list[str]) -> None:
+def write_docs(lines: list[str], markers: tuple[str, str] = MARKERS) -> None:
+    """``lines`` into docs/benchmarks.md between ``markers`` (added at its end first)."""
     text = DOCS.read_text()
-    start, end = MARKERS
+    start, end = markers
     if start not in text:
         text = text.rstrip() + f"\n\n{start}\n{end}\n"
     head, rest = text.split(start, 1)

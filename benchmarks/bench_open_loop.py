@@ -36,7 +36,6 @@ from pytest_storagescale.load.plan import StepPlan
 from pytest_storagescale.load.stats import SideResult, StepResult
 
 REPO = Path(__file__).resolve().parent.parent
-DOCS = REPO / "docs" / "benchmarks.md"
 PLOT = REPO / "docs" / "img" / "open-vs-closed-stall.png"
 MARKERS = ("<!-- open-loop-bench:start (written by benchmarks/bench_open_loop.py "
            "--write-docs) -->", "<!-- open-loop-bench:end -->")
@@ -145,16 +144,6 @@ def plot(open_side: SideResult, closed_side: SideResult, rate: float, clients: i
     figure.savefig(PLOT, dpi=100)
 
 
-def write_docs(lines: list[str]) -> None:
-    text = DOCS.read_text()
-    start, end = MARKERS
-    if start not in text:
-        text = text.rstrip() + f"\n\n{start}\n{end}\n"
-    head, rest = text.split(start, 1)
-    _, tail = rest.split(end, 1)
-    DOCS.write_text(head + start + "\n" + "\n".join(lines) + "\n" + end + tail)
-
-
 def xrootd_ceiling(duration: float) -> tuple[float, list[str], float, float, str]:
     from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
@@ -216,7 +205,9 @@ def main() -> None:
     ]
     print("\n".join(lines))
     if args.write_docs:
-        write_docs(lines)
+        from bench_engine import write_docs  # (this folder: the script's own)
+
+        write_docs(lines, MARKERS)
 
 
 if __name__ == "__main__":

@@ -219,25 +219,35 @@ def _repeat(slot: ClientSlot, driver: Driver, run: StepRun) -> None:
     # no request begins after the window's end: the storage carries no load the step
     # does not count (the coordinator's stop comes up to a tick later)
     while not stop.is_set() and perf_counter() < end_perf and take():
-        # busy_since covers the untimed set-up too: a hang there is still a hang
-        slot.busy_since = began = perf_counter()
-        error: BaseException | None = None
-        moved = 0
-        try:
-            operation.before(driver, index, iteration, context)
-            began = perf_counter()
-            moved = operation.run(driver, index, iteration, context)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - every failure is a measurement
-            # (SystemExit or pytest.fail from an operation too: never a lost step)
-            error = exc
-        finished = perf_counter()
-        slot.busy_since = None
+        began, finished, moved, error = send(slot, driver, operation, index, iteration,
+                                             context)
         if slot.hung:
             return  # counted as such
         record((finished, finished - began, moved, error))  # in the drain: counted as such
         iteration += 1
+
+
+def send(slot: ClientSlot, driver: Driver, operation: Operation, index: int, number: int,
+         context: dict[str, Any]) -> tuple[float, float, int, BaseException | None]:
+    """One request of client ``index``: the operation's untimed ``before``, then its
+    timed ``run``; when it was sent and ended (``perf_counter``), bytes moved and its
+    error. ``slot.busy_since`` covers both (a hang in the set-up is still a hang)."""
+    perf_counter = time.perf_counter
+    slot.busy_since = began = perf_counter()
+    error: BaseException | None = None
+    moved = 0
+    try:
+        operation.before(driver, index, number, context)
+        began = perf_counter()
+        moved = operation.run(driver, index, number, context)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - every failure is a measurement
+        # (SystemExit or pytest.fail from an operation too: never a lost step)
+        error = exc
+    finished = perf_counter()
+    slot.busy_since = None
+    return began, finished, moved, error
 
 
 def _compiled_loop(slot: ClientSlot, driver: Driver, run: StepRun) -> CompiledLoop | None:

@@ -139,23 +139,12 @@ def serve(slot: ClientSlot, driver: Driver, run: StepRun) -> None:
     assignment = slot.assignment
     operation, index = assignment.operation, assignment.index
     context = run.plan.side_context(run.context, assignment.side)
+    from .clients import send  # (clients imports this module)
+
     record, get = slot.records.append, dispatcher.queue.get
-    perf_counter = time.perf_counter
     while (item := get()) is not None:
         number, intended = item
-        slot.busy_since = began = perf_counter()
-        error: BaseException | None = None
-        moved = 0
-        try:
-            operation.before(driver, index, number, context)
-            began = perf_counter()
-            moved = operation.run(driver, index, number, context)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - every failure is a measurement
-            error = exc
-        finished = perf_counter()
-        slot.busy_since = None
+        began, finished, moved, error = send(slot, driver, operation, index, number, context)
         if slot.hung:
             return  # counted as such; its place in the cap stays taken
         record((finished, finished - intended, moved, error, finished - began))
