@@ -186,8 +186,8 @@ class XRootDDriver(XRootDLogins, Driver):
         else:
             line = ("requests: stat and get by the xrootd driver's compiled client loop "
                     "(C++, GIL released, stat without a thread per client; "
-                    "client_loop=python for the bindings), the rest "
-                    "through the XRootD Python bindings")
+                    "client_loop=python for the bindings), the rest, and every request of "
+                    "an open-loop step, through the XRootD Python bindings")
         where = ("per process (XRD_PARALLELEVTLOOP)" if XROOTD_USER_EVENT_LOOPS else
                  f"in a process that runs a step alone, {XROOTD_SHARD_EVENT_LOOPS} in each "
                  f"process of a sharded step (XRD_PARALLELEVTLOOP=8: faster load from "
