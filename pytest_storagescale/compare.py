@@ -106,9 +106,11 @@ def load_runs(paths: list[Path]) -> list[ComparedRun]:
     runs = []
     for letter, path in zip(string.ascii_uppercase, paths, strict=False):
         run, steps, document = read_results(path, COMMAND)
+        listed = document.get("tests")  # none in a file written before they were kept
         tests = {str(test.get("nodeid")): TestResult(str(test.get("outcome", "")),
                                                       str(test.get("cause") or ""))
-                 for test in document.get("tests") or [] if isinstance(test, dict)}
+                 for test in (listed if isinstance(listed, list) else [])
+                 if isinstance(test, dict)}
         runs.append(ComparedRun(path, letter, run, steps, tests,
                                 str(document.get("verdict") or _step_verdict(steps))))
     return runs
