@@ -547,3 +547,27 @@ def test_a_steps_redirects_are_counted_and_a_rule_can_name_them(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["redirects*redirects == 0*VIOLATED",
                                  "*failed*hung*redirects*p50*verdict"])
+
+
+def test_gfal2_reads_waits_out_a_429_too(hostile):
+    """gfal2 (davix) fails a 429 at once ("Result HTTP 429"): the gfal2 driver sends
+    the read again after THROTTLE_WAIT, as the http driver does; an endless 429 ends as
+    ``throttled``, not as an EIO failure."""
+    hostile.real.put(f"{hostile.root}/f", b"x")
+    door = hostile.open_door(_throttle_first("/f", 2))
+    client = hostile.client(door, "gfal2")
+    try:
+        assert client.stat(f"{hostile.root}/f").size == 1
+    finally:
+        client.close()
+    assert len([r for r in door.seen if r.path.endswith("/f")]) == 3
+    endless = hostile.open_door(_throttle_first("/f", 1000))
+    spec = driver_spec(endless.url(hostile.root), driver="gfal2", writable_root=hostile.root,
+                       options={"ca_dir": hostile.embedded.ca_dir})
+    client = spec.connect("functional-hostile", timeout=4)  # waits within 2 s
+    try:
+        with pytest.raises(StorageThrottled) as info:
+            client.stat(f"{hostile.root}/f")
+    finally:
+        client.close()
+    assert info.value.error_class == "throttled" and "429" in info.value.message

@@ -49,6 +49,7 @@ import os
 import stat as stat_module
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from urllib.parse import quote
 
@@ -59,6 +60,7 @@ from ..errors import (
     StorageError,
     StorageNotFound,
     StoragePermissionDenied,
+    StorageThrottled,
     StorageTimeout,
     StorageUnreachable,
 )
@@ -72,7 +74,7 @@ from .grid import (
     configure_xrootd_shard,
     login_refusal,
 )
-from .http import HTTPDriver
+from .http import THROTTLE_SENDS, THROTTLE_SHARE, THROTTLE_WAIT, HTTPDriver
 from .url import HTTPS_SCHEMES
 
 # gfal2's gridftp plugin (Globus) aborts the whole process ("bit out of range 0 -
@@ -203,6 +205,11 @@ class Gfal2Driver(XRootDLogins, Driver):
             native_status=f"GError code={code} ({errno.errorcode.get(code, '?')})",
         )
         lowered = message.lower()
+        if "http 429" in lowered:  # davix: "Result HTTP 429 : Unexpected server error"
+            return StorageThrottled(
+                f"the server throttled the request: {message} (gfal2 does not wait; the "
+                f"driver sent it again each {THROTTLE_WAIT:g} s while half its deadline "
+                f"allowed)", error_class="throttled", **kwargs)
         if self.endpoint.scheme == "gsiftp" and ("530" in message or "gss" in lowered):
             # GridFTP's 530 / a GSS failure: the login was refused (no proxy, a CA the
             # server does not trust, no grid-mapfile entry), not the server's certificate
@@ -230,15 +237,25 @@ class Gfal2Driver(XRootDLogins, Driver):
     def _call(self, operation: str, path: str, function, *args):
         if self._gridftp:  # its sockets open now, not at login
             self._check_descriptors(operation, path)
-        try:
-            return function(*args)
-        except gfal2.GError as exc:
-            raise self._error(exc, operation, path) from None
-        except UnicodeDecodeError as exc:  # the bindings decode names and values as UTF-8
-            raise BadAnswer(f"the answer holds {exc.object[:80]!r}, not UTF-8 text",
-                            driver=self.name, endpoint=self.endpoint.server,
-                            operation=operation, path=path,
-                            error_class="bad_answer") from None
+        began, sends = time.monotonic(), 1
+        while True:
+            try:
+                return function(*args)
+            except gfal2.GError as exc:
+                error = self._error(exc, operation, path)
+            except UnicodeDecodeError as exc:  # the bindings decode names, values as UTF-8
+                raise BadAnswer(f"the answer holds {exc.object[:80]!r}, not UTF-8 text",
+                                driver=self.name, endpoint=self.endpoint.server,
+                                operation=operation, path=path,
+                                error_class="bad_answer") from None
+            if not isinstance(error, StorageThrottled):
+                raise error
+            # gfal2 (davix) neither waits nor tells the Retry-After: the http driver's rule
+            left = began + self.timeout * THROTTLE_SHARE - time.monotonic()
+            if THROTTLE_WAIT > left or sends >= THROTTLE_SENDS:
+                raise error
+            time.sleep(THROTTLE_WAIT)
+            sends += 1
 
     # -- namespace -----------------------------------------------------------
     def connect(self) -> None:
