@@ -119,5 +119,5 @@ def fold_storage_skip(item: pytest.Item, report: pytest.TestReport) -> None:
         return
     if any(name.startswith("storage_") for name in getattr(item, "fixturenames", ())):
         path, _, reason = longrepr
-        report.longrepr = (path, None, reason)
+        report.longrepr = (path, None, reason)  # type: ignore[assignment]  # no line
 

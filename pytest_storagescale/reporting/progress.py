@@ -71,7 +71,8 @@ class LiveProgress:
     def _write(self, text: str) -> None:
         """``text`` on the row below pytest's line; the cursor back where pytest left it."""
         with self._uncaptured():
-            self._terminal.flush()  # pytest's own output first
+            if self._terminal is not None:  # enabled: it is
+                self._terminal.flush()  # pytest's own output first
             if not self._shown:  # make the row below once (scrolls at the bottom)
                 sys.stdout.write(DOWN + UP)
                 self._shown = True

@@ -323,9 +323,9 @@ def _processes_inside(directories: list[Path],
         if (process.pid in spared or info["uids"] is None or info["uids"].real not in uids
                 or _has_terminal(process.pid)):
             continue  # ours, someone else's, or a person's (a controlling terminal)
-        directory = _inside(info["cwd"], info["cmdline"] or [], forms)
-        if directory is not None and not _descends_from(process, live_owners):
-            candidates[process.pid] = (process, directory)
+        inside = _inside(info["cwd"], info["cmdline"] or [], forms)
+        if inside is not None and not _descends_from(process, live_owners):
+            candidates[process.pid] = (process, inside)
     found: dict[Path, list[psutil.Process]] = {directory: [] for directory in directories}
     for pid, (process, directory) in candidates.items():
         try:

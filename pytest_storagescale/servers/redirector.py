@@ -373,8 +373,9 @@ class EmbeddedXRootDCluster(EmbeddedServer):
                 return time.monotonic() - started
             assert self.manager is not None and self.manager.xrootd is not None
             self.manager.xrootd.exited(wait=0.1)  # the pause between probes
+        manager = self.manager.address if self.manager is not None else "(none)"
         raise EndpointError(
-            f"the embedded redirector's manager {self.manager.address} did not see the data "
+            f"the embedded redirector's manager {manager} did not see the data "
             f"servers on ports {sorted(wanted)} within {timeout or self.startup_timeout:.0f} s "
             f"(its locate of {AREA} named ports {sorted(seen)}; last error: {last}). Log "
             f"tails:\n{self._log_tails()}")
