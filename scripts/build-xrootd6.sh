@@ -77,6 +77,13 @@ PYTHON=python3
 [ -x "$CHECKOUT/.venv/bin/python" ] && PYTHON=$CHECKOUT/.venv/bin/python
 
 run() { if [ -n "$DRY_RUN" ]; then echo "build-xrootd6 (dry run): $*"; else "$@"; fi; }
+logged() {  # logged FILE WHAT command...: its output into FILE; on failure FILE's tail
+    local file=$1 what=$2
+    shift 2
+    if [ -n "$DRY_RUN" ]; then echo "build-xrootd6 (dry run): $* > $file"; return 0; fi
+    "$@" >"$file" 2>&1 || { echo "build-xrootd6: $what failed: see $file" >&2
+                            tail -30 "$file" >&2; exit 1; }
+}
 
 SDIST_DIR=$CACHE/sdist
 SDIST=$SDIST_DIR/xrootd-$VERSION.tar.gz
@@ -95,11 +102,9 @@ run tar -xzf "$SDIST" -C "$WORK"
 SRC=$WORK/xrootd-$VERSION
 run cp -r "$VENDOR" "$SRC/vendor"
 run rm -f "$SRC/vendor/README.vendor"
-run nice -n 19 cmake -S "$SRC" -B "$WORK/build" -DCMAKE_INSTALL_PREFIX="$PREFIX" \
-    "${CMAKE_OPTIONS[@]}" >"$WORK/cmake.log" 2>&1 \
-    || { echo "build-xrootd6: cmake failed: see $WORK/cmake.log" >&2; tail -20 "$WORK/cmake.log" >&2; exit 1; }
-run nice -n 19 make -C "$WORK/build" -j"$JOBS" "${TARGETS[@]}" >"$WORK/make.log" 2>&1 \
-    || { echo "build-xrootd6: the build failed: see $WORK/make.log" >&2; tail -30 "$WORK/make.log" >&2; exit 1; }
+logged "$WORK/cmake.log" cmake nice -n 19 cmake -S "$SRC" -B "$WORK/build" \
+    -DCMAKE_INSTALL_PREFIX="$PREFIX" "${CMAKE_OPTIONS[@]}"
+logged "$WORK/make.log" "the build" nice -n 19 make -C "$WORK/build" -j"$JOBS" "${TARGETS[@]}"
 run mkdir -p "$PREFIX/bin" "$PREFIX/lib"
 run cp -a "$WORK/build/bin/." "$PREFIX/bin/"
 run sh -c "cp -a '$WORK/build/lib/'*.so* '$PREFIX/lib/'"
@@ -121,4 +126,4 @@ if [ -z "$DRY_RUN" ]; then
     mv "$MARKER.tmp" "$MARKER"
     rm -rf "$WORK"
 fi
-echo "build-xrootd6: XRootD $VERSION built in $PREFIX in $(( $(date +%s) - started )) s"
+[ -n "$DRY_RUN" ] || echo "build-xrootd6: XRootD $VERSION built in $PREFIX in $(( $(date +%s) - started )) s"

@@ -12,6 +12,7 @@ that is no installation, and 6.2.1 when it is not built are usage errors (exit 4
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from pytest_storagescale.servers.family import start_embedded
 from pytest_storagescale.servers.xrootd_releases import (
     BUILD_SCRIPT,
     BUILT_VERSION,
+    MARKER,
     built_prefix,
     foreign_libraries,
 )
@@ -185,6 +187,26 @@ def test_a_version_named_nowhere_is_unknown_with_how_to_state_it(door_as_six, em
         assert "the version of this XRootD is unknown" in message
         assert why in message and "--storage-version VERSION" in message
         assert "5.5.3" not in message  # the real server behind the door is never guessed
+
+
+# -- the cache: a build without its marker is none ---------------------------------------
+def test_a_partial_build_is_not_used_and_is_built_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    script = [str(REPO / BUILD_SCRIPT)]
+    prefix = Path(subprocess.run(["bash", *script, "--print-prefix"], capture_output=True,
+                                 text=True, check=True).stdout.strip())
+    assert prefix.parent == tmp_path / "pytest-storagescale"
+    assert prefix.name.startswith(f"xrootd-{BUILT_VERSION}-")
+    (prefix / "bin").mkdir(parents=True)  # a build stopped before its marker
+    (prefix / "bin" / "xrootd").write_text("half")
+    assert built_prefix() is None
+    plan = subprocess.run(["bash", *script, "--dry-run"], capture_output=True, text=True,
+                          check=True).stdout
+    assert f"rm -rf {prefix} " in plan and " make -C " in plan  # thrown away, built again
+    (prefix / MARKER).write_text(f"version={BUILT_VERSION}\n")
+    assert built_prefix() == prefix
+    done = subprocess.run(["bash", *script], capture_output=True, text=True, check=True)
+    assert "already built" in done.stdout  # the marker: nothing to do
 
 
 # -- usage errors -----------------------------------------------------------------------
