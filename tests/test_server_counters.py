@@ -19,8 +19,10 @@ import math
 import socket
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
+from plans import one_step_plan
 from server_side import stat_step, watched_step
 
 from pytest_storagescale.drivers.registry import driver_spec
@@ -34,8 +36,8 @@ from pytest_storagescale.servers.monitor import (
     disagreement,
     parse_summary,
 )
-from pytest_storagescale.steps import counts_disagree
-from pytest_storagescale.thresholds import evaluate, parse_rule
+from pytest_storagescale.steps import counts_disagree, judge_step
+from pytest_storagescale.thresholds import evaluate, load_thresholds, parse_rule
 
 pytestmark = pytest.mark.integration
 
@@ -87,10 +89,12 @@ def test_the_server_counts_what_the_plugin_sent(reporting_xrootd, area):
     assert record.server_ops == usage.requests >= served
 
 
-def test_load_from_outside_the_plugin_makes_the_step_an_error(reporting_xrootd, area):
+def test_load_from_outside_the_plugin_makes_the_step_an_error(reporting_xrootd, area,
+                                                               thresholds_dir):
     """Stats sent by another client during the step: the server counts them, the
     plugin does not; the verdict says the step did not measure what it claims."""
     server, listener = reporting_xrootd
+    section = load_thresholds(thresholds_dir(one_step_plan("stat"))).section("stat")
     stranger = driver_spec(server.url, writable_root=area).connect("stranger", timeout=10)
 
     def extra_load() -> None:
@@ -104,8 +108,9 @@ def test_load_from_outside_the_plugin_makes_the_step_an_error(reporting_xrootd, 
     why = counts_disagree(record)
     assert why is not None and "load from outside the plugin" in why, why
     assert f"where its clients made {record.issued_operations}" in why
-    # the verdict: the step as judge_step leaves it
-    record.verdict, record.error = Verdict.ERROR, why
+    # the verdict, before any rule (failed == 0 would pass)
+    judge_step(SimpleNamespace(baseline=None), record, section, judge=True, derive=None)
+    assert (record.verdict, record.error, record.checks) == (Verdict.ERROR, why, [])
     assert any("did not measure what it claims" in line for line in format_why(record))
 
 
