@@ -189,6 +189,24 @@ def test_a_version_named_nowhere_is_unknown_with_how_to_state_it(door_as_six, em
         assert "5.5.3" not in message  # the real server behind the door is never guessed
 
 
+def test_a_session_against_such_a_door_stops_naming_how_to_state_the_version(
+        door_as_six, embedded_xrootd, pytester):
+    door = door_as_six(Reply(403, {"Server": "XRootD"}, b"listing denied"))
+    pytester.makepyfile(test_suite=SUITE)
+    args = ("-p", "no:cacheprovider", f"--storage-endpoint={door.url('/storagescale')}",
+            f"--storage-driver-option=ca_dir={embedded_xrootd.ca_dir}")
+    result = pytester.runpytest(*args)
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret != 0
+    assert "the version of this XRootD is unknown" in out and "--storage-version" in out
+    assert "Traceback" not in out
+    # stated, the same door is used: the thresholds file of the version given
+    result = pytester.runpytest("-s", *args, "--storage-version=6.2.1",
+                                f"--storage-thresholds={REPO / 'thresholds'}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*VERSION 6.2.1 6.x.toml"])
+
+
 # -- the cache: a build without its marker is none ---------------------------------------
 def test_a_partial_build_is_not_used_and_is_built_again(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -355,6 +355,11 @@ class EndpointUnderTest:
             version = first_contact(self.driver_spec(None), want_version=want_version,
                                     timeout=timeout)
         except StorageError as exc:
+            if exc.error_class == "version":  # it answered, but not its version
+                how = "" if "--storage-version" in exc.message else (
+                    " Give it with --storage-version VERSION (it chooses the thresholds file).")
+                self._contact = f"--storage-endpoint {self.display}: {exc.message}.{how}"
+                raise EndpointError(self._contact) from None
             hint = (" (The version is detected to choose the thresholds file; "
                     "--storage-version VERSION skips the detection.)" if want_version else "")
             self._contact = f"{self.unusable(exc)}{hint}"
