@@ -192,12 +192,14 @@ def server_watch(run: StorageRun, record: StepRecord):
     from .servers.monitor import ServerWatch
 
     def send(count: int) -> None:
-        """``count`` stats of the run directory, over the step's door (a calibration
-        of the server's counters, once per session)."""
+        """``count`` requests of the step's operation (a stat, or an ls of the run
+        directory), over the step's door: a calibration of the server's counters, once
+        per session and operation."""
         driver = plan.driver.connect("server-counters", timeout=plan.client_timeout)
+        request = driver.ls if plan.operation.name == "ls" else driver.stat
         try:
             for _ in range(count):
-                driver.stat(posixpath.dirname(plan.workdir.rstrip("/")) or "/")
+                request(posixpath.dirname(plan.workdir.rstrip("/")) or "/")
         finally:
             driver.close()
 

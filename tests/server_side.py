@@ -29,9 +29,10 @@ def watched_step(server, listener, plan: StepPlan, root: str,
     called in a thread once the load began); the step's record."""
     calibration = driver_spec(server.url, writable_root=root).connect("calib", timeout=10)
 
-    def send(count: int) -> None:
+    def send(count: int) -> None:  # as steps.server_watch's: the step's kind of request
+        request = calibration.ls if plan.operation.name == "ls" else calibration.stat
         for _ in range(count):
-            calibration.stat(root)
+            request(root)
 
     watch = ServerWatch(source="test", operation=plan.operation.name,
                         pids=server.server_pids(), listener=listener, door="root", send=send)

@@ -26,6 +26,7 @@ from plans import one_step_plan
 from server_side import stat_step, watched_step
 
 from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.load.operations import get_operation
 from pytest_storagescale.load.server_usage import ServerUsage
 from pytest_storagescale.records import StepRecord, Verdict
 from pytest_storagescale.reporting.html import table_csv, table_html
@@ -87,6 +88,18 @@ def test_the_server_counts_what_the_plugin_sent(reporting_xrootd, area):
     # the set-up's put and the clean-up's requests are outside the bracket: no open
     assert usage.ops.get("open", 0) == 0 and usage.ops.get("wr", 0) == 0, usage.ops
     assert record.server_ops == usage.requests >= served
+
+
+def test_an_ls_step_is_counted_too(reporting_xrootd, area):
+    """An ls step's listings are ``misc`` requests as well, measured per ls."""
+    server, listener = reporting_xrootd
+    plan = stat_step(server, area, operation=get_operation("ls"), params={"entries": 5})
+    record, _ = watched_step(server, listener, plan, area)
+    assert record.total.failed == 0, record.total.errors
+    usage, sent = record.server, record.issued_operations
+    assert usage.counted == "misc" and usage.per_operation >= 1, usage
+    assert abs(usage.operations - sent) <= max(0.01 * sent, 50), (usage, sent)
+    assert counts_disagree(record) is None
 
 
 def test_load_from_outside_the_plugin_makes_the_step_an_error(reporting_xrootd, area,
@@ -175,6 +188,9 @@ def test_counts_within_two_percent_agree():
     assert "never reached the server" in disagreement(1100, 0, usage)
     assert disagreement(900, 100, usage) is None  # the hung ones may have been served
     assert disagreement(900, 0, usage, clients=100) is None  # so may the logins
+    per_ls = ServerUsage(ops={"misc": 120}, counted="misc", per_operation=1.0)
+    assert disagreement(100, 0, per_ls, clients=10) is None  # 2 requests per login
+    assert disagreement(100, 0, per_ls, clients=5) is not None
     assert disagreement(1000, 0, ServerUsage(ops={"misc": 1})) is None  # not comparable
 
 

@@ -56,7 +56,10 @@ SAMPLE_EVERY = 0.25
 CONNECTIONS_EVERY = 4
 #: operation -> the counter of XRootD's summary holding its requests, for the
 #: operations whose server count the step compares with its clients'
-COUNTERS = {"stat": "misc"}
+COUNTERS = {"stat": "misc", "ls": "misc"}
+#: the requests of a counter one client's login may add (XRootD 5.5.3 and 6.2.1
+#: count the ``kXR_ping`` after it twice in ``misc``; measured)
+LOGIN_REQUESTS = 2
 #: requests sent to measure how many of a counter one operation makes, and the most
 #: they may take together (seconds; a frozen server: no comparison, the step goes on)
 CALIBRATION_REQUESTS = 20
@@ -470,12 +473,13 @@ def disagreement(client_operations: int, in_flight: int, usage: ServerUsage,
     """Why the server's count of the step's operations and the clients' disagree by
     more than ``limit`` (a fraction), or None. ``in_flight``: requests the clients
     gave up on (hung), which the server may or may not have served; ``clients``: their
-    logins, which a server may count as requests of the same kind (XRootD 5.5 counts
-    the ``kXR_ping`` after a login in ``misc``, as a stat's)."""
+    logins, which a server may count as requests of the same kind (:data:`LOGIN_REQUESTS`
+    each: the ``kXR_ping`` after a login is ``misc``, as a stat is)."""
     served = usage.operations
     if served is None or client_operations + in_flight <= 0:
         return None
-    low, high = client_operations, client_operations + in_flight + clients
+    logins = clients * LOGIN_REQUESTS / usage.per_operation
+    low, high = client_operations, client_operations + in_flight + logins
     nearest = min(max(served, low), high)
     gap = (served - nearest) / max(nearest, 1)
     if abs(gap) <= limit or math.isclose(served, nearest):
