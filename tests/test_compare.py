@@ -19,6 +19,7 @@ from faults import DutyCycle
 from test_baseline import PLAN as BASELINE_PLAN
 from test_baseline import SUITE as BASELINE_SUITE
 from test_reporting_units import RUN, record, side
+from test_xrootd6 import _built
 
 from pytest_storagescale import cli
 from pytest_storagescale.baseline import Baseline
@@ -26,6 +27,7 @@ from pytest_storagescale.compare import load_runs, report_lines
 from pytest_storagescale.records import BaselineComparison, Verdict
 from pytest_storagescale.reporting import plots
 from pytest_storagescale.reporting.results import ResultsFile
+from pytest_storagescale.servers.xrootd_releases import BUILT_VERSION
 from pytest_storagescale.thresholds import parse_rule
 
 REPO = Path(__file__).resolve().parent.parent
@@ -348,3 +350,46 @@ def test_allure_holds_each_step_beside_its_baseline_step(pytester, tmp_path):
     assert re.match(r"stat\s+2\s+\d+ \(", text[2]) and text[2].count("pass") == 2
     assert attached["scan stat: baseline 2.0 and this run overlaid"].read_bytes()[:4] == \
         b"\x89PNG"
+
+
+@pytest.mark.integration
+def test_the_upgrade_flow_on_the_two_real_versions(pytester):
+    """The documented flow on the embedded xrootd 5.5.3, then 6.2.1 with the first
+    run as its baseline, then storagescale compare: the GSI logins of the 5.5.3 client
+    (the same client library in both runs) collapse against 6.2.1, whose fixed 3072-bit
+    DH parameters that client spends seconds checking (issue 25: 7.0/s to 0.40/s;
+    docs/upgrade.md: 8.2/s to 0.20/s). The comparison names both versions and the
+    client library, so the cause is findable."""
+    _built()
+    # one client, 20 s steps (6.x.toml's are longer, to measure 6.2.1's rate closely)
+    flow = [str(REPO / "suites" / "xrootd"), "-k", "auth_rate", "--storage-clients=1",
+            "--storage-duration=20s", "--storage-embedded-login", "gsi",
+            f"--storage-thresholds={REPO / 'thresholds'}", "-p", "no:cacheprovider"]
+    pytester.runpytest_subprocess(*flow, "--storage-results=before.json").assert_outcomes(
+        passed=1, skipped=3)
+    after = pytester.runpytest_subprocess(
+        *flow, "--storage-embedded-version", BUILT_VERSION, "--storage-baseline=before.json",
+        "--storage-results=after.json")
+    after.stdout.fnmatch_lines(["storagescale: baseline * (xrootd 5.5.3) was planned by "
+                                "5.x.toml, this run by 6.x.toml: *"])
+    script = Path(sys.executable).with_name("storagescale")
+    done = subprocess.run([str(script), "compare", "before.json", "after.json"],
+                          cwd=pytester.path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    print(done.stdout)  # the real comparison, in the test's report
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["A:", "xrootd", "5.5.3", "B:", "xrootd", BUILT_VERSION]
+    row = next(line for line in lines if line.startswith("auth_gsi"))
+    assert row.split()[1] == "1"
+    facts = [line.strip() for line in lines if line.startswith("  A: ") or
+             line.startswith("  B: ")]
+    assert [fact.split(";")[0].split(" (")[0] for fact in facts] == [
+        "A: xrootd 5.5.3", f"B: xrootd {BUILT_VERSION}"]
+    assert all("client vm" in fact or "xrootd 5.5.3," in fact for fact in facts)
+    client = {json.loads((pytester.path / f"{name}.json").read_text())["run"]["client"][
+        "versions"].get("xrootd") for name in ("before", "after")}
+    assert client == {"5.5.3"}  # one client library, two servers
+    before, after_step = (json.loads((pytester.path / f"{name}.json").read_text())["steps"][0]
+                          for name in ("before", "after"))
+    assert before["rate_hz"] > 5 * (after_step["rate_hz"] or 0), (before, after_step)
+    assert after_step["baseline"]["matched"] and after_step["baseline"]["rate_change"] < -0.8
