@@ -150,6 +150,20 @@ def test_compare_aligns_sides_derived_metrics_and_the_judged_probe(tmp_path, cap
     assert not any("probe 1" in line or "probe 3" in line for line in lines)
 
 
+def test_compare_names_the_door_when_the_runs_used_several(tmp_path):
+    """A --storage-load-doors run: a door column, a scan per door, never a root step
+    beside a davs one."""
+    steps = [dataclasses.replace(record("stat", c, sides={"stat": side(c, succeeded=s)}),
+                                 door=door, step_id=f"{door}{c}")
+             for door, s in (("root", 100), ("davs", 40)) for c in (1, 5)]
+    files = [_results(tmp_path / f"{v}.json", steps, v) for v in ("5.5.3", "6.2.1")]
+    lines = report_lines(load_runs(files))
+    assert lines[1].split()[:3] == ["op", "door", "clients"]
+    rows = [line.split()[:4] for line in lines[2:7]]
+    assert rows == [["stat", "root", "1", "100"], ["stat", "root", "5", "100"], [],
+                    ["stat", "davs", "1", "40"], ["stat", "davs", "5", "40"]]
+
+
 @pytest.mark.parametrize("files, message", [
     ([], "give two or more results files to compare (got 0)"),
     (["a.json"], "give two or more results files to compare (got 1)"),
