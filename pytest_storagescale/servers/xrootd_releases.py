@@ -83,13 +83,6 @@ class XRootDRelease:
                     return str(path)
         return f"{name}.so"
 
-    def has_plugin(self, name: str) -> bool:
-        """Whether plug-in ``name`` is installed in this release's library folder."""
-        if self.lib_dir is None:
-            return any(Path(folder, f"{name}-{self.major}.so").is_file()
-                       for folder in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"))
-        return Path(self.plugin(name)).is_absolute()
-
     def copied_to(self, folder: Path) -> XRootDRelease:
         """This release for a server that drops root's rights: itself when everyone
         may read its library folder, else its libraries, ``xrootd`` and ``xrdcp``
