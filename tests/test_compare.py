@@ -407,3 +407,60 @@ def test_the_upgrade_flow_on_the_two_real_versions(pytester):
                           for name in ("before", "after"))
     assert before["rate_hz"] > 5 * (after_step["rate_hz"] or 0), (before, after_step)
     assert after_step["baseline"]["matched"] and after_step["baseline"]["rate_change"] < -0.8
+
+
+RECOVERY_PLAN = """
+[storage]
+system = "xrootd"
+versions = ["*"]
+
+[defaults]
+duration = "0.3s"
+hang_timeout = "5s"
+
+[ops.recovery]
+op = "stat"
+clients = [1]
+overload_clients = 2
+overload_duration = "0.3s"
+recover_fraction = 0.01
+recover_within = "30s"
+
+[[ops.recovery.expect]]
+rules = ["recovery_s <= 60", "rate_hz >= 0.001 * baseline"]
+"""
+
+RECOVERY_SUITE = """
+import pytest
+
+@pytest.mark.storagescale_op("recovery")
+def test_recovery(storage_load):
+    storage_load.recovery()
+"""
+
+
+def test_a_run_matches_its_recovery_probe_by_time_not_number(pytester, tmp_path):
+    """The baseline's version needed three probes (its results say 'probe 3', ended
+    as long after its overload as this run's 'probe 1'): this run's probe is compared
+    with it, its relative rule checked, never 'new' for want of a 'probe 1'."""
+    area = tmp_path / "area"
+    area.mkdir()
+    pytester.makepyfile(test_suite=RECOVERY_SUITE)
+    (pytester.path / "thr" / "xrootd").mkdir(parents=True)
+    (pytester.path / "thr" / "xrootd" / "any.toml").write_text(RECOVERY_PLAN)
+    args = [f"--storage-endpoint=file://{area}", "--storage-version=2.0",
+            "--storage-thresholds=thr", "-p", "no:cacheprovider"]
+    pytester.runpytest(*args, "--storage-results=base.json").assert_outcomes(passed=1)
+    document = json.loads((pytester.path / "base.json").read_text())
+    probe = next(step for step in document["steps"] if step["label"] == "probe 1")
+    probe["label"] = "probe 3"
+    (pytester.path / "base.json").write_text(json.dumps(document))
+    pytester.runpytest(*args, "--storage-baseline=base.json",
+                       "--storage-results=now.json").assert_outcomes(passed=1)
+    steps = json.loads((pytester.path / "now.json").read_text())["steps"]
+    judged = next(step for step in steps if step["label"] == "probe 1")
+    assert judged["baseline"]["matched"], judged["baseline"]
+    assert judged["baseline"]["rate_hz"] == pytest.approx(probe["rate_hz"])
+    relative = next(check for check in judged["checks"] if check["relative"])
+    assert relative["passed"] is True and relative["baseline"] == pytest.approx(
+        probe["rate_hz"])
