@@ -24,7 +24,7 @@ from pytest_storagescale.drivers.version import (
     version_from_config_answer,
     version_from_server_header,
 )
-from pytest_storagescale.errors import StorageError, UnsafePathError
+from pytest_storagescale.errors import StorageError, StorageNotFound, UnsafePathError
 
 #: dCache 11.2.5's srmPing answer, as its SRM door sent it
 PING_ANSWER = (
@@ -119,7 +119,7 @@ def _each_door_tells_the_version(server, expected: str) -> None:
 def _srm_through_gfal2(server, tmp_path: Path) -> None:
     """mkdir, put, stat, ls, get (to disk and read in memory), read, checksum, rename,
     delete and rmdir on srm://, as seed 000's lcg-* commands did; the SURL's path is
-    guarded."""
+    guarded; a stat is never the client's cached answer."""
     from pytest_storagescale.servers.dcache import AREA
 
     root = f"{AREA}/srm-checks"
@@ -143,6 +143,18 @@ def _srm_through_gfal2(server, tmp_path: Path) -> None:
         assert client.ls(f"{root}/d") == ["g"]
         with pytest.raises(UnsafePathError):
             client.put(f"{AREA}/outside-the-root", b"x")
+        # a stat is the server's answer each time (gfal2's SRM plugin kept the last one
+        # for the next stat of the path): removed by another client, it is gone
+        client.put(f"{root}/d/h", b"h")
+        assert client.stat(f"{root}/d/h").size == 1
+        other = driver_spec(server.url_for("davs"), driver="http", writable_root=root,
+                            options=_options(server, "ca_dir")).connect("other", timeout=60)
+        try:
+            other.delete(f"{root}/d/h")
+        finally:
+            other.close()
+        with pytest.raises(StorageNotFound):
+            client.stat(f"{root}/d/h")
         client.delete(f"{root}/d/g")
         client.rmdir(f"{root}/d")
         client.rmdir(root)
