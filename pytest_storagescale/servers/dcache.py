@@ -45,7 +45,7 @@ from .family import EmbeddedServer
 from .orphans import server_directory
 from .postgres import PostgresCluster
 from .postgres import check_installed as check_postgres
-from .processes import ServerProcess, free_port, log_tail
+from .processes import ServerProcess, log_tail
 
 if TYPE_CHECKING:  # .credentials loads cryptography: imported where a server makes them
     from .credentials import CertificateFiles, ThrowawayCA
@@ -56,6 +56,9 @@ AREA = "/storagescale"
 USER, UID, GID = "storagescale", 1000, 1000
 #: the JVM's heap and direct memory (``dcache.java.memory.*``)
 HEAP, DIRECT_MEMORY = "768m", "512m"
+#: the listening ports of the domain (then the pools' movers' ranges: WAN, LAN)
+PORT_NAMES = ("webdav", "xrootd", "xrootd_gsi", "srm", "srm_tls", "zookeeper")
+WAN_PORTS, LAN_PORTS = 100, 40
 #: the databases dCache's services use (owned by the role ``dcache``)
 DATABASES = ("chimera", "pinmanager", "srm")
 #: the one domain and the layout's name
@@ -183,10 +186,11 @@ class EmbeddedDCache(EmbeddedServer):
             + ("no such file, and not a release of the distribution cache"
                if "/" in requested or requested.endswith(".gz")
                else "not a release of the distribution cache")
-            + (f" ({distribution_dir()} offers {', '.join(offered)})" if offered else
-               f" ({distribution_dir()} holds none)")
-            + ". Name one of those, or give the path of a dcache-VERSION.tar.gz (the "
-              "distribution tarball as dcache.org publishes it).")
+            + (f" ({distribution_dir()} offers {', '.join(offered)}). Name one of those, or"
+               if offered else f" ({distribution_dir()} holds none: 'scripts/dcache-dist.sh' "
+               f"fills it where the shared dcache folder exists). Or")
+            + " give the path of a dcache-VERSION.tar.gz (the distribution tarball as "
+              "dcache.org publishes it).")
 
     @classmethod
     def check_installed(cls) -> None:
@@ -302,8 +306,13 @@ class EmbeddedDCache(EmbeddedServer):
         self._make_credentials()
         self.database = PostgresCluster(d / "postgres").start()
         self.database.create_databases("dcache", DATABASES)
-        for name in ("webdav", "xrootd", "xrootd_gsi", "srm", "srm_tls", "zookeeper"):
-            self.ports[name] = free_port()
+        # one block below the ephemeral ports: a port picked free among those can be
+        # a client connection's before the JVM binds it (thousands of connections
+        # come and go on a loaded machine)
+        base = free_port_block(len(PORT_NAMES) + WAN_PORTS + LAN_PORTS)
+        self.ports = {name: base + index for index, name in enumerate(PORT_NAMES)}
+        self.ports["wan"] = base + len(PORT_NAMES)
+        self.ports["lan"] = self.ports["wan"] + WAN_PORTS
         self._write_configuration()
         self._dcache("database", "update")
         self._dcache_chimera()
@@ -351,8 +360,7 @@ class EmbeddedDCache(EmbeddedServer):
         assert self.home is not None and self.directory is not None
         assert self.database is not None and self.user_certificate is not None
         d, etc, p = self.directory, self.home / "etc", self.ports
-        wan = free_port_block(100)
-        lan = free_port_block(40)
+        wan, lan = p["wan"], p["lan"]
         (etc / "dcache.conf").write_text("\n".join([
             f"dcache.layout={LAYOUT}",
             f"dcache.paths.grid-security={d / 'grid-security'}",
@@ -362,9 +370,9 @@ class EmbeddedDCache(EmbeddedServer):
             f"dcache.java.memory.direct={DIRECT_MEMORY}",
             "dcache.net.listen=127.0.0.1",
             f"dcache.net.wan.port.min={wan}",
-            f"dcache.net.wan.port.max={wan + 99}",
+            f"dcache.net.wan.port.max={wan + WAN_PORTS - 1}",
             f"dcache.net.lan.port.min={lan}",
-            f"dcache.net.lan.port.max={lan + 39}",
+            f"dcache.net.lan.port.max={lan + LAN_PORTS - 1}",
             f"dcache.zookeeper.connection=127.0.0.1:{p['zookeeper']}",
             f"dcache.db.host=127.0.0.1:{self.database.port}",
             "dcache.default-access-latency=ONLINE",
@@ -465,7 +473,8 @@ class EmbeddedDCache(EmbeddedServer):
         launched = time.monotonic()
         deadline = launched + self.startup_timeout
         probes = {"davs": self._probe_webdav, "root": self._probe_xrootd,
-                  "srm": self._probe_srm}
+                  "srm": self._probe_srm,
+                  **({"root-gsi": self._probe_gsi_xrootd} if self.gsi_xrootd else {})}
         last: dict[str, str] = dict.fromkeys(probes, "not probed yet")
         while probes and time.monotonic() < deadline:
             try:
@@ -544,6 +553,17 @@ class EmbeddedDCache(EmbeddedServer):
         finally:
             client.close()
 
+    def _probe_gsi_xrootd(self) -> None:
+        """The GSI door, from a process of its own: the XRootD client takes one
+        security protocol per process (``XrdSecPROTOCOL``), and the anonymous door
+        offers none."""
+        from .xrootd import _probe_apart
+
+        options = {**self.driver_options(), "security_protocol": LOGIN_PROTOCOLS["gsi"]}
+        error = _probe_apart(f"root://localhost:{self.ports['xrootd_gsi']}/{AREA}", options)
+        if error:
+            raise EndpointError(error)
+
     def _probe_srm(self) -> None:
         client = self._client("srm", "gfal2")
         try:
@@ -578,18 +598,26 @@ class EmbeddedDCache(EmbeddedServer):
             self.directory = None
 
 
+#: where the domain's ports are picked: below Linux's ephemeral ports (32768+), which
+#: the clients' connections (and their TIME_WAIT) take
+MOVER_PORTS = (10000, 32000)
+
+
 def free_port_block(size: int) -> int:
-    """The first of ``size`` consecutive ports that are free on 127.0.0.1 now (the
-    pools' movers take theirs from such a range), away from the usual services'."""
+    """The first of ``size`` consecutive ports that no socket holds now (the pools'
+    movers take theirs from ranges; the JVM binds with SO_REUSEADDR, as this check
+    does, so a connection in TIME_WAIT does not count)."""
     import socket
 
+    low, high = MOVER_PORTS
     for _ in range(50):
-        base = 40000 + secrets.randbelow(20000 - size)
+        base = low + secrets.randbelow(high - low - size)
         sockets = []
         try:
             for port in range(base, base + size):
                 probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 sockets.append(probe)
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 probe.bind(("127.0.0.1", port))
             return base
         except OSError:
@@ -597,8 +625,8 @@ def free_port_block(size: int) -> int:
         finally:
             for probe in sockets:
                 probe.close()
-    raise EndpointError(f"no {size} consecutive free ports on 127.0.0.1 for the dCache "
-                        f"pools' movers")
+    raise EndpointError(f"no {size} consecutive free ports on 127.0.0.1 between "
+                        f"{low} and {high} for the dCache domain and its pools' movers")
 
 
 def apr1_hash(password: str) -> str:

@@ -1,0 +1,268 @@
+"""The embedded dCache (``--storage-embedded dcache``): a real dCache release from the
+distribution cache, started at most twice in this file (a dCache takes a minute to
+come up here): once in this process for every check of its doors, its version, its
+redirects and its stop, and once in a process that dies without stopping it, for the
+orphan reaper. The newest release of the cache unless ``STORAGESCALE_DCACHE_VERSION``
+names another (a version of the cache or the path of a tarball).
+
+Without any distribution the checks that need one fail naming what is missing: the
+project's set-up (``scripts/bootstrap.sh``, ``scripts/dcache-dist.sh``) fills the
+cache wherever the shared dCache folder exists."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import os
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psutil
+import pytest
+
+from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.servers import dcache as dcache_module
+from pytest_storagescale.servers.dcache import AREA, USER, EmbeddedDCache, cached_releases
+
+REPO = Path(__file__).resolve().parent.parent
+
+LEAVE_A_DCACHE = """
+import os, sys
+from pytest_storagescale.servers.dcache import EmbeddedDCache
+
+server = EmbeddedDCache()
+server.requested_version = sys.argv[1] or None
+server.start()
+print(server.process.pid, server.database.process.pid, server.directory, flush=True)
+os._exit(0)  # dies without stopping it, as a killed pytest would
+"""
+
+
+def _release() -> str:
+    """The release the file starts: STORAGESCALE_DCACHE_VERSION, else the newest."""
+    requested = os.environ.get("STORAGESCALE_DCACHE_VERSION", "")
+    if requested:
+        return EmbeddedDCache.check_version(requested)
+    releases = cached_releases()
+    if not releases:
+        pytest.fail(dcache_module.no_distribution_text() + " (run 'make setup')")
+    return list(releases)[-1]
+
+
+def _expected_version(release: str) -> str:
+    match = dcache_module.TARBALL.fullmatch(Path(release).name)
+    return match.group(1) if match else release
+
+
+def _processes(server: EmbeddedDCache) -> list[int]:
+    """The JVM and the PostgreSQL server and backends."""
+    assert server.process is not None and server.database is not None
+    pids = [server.process.pid]
+    leader = psutil.Process(server.database.process.pid)
+    return [*pids, leader.pid, *(child.pid for child in leader.children(recursive=True))]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _webdav(server: EmbeddedDCache, method: str, path: str, *, upload: int = 0,
+            password: str | None = None) -> http.client.HTTPResponse:
+    """One request to the WebDAV door with user/password, redirects not followed. An
+    ``upload`` is announced (its length, ``Expect: 100-continue``) and its answer read
+    before any body is sent: the door redirects a PUT only to a client that waits so
+    (one that sends the body at once gets its data taken by the door, 201)."""
+    context = ssl.create_default_context(capath=server.ca_dir)
+    connection = http.client.HTTPSConnection("localhost", server.ports["webdav"],
+                                             context=context, timeout=30)
+    secret = base64.b64encode(f"{USER}:{password or server.password}".encode()).decode()
+    connection.putrequest(method, path)
+    connection.putheader("Authorization", f"Basic {secret}")
+    if upload:
+        connection.putheader("Content-Length", str(upload))
+        connection.putheader("Expect", "100-continue")
+    connection.endheaders()
+    response = connection.getresponse()
+    response.read()
+    connection.close()
+    return response
+
+
+@pytest.mark.slow_server
+def test_the_embedded_dcache_serves_each_door_and_stops_clean():
+    """One start (the unix login, plus the GSI xrootd door, so that every login is
+    checked on it): each door answers each login, the version is the server's own
+    report, the WebDAV door redirects to a pool, and the stop leaves nothing. One test,
+    not a module fixture: xdist would start one dCache per worker."""
+    server = EmbeddedDCache(login="unix", gsi_xrootd=True)
+    server.requested_version = _release()
+    server.start()
+    try:
+        # first: the xrootd client takes the GSI login of a later client for the
+        # whole process (the anonymous door offers none)
+        _the_version_is_the_servers_own_report(server)
+        _each_door_answers_each_login(server)
+        _the_webdav_door_redirects_put_and_get_to_a_pool(server)
+    except BaseException:
+        server.stop()
+        raise
+    _stop_leaves_no_jvm_and_no_postgres(server)
+
+
+def _each_door_answers_each_login(dcache: EmbeddedDCache) -> None:
+    """WebDAV with user/password and with an X.509 proxy, a wrong password refused;
+    xrootd anonymous (writes only inside the area) and GSI; SRM with the proxy."""
+    proxy, ca_dir = str(dcache.proxy), dcache.ca_dir
+    text = b"written with a password\n"
+    davs = driver_spec(dcache.url_for("davs"), driver="http", options={"ca_dir": ca_dir},
+                       writable_root=AREA).connect("password", timeout=30)
+    davs.put(f"{AREA}/by-password", text)
+    assert davs.read(f"{AREA}/by-password", 0, len(text)) == text
+
+    x509_url = dcache.url_for("davs").replace(f"{USER}:{dcache.password}@", "")
+    x509 = driver_spec(x509_url, driver="http", options={"ca_dir": ca_dir, "x509_proxy": proxy},
+                       writable_root=AREA).connect("proxy", timeout=30)
+    assert x509.stat(f"{AREA}/by-password").size == len(text)
+    assert _webdav(dcache, "PROPFIND", AREA, password="wrong").status == 401
+
+    anonymous = driver_spec(dcache.url_for("root"), driver="xrootd",
+                            writable_root=AREA).connect("anonymous", timeout=30)
+    anonymous.put(f"{AREA}/by-xrootd", b"anonymous\n")
+    assert {"by-password", "by-xrootd"} <= {name.rsplit("/", 1)[-1]
+                                            for name in anonymous.ls(AREA)}
+    from XRootD import client as xrootd_client  # the driver's guard would refuse first
+    from XRootD.client.flags import OpenFlags
+
+    outside = xrootd_client.File()
+    status, _ = outside.open(f"root://localhost:{dcache.ports['xrootd']}//outside-the-area",
+                             OpenFlags.NEW, timeout=30)
+    assert not status.ok and "permission denied" in status.message.lower(), status.message
+
+    gsi_url = f"root://localhost:{dcache.ports['xrootd_gsi']}/{AREA}"
+    gsi = driver_spec(gsi_url, driver="xrootd", options={
+        "ca_dir": ca_dir, "x509_proxy": proxy, "security_protocol": "gsi"}).connect(
+        "gsi", timeout=30)
+    assert gsi.stat(f"{AREA}/by-xrootd").size == len(b"anonymous\n")
+
+    srm = driver_spec(dcache.url_for("srm"), driver="gfal2", options={
+        "ca_dir": ca_dir, "x509_proxy": proxy}).connect("srm", timeout=60)
+    assert srm.stat(f"{AREA}/by-xrootd").size == len(b"anonymous\n")
+
+
+def _the_version_is_the_servers_own_report(dcache: EmbeddedDCache) -> None:
+    """The release started is the one the WebDAV door's Server header and the xrootd
+    door's ``query config version`` name."""
+    expected = _expected_version(dcache.requested_version or "")
+    assert dcache.version == expected
+    assert _webdav(dcache, "PROPFIND", AREA).getheader("Server") == f"dCache/{expected}"
+    door = driver_spec(dcache.url_for("root"), driver="xrootd").connect("version", timeout=30)
+    assert expected in door.version()
+
+
+def _pool_location(dcache: EmbeddedDCache, response: http.client.HTTPResponse,
+                   path: str) -> None:
+    """``response`` redirects to a pool's mover: another port, the same path, dCache's
+    one-time reference in the query."""
+    location = urlsplit(response.getheader("Location") or "")
+    assert (location.scheme, location.hostname, location.path) == ("https", "localhost", path)
+    assert location.port not in (None, dcache.ports["webdav"])
+    assert "dcache-http-uuid=" in location.query
+
+
+def _the_webdav_door_redirects_put_and_get_to_a_pool(dcache: EmbeddedDCache) -> None:
+    """A PUT (announced with ``Expect: 100-continue``) is answered by a 307 to a pool,
+    a GET by a redirect (302) to the pool holding the file."""
+    path = f"{AREA}/redirected"
+    put = _webdav(dcache, "PUT", path, upload=len(b"to a pool\n"))
+    assert put.status == 307, put.status
+    _pool_location(dcache, put, path)
+    davs = driver_spec(dcache.url_for("davs"), driver="http", options={"ca_dir": dcache.ca_dir},
+                       writable_root=AREA).connect("redirect", timeout=30)
+    davs.put(path, b"to a pool\n")
+    get = _webdav(dcache, "GET", path)
+    assert get.status in (302, 307), get.status
+    _pool_location(dcache, get, path)
+
+
+def _stop_leaves_no_jvm_and_no_postgres(dcache: EmbeddedDCache) -> None:
+    """What the start took (printed: docs/servers.md has the figures), then the stop
+    leaves no JVM, no PostgreSQL process and no directory."""
+    pids = _processes(dcache)
+    directory = dcache.directory
+    ready = {door: round(seconds, 1) for door, seconds in dcache.door_seconds.items()}
+    print(f"dCache {dcache.version}: set-up {dcache.setup_seconds:.1f} s, doors ready "
+          f"{ready} s after the JVM started, all ready {dcache.start_seconds:.1f} s after "
+          f"start(); JVM RSS {dcache.rss_bytes() >> 20} MiB, PostgreSQL RSS "
+          f"{dcache.database_rss_bytes() >> 20} MiB")
+    began = time.monotonic()
+    dcache.stop()
+    print(f"stopped in {time.monotonic() - began:.1f} s")
+    assert [pid for pid in pids if not _gone(pid)] == []
+    assert directory is not None and not directory.exists()
+
+
+@pytest.mark.slow_server
+def test_a_dcache_whose_pytest_was_killed_is_reaped():
+    """A process starts a dCache and dies without stopping it: the JVM and PostgreSQL
+    keep running; the orphan reaper (run by the next server start) stops both and
+    removes the directory."""
+    from pytest_storagescale.servers.orphans import stop_orphaned_servers
+
+    release = _release()
+    left = subprocess.run([sys.executable, "-c", LEAVE_A_DCACHE, release], capture_output=True,
+                          text=True, timeout=600, cwd=REPO)
+    assert left.returncode == 0, left.stderr[-2000:]
+    jvm, postgres, directory = left.stdout.split()
+    jvm_pid, postgres_pid = int(jvm), int(postgres)
+    assert not _gone(jvm_pid) and not _gone(postgres_pid), "nothing left running to reap"
+    stopped = [orphan for orphan in stop_orphaned_servers() if orphan.directory == directory]
+    assert len(stopped) == 1
+    assert {jvm_pid, postgres_pid} <= set(stopped[0].killed)
+    assert _gone(jvm_pid) and _gone(postgres_pid)
+    assert not Path(directory).exists()
+
+
+def test_without_a_distribution_the_run_says_so_and_names_the_option(pytester, monkeypatch,
+                                                                      tmp_path):
+    """No tarball in the cache and none given: one paragraph naming
+    --storage-embedded-version PATH, exit 4, no test run, nothing started."""
+    monkeypatch.setenv("STORAGESCALE_DCACHE_DIST", str(tmp_path / "empty"))
+    pytester.makepyfile(test_s="""
+        def test_stat(storage_endpoint):
+            storage_endpoint.client("x", timeout=10).stat(storage_endpoint.run_dir)
+    """)
+    result = pytester.runpytest("--storage-embedded", "dcache",
+                                f"--storage-thresholds={REPO / 'thresholds'}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    text = result.stderr.str() + result.stdout.str()
+    assert "needs a dCache distribution, and there is none" in text
+    assert "--storage-embedded-version PATH" in text and "Traceback" not in text
+
+
+def test_a_release_is_named_from_the_cache_or_by_a_tarballs_path(monkeypatch, tmp_path):
+    """--storage-embedded-version takes a release of the cache or the path of a
+    dcache-VERSION.tar.gz; anything else is a usage error naming what is offered."""
+    from pytest_storagescale.errors import StorageScaleUsageError
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for version in ("10.2.25", "9.2.4", "11.2.5"):
+        (cache / f"dcache-{version}.tar.gz").write_bytes(b"")
+    (cache / ".assemble-11.2.6-x").mkdir()  # an assembly under way is no release
+    monkeypatch.setenv("STORAGESCALE_DCACHE_DIST", str(cache))
+    assert EmbeddedDCache.available_versions() == ("9.2.4", "10.2.25", "11.2.5")
+    assert EmbeddedDCache.check_version("10.2.25") == "10.2.25"
+    site = tmp_path / "site" / "dcache-11.2.7.tar.gz"
+    site.parent.mkdir()
+    site.write_bytes(b"")
+    assert EmbeddedDCache.check_version(str(site)) == str(site)
+    for wrong in ("11.2.7", str(tmp_path / "dcache-1.0.tar.gz"), str(site.parent)):
+        with pytest.raises(StorageScaleUsageError, match="9.2.4, 10.2.25, 11.2.5"):
+            EmbeddedDCache.check_version(wrong)
