@@ -229,6 +229,11 @@ class Gfal2Driver(XRootDLogins, Driver):
                 f"point X509_CERT_DIR at it",
                 error_class="tls", **kwargs,
             )
+        if code == errno.ECOMM:  # srm-ifce: "Communication error on send ... or timeout"
+            known = (" (gfal2 2.21 fails so every srm:// listing of 4 or more entries, "
+                     "which the door answers: docs/drivers.md, SRM)"
+                     if self._srm and operation == "ls" else "")
+            return StorageError(message + known, error_class="communication", **kwargs)
         if code in _TIMEOUT_ERRNOS or "timeout" in lowered or "timed out" in lowered:
             return StorageTimeout(message, error_class="timeout", **kwargs)
         if code == errno.ENOENT:
