@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from pytest_storagescale.drivers.registry import driver_spec
-from pytest_storagescale.drivers.srm import read_ping_answer, soap_call
+from pytest_storagescale.drivers.srm import read_ls_answer, read_ping_answer, soap_call
 from pytest_storagescale.drivers.url import EndpointURL
 from pytest_storagescale.drivers.version import (
     version_from_config_answer,
     version_from_server_header,
 )
-from pytest_storagescale.errors import StorageError, StorageNotFound, UnsafePathError
+from pytest_storagescale.errors import StorageNotFound, UnsafePathError
 
 #: dCache 11.2.5's srmPing answer, as its SRM door sent it
 PING_ANSWER = (
@@ -57,6 +57,30 @@ def test_the_webdav_and_srm_doors_answers_are_read():
     assert ping.info["backend_type"] == "dCache"
     with pytest.raises(ValueError, match="no srmPingResponse"):
         read_ping_answer(b"<a><b/></a>")
+
+
+LS_ANSWER = (
+    b'<?xml version="1.0"?><e:Envelope xmlns:e="http://schemas.xmlsoap.org/soap/envelope/">'
+    b'<e:Body><n:srmLsResponse xmlns:n="http://srm.lbl.gov/StorageResourceManager">'
+    b'<srmLsResponse><returnStatus><statusCode>SRM_SUCCESS</statusCode></returnStatus>'
+    b'<details><pathDetailArray><path>/area/d</path><status><statusCode>SRM_SUCCESS'
+    b'</statusCode></status><arrayOfSubPaths><pathDetailArray><path>/area/d/a</path>'
+    b'</pathDetailArray><pathDetailArray><path>/area/d/sub</path><arrayOfSubPaths/>'
+    b'</pathDetailArray></arrayOfSubPaths></pathDetailArray></details></srmLsResponse>'
+    b'</n:srmLsResponse></e:Body></e:Envelope>')
+
+
+def test_an_srmls_answer_is_read():
+    """The paths one level below the directory, the statuses, a queued request's token."""
+    answer = read_ls_answer(LS_ANSWER)
+    assert (answer.status, answer.entry_status) == ("SRM_SUCCESS", "SRM_SUCCESS")
+    assert answer.paths == ["/area/d/a", "/area/d/sub"]
+    queued = read_ls_answer(LS_ANSWER.replace(b"SRM_SUCCESS</statusCode></returnStatus>",
+                                              b"SRM_REQUEST_QUEUED</statusCode></returnStatus>"
+                                              b"<requestToken>-42</requestToken>"))
+    assert (queued.status, queued.token) == ("SRM_REQUEST_QUEUED", "-42")
+    with pytest.raises(ValueError, match="no srmLs answer"):
+        read_ls_answer(PING_ANSWER)
 
 
 # -- against a real dCache -------------------------------------------------------------
@@ -163,11 +187,14 @@ def _srm_through_gfal2(server, tmp_path: Path) -> None:
 
 
 def _srm_listing_of_four_entries(server) -> None:
-    """A directory of 4 entries: dCache's SRM door answers the srmLs gfal2 sends
-    (numOfLevels 1) with SRM_SUCCESS and the 4 names to a plain SOAP client over the
-    same httpg door; gfal2 2.21 (srm-ifce) fails it as "Communication error on send"
-    (the door logs that the client disconnected before the answer was sent): the
-    client's defect, not the storage's. The check says which of the two it saw."""
+    """A directory of 4 entries: gfal2 2.21 (srm-ifce) fails the listing at once as
+    "Communication error on send" (the door logs that the client disconnected before
+    the answer was sent), while the door answers the same srmLs (one SURL, numOfLevels
+    1) to a plain SOAP client with SRM_SUCCESS and the 4 names: the client's defect,
+    not the storage's. The driver then lists with its own srmLs, so the listing
+    works; the check says whether gfal2 itself still fails."""
+    import gfal2
+
     from pytest_storagescale.servers.dcache import AREA
 
     root = f"{AREA}/srm-listing"
@@ -183,15 +210,20 @@ def _srm_listing_of_four_entries(server) -> None:
                          ca_dir=options["ca_dir"], x509_proxy=options["x509_proxy"])
         assert body.count(b"SRM_SUCCESS") >= 1 and all(
             f"{root}/{name}".encode() in body for name in names), body[:2000]
+        assert client.ls(root) == names
         try:
-            listed = client.ls(root)
-        except StorageError as exc:
-            assert "Communication error on send" in exc.message, exc
-            assert exc.error_class == "communication", exc  # fast: not a timeout
-            print(f"gfal2 still fails a 4-entry srm:// listing: {exc.message}")
+            client._context.listdir(client._url(root))
+        except gfal2.GError as exc:
+            assert "Communication error on send" in str(exc), exc
+            assert client._own_srm_ls  # the driver listed by its own srmLs
+            print(f"gfal2 still fails a 4-entry srm:// listing: {exc}")
         else:
-            assert listed == names
             print("gfal2 lists a 4-entry directory over srm:// now")
+        client.mkdir(f"{root}/sub")
+        assert client.ls(root) == [*names, "sub"]
+        with pytest.raises(StorageNotFound):
+            client.ls(f"{root}/missing")
+        client.rmdir(f"{root}/sub")
         for name in names:
             client.delete(f"{root}/{name}")
         client.rmdir(root)

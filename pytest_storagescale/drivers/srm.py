@@ -23,7 +23,14 @@ import ssl
 from typing import NamedTuple
 from xml.etree import ElementTree
 
-from ..errors import StorageError, StorageUnreachable
+from ..errors import (
+    BadAnswer,
+    StorageError,
+    StorageNotFound,
+    StoragePermissionDenied,
+    StorageTimeout,
+    StorageUnreachable,
+)
 from .url import EndpointURL
 from .version import DEFAULT_CA_DIR
 
@@ -107,11 +114,13 @@ def _exchange(endpoint: EndpointURL, context: ssl.SSLContext, path: str, body: b
 
 
 def soap_call(endpoint: EndpointURL, body: bytes, *, ca_dir: str | None = None,
-              x509_proxy: str | None = None, timeout: float = 15) -> bytes:
+              x509_proxy: str | None = None, timeout: float = 15,
+              operation: str = "version", path: str | None = None) -> bytes:
     """POST the SOAP ``body`` to the SRM door of ``endpoint`` (``srm://host:port/...``)
-    and return the answer's body (an HTTP 200's; else a ``version`` StorageError)."""
-    kwargs = dict(driver="gfal2", endpoint=endpoint.server, operation="version",
-                  path=endpoint.path)
+    and return the answer's body (an HTTP 200's; else a StorageError naming
+    ``operation``)."""
+    kwargs = dict(driver="gfal2", endpoint=endpoint.server, operation=operation,
+                  path=endpoint.path if path is None else path)
     ca_dir = ca_dir or os.environ.get("X509_CERT_DIR") or DEFAULT_CA_DIR
     path = SERVICE_PATH
     if "?SFN=" in endpoint.url:  # srm://host:port/srm/managerv2?SFN=/path
@@ -137,7 +146,8 @@ def soap_call(endpoint: EndpointURL, body: bytes, *, ca_dir: str | None = None,
     head, _, data = answer.partition(b"\r\n\r\n")
     status = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")
     if " 200 " not in status + " ":
-        raise StorageError(f"the SRM door answered {status[:100]!r}", error_class="version",
+        raise StorageError(f"the SRM door answered {status[:100]!r}",
+                           error_class="version" if operation == "version" else "srm",
                            **kwargs)
     return _unchunked(data) if b"chunked" in head.lower() else data
 
@@ -169,3 +179,131 @@ def _unchunked(body: bytes) -> bytes:
             return out
         out += body[end + 2:end + 2 + size]
         position = end + 2 + size + 2
+
+
+# -- srmLs: a listing gfal2 2.21 cannot make -------------------------------------------
+#: entries asked for per srmLs (dCache's srm.limits.ls.entries is 1000 by default)
+LS_COUNT = 1000
+_LS_PENDING = ("SRM_REQUEST_QUEUED", "SRM_REQUEST_INPROGRESS")
+_LS_NOT_FOUND = ("SRM_INVALID_PATH",)
+_LS_REFUSED = ("SRM_AUTHORIZATION_FAILURE", "SRM_AUTHENTICATION_FAILURE")
+
+
+def _envelope(operation: str, inner: str) -> bytes:
+    return (f'<?xml version="1.0" encoding="UTF-8"?><SOAP-ENV:Envelope xmlns:SOAP-ENV="ht'
+            f'tp://schemas.xmlsoap.org/soap/envelope/" xmlns:srm="http://srm.lbl.gov/Stora'
+            f'geResourceManager"><SOAP-ENV:Body><srm:{operation}><{operation}Request>'
+            f'{inner}</{operation}Request></srm:{operation}></SOAP-ENV:Body>'
+            f'</SOAP-ENV:Envelope>').encode()
+
+
+def ls_request(surl: str, offset: int = 0, count: int = LS_COUNT) -> bytes:
+    """The srmLs gfal2's readdir sends: one SURL, one level, a slice of the entries."""
+    return _envelope("srmLs", (
+        f"<arrayOfSURLs><urlArray>{_xml_text(surl)}</urlArray></arrayOfSURLs>"
+        f"<fullDetailedList>false</fullDetailedList><numOfLevels>1</numOfLevels>"
+        f"<offset>{offset}</offset><count>{count}</count>"))
+
+
+def _xml_text(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class LsAnswer(NamedTuple):
+    """What an srmLs (or srmStatusOfLsRequest) answered."""
+
+    #: the request's status code (``SRM_SUCCESS``, ``SRM_REQUEST_QUEUED``...)
+    status: str
+    explanation: str
+    #: the token to ask for the outcome of a queued request
+    token: str
+    #: the directory's own status code, and the paths below it
+    entry_status: str
+    paths: list[str]
+
+
+def read_ls_answer(data: bytes) -> LsAnswer:
+    """An srmLs or srmStatusOfLsRequest answer (ValueError when unreadable)."""
+    try:
+        root = ElementTree.fromstring(data)
+    except ElementTree.ParseError as exc:
+        raise ValueError(f"not XML: {exc}") from None
+
+    def tag(element: ElementTree.Element) -> str:
+        return element.tag.rpartition("}")[2]
+
+    response = next((e for e in root.iter() if tag(e).endswith("Response")
+                     and tag(e).startswith(("srmLs", "srmStatusOfLs"))), None)
+    if response is None:
+        raise ValueError("no srmLs answer")
+    status = explanation = token = entry_status = ""
+    paths: list[str] = []
+    for child in response.iter():
+        name = tag(child)
+        if name == "returnStatus" and not status:
+            status = (child.findtext("statusCode") or "").strip()
+            explanation = (child.findtext("explanation") or "").strip()
+        elif name == "requestToken":
+            token = (child.text or "").strip()
+        elif name == "details":
+            top = next((e for e in child if tag(e) == "pathDetailArray"), None)
+            if top is not None:
+                entry_status = (top.findtext("status/statusCode") or "").strip()
+                for below in top.iter():
+                    if tag(below) == "arrayOfSubPaths":
+                        paths += [(e.findtext("path") or "").strip() for e in below
+                                  if tag(e) == "pathDetailArray"]
+    return LsAnswer(status, explanation, token, entry_status, paths)
+
+
+def srm_ls(endpoint: EndpointURL, surl: str, path: str, *, ca_dir: str | None = None,
+           x509_proxy: str | None = None, timeout: float = 60) -> list[str]:
+    """The names in directory ``path`` (``surl``), by srmLs slices of
+    :data:`LS_COUNT` (a queued request asked again for its outcome until ``timeout``)."""
+    import time
+
+    kwargs = dict(driver="gfal2", endpoint=endpoint.server, operation="ls", path=path)
+    own = "/" + path.strip("/")
+    names: list[str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = _ls_answer(endpoint, ls_request(surl, len(names)), kwargs, ca_dir,
+                            x509_proxy, timeout)
+        pause = 0.05
+        while answer.status in _LS_PENDING and time.monotonic() < deadline:
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+            answer = _ls_answer(endpoint, _envelope("srmStatusOfLsRequest", (
+                f"<requestToken>{_xml_text(answer.token)}</requestToken>")), kwargs, ca_dir,
+                x509_proxy, timeout)
+        _raise_for(answer, kwargs)
+        found = [entry for entry in answer.paths if entry.rstrip("/") != own]
+        names += [entry.rstrip("/").rpartition("/")[2] for entry in found]
+        if len(found) < LS_COUNT:
+            return sorted(names)
+
+
+def _ls_answer(endpoint: EndpointURL, body: bytes, kwargs: dict, ca_dir: str | None,
+               x509_proxy: str | None, timeout: float) -> LsAnswer:
+    data = soap_call(endpoint, body, ca_dir=ca_dir, x509_proxy=x509_proxy, timeout=timeout,
+                     operation="ls", path=kwargs["path"])
+    try:
+        return read_ls_answer(data)
+    except ValueError as exc:
+        raise BadAnswer(f"unreadable srmLs answer: {exc}", error_class="bad_answer",
+                        **kwargs) from None
+
+
+def _raise_for(answer: LsAnswer, kwargs: dict) -> None:
+    """Nothing for a successful listing; else the error its status says."""
+    codes = (answer.status, answer.entry_status)
+    why = f"srmLs: {answer.status} {answer.explanation}".strip()
+    if any(code in _LS_NOT_FOUND for code in codes):
+        raise StorageNotFound(why, error_class="not_found", **kwargs)
+    if any(code in _LS_REFUSED for code in codes):
+        raise StoragePermissionDenied(why, error_class="permission", **kwargs)
+    if answer.status in _LS_PENDING:
+        raise StorageTimeout(f"{why}: still pending at the deadline", error_class="timeout",
+                             **kwargs)
+    if answer.status != "SRM_SUCCESS":
+        raise StorageError(why, error_class="srm", **kwargs)
