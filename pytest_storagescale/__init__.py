@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from .records import RuleCheck, StepRecord, Verdict
     from .redact import redact_url
     from .reporting.failures import checksum_hint
-    from .servers.family import EmbeddedServer, register_server, start_embedded
+    from .servers.family import EmbeddedServer, embedded_class, register_server, start_embedded
     from .session.doors import Door, door_names, door_problem, folder_name
     from .thresholds import ThresholdSet, load_thresholds
 
@@ -71,7 +71,7 @@ _EXPORTS = {
     "folder_name": "session.doors", "checksum_hint": "reporting.failures",
     # embedded servers: a kind of one's own, or a second one (a TPC peer)
     "EmbeddedServer": "servers.family", "register_server": "servers.family",
-    "start_embedded": "servers.family",
+    "start_embedded": "servers.family", "embedded_class": "servers.family",
     # errors
     "StorageError": "errors", "StorageNotFound": "errors",
     "StoragePermissionDenied": "errors", "StorageTimeout": "errors",
@@ -91,8 +91,8 @@ __all__ = [
     "StorageScaleUsageError", "StorageScaleWarning", "StorageTimeout",
     "StorageUnreachable", "ThresholdSet", "ThresholdViolation", "ThresholdsError",
     "UnsafePathError", "Verdict", "checksum_hint", "door_names", "door_problem",
-    "driver_spec", "folder_name", "load_thresholds", "redact_url", "register_driver",
-    "register_metric", "register_operation", "register_server", "remove_folder",
+    "driver_spec", "embedded_class", "folder_name", "load_thresholds", "redact_url",
+    "register_driver", "register_metric", "register_operation", "register_server", "remove_folder",
     "start_embedded", "storage_run",
 ]
 

@@ -57,6 +57,9 @@ LEAN_SERVER_PACKAGES=(
           gfal2-plugin-gridftp ceph-mon ceph-osd ceph-common xrootd-ceph-plugins
           # the embedded CephFS (--storage-embedded cephfs): metadata server, FUSE client
           ceph-mds ceph-fuse
+          # the embedded dCache (--storage-embedded dcache): its namespace's PostgreSQL;
+          # maven (and java 17) for scripts/dcache-dist.sh
+          postgresql maven
           # scripts/build-xrootd6.sh: XRootD 6.2.1 from source (--storage-embedded-version)
           cmake make pkg-config libssl-dev zlib1g-dev uuid-dev libxml2-dev
           libcurl4-openssl-dev libkrb5-dev libscitokens-dev libmacaroons-dev libjson-c-dev)
@@ -174,3 +177,5 @@ case "$PART" in
 esac
 # XRootD 6.2.1 into ~/.cache, once per machine (15-30 min the first time, then a no-op)
 case "$PART" in servers|all) run bash scripts/build-xrootd6.sh ;; esac
+# the dCache releases of the shared folder into ~/.cache, once per machine (2 min)
+case "$PART" in servers|all) run bash scripts/dcache-dist.sh ;; esac

@@ -1,6 +1,7 @@
 """The embedded Apache mod_dav door (client certificates): started for real, used
 through the http driver with the session's credentials, refusing a client without a
-certificate, and suites/dcache run against it (its default server) with a shrunk plan."""
+certificate, and suites/dcache run against it (its server without a dCache
+distribution) with a shrunk plan."""
 
 from __future__ import annotations
 
@@ -129,13 +130,15 @@ def test_stop_leaves_no_process_and_no_directory():
     assert alive == [], f"processes of the stopped Apache (leader {pid}): {alive}"
 
 
-def test_dcache_suite_runs_against_its_default_apache_door(pytester, monkeypatch):
-    """`pytest suites/dcache` starts the Apache door (the suite's conftest), runs the
-    functional and conformance checks and every scan with the shipped plan, shrunk."""
+def test_dcache_suite_runs_against_the_apache_door(pytester, monkeypatch):
+    """`pytest suites/dcache --storage-embedded webdav` starts the Apache door (the
+    suite's own server when no dCache distribution is available), runs the functional
+    and conformance checks and every scan with the shipped plan, shrunk."""
     monkeypatch.setenv("STORAGESCALE_LARGE_MB", "4")
     results = pytester.path / "results.json"
     outcome = pytester.runpytest_subprocess(
-        str(REPO / "suites" / "dcache"), "--storage-scale=0.05", "--storage-clients=1",
+        str(REPO / "suites" / "dcache"), "--storage-embedded=webdav",
+        "--storage-scale=0.05", "--storage-clients=1",
         f"--storage-results={results}", "-p", "no:cacheprovider", "-rsx",
     )
     # what mod_dav does not do is stated: 17 checks need a checksum or get merged

@@ -1,10 +1,13 @@
 """suites/dcache's embedded endpoint and what does not apply to a door.
 
-- Without ``--storage-endpoint`` the suite runs against the embedded WebDAV door that
-  is not XRootD (Apache ``mod_dav``, X.509 client certificates: ``webdav``), like a
-  dCache WebDAV door; ``--storage-embedded gridftp`` runs it over ``gsiftp://`` (seed
-  004's GridFTP doors, through gfal2), ``--storage-embedded xrootd`` against XrdHttp
-  and ``root://``.
+- Without ``--storage-endpoint`` the suite runs against the embedded dCache
+  (``dcache``: a real release, its WebDAV, xrootd and SRM doors) when a distribution
+  is available (the distribution cache, or ``--storage-embedded-version PATH``); else
+  against the embedded WebDAV door that is not XRootD (Apache ``mod_dav``, X.509
+  client certificates: ``webdav``), like a dCache WebDAV door, and the header says
+  why. ``--storage-embedded gridftp`` runs it over ``gsiftp://`` (seed 004's GridFTP
+  doors, through gfal2), ``--storage-embedded xrootd`` against XrdHttp and
+  ``root://``.
 - The functional checks of ``test_dcache_functional.py`` honour the thresholds file's
   ``[known_issues]`` as the conformance checks do (strict expected failures: Apache
   ``mod_dav`` offers no checksum, see ``thresholds/dcache/embedded-apache.toml``).
@@ -15,9 +18,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from pytest_storagescale import storage_run
+from pytest_storagescale import embedded_class, storage_run
 
 from ..conformance.checks import KnownIssues, VectorReadChecks
 
@@ -29,9 +34,30 @@ NO_VECTOR_READ = {
 
 
 def pytest_storagescale_embedded(config: pytest.Config) -> str:
-    """A WebDAV door with client certificates, as dCache's (``--storage-embedded``
-    chooses another)."""
-    return "webdav"
+    """A real dCache when a distribution is available, else a WebDAV door with client
+    certificates, as dCache's (``--storage-embedded`` chooses another)."""
+    return "dcache" if _dcache_available(config) else "webdav"
+
+
+def _dcache_available(config: pytest.Config) -> bool:
+    """A dCache release in the distribution cache, or a tarball given by
+    ``--storage-embedded-version``."""
+    given = (config.getoption("storage_embedded_version", None)
+             or os.environ.get("STORAGESCALE_EMBEDDED_VERSION")
+             or config.getini("storage_embedded_version"))
+    return bool(given or embedded_class("dcache").available_versions())
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Say why the suite's own server is the Apache door, not a dCache."""
+    run = storage_run(config)
+    settings = run.settings if run is not None else None
+    if settings is None or settings.endpoint is not None or settings.embedded \
+            or _dcache_available(config):
+        return []
+    return ["storagescale: suites/dcache runs against the Apache WebDAV door: no dCache "
+            "distribution (scripts/dcache-dist.sh fills the cache; --storage-embedded "
+            "dcache --storage-embedded-version PATH gives a tarball)"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
