@@ -141,6 +141,20 @@ def test_derived_metrics_column():
     assert "<td>mix_ratio 0.871</td>" in table_html([mixing])
 
 
+def test_a_mean_and_its_deviation_are_one_cell_with_an_error_bar():
+    """Seed 001 wrote its dd tries as "8.13 +/- 0.48 MB/sec": a ``*_mean`` beside its
+    ``*_stddev`` is one ``mb_s 8.13 ± 0.48`` in the table; the CSV keeps both columns."""
+    tries = record("dd_direct", 1, label="try 10/10", derived={
+        "mb_s_mean": 8.13, "mb_s_stddev": 0.48, "rate_hz_mean": 0.13,
+        "rate_hz_stddev": 0.0077, "mix_ratio": 0.5})
+    lines = format_table([tries])
+    at = lines[0].index("derived")
+    assert lines[1][at:].split("  ")[0] == (
+        "mb_s 8.13 ± 0.48, rate_hz 0.13 ± 0.0077, mix_ratio 0.5")
+    assert table_csv([tries]).splitlines()[0].split(",")[9:13] == [
+        "mb_s_mean", "mb_s_stddev", "rate_hz_mean", "rate_hz_stddev"]
+
+
 def test_violations_table():
     checks = [
         RuleCheck("rate_hz >= 100", "rate_hz", ">=", 100.0, 50.0, False),
