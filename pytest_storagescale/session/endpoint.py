@@ -219,8 +219,10 @@ class EndpointUnderTest:
             return self._resolved.display
         remote = self.settings.endpoint
         if remote is None:
-            return (f"embedded {self.embedded_kind} ({self.protocol}://127.0.0.1:"
-                    f"<free port>, {self.settings.embedded_login} login)")
+            where = ("file://<its mount>" if self.protocol == "file"
+                     else f"{self.protocol}://127.0.0.1:<free port>")
+            return (f"embedded {self.embedded_kind} ({where}, "
+                    f"{self.settings.embedded_login} login)")
         try:
             return EndpointURL.parse(remote).display
         except EndpointError:
