@@ -79,8 +79,11 @@ def cephfs_missing() -> str | None:
     return None
 
 
-needs_cephfs = pytest.mark.skipif(cephfs_missing() is not None,
-                                  reason=str(cephfs_missing()))
+def needs_cephfs(test):
+    """Starts the embedded CephFS (Ceph's daemons: 11 s on a 2-core box)."""
+    missing = cephfs_missing()
+    return pytest.mark.slow_server(pytest.mark.skipif(missing is not None,
+                                                      reason=str(missing))(test))
 
 
 def netns_inodes() -> set[int]:
