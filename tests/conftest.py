@@ -108,3 +108,23 @@ def xrootd_area(embedded_xrootd, request):
     driver.mkdir(root)
     yield root, driver
     driver.remove_tree(root)
+
+
+@pytest.fixture(scope="session")
+def dcache_release() -> str:
+    """The dCache release the tests that start one use: $STORAGESCALE_DCACHE_VERSION (a
+    release of the distribution cache or a tarball's path), else the cache's newest; a
+    failure naming what is missing when there is none (make setup fills the cache)."""
+    from pytest_storagescale.servers.dcache import (
+        EmbeddedDCache,
+        cached_releases,
+        no_distribution_text,
+    )
+
+    requested = os.environ.get("STORAGESCALE_DCACHE_VERSION", "")
+    if requested:
+        return EmbeddedDCache.check_version(requested)
+    releases = cached_releases()
+    if not releases:
+        pytest.fail(no_distribution_text() + " (run 'make setup')")
+    return list(releases)[-1]

@@ -3,7 +3,8 @@ distribution cache, started at most twice in this file (a dCache takes a minute 
 come up here): once in this process for every check of its doors, its version, its
 redirects and its stop, and once in a process that dies without stopping it, for the
 orphan reaper. The newest release of the cache unless ``STORAGESCALE_DCACHE_VERSION``
-names another (a version of the cache or the path of a tarball).
+names another (a version of the cache or the path of a tarball: the ``dcache_release``
+fixture).
 
 Without any distribution the checks that need one fail naming what is missing: the
 project's set-up (``scripts/bootstrap.sh``, ``scripts/dcache-dist.sh``) fills the
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import http.client
-import os
 import ssl
 import subprocess
 import sys
@@ -26,7 +26,7 @@ import pytest
 
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.servers import dcache as dcache_module
-from pytest_storagescale.servers.dcache import AREA, USER, EmbeddedDCache, cached_releases
+from pytest_storagescale.servers.dcache import AREA, USER, EmbeddedDCache
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,17 +40,6 @@ server.start()
 print(server.process.pid, server.database.process.pid, server.directory, flush=True)
 os._exit(0)  # dies without stopping it, as a killed pytest would
 """
-
-
-def _release() -> str:
-    """The release the file starts: STORAGESCALE_DCACHE_VERSION, else the newest."""
-    requested = os.environ.get("STORAGESCALE_DCACHE_VERSION", "")
-    if requested:
-        return EmbeddedDCache.check_version(requested)
-    releases = cached_releases()
-    if not releases:
-        pytest.fail(dcache_module.no_distribution_text() + " (run 'make setup')")
-    return list(releases)[-1]
 
 
 def _expected_version(release: str) -> str:
@@ -96,13 +85,13 @@ def _webdav(server: EmbeddedDCache, method: str, path: str, *, upload: int = 0,
 
 
 @pytest.mark.slow_server
-def test_the_embedded_dcache_serves_each_door_and_stops_clean():
+def test_the_embedded_dcache_serves_each_door_and_stops_clean(dcache_release):
     """One start (the unix login, plus the GSI xrootd door, so that every login is
     checked on it): each door answers each login, the version is the server's own
     report, the WebDAV door redirects to a pool, and the stop leaves nothing. One test,
     not a module fixture: xdist would start one dCache per worker."""
     server = EmbeddedDCache(login="unix", gsi_xrootd=True)
-    server.requested_version = _release()
+    server.requested_version = dcache_release
     server.start()
     try:
         # first: the xrootd client takes the GSI login of a later client for the
@@ -209,15 +198,14 @@ def _stop_leaves_no_jvm_and_no_postgres(dcache: EmbeddedDCache) -> None:
 
 
 @pytest.mark.slow_server
-def test_a_dcache_whose_pytest_was_killed_is_reaped():
+def test_a_dcache_whose_pytest_was_killed_is_reaped(dcache_release):
     """A process starts a dCache and dies without stopping it: the JVM and PostgreSQL
     keep running; the orphan reaper (run by the next server start) stops both and
     removes the directory."""
     from pytest_storagescale.servers.orphans import stop_orphaned_servers
 
-    release = _release()
-    left = subprocess.run([sys.executable, "-c", LEAVE_A_DCACHE, release], capture_output=True,
-                          text=True, timeout=600, cwd=REPO)
+    left = subprocess.run([sys.executable, "-c", LEAVE_A_DCACHE, dcache_release],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
     assert left.returncode == 0, left.stderr[-2000:]
     jvm, postgres, directory = left.stdout.split()
     jvm_pid, postgres_pid = int(jvm), int(postgres)
