@@ -379,3 +379,75 @@ def test_a_window_shorter_than_the_connections_sampling_still_has_connections():
                        (1.0, 4.0, 5, 3)]
     assert sampler.over(0.2, 0.6) == (pytest.approx(0.6), 9, 7)
     assert sampler.over(0.7, 0.9) == (pytest.approx(0.8), 5, 3)  # the nearest samples
+
+
+def _wait_for(condition, limit: float = 10.0) -> bool:
+    """Poll ``condition`` until it holds (a ceiling, not a wait)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def test_a_report_forged_by_another_process_of_this_host_is_dropped():
+    """The embedded server's listener counts only its daemons' reports: a co-tenant
+    sending a summary with the server's ``src`` (to make a passing step an error, or
+    hide a disagreement) is ignored; the server's own process is heard."""
+    import subprocess
+    import sys
+
+    server = subprocess.Popen(
+        [sys.executable, "-c",
+         "import socket, sys\n"
+         "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+         "s.bind(('127.0.0.1', 0)); print(s.getsockname()[1], flush=True)\n"
+         "sys.stdin.buffer.readline()\n"
+         "host, port = sys.stdin.buffer.readline().split()\n"
+         "s.sendto(sys.stdin.buffer.read(), (host, int(port)))\n"
+         "sys.stdin.close(); import time; time.sleep(30)\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    listener = SummaryListener(senders=lambda: [server.pid])
+    try:
+        server.stdout.readline()  # its socket is bound
+        host, port = listener.address.rsplit(":", 1)
+        forged = SUMMARY.replace(b"<misc>20</misc>", b"<misc>99999</misc>")
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as co_tenant:
+            co_tenant.sendto(forged, (host, int(port)))
+        server.stdin.write(f"go\n{host} {port}\n".encode() + SUMMARY)
+        server.stdin.close()
+        assert _wait_for(lambda: "vm:1094" in listener.latest())
+        assert listener.latest()["vm:1094"].ops["misc"] == 20
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as co_tenant:
+            co_tenant.sendto(forged, (host, int(port)))
+            co_tenant.sendto(forged.replace(b'src="vm:1094"', b'src="fake:1"'),
+                             (host, int(port)))
+        time.sleep(0.5)  # the forged packets had their chance to be (wrongly) kept
+        assert set(listener.latest()) == {"vm:1094"}
+        assert listener.latest()["vm:1094"].ops["misc"] == 20
+    finally:
+        listener.close()
+        server.kill()
+        server.wait()
+
+
+def test_a_flood_of_forged_sources_keeps_a_bounded_number(monkeypatch):
+    """A remote storage's listener takes every sender, but keeps at most MAX_SOURCES
+    servers: a flood of distinct ``src`` names does not grow the session's memory."""
+    from pytest_storagescale.servers import monitor
+
+    monkeypatch.setattr(monitor, "MAX_SOURCES", 5)
+    listener = SummaryListener()
+    try:
+        host, port = listener.address.rsplit(":", 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as flood:
+            for index in range(20):
+                flood.sendto(SUMMARY.replace(b'src="vm:1094"', f'src="h{index}:1"'.encode()),
+                             (host, int(port)))
+                time.sleep(0.01)
+        assert _wait_for(lambda: len(listener.latest()) >= 5)
+        time.sleep(0.5)
+        assert len(listener.latest()) == 5
+    finally:
+        listener.close()

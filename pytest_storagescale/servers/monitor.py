@@ -66,6 +66,10 @@ CALIBRATION_REQUESTS = 20
 CALIBRATION_DEADLINE = 10.0
 #: the largest packet read (a summary with every section is about 2 kB)
 PACKET_BYTES = 65536
+#: the most servers one listener keeps reports of (a flood of forged ``src`` names
+#: does not grow the session's memory); and the most sender addresses remembered as
+#: not the embedded server's
+MAX_SOURCES = 1024
 
 
 @dataclass(frozen=True)
@@ -141,11 +145,36 @@ def ops_between(before: dict[str, Summary], after: dict[str, Summary]) -> dict[s
     return total
 
 
+def _udp_ports(pids: list[int]) -> set[int]:
+    """The local ports of the UDP sockets of ``pids`` and what they forked."""
+    import psutil
+
+    ports: set[int] = set()
+    for pid in pids:
+        for process in _tree(pid):
+            try:
+                listing = getattr(process, "net_connections", None) or process.connections
+                ports.update(connection.laddr[1] for connection in listing(kind="udp")
+                             if connection.laddr)
+            except psutil.Error:
+                continue
+    return ports
+
+
 class SummaryListener:
     """Receives XRootD summary reports on ``address`` (``host:port``; port 0: a free
-    one) in a daemon thread and keeps each server's latest. Close it when done."""
+    one) in a daemon thread and keeps each server's latest. Close it when done.
 
-    def __init__(self, address: str = "127.0.0.1:0") -> None:
+    ``senders``: the pids whose reports count (an embedded server's daemons, asked on
+    each new sender): a packet from any other process's socket (a co-tenant of this
+    host forging a report to pass or fail a step) is dropped. None (a remote storage's
+    stream): every sender counts, at most :data:`MAX_SOURCES` servers."""
+
+    def __init__(self, address: str = "127.0.0.1:0",
+                 senders: Callable[[], list[int]] | None = None) -> None:
+        self._senders = senders
+        #: sender (host, port) -> whether it is one of ``senders``' sockets
+        self._trusted: dict[tuple, bool] = {}
         host, _, port = address.rpartition(":")
         host = host.strip("[]") or "127.0.0.1"
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -172,15 +201,19 @@ class SummaryListener:
     def _receive(self) -> None:
         while not self._closed.is_set():
             try:
-                data = self._socket.recv(PACKET_BYTES)
+                data, sender = self._socket.recvfrom(PACKET_BYTES)
             except TimeoutError:
                 continue
             except OSError:
                 return  # closed
+            if not self._from_server(sender):
+                continue
             summary = parse_summary(data)
             if summary is None:
                 continue
             with self._condition:
+                if summary.source not in self._latest and len(self._latest) >= MAX_SOURCES:
+                    continue
                 last = self._latest.get(summary.source)
                 gap = summary.received - last.received if last is not None else 0.0
                 if gap > 0.2:  # two packets of one report, or a stray one: not an interval
@@ -188,6 +221,24 @@ class SummaryListener:
                         gap, self._interval.get(summary.source, gap))
                 self._latest[summary.source] = summary
                 self._condition.notify_all()
+
+    def _from_server(self, sender: tuple) -> bool:
+        """Whether a packet from ``sender`` (host, port) is one of the servers'. A
+        sender found to be theirs stays so; one that is not is looked at again (the
+        server may have started since) until :data:`MAX_SOURCES` were seen."""
+        if self._senders is None:
+            return True
+        key = tuple(sender[:2])
+        if self._trusted.get(key):
+            return True
+        if len(self._trusted) >= MAX_SOURCES:  # a flood of senders: keep the servers'
+            self._trusted = {known: True for known, ok in self._trusted.items() if ok}
+        try:
+            pids = list(self._senders())
+        except Exception:  # noqa: BLE001 - a server being stopped: no report counts
+            pids = []
+        self._trusted[key] = bool(pids) and key[1] in _udp_ports(pids)
+        return self._trusted[key]
 
     def latest(self) -> dict[str, Summary]:
         """Each server's latest report (empty: none came)."""

@@ -199,12 +199,17 @@ class EndpointUnderTest:
             if embedded_class(self.embedded_kind).reports_summary and self.listener is None:
                 from ..servers.monitor import SummaryListener
 
-                self.listener = SummaryListener()  # on loopback: the server reports to it
+                # on loopback: the server reports to it, and only its daemons' reports count
+                self.listener = SummaryListener(senders=self._server_pids)
             self._server = start_embedded(
                 self.embedded_kind, self.settings.embedded_login,
                 self.settings.embedded_version,
                 report_to=self.listener.address if self.listener is not None else "")
         return self._server.url_for(protocol)
+
+    def _server_pids(self) -> list[int]:
+        """The embedded server's daemons (none before it started)."""
+        return self._server.server_pids() if self._server is not None else []
 
     @property
     def embedded_server(self):
