@@ -6,9 +6,11 @@ through the plugin, the victim of a redirected DELETE survives and the run says 
 
 from __future__ import annotations
 
+import email.utils
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -21,6 +23,7 @@ from pytest_storagescale.drivers.http import (
     ANSWER_LIMIT,
     LISTING_LIMIT,
     _redirect_refusal,
+    _retry_after,
     _shown,
 )
 from pytest_storagescale.drivers.registry import driver_spec
@@ -571,3 +574,13 @@ def test_gfal2_reads_waits_out_a_429_too(hostile):
     finally:
         client.close()
     assert info.value.error_class == "throttled" and "429" in info.value.message
+
+
+def test_a_retry_after_is_read_as_seconds_or_a_date():
+    """RFC 9110 10.2.3: delay-seconds or an HTTP date (a date in the past: no wait);
+    anything else is unreadable (the driver then waits THROTTLE_WAIT)."""
+    later = email.utils.formatdate(time.time() + 120, usegmt=True)
+    assert _retry_after("3600") == 3600.0 and _retry_after(" 0 ") == 0.0
+    assert 100 < _retry_after(later) <= 120
+    assert _retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+    assert _retry_after("soon") is None and _retry_after("-5") is None
