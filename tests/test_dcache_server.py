@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import base64
 import http.client
+import io
 import ssl
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -249,8 +251,26 @@ def test_a_release_is_named_from_the_cache_or_by_a_tarballs_path(monkeypatch, tm
     assert EmbeddedDCache.check_version("10.2.25") == "10.2.25"
     site = tmp_path / "site" / "dcache-11.2.7.tar.gz"
     site.parent.mkdir()
-    site.write_bytes(b"")
+    with tarfile.open(site, "w:gz") as archive:  # a dCache tarball: <release>/bin/dcache
+        archive.addfile(tarfile.TarInfo("dcache-11.2.7/bin/dcache"), io.BytesIO(b""))
     assert EmbeddedDCache.check_version(str(site)) == str(site)
     for wrong in ("11.2.7", str(tmp_path / "dcache-1.0.tar.gz"), str(site.parent)):
         with pytest.raises(StorageScaleUsageError, match="9.2.4, 10.2.25, 11.2.5"):
             EmbeddedDCache.check_version(wrong)
+
+
+def test_suites_dcache_says_why_it_runs_against_apache_without_a_distribution(
+        pytester, monkeypatch, tmp_path):
+    """suites/dcache's own server is the embedded dCache when a release is there; without
+    one it is the Apache door, and the header says why and how to get a dCache."""
+    monkeypatch.setenv("STORAGESCALE_DCACHE_DIST", str(tmp_path / "empty"))
+    result = pytester.runpytest_subprocess(str(REPO / "suites" / "dcache"), "--collect-only",
+                                           "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
+    result.stdout.fnmatch_lines([
+        "storagescale: endpoint embedded webdav *",
+        "*storage_embedded: webdav (from the suite's conftest)",
+        "storagescale: suites/dcache runs against the Apache WebDAV door: no dCache "
+        "distribution (scripts/dcache-dist.sh fills the cache; --storage-embedded dcache "
+        "--storage-embedded-version PATH gives a tarball)",
+    ])

@@ -52,8 +52,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     """Say why the suite's own server is the Apache door, not a dCache."""
     run = storage_run(config)
     settings = run.settings if run is not None else None
-    if settings is None or settings.endpoint is not None or settings.embedded \
-            or _dcache_available(config):
+    if settings is None or settings.endpoint is not None or settings.embedded != "webdav" \
+            or settings.source("embedded") != "the suite's conftest":
         return []
     return ["storagescale: suites/dcache runs against the Apache WebDAV door: no dCache "
             "distribution (scripts/dcache-dist.sh fills the cache; --storage-embedded "
