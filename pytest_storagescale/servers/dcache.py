@@ -46,6 +46,7 @@ from .orphans import server_directory
 from .postgres import PostgresCluster
 from .postgres import check_installed as check_postgres
 from .processes import ServerProcess, log_tail
+from .site_paths import check_release_tarball
 
 if TYPE_CHECKING:  # .credentials loads cryptography: imported where a server makes them
     from .credentials import CertificateFiles, ThrowawayCA
@@ -179,6 +180,7 @@ class EmbeddedDCache(EmbeddedServer):
             return requested
         path = Path(requested).expanduser()
         if TARBALL.fullmatch(path.name) and path.is_file():
+            check_release_tarball(requested, path.resolve(), "bin/dcache", "dCache")
             return str(path.resolve())
         offered = cls.available_versions()
         raise StorageScaleUsageError(

@@ -20,12 +20,14 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EndpointError, StorageScaleUsageError
+from .site_paths import control_problem
 
 #: the release the project's set-up builds
 BUILT_VERSION = "6.2.1"
@@ -108,8 +110,8 @@ class XRootDRelease:
         if self.lib_dir is None:
             return command
         script = folder / f"{name}-{self.version}"
-        script.write_text(f'#!/bin/sh\nLD_LIBRARY_PATH="{self.lib_dir}${{LD_LIBRARY_PATH:+:'
-                          f'$LD_LIBRARY_PATH}}" exec "{command}" "$@"\n')
+        script.write_text(f'#!/bin/sh\nLD_LIBRARY_PATH={shlex.quote(self.lib_dir)}"${{LD_LIBRARY_PATH:+:'
+                          f'$LD_LIBRARY_PATH}}" exec {shlex.quote(command)} "$@"\n')
         script.chmod(0o755)
         return str(script)
 
@@ -183,6 +185,14 @@ def prefix_problem(prefix: Path) -> str:
     return ""
 
 
+def release_files(prefix: Path) -> list[Path]:
+    """What the server runs of an installation prefix: the folder, its programs, its
+    library folder and the libraries in it."""
+    lib = library_folder(prefix)
+    return [prefix, prefix / "bin", *sorted((prefix / "bin").glob("xr*")), lib,
+            *sorted(lib.glob("*.so*"))]
+
+
 def is_path(requested: str) -> bool:
     """Whether a ``--storage-embedded-version`` value names a folder, not a release."""
     return "/" in requested or requested.startswith(("~", "."))
@@ -194,6 +204,8 @@ def check_requested(requested: str, installed: str) -> str:
     if is_path(requested):
         prefix = Path(requested).expanduser().resolve()
         problem = prefix_problem(prefix)
+        if not problem and (controlled := control_problem(requested, release_files(prefix))):
+            raise StorageScaleUsageError(controlled)
         if problem:
             raise StorageScaleUsageError(
                 f"--storage-embedded-version {requested}: {problem}. Give the prefix of an "
