@@ -481,7 +481,9 @@ class Gfal2Driver(XRootDLogins, Driver):
         from .srm import srm_ls
 
         port = f":{self.endpoint.port}" if self.endpoint.port else ""
-        return srm_ls(self.endpoint, f"srm://{self.endpoint.host}{port}{path}", path,
+        # a SURL is a URI: dCache's SRM door decodes %20, and refuses a raw space
+        surl = f"srm://{self.endpoint.host}{port}{quote(path, safe='/-._~')}"
+        return srm_ls(self.endpoint, surl, path,
                       ca_dir=self.options.get("ca_dir"),
                       x509_proxy=self.options.get("x509_proxy"), timeout=self.timeout)
 
