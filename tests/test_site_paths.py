@@ -131,3 +131,22 @@ def test_a_dcache_tarball_is_recognised_without_unpacking_it(tmp_path):
     tarball = _tarball(tmp_path / "dcache-11.2.5.tar.gz",
                        {"dcache-11.2.5/share/x": b"", "dcache-11.2.5/bin/dcache": b"#!/bin/sh\n"})
     assert EmbeddedDCache.check_version(str(tarball)) == str(tarball)
+
+
+def test_the_dcache_password_is_never_printed_once_made(tmp_path):
+    """The door's password is registered the moment it is made (before any driver is
+    built from the URL): a start-up error's log tail or a door echoing it shows ***,
+    in every spelling."""
+    import base64
+    from urllib.parse import quote
+
+    from pytest_storagescale.redact import redact_text
+    from pytest_storagescale.servers.dcache import USER, EmbeddedDCache
+
+    server = EmbeddedDCache()
+    server.directory = tmp_path
+    server._make_credentials()
+    password = server.password
+    basic = base64.b64encode(f"{USER}:{password}".encode()).decode()
+    shown = redact_text(f"log: pass={password} q={quote(password, safe='')} basic {basic}")
+    assert password not in shown and basic not in shown and shown.count("***") == 3, shown

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from ..drivers.grid import LOGIN_PROTOCOLS, credential_environment_kept
 from ..errors import EndpointError, StorageScaleUsageError
+from ..redact import register_url
 from .family import EmbeddedServer
 from .orphans import server_directory
 from .postgres import PostgresCluster
@@ -357,6 +358,9 @@ class EmbeddedDCache(EmbeddedServer):
         (grid / "storage-authzdb").write_text(
             f"version 2.1\nauthorize {USER} read-write {UID} {GID} / / /\n")
         self.password = secrets.token_urlsafe(12)
+        # never printed from now on (a start-up error's log tail, a door's echo), in
+        # any spelling: as written, URL-escaped, and as HTTP basic sends it
+        register_url(f"https://{USER}:{self.password}@localhost/")
 
     def _write_configuration(self) -> None:
         assert self.home is not None and self.directory is not None
