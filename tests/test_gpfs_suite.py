@@ -46,7 +46,7 @@ def test_gpfs_suite_on_a_posix_mount(pytester, tmp_path):
         "--storage-results=r.json", "-p", "no:cacheprovider",
     )
     # one host: the cross-host steps and the per-host ioperf are skipped, naming why
-    result.assert_outcomes(passed=16, skipped=7)
+    result.assert_outcomes(passed=16, skipped=8)
     result.stdout.fnmatch_lines([
         "dd_direct (try 1/10)*1*info", "dd_direct (try 10/10)*1*pass",
         "dd_dsync (try 10/10)*pass", "dd_read (try 10/10)*pass",
@@ -107,7 +107,7 @@ def test_gpfs_suite_on_the_embedded_cephfs_on_two_hosts(pytester):
         str(REPO / "suites" / "gpfs"), "--storage-scale=0.2", "--storage-results=r.json",
         "-p", "no:cacheprovider",
     )
-    result.assert_outcomes(passed=23)
+    result.assert_outcomes(passed=24)
     result.stdout.fnmatch_lines([
         "*thresholds: *gpfs/cephfs.toml*16.2*+cephfs*",
         # dd's ten tries with the error bar the seed wrote
@@ -119,6 +119,7 @@ def test_gpfs_suite_on_the_embedded_cephfs_on_two_hosts(pytester):
         "ioperf_getc (1 thread per host) * 2 *pass",
         "killed_writer (no sync)*delete_s *delete_refusals *delete_errno *pass",
         "killed_writer_sync (sync on A first)*delete_s *pass",
+        "killed_client (B's client lost, A deletes)*delete_s *pass",
     ])
     assert "not removed" not in result.stdout.str()  # the sandbox: all cleaned up
     steps = json.loads((pytester.path / "r.json").read_text())["steps"]
@@ -128,10 +129,12 @@ def test_gpfs_suite_on_the_embedded_cephfs_on_two_hosts(pytester):
         assert step["executor"] == "cluster"
         assert sorted(h["name"] for h in step["hosts"]) == ["ns0", "ns1"]
         assert all(h["succeeded"] >= 1 and h["bytes"] > 0 for h in step["hosts"])
-    killed = [s for s in steps if s["op"] in ("killed_writer", "killed_writer_sync")]
-    assert [s["params"]["sync"] for s in killed] == [False, True]
-    for step in killed:
-        assert step["derived"]["delete_s"] >= 0 and step["derived"]["delete_errno"] == 0
+    killed = [s for s in steps if s["op"].startswith("killed_")]
+    assert [(s["params"]["kill"], s["params"]["sync"]) for s in killed] == [
+        ("writer", False), ("writer", True), ("client", False)]
+    for step in killed:  # deleted in the end, by the other host (CephFS refuses none)
+        assert 0 <= step["derived"]["delete_s"] < float("inf")
+        assert step["derived"]["delete_errno"] == 0
     assert all(s["cleanup_error"] in (None, "") for s in steps)
     # stopped at the end: no mount, daemon or namespace of the run is left
     assert not [line for line in Path("/proc/self/mountinfo").read_text().splitlines()

@@ -33,7 +33,7 @@ from pathlib import Path
 from ..errors import EndpointError
 from .ceph import CEPH_COMMAND_TIMEOUT, Daemon, EmbeddedCephGateway, ceph_version
 from .family import EmbeddedServer
-from .orphans import server_directory
+from .orphans import mounts_inside, server_directory
 
 #: the file system's name, its pools, the client key the mounts use
 FS_NAME = "storagescale"
@@ -383,12 +383,34 @@ class EmbeddedCephFS(EmbeddedCephGateway):
             self.daemons.remove(daemon)
         self._scheduler = None
 
+    # -- a client host lost -----------------------------------------------------------
+    def kill_client(self, index: int) -> None:
+        """SIGKILL host ``index``'s ``ceph-fuse`` (the client host lost: its session
+        and capabilities stay with the MDS until it times them out); its mount answers
+        "not connected" until :meth:`remount`."""
+        host = self.hosts[index]
+        if host.fuse is not None and host.fuse.alive():
+            host.fuse.stopping()  # on purpose: not a death of the server
+            host.fuse.process.kill()
+            host.fuse.process.wait(timeout=30)
+
+    def remount(self, index: int) -> None:
+        """A new ``ceph-fuse`` for host ``index`` after :meth:`kill_client` (the Dask
+        workers, which kept the old mount in their namespaces, are started again on
+        the next :meth:`cluster_address`)."""
+        host = self.hosts[index]
+        self._stop_dask()
+        self.unmount(host)
+        if host.fuse is not None and host.fuse in self.daemons:
+            self.daemons.remove(host.fuse)
+        self._mount(host)
+
     # -- stop ----------------------------------------------------------------------
     def unmount(self, host: ClientHost) -> None:
         """Unmount ``host`` (lazily when busy): its ``ceph-fuse`` exits by itself."""
         for command in (["umount", str(host.mountpoint)],
                         ["umount", "-l", str(host.mountpoint)]):
-            if not os.path.ismount(host.mountpoint):
+            if not mounts_inside(host.mountpoint):  # a dead FUSE mount is no ismount()
                 break
             subprocess.run(command, capture_output=True, timeout=CEPH_COMMAND_TIMEOUT)
         if host.fuse is not None:

@@ -54,18 +54,21 @@ def pytest_storagescale_metrics() -> dict[str, str]:
     }
 
 
-def second_host(config: pytest.Config, endpoint) -> tuple[str, str, str] | None:
-    """(host A's test area, host B's, A's network namespace) or None: no second host."""
+def second_host(config: pytest.Config, endpoint) -> dict | None:
+    """:func:`.crossnode.use_hosts`' arguments for the endpoint's host and a second
+    one, or None: no second host."""
     given = (config.getoption("--storage-gpfs-second-mount")
              or os.environ.get("STORAGESCALE_GPFS_SECOND_MOUNT"))
     area_a = urlparse(endpoint.url).path.rstrip("/")
     if given:
-        return area_a, urlparse(given).path.rstrip("/"), ""
+        return {"area_a": area_a, "area_b": urlparse(given).path.rstrip("/")}
     server = endpoint.embedded
     hosts = getattr(server, "hosts", None) or []
     if len(hosts) < 2:
         return None
-    return str(hosts[0].area), str(hosts[1].area), hosts[0].netns
+    return {"area_a": str(hosts[0].area), "area_b": str(hosts[1].area),
+            "netns_a": hosts[0].netns, "netns_b": hosts[1].netns,
+            "client": (lambda: server.kill_client(1), lambda: server.remount(1))}
 
 
 @pytest.fixture
@@ -73,7 +76,7 @@ def second_host_if_any(request: pytest.FixtureRequest, storage_endpoint):
     """The cross-host steps of this test write on host B when there is one."""
     hosts = second_host(request.config, storage_endpoint)
     if hosts is not None:
-        crossnode.use_hosts(*hosts)
+        crossnode.use_hosts(**hosts)
     yield hosts
     crossnode.forget_hosts()
 
@@ -87,7 +90,7 @@ def two_hosts(request: pytest.FixtureRequest, storage_endpoint):
         pytest.skip("no second client host of this file system: give its mount of the "
                     "same test area with --storage-gpfs-second-mount file:///mnt/b/area, "
                     "or run the embedded CephFS (--storage-embedded cephfs)")
-    crossnode.use_hosts(*hosts)
+    crossnode.use_hosts(**hosts)
     yield hosts
     crossnode.forget_hosts()
 

@@ -94,14 +94,15 @@ def test_ioperf_thread_per_host(storage_load, host_cluster, pattern):
     storage_load.run(f"ioperf_{pattern}", host_cluster, label="1 thread per host")
 
 
-@pytest.mark.parametrize("sync", [False, True], ids=["no-sync", "sync"])
-def test_killed_writer_deleted_from_another_host(storage_load, two_hosts, sync):
+@pytest.mark.parametrize("section, label", [
+    ("killed_writer", "no sync"), ("killed_writer_sync", "sync on A first"),
+    ("killed_client", "B's client lost, A deletes")], ids=["no-sync", "sync", "client-lost"])
+def test_killed_writer_deleted_from_another_host(storage_load, two_hosts, section, label):
     """Host A's writer killed with SIGKILL mid-write, host B deletes its file (after
-    ``sync -f`` on A, or not): deleted, refused with which errno, and how long until
-    it went, measured and judged (``delete_s``)."""
-    section = "killed_writer_sync" if sync else "killed_writer"
-    storage_load.run(section, 1, label="sync on A first" if sync else "no sync",
-                     derive=lambda step: crossnode.outcome())
+    ``sync -f`` on A, or not); or host B's client lost while B writes, host A deletes:
+    deleted, refused with which errno, and how long until it went, measured and judged
+    (``delete_s``). A file system with no ``killed_client`` section skips that one."""
+    storage_load.run(section, 1, label=label, derive=lambda step: crossnode.outcome())
 
 
 # stdin: the run's pickled DriverSpec (driver, options with any credential, test
