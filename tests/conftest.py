@@ -97,6 +97,18 @@ def embedded_xrootd():
         yield server
 
 
+@pytest.fixture(autouse=True)
+def _embedded_xrootd_alive(request):
+    """A test of the session's shared xrootd starts only while it runs: if it died, the
+    test fails with its death note (which daemon, how, its last log lines) instead of a
+    'connection refused' that hides why every later test of the worker fails too."""
+    if "embedded_xrootd" not in request.fixturenames:
+        return
+    note = request.getfixturevalue("embedded_xrootd").exit_note()
+    if note:
+        pytest.fail(f"the tests' shared embedded xrootd is gone: {note}", pytrace=False)
+
+
 @pytest.fixture
 def xrootd_area(embedded_xrootd, request):
     """A per-test directory on the embedded xrootd, and a driver allowed to write there."""
