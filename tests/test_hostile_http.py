@@ -386,8 +386,9 @@ def test_{op}(storage_load, storage_clients):
 """
 
 
-def _run(pytester, thresholds_dir, door, hostile, op: str, *options: str):
-    thresholds_dir(one_step_plan(op))
+def _run(pytester, thresholds_dir, door, hostile, op: str, *options: str,
+         plan: str | None = None):
+    thresholds_dir(plan or one_step_plan(op))
     pytester.makepyfile(test_suite=SUITE.format(op=op))
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", f"--storage-endpoint={door.url(hostile.root)}",
@@ -513,15 +514,9 @@ def test_a_throttled_step_counts_throttled_not_failed_and_a_rule_can_name_it(
         request.method == "PROPFIND" and request.path.endswith("/stat-target")
         and request.headers.get("user-agent", "").endswith("/client0")) else None)
     # the first answer's headers are not read (THROTTLE_WAIT, 1 s): a step longer than that
-    thresholds_dir(one_step_plan("stat", rules=("failed == 0", "throttled == 0"),
-                                 duration="3s"))
-    pytester.makepyfile(test_suite=SUITE.format(op="stat"))
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", f"--storage-endpoint={door.url(hostile.root)}",
-        f"--storage-driver-option=ca_dir={hostile.embedded.ca_dir}",
-        f"--storage-thresholds={thresholds_dir.root}", "--storage-results=results.json",
-        "--storage-driver=http", timeout=300)
-    [step] = json.loads((pytester.path / "results.json").read_text())["steps"]
+    result, step = _run(pytester, thresholds_dir, door, hostile, "stat", "--storage-driver=http",
+                        plan=one_step_plan("stat", rules=("failed == 0", "throttled == 0"),
+                                           duration="3s"))
     assert step["throttled"] > 0 and step["failed"] == 0, step
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([f"throttled*{step['throttled']}*throttled == 0*VIOLATED",
@@ -537,14 +532,8 @@ def test_a_steps_redirects_are_counted_and_a_rule_can_name_them(
     redirects and the door's mean share of their latency, the table shows the count,
     and the rule ``redirects == 0`` fails naming it."""
     _, door = _door_and_pool(hostile, ("GET",))
-    thresholds_dir(one_step_plan("get", rules=("failed == 0", "redirects == 0")))
-    pytester.makepyfile(test_suite=SUITE.format(op="get"))
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", f"--storage-endpoint={door.url(hostile.root)}",
-        f"--storage-driver-option=ca_dir={hostile.embedded.ca_dir}",
-        f"--storage-thresholds={thresholds_dir.root}", "--storage-results=results.json",
-        "--storage-driver=http", timeout=300)
-    [step] = json.loads((pytester.path / "results.json").read_text())["steps"]
+    result, step = _run(pytester, thresholds_dir, door, hostile, "get", "--storage-driver=http",
+                        plan=one_step_plan("get", rules=("failed == 0", "redirects == 0")))
     assert step["failed"] == 0 and step["redirects"] >= step["succeeded"] > 0, step
     assert step["door_latency_s"] > 0
     result.assert_outcomes(failed=1)
