@@ -367,7 +367,10 @@ class EmbeddedDCache(EmbeddedServer):
         assert self.database is not None and self.user_certificate is not None
         d, etc, p = self.directory, self.home / "etc", self.ports
         wan, lan = p["wan"], p["lan"]
-        (etc / "dcache.conf").write_text("\n".join([
+        conf = etc / "dcache.conf"  # the database's password: for this user only
+        conf.touch(mode=0o600)
+        conf.chmod(0o600)
+        conf.write_text("\n".join([
             f"dcache.layout={LAYOUT}",
             f"dcache.paths.grid-security={d / 'grid-security'}",
             "dcache.broker.scheme=none",
@@ -381,6 +384,7 @@ class EmbeddedDCache(EmbeddedServer):
             f"dcache.net.lan.port.max={lan + LAN_PORTS - 1}",
             f"dcache.zookeeper.connection=127.0.0.1:{p['zookeeper']}",
             f"dcache.db.host=127.0.0.1:{self.database.port}",
+            f"dcache.db.password={self.database.password}",  # the file: 0600 below
             "dcache.default-access-latency=ONLINE",
             "dcache.default-retention-policy=REPLICA",
             # the throwaway CA publishes a CRL; IF_VALID still takes a certificate

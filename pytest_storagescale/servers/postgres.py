@@ -6,9 +6,12 @@ namespace, chimera, in one, as it does in production).
 reaper finds it by its ``-D`` folder), listening on a free loopback port only (no
 Unix socket outside that folder). PostgreSQL refuses to run as root: a root session
 runs it as ``postgres`` (Debian's) or the family's unprivileged user. The cluster is
-for tests: ``trust`` authentication on loopback, and no fsync (a crash loses the run's
-data, which the run removes anyway). Readiness is a real connection (``pg_isready``),
-never a sleep.
+for tests, and no fsync (a crash loses the run's
+data, which the run removes anyway). Its port on loopback is any local user's to
+reach: a connection there needs a password (scram), which only the server's own role
+has (:meth:`PostgresCluster.create_databases`, registered as a secret); the superuser
+logs in only over the Unix socket in the private folder (``trust`` there). Readiness
+is a real connection (``pg_isready``), never a sleep.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -23,6 +27,7 @@ import time
 from pathlib import Path
 
 from ..errors import EndpointError
+from ..redact import register_secret
 from .processes import ServerProcess, free_port, log_tail, unprivileged_user
 
 #: Debian's packages of the server and of the client (psql, pg_isready)
@@ -94,6 +99,8 @@ class PostgresCluster:
         #: the postmaster, watched for a death mid-run
         self.watched: ServerProcess | None = None
         self.version = ""
+        #: the password of the role :meth:`create_databases` made
+        self.password = ""
 
     @property
     def data_dir(self) -> Path:
@@ -109,7 +116,7 @@ class PostgresCluster:
         when it fails."""
         done = subprocess.run(list(command), input=sql_input, capture_output=True, text=True,
                               timeout=timeout, cwd=self.directory, user=self.user,
-                              env={**os.environ, "LC_ALL": "C", "PGHOST": "127.0.0.1"})
+                              env={**os.environ, "LC_ALL": "C", "PGHOST": str(self.directory)})
         if done.returncode != 0:
             raise EndpointError(
                 f"the private PostgreSQL cluster: {Path(command[0]).name} failed "
@@ -122,7 +129,11 @@ class PostgresCluster:
         if self.user:
             entry = pwd.getpwnam(self.user)
             os.chown(self.directory, entry.pw_uid, entry.pw_gid)
-        self._run(str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-A", "trust",
+        # trust only on the Unix socket in the private folder; loopback's port (any
+        # local user's to reach) asks for a password: a co-tenant logging in as the
+        # superuser could run programs as the cluster's user (COPY ... TO PROGRAM)
+        self._run(str(self.bin_dir / "initdb"), "-D", str(self.data_dir),
+                  "--auth-local=trust", "--auth-host=scram-sha-256",
                   "-U", SUPERUSER, "-E", "UTF8", "--locale=C", "--no-sync")
         self.version = (self.data_dir / "PG_VERSION").read_text().strip()
         last = ""
@@ -173,15 +184,19 @@ class PostgresCluster:
     def sql(self, statements: str, database: str = "postgres") -> str:
         """Run ``statements`` through psql as the superuser; its output."""
         return self._run(str(self.bin_dir / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
-                         "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER,
+                         "-h", str(self.directory), "-p", str(self.port), "-U", SUPERUSER,
                          "-d", database, "-At", "-f", "-", sql_input=statements).stdout
 
     def create_databases(self, owner: str, names: tuple[str, ...]) -> None:
-        """A login role ``owner`` (no password: trust) and the databases it owns."""
+        """A login role ``owner`` with a password of its own (:attr:`password`, a
+        registered secret: what the server gives to log in over loopback) and the
+        databases it owns."""
         for name in (owner, *names):
             if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
                 raise ValueError(f"not a plain SQL name: {name!r}")
-        self.sql(f"CREATE ROLE {owner} LOGIN;\n"
+        self.password = secrets.token_urlsafe(18)  # letters, digits, - and _: no quoting
+        register_secret(self.password)
+        self.sql(f"CREATE ROLE {owner} LOGIN PASSWORD '{self.password}';\n"
                  + "".join(f"CREATE DATABASE {name} OWNER {owner};\n" for name in names))
 
     def rss_bytes(self) -> int:

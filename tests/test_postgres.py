@@ -1,0 +1,61 @@
+"""The private PostgreSQL cluster of an embedded server (servers/postgres.py) on a
+shared host: its loopback port is any local user's to reach, so a connection there
+needs the server's role's password; the superuser (who could run programs as the
+cluster's user with COPY ... TO PROGRAM) logs in only over the Unix socket in the
+private folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from pytest_storagescale.redact import redact_text
+from pytest_storagescale.servers.postgres import PostgresCluster, postgres_bin_dir
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if postgres_bin_dir() is None:
+        pytest.skip("PostgreSQL is not installed (scripts/bootstrap.sh installs postgresql)")
+    parent = Path(tempfile.mkdtemp(prefix="storagescale-pgtest-"))
+    parent.chmod(0o711)  # the cluster's user (postgres, when root) goes through
+    database = PostgresCluster(parent / "postgres").start()
+    try:
+        database.create_databases("dcache", ("chimera",))
+        yield database
+    finally:
+        database.stop()
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def _psql(database: PostgresCluster, user: str, password: str = "") -> subprocess.CompletedProcess:
+    """A client over loopback's TCP port, as another local user's would connect."""
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith("PG")}
+    if password:
+        environment["PGPASSWORD"] = password
+    return subprocess.run(
+        [str(database.bin_dir / "psql"), "-X", "-w", "-h", "127.0.0.1", "-p",
+         str(database.port), "-U", user, "-d", "chimera", "-At", "-c", "SELECT 1"],
+        capture_output=True, text=True, timeout=30, env=environment)
+
+
+def test_a_co_tenant_cannot_log_in_over_loopback(cluster):
+    for user in ("postgres", "dcache"):
+        done = _psql(cluster, user)
+        assert done.returncode != 0 and "password" in done.stderr, (user, done.stderr)
+    assert _psql(cluster, "postgres", "wrong").returncode != 0
+
+
+def test_the_servers_role_logs_in_with_its_password_never_printed(cluster):
+    done = _psql(cluster, "dcache", cluster.password)
+    assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr
+    assert cluster.password not in redact_text(f"dcache.db.password={cluster.password}")
+    assert cluster.sql("SELECT 2", database="chimera").strip() == "2"  # the socket
