@@ -102,7 +102,6 @@ def netns_inodes() -> set[int]:
 def test_gpfs_suite_on_the_embedded_cephfs_on_two_hosts(pytester):
     """The suite's default: CephFS on two namespace hosts, every step at a small
     scale, with its figures in the table and the results, and nothing left."""
-    before = netns_inodes()
     result = pytester.runpytest_subprocess(
         str(REPO / "suites" / "gpfs"), "--storage-scale=0.2", "--storage-results=r.json",
         "-p", "no:cacheprovider",
@@ -136,10 +135,15 @@ def test_gpfs_suite_on_the_embedded_cephfs_on_two_hosts(pytester):
         assert 0 <= step["derived"]["delete_s"] < float("inf")
         assert step["derived"]["delete_errno"] == 0
     assert all(s["cleanup_error"] in (None, "") for s in steps)
-    # stopped at the end: no mount, daemon or namespace of the run is left
-    assert not [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
-                if "storagescale-cephfs-" in line]
-    assert netns_inodes() <= before
+    # stopped at the end: no mount, daemon or namespace of the run is left (the
+    # namespaces live only as long as a process of the server's directory is in them)
+    from pytest_storagescale.servers.orphans import _processes_inside, mounts_inside
+
+    endpoint = json.loads((pytester.path / "r.json").read_text())["run"]["endpoint"]
+    directory = Path(endpoint.removeprefix("file://")).parents[2]
+    assert directory.name.startswith("storagescale-cephfs-")
+    assert not directory.exists() and mounts_inside(directory) == []
+    assert _processes_inside([directory]) == {directory: []}
 
 
 # the child: a pytest session that starts the embedded CephFS and its Dask workers,

@@ -38,7 +38,8 @@ from pytest_storagescale import StorageNotFound
 from . import crossnode
 
 #: seed 001's ioperf patterns, each a section ``ioperf_<pattern>`` of the thresholds
-IOPERF = ("fwrite", "fread", "putc", "getc", "seek")
+IOPERF = [pytest.param(pattern, marks=pytest.mark.storagescale_op(f"ioperf_{pattern}"),
+                       id=pattern) for pattern in ("fwrite", "fread", "putc", "getc", "seek")]
 
 pytestmark = pytest.mark.storagescale_system("gpfs")
 
@@ -77,26 +78,29 @@ def test_ls_at_depth_while_writing(storage_load, storage_clients, second_host_if
 @pytest.mark.parametrize("pattern", IOPERF)
 def test_ioperf_single_thread(storage_load, pattern):
     """One ioperf thread: the pattern's rate over the section's passes."""
-    storage_load.run(f"ioperf_{pattern}", 1, label="1 thread")
+    storage_load.run(None, 1, label="1 thread")
 
 
 @pytest.mark.parametrize("pattern", IOPERF)
 def test_ioperf_thread_per_core(storage_load, pattern):
     """One ioperf thread per processor of this host, the aggregate rate."""
     cores = len(os.sched_getaffinity(0))
-    storage_load.run(f"ioperf_{pattern}", cores, label="1 thread per core")
+    storage_load.run(None, cores, label="1 thread per core")
 
 
 @pytest.mark.parametrize("pattern", IOPERF)
 def test_ioperf_thread_per_host(storage_load, host_cluster, pattern):
     """One ioperf thread on each client host (a Dask worker per node): the aggregate
     rate, and each host's in the step's per-host breakdown."""
-    storage_load.run(f"ioperf_{pattern}", host_cluster, label="1 thread per host")
+    storage_load.run(None, host_cluster, label="1 thread per host")
 
 
 @pytest.mark.parametrize("section, label", [
-    ("killed_writer", "no sync"), ("killed_writer_sync", "sync on A first"),
-    ("killed_client", "B's client lost, A deletes")], ids=["no-sync", "sync", "client-lost"])
+    pytest.param(section, label, marks=pytest.mark.storagescale_op(section), id=name)
+    for section, label, name in [
+        ("killed_writer", "no sync", "no-sync"),
+        ("killed_writer_sync", "sync on A first", "sync"),
+        ("killed_client", "B's client lost, A deletes", "client-lost")]])
 def test_killed_writer_deleted_from_another_host(storage_load, two_hosts, section, label):
     """Host A's writer killed with SIGKILL mid-write, host B deletes its file (after
     ``sync -f`` on A, or not); or host B's client lost while B writes, host A deletes:
