@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+import time
 from typing import NamedTuple
 from xml.etree import ElementTree
 
@@ -93,12 +94,17 @@ def _credential(x509_proxy: str | None) -> tuple[str, str] | None:
     return (default, default) if os.path.exists(default) else None
 
 
+class _PastDeadline(Exception):
+    """The exchange's deadline passed while the answer was still coming."""
+
+
 def _exchange(endpoint: EndpointURL, context: ssl.SSLContext, path: str, body: bytes,
               timeout: float, httpg: bool) -> bytes:
     """One SOAP POST (``httpg``: after the delegation byte); the whole answer."""
     request = (f"POST {path} HTTP/1.1\r\nHost: {endpoint.host}\r\n"
                f"Content-Type: text/xml; charset=utf-8\r\nSOAPAction: \"\"\r\n"
                f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    deadline = time.monotonic() + timeout  # the whole exchange's: a door sending a
     raw = socket.create_connection((endpoint.host, endpoint.port or 8443), timeout=timeout)
     with context.wrap_socket(raw, server_hostname=endpoint.host) as connection:
         if httpg:  # its own TLS record: the door reads the record as the flag
@@ -106,7 +112,16 @@ def _exchange(endpoint: EndpointURL, context: ssl.SSLContext, path: str, body: b
         connection.sendall(request + body)
         answer = b""
         while len(answer) <= ANSWER_LIMIT:
-            chunk = connection.recv(65536)
+            left = deadline - time.monotonic()  # byte at a time keeps no call forever
+            if left <= 0:
+                raise _PastDeadline(f"no whole answer within {timeout:.3g} s "
+                                    f"({len(answer)} bytes came)")
+            connection.settimeout(left)
+            try:
+                chunk = connection.recv(65536)
+            except TimeoutError:
+                raise _PastDeadline(f"no whole answer within {timeout:.3g} s "
+                                    f"({len(answer)} bytes came)") from None
             if not chunk:
                 break
             answer += chunk
@@ -135,6 +150,9 @@ def soap_call(endpoint: EndpointURL, body: bytes, *, ca_dir: str | None = None,
             # a plain-TLS SRM port reads the delegation byte as the request's first
             # (dCache: 501 Not Implemented): HTTPS there
             answer = _exchange(endpoint, context, path, body, timeout, httpg=False)
+    except _PastDeadline as exc:
+        raise StorageTimeout(f"the SRM door: {exc}", error_class="timeout",
+                             **kwargs) from None
     except ssl.SSLError as exc:
         raise StorageUnreachable(
             f"TLS: {exc}. The SRM door's certificate is checked against the CA folder "
@@ -260,22 +278,29 @@ def srm_ls(endpoint: EndpointURL, surl: str, path: str, *, ca_dir: str | None = 
            x509_proxy: str | None = None, timeout: float = 60) -> list[str]:
     """The names in directory ``path`` (``surl``), by srmLs slices of
     :data:`LS_COUNT` (a queued request asked again for its outcome until ``timeout``)."""
-    import time
-
     kwargs = dict(driver="gfal2", endpoint=endpoint.server, operation="ls", path=path)
     own = "/" + path.strip("/")
     names: list[str] = []
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout  # the whole listing's, every slice within it
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise StorageTimeout(f"srmLs: the listing did not end within {timeout:g} s "
+                                 f"({len(names)} names so far)", error_class="timeout",
+                                 **kwargs)
+        return remaining
+
     while True:
         answer = _ls_answer(endpoint, ls_request(surl, len(names)), kwargs, ca_dir,
-                            x509_proxy, timeout)
+                            x509_proxy, left())
         pause = 0.05
         while answer.status in _LS_PENDING and time.monotonic() < deadline:
-            time.sleep(pause)
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(pause * 2, 1.0)
             answer = _ls_answer(endpoint, _envelope("srmStatusOfLsRequest", (
                 f"<requestToken>{_xml_text(answer.token)}</requestToken>")), kwargs, ca_dir,
-                x509_proxy, timeout)
+                x509_proxy, left())
         _raise_for(answer, kwargs)
         found = [entry for entry in answer.paths if entry.rstrip("/") != own]
         names += [entry.rstrip("/").rpartition("/")[2] for entry in found]
