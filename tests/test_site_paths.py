@@ -150,3 +150,22 @@ def test_the_dcache_password_is_never_printed_once_made(tmp_path):
     basic = base64.b64encode(f"{USER}:{password}".encode()).decode()
     shown = redact_text(f"log: pass={password} q={quote(password, safe='')} basic {basic}")
     assert password not in shown and basic not in shown and shown.count("***") == 3, shown
+
+
+def test_a_ceph_daemons_log_is_never_written_through_a_link(tmp_path):
+    """The embedded Ceph's log folder is writable by the gateway's user: a link put
+    there in a daemon's log's name (to a file of root's) is refused, not appended to."""
+    from pytest_storagescale.errors import EndpointError
+    from pytest_storagescale.servers.ceph import EmbeddedCephGateway
+
+    target = tmp_path / "roots-file"
+    target.write_text("untouched\n")
+    server = EmbeddedCephGateway()
+    server.directory = tmp_path / "run"
+    (server.directory / "log").mkdir(parents=True)
+    (server.directory / "log" / "gateway.out").symlink_to(target)
+    with pytest.raises(EndpointError, match="never written through"):
+        server._spawn("gateway", ["echo", "pwned"])
+    assert target.read_text() == "untouched\n" and not server.daemons
+    server._spawn("mon.a", ["echo", "logged"]).process.wait(timeout=30)
+    assert (server.directory / "log" / "mon.a.out").read_text() == "logged\n"

@@ -406,7 +406,14 @@ class EmbeddedCephGateway(EmbeddedServer):
     def _spawn(self, name: str, command: list[str], env: dict[str, str] | None = None) -> Daemon:
         assert self.directory is not None
         log = self.directory / "log" / f"{name}.out"
-        with open(log, "ab") as sink:
+        try:  # the log folder is writable by the gateway's user: never through a link
+            descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+                                 0o644)
+        except OSError as exc:
+            raise EndpointError(f"the embedded Ceph's log {log}: {exc.strerror} (a link "
+                                f"put there by someone else is never written through)"
+                                ) from None
+        with open(descriptor, "ab") as sink:
             process = subprocess.Popen(command, cwd=self.directory, stdout=sink,
                                        stderr=subprocess.STDOUT, start_new_session=True,
                                        env=env)
@@ -468,7 +475,8 @@ class EmbeddedCephGateway(EmbeddedServer):
                 os.chown(path, entry.pw_uid, entry.pw_gid)
             os.chmod(d, 0o755)
             self.conf.chmod(0o644)
-            (d / "log").chmod(0o777)  # librados' client log
+            (d / "log").chmod(0o1777)  # librados' client log (sticky: no one removes
+            # or replaces another's file, the daemons' logs written by this process)
         env = {**os.environ, "CEPH_CONF": str(self.conf)}
         last = ""
         for _ in range(3):  # a port picked free can be taken before xrootd binds it
