@@ -17,6 +17,7 @@ import io
 import json
 import math
 import socket
+import subprocess
 import threading
 import time
 from types import SimpleNamespace
@@ -451,3 +452,27 @@ def test_a_flood_of_forged_sources_keeps_a_bounded_number(monkeypatch):
         assert len(listener.latest()) == 5
     finally:
         listener.close()
+
+
+def test_a_flood_from_one_forging_sender_is_looked_at_once_a_second(monkeypatch):
+    """Whether a sender is the server's is read from the process table, which costs:
+    a flood of forged packets from one socket is not looked up per packet."""
+    from pytest_storagescale.servers import monitor
+
+    looks = []
+    real = monitor._udp_ports
+    monkeypatch.setattr(monitor, "_udp_ports", lambda pids: looks.append(1) or real(pids))
+    server = subprocess.Popen(["sleep", "60"])  # the "server": no UDP socket at all
+    listener = SummaryListener(senders=lambda: [server.pid])
+    try:
+        host, port = listener.address.rsplit(":", 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
+            for _ in range(50):
+                forger.sendto(SUMMARY, (host, int(port)))
+        time.sleep(0.5)  # the packets had their chance to be looked at
+        assert 1 <= len(looks) < 10, len(looks)
+        assert listener.latest() == {}
+    finally:
+        listener.close()
+        server.kill()
+        server.wait()

@@ -70,6 +70,8 @@ PACKET_BYTES = 65536
 #: does not grow the session's memory); and the most sender addresses remembered as
 #: not the embedded server's
 MAX_SOURCES = 1024
+#: how long a sender found not to be the server's is not looked at again (s)
+RECHECK_AFTER = 1.0
 
 
 @dataclass(frozen=True)
@@ -173,8 +175,9 @@ class SummaryListener:
     def __init__(self, address: str = "127.0.0.1:0",
                  senders: Callable[[], list[int]] | None = None) -> None:
         self._senders = senders
-        #: sender (host, port) -> whether it is one of ``senders``' sockets
-        self._trusted: dict[tuple, bool] = {}
+        #: sender (host, port) -> True: one of ``senders``' sockets; else when it was
+        #: last found not to be (``time.monotonic()``)
+        self._trusted: dict[tuple, bool | float] = {}
         host, _, port = address.rpartition(":")
         host = host.strip("[]") or "127.0.0.1"
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -228,17 +231,21 @@ class SummaryListener:
         server may have started since) until :data:`MAX_SOURCES` were seen."""
         if self._senders is None:
             return True
-        key = tuple(sender[:2])
-        if self._trusted.get(key):
+        key, now = tuple(sender[:2]), time.monotonic()
+        known = self._trusted.get(key)
+        if known is True:
             return True
+        if known is not None and now - known < RECHECK_AFTER:
+            return False  # a flood from one sender costs one look a second
         if len(self._trusted) >= MAX_SOURCES:  # a flood of senders: keep the servers'
-            self._trusted = {known: True for known, ok in self._trusted.items() if ok}
+            self._trusted = {known: True for known, ok in self._trusted.items() if ok is True}
         try:
             pids = list(self._senders())
         except Exception:  # noqa: BLE001 - a server being stopped: no report counts
             pids = []
-        self._trusted[key] = bool(pids) and key[1] in _udp_ports(pids)
-        return self._trusted[key]
+        ours = bool(pids) and key[1] in _udp_ports(pids)
+        self._trusted[key] = True if ours else now
+        return ours
 
     def latest(self) -> dict[str, Summary]:
         """Each server's latest report (empty: none came)."""
