@@ -48,3 +48,43 @@ def test_a_step_whose_process_died_is_recorded_naming_it(tmp_path):
     assert sorted((s["op"], s["verdict"]) for s in written) == [
         ("put", "interrupted"), ("stat", "error")]
     assert owner.lose(None, "again") == [] and owner.sync() == []  # each once
+
+
+def test_the_shared_folder_is_this_users_only_and_a_forged_one_refused(tmp_path):
+    """The session's processes hand each other the embedded server's URL (a dCache
+    door's password in it), minted tokens and the steps in the shared folder, named by
+    the run id in the temporary folder: it is made 0700, and one found there already
+    that is a link, open to others or another user's is a usage error, never used."""
+    import os
+    import stat
+
+    import pytest
+
+    from pytest_storagescale.errors import StorageScaleUsageError
+    from pytest_storagescale.session.ledger import private_folder
+
+    made = private_folder(tmp_path / "run")
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+    assert private_folder(made) == made  # another process of the session: the same
+    worker, _ = _ledgers(tmp_path)
+    with worker.lock():
+        assert stat.S_IMODE((tmp_path / "shared").stat().st_mode) == 0o700
+    forged = tmp_path / "forged-open"
+    forged.mkdir()
+    forged.chmod(0o777)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (tmp_path / "forged-link").symlink_to(elsewhere)
+    cases = [forged, tmp_path / "forged-link"]
+    if os.geteuid() == 0:
+        other = tmp_path / "forged-other"
+        other.mkdir(mode=0o700)
+        os.chown(other, 65534, 65534)
+        cases.append(other)
+    for path in cases:
+        with pytest.raises(StorageScaleUsageError, match="is not this user's private folder"):
+            private_folder(path)
+        with pytest.raises(StorageScaleUsageError):
+            with StepLedger(path, ResultsFile(None)).lock():
+                pass
+    assert list(elsewhere.iterdir()) == []  # nothing written through the link

@@ -42,7 +42,7 @@ from ..thresholds import ThresholdSet, select_thresholds
 from .area import RunArea
 from .doors import Door, load_door
 from .endpoint import ENDPOINT_FILE, EndpointUnderTest, load_door_names, main_door_name
-from .ledger import StepLedger
+from .ledger import StepLedger, private_folder
 
 __all__ = ["Door", "Role", "StorageRun", "EndpointUnderTest", "RunArea", "StepLedger",
            "role_of"]
@@ -125,7 +125,7 @@ class StorageRun:
                "shared_dir": str(self.shared_dir), "owner_pid": self.area.owner_pid}
         if deferred:
             return {**run, "deferred": True}
-        self.shared_dir.mkdir(parents=True, exist_ok=True)
+        private_folder(self.shared_dir)
         return {**run, **self.endpoint.shared_info()}
 
     @property
@@ -136,7 +136,7 @@ class StorageRun:
     def note_storage_collected(self) -> None:
         """A deferred worker collected a storage test: tell the controller (a file in the
         shared folder, read when xdist says the worker's collection finished)."""
-        self.shared_dir.mkdir(parents=True, exist_ok=True)
+        private_folder(self.shared_dir)
         (self.shared_dir / STORAGE_COLLECTED).touch()
 
     def storage_collected(self) -> bool:

@@ -142,7 +142,9 @@ class RunArea:
             raise EndpointError(self._unusable) from None
         finally:
             driver.close()
-        self.marker.parent.mkdir(parents=True, exist_ok=True)
+        from .ledger import private_folder
+
+        private_folder(self.marker.parent)  # the session's shared folder
         (self.marker.parent / OWNER_FILE).write_text(json.dumps(self.record))
         self.marker.touch()
         removed_local = remove_stale_local_folders(self.marker.parent)

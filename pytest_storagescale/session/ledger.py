@@ -27,6 +27,33 @@ from ..records import RunInfo, StepRecord, Verdict
 from ..reporting.results import ResultsFile, json_text
 
 
+def private_folder(path: Path) -> Path:
+    """``path``, the session's shared folder (in the temporary folder, named by the run
+    id), made this user's only (mode 0700): what the processes of the session hand
+    each other there (the embedded server's URL with its password, minted tokens, the
+    steps) is no other user's to read. A usage error when it is there already as
+    something else (a link, another user's folder, one open to others)."""
+    import os
+    import stat
+
+    from ..errors import StorageScaleUsageError
+
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass  # made by another process of this session, or by someone else: looked at
+    info = path.lstat()
+    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
+            or info.st_mode & 0o077):
+        raise StorageScaleUsageError(
+            f"the session's shared folder {path} is there already and is not this user's "
+            f"private folder (a link, another user's, or open to others: mode "
+            f"{stat.filemode(info.st_mode)}, uid {info.st_uid}): another user may have "
+            f"made it to read what the session's processes hand each other. Run again "
+            f"(a new run id names a new folder), and look at who made {path}.")
+    return path
+
+
 class StepLedger:
     """The session's shared step log, its lock and (for the owner) the results."""
 
@@ -52,7 +79,7 @@ class StepLedger:
 
     @contextmanager
     def _flock(self, name: str) -> Iterator[None]:
-        self.shared_dir.mkdir(parents=True, exist_ok=True)
+        private_folder(self.shared_dir)
         with open(self.shared_dir / name, "w") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
