@@ -88,3 +88,30 @@ def test_the_shared_folder_is_this_users_only_and_a_forged_one_refused(tmp_path)
             with StepLedger(path, ResultsFile(None)).lock():
                 pass
     assert list(elsewhere.iterdir()) == []  # nothing written through the link
+
+
+def test_a_forged_shared_folder_stops_the_session_and_is_left_alone(pytester, tmp_path):
+    """Through the plugin: a folder in the run id's name made before the session (by
+    someone else, open to all) is a usage error before any test, and the session's
+    end does not remove it or what is in it (it is not the run's)."""
+    import tempfile
+    from pathlib import Path
+
+    name = f"storagescale-run-forged-{tmp_path.name}"
+    forged = Path(tempfile.gettempdir()) / name
+    forged.mkdir(mode=0o777)
+    forged.chmod(0o777)
+    (forged / "theirs").write_text("a co-tenant's file\n")
+    try:
+        pytester.makeconftest(f"import pytest_storagescale.session as session\n"
+                              f"session.make_run_id = lambda: {name!r}\n")
+        pytester.makepyfile(test_suite="def test_endpoint(storage_endpoint):\n"
+                                       "    assert storage_endpoint.version\n")
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+        assert result.ret == 4, result.stdout.str()[-2000:]
+        assert "is not this user's private folder" in result.stderr.str()
+        assert (forged / "theirs").read_text() == "a co-tenant's file\n"
+    finally:
+        import shutil
+
+        shutil.rmtree(forged, ignore_errors=True)

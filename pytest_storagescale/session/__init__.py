@@ -42,7 +42,7 @@ from ..thresholds import ThresholdSet, select_thresholds
 from .area import RunArea
 from .doors import Door, load_door
 from .endpoint import ENDPOINT_FILE, EndpointUnderTest, load_door_names, main_door_name
-from .ledger import StepLedger, private_folder
+from .ledger import StepLedger, is_private_folder, private_folder
 
 __all__ = ["Door", "Role", "StorageRun", "EndpointUnderTest", "RunArea", "StepLedger",
            "role_of"]
@@ -246,4 +246,5 @@ class StorageRun:
             self.cleanup_error = self.area.remove() or self.cleanup_error
         finally:
             self.endpoint.stop()
-            shutil.rmtree(self.shared_dir, ignore_errors=True)
+            if is_private_folder(self.shared_dir):  # never one someone else put there
+                shutil.rmtree(self.shared_dir, ignore_errors=True)

@@ -27,13 +27,26 @@ from ..records import RunInfo, StepRecord, Verdict
 from ..reporting.results import ResultsFile, json_text
 
 
+def is_private_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder (not a link) of this user's that no other may open:
+    the session's shared folder as :func:`private_folder` made it."""
+    import os
+    import stat
+
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+            and not info.st_mode & 0o077)
+
+
 def private_folder(path: Path) -> Path:
     """``path``, the session's shared folder (in the temporary folder, named by the run
     id), made this user's only (mode 0700): what the processes of the session hand
     each other there (the embedded server's URL with its password, minted tokens, the
     steps) is no other user's to read. A usage error when it is there already as
     something else (a link, another user's folder, one open to others)."""
-    import os
     import stat
 
     from ..errors import StorageScaleUsageError
@@ -43,8 +56,7 @@ def private_folder(path: Path) -> Path:
     except FileExistsError:
         pass  # made by another process of this session, or by someone else: looked at
     info = path.lstat()
-    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
-            or info.st_mode & 0o077):
+    if not is_private_folder(path):
         raise StorageScaleUsageError(
             f"the session's shared folder {path} is there already and is not this user's "
             f"private folder (a link, another user's, or open to others: mode "
