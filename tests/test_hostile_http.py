@@ -480,6 +480,30 @@ def test_a_throttled_request_is_sent_again_after_its_retry_after(hostile):
     assert len([r for r in reader.seen if r.method == "GET"]) == 2
 
 
+def test_a_throttled_request_is_not_sent_again_once_the_step_stopped(hostile):
+    """The step stops (Ctrl-C, or its window's end) while a client waits out a
+    ``Retry-After: 5`` to send its request again: the wait ends at once and the
+    request is not sent again (no load after the stop), counted as throttled."""
+    stopped = threading.Event()
+    throttle = _throttle_first("/f", 100, retry_after="5")
+
+    def rule(request: Request) -> Reply | None:
+        reply = throttle(request)
+        if reply is not None:
+            stopped.set()  # Ctrl-C while the client reads this 429
+        return reply
+
+    door = hostile.open_door(rule)
+    client = hostile.client(door, "http")
+    client.halted = stopped  # as the engine hands a load client its step's stop
+    try:
+        with pytest.raises(StorageThrottled, match="the step stopped while it waited"):
+            client.stat(f"{hostile.root}/f")
+    finally:
+        client.close()
+    assert len([r for r in door.seen if r.method == "PROPFIND"]) == 1
+
+
 def test_a_wait_longer_than_the_deadline_allows_is_throttled_not_failed(hostile):
     """``Retry-After: 3600`` is more than the request's deadline allows waiting: the
     request ends at once as ``throttled`` (StorageThrottled), sent once; a 503 without

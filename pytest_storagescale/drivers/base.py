@@ -237,6 +237,9 @@ class Driver(abc.ABC):
         register_driver_options(self.options, self.secret_options)
         self._run_started: object = _NOT_ASKED
         self._run_started_lock = threading.Lock()
+        #: the load step's stop (set by the engine for a load client: the window's end,
+        #: Ctrl-C): a request waiting to be sent again (throttled) is not sent once set
+        self.halted: threading.Event | None = None
         #: where the paths this client makes are recorded (None: nowhere)
         self.created: CreatedPaths | None = None
         for option, variable in self.option_environment.items():
@@ -362,6 +365,14 @@ class Driver(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most drivers keep nothing
         """Release the connection (best effort)."""
+
+    def pause(self, seconds: float) -> bool:
+        """Wait ``seconds`` before sending a request again; True when the step stopped
+        meanwhile (:attr:`halted`, which ends the wait at once): send nothing more."""
+        if self.halted is None:
+            time.sleep(seconds)
+            return False
+        return self.halted.wait(seconds)
 
     def counters(self) -> dict[str, float]:
         """What this client counted of its requests beyond their outcomes, summed over

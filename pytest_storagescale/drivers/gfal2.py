@@ -264,7 +264,8 @@ class Gfal2Driver(XRootDLogins, Driver):
             left = began + self.timeout * THROTTLE_SHARE - time.monotonic()
             if THROTTLE_WAIT > left or sends >= THROTTLE_SENDS:
                 raise error
-            time.sleep(THROTTLE_WAIT)
+            if self.pause(THROTTLE_WAIT):  # the step stopped (Ctrl-C, its end)
+                raise error
             sends += 1
 
     # -- namespace -----------------------------------------------------------

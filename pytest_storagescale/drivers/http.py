@@ -535,7 +535,12 @@ class HTTPDriver(Driver):
                                        path)
             if wait is None:
                 break  # a 503 without Retry-After: its status says it
-            time.sleep(wait)
+            if self.pause(wait):  # the step stopped (Ctrl-C, its end): not sent again
+                raise StorageThrottled(
+                    f"the server throttled the request (HTTP {answer.status}) and the step "
+                    f"stopped while it waited to send it again: not sent again",
+                    error_class="throttled", **self._kwargs(operation or method.lower(),
+                                                            path, f"HTTP {answer.status}"))
             if sink is not None:
                 sink.reset()
             read = True

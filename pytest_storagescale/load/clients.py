@@ -162,6 +162,7 @@ def run_client(slot: ClientSlot, run: StepRun) -> None:
     try:
         # not timed for hangs: making a thousand drivers at once takes a while
         driver = run.plan.driver.client(slot.assignment.index, timeout=run.plan.client_timeout)
+        driver.halted = run.stop  # a throttled request is not sent again once it stopped
         # the compiled loop makes the closed loop only: open-loop requests are Python calls
         loop = slot.loop = None if run.dispatcher else _compiled_loop(slot, driver, run)
         _log_in(slot, driver)
