@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import os
 import re
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
 from pytest_storagescale import StorageError
 
@@ -70,13 +70,33 @@ def _http_readv(door: Door, path: str, chunks: Chunks) -> list[bytes]:
     url = f"{scheme}://{endpoint.host}{port}{quote(path, safe='/-._~')}"
     ranges = ",".join(f"{offset}-{offset + size - 1}" for offset, size in chunks)
     body, headers = io.BytesIO(), io.BytesIO()
+    # the parts' headers and boundaries on top of the chunks: more is not read
+    limit = sum(size for _, size in chunks) + 512 * len(chunks) + 65536
+
+    def keep(data: bytes) -> int | None:
+        if body.tell() + len(data) > limit:
+            return 0  # libcurl ends the transfer (a write error)
+        body.write(data)
+        return None
+
     curl = pycurl.Curl()
     try:
         curl.setopt(pycurl.URL, url)
         curl.setopt(pycurl.HTTPHEADER, [f"Range: bytes={ranges}", *_auth(door)])
-        curl.setopt(pycurl.WRITEDATA, body)
+        curl.setopt(pycurl.WRITEFUNCTION, keep)
         curl.setopt(pycurl.HEADERFUNCTION, headers.write)
         curl.setopt(pycurl.TIMEOUT, max(1, int(door.timeout)))
+        # a read may be redirected (a dCache door sends it to the pool that holds the
+        # file), only where TLS still protects it; the door's login is not sent to
+        # another host (libcurl drops USERPWD and a custom Authorization header there)
+        curl.setopt(pycurl.FOLLOWLOCATION, 1)
+        curl.setopt(pycurl.MAXREDIRS, 5)
+        curl.setopt(pycurl.REDIR_PROTOCOLS, pycurl.PROTO_HTTPS if scheme == "https"
+                    else pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
+        login = urlsplit(endpoint.url)
+        if login.username:
+            curl.setopt(pycurl.USERNAME, unquote(login.username))
+            curl.setopt(pycurl.PASSWORD, unquote(login.password or ""))
         ca_dir = door.spec.options.get("ca_dir") or os.environ.get("X509_CERT_DIR")
         if ca_dir:
             curl.setopt(pycurl.CAPATH, ca_dir)
@@ -88,6 +108,10 @@ def _http_readv(door: Door, path: str, chunks: Chunks) -> list[bytes]:
         curl.perform()
         code = curl.getinfo(pycurl.RESPONSE_CODE)
     except pycurl.error as exc:
+        if body.tell() + 1 > limit or exc.args[0] == pycurl.E_WRITE_ERROR:
+            raise _error(door, path, f"GET with Range: bytes={ranges}: the answer is "
+                         f"longer than the {limit} bytes the ranges need: not read "
+                         f"further") from None
         raise _error(door, path, f"GET with Range: bytes={ranges}: {exc.args[-1]}") from None
     finally:
         curl.close()
