@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from .baseline import is_probe, measured_nothing, since_fault
 from .cluster import run_cluster_step
 from .drivers.base import Driver
-from .drivers.registry import driver_class, driver_spec
+from .drivers.registry import driver_class, scheme_driver
 from .errors import StepError, StorageError, StorageScaleUsageError, ThresholdsError
 from .limits import check_open_files, check_threads
 from .load.engine import StepInterrupted, run_step
@@ -137,7 +137,7 @@ def endpoint_driver(run: StorageRun) -> type[Driver] | None:
         endpoint = run.endpoint
         scheme = (endpoint.protocol if endpoint.is_embedded
                   else urlsplit(settings.endpoint or "").scheme)
-        return driver_spec(f"{scheme}://127.0.0.1//storagescale").driver_class
+        return scheme_driver(scheme)
     except Exception:  # noqa: BLE001 - the endpoint's own check reports a bad URL
         return None
 

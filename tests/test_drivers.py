@@ -349,3 +349,15 @@ def test_every_driver_class_declares_ca_dir():
         except StorageScaleUsageError:
             continue  # a client library this machine lacks
         assert issubclass(cls, Driver) and "ca_dir" in cls.option_names
+
+
+def test_the_driver_of_a_scheme_is_found_without_a_url():
+    """The header asks which driver serves the endpoint's scheme before the embedded
+    server runs: the registry answers from the scheme alone (no made-up URL)."""
+    from pytest_storagescale.drivers.registry import scheme_driver
+    from pytest_storagescale.errors import StorageScaleUsageError
+
+    assert scheme_driver("root").name == "xrootd"
+    assert scheme_driver("davs").name == "http"
+    with pytest.raises(StorageScaleUsageError, match="no driver serves nosuch://"):
+        scheme_driver("nosuch")

@@ -161,6 +161,12 @@ def driver_spec(
     return spec
 
 
+def scheme_driver(scheme: str) -> type[Driver]:
+    """The driver class that serves ``scheme`` (``root``, ``davs``...), without a URL; a
+    usage error naming the known schemes for one no driver serves."""
+    return _class_for(scheme, f"{scheme}://")
+
+
 def _class_for(scheme: str, url: str) -> type[Driver]:
     _read_entry_points()
     if scheme not in _SCHEMES:
