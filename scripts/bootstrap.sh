@@ -152,6 +152,11 @@ python_environment() {  # .venv/ with the plugin: demo without the test extras
     if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
         echo "bootstrap: installing pytest-storagescale ($spec) into .venv"
         run .venv/bin/python -m pip install -q --upgrade pip
+        # Debian's ceph-mds depends on ceph-mgr, which puts old jaraco.* modules in the
+        # system site-packages; setuptools >= 71 imports those before its own vendored
+        # copies and fails ("cannot import name 'splat'"): current ones in .venv win
+        run .venv/bin/python -m pip install -q --upgrade "jaraco.functools>=4" \
+            "jaraco.text>=4" "jaraco.context>=5" "more-itertools>=10"
         run .venv/bin/python -m pip install -q -e "$spec"
         run touch "$stamp"
     fi
