@@ -80,6 +80,21 @@ def _only_data_connections_refused(results: Path) -> bool:
     return bool(failed) and all(set(step["errors"]) == {"errno_ECOMM"} for step in failed)
 
 
+def _only_hung_requests(results: Path) -> bool:
+    """Whether the run's only problems were requests that hung (no failure): in one
+    fresh-clone CI run (2026-11-26, load average ~5) the first ls over gsiftp, 1 client,
+    hung its whole 60 s deadline while every other step of the run was clean; not seen
+    in the runs before. The suite measured and reported the hang as it should; this
+    test is about the suite's outcomes, so such a run goes again (within
+    :data:`GFAL2_CRASH_RUNS`)."""
+    try:
+        steps = json.loads(results.read_text())["steps"]
+    except (OSError, ValueError, KeyError):
+        return False
+    hung = [step for step in steps if step["hung"]]
+    return bool(hung) and not any(step["failed"] for step in steps)
+
+
 def test_dcache_suite_over_gsiftp(pytester, monkeypatch):
     """`pytest suites/dcache --storage-embedded gridftp`: the functional and conformance
     checks over gsiftp:// (vector reads not applicable, said so) and every scan."""
@@ -91,7 +106,8 @@ def test_dcache_suite_over_gsiftp(pytester, monkeypatch):
     for _ in range(GFAL2_CRASH_RUNS):
         results.unlink(missing_ok=True)  # each run's own results, never the last one's
         outcome = pytester.runpytest_subprocess(*args)
-        if not (_gfal2_crashed(outcome) or _only_data_connections_refused(results)):
+        if not (_gfal2_crashed(outcome) or _only_data_connections_refused(results)
+                or _only_hung_requests(results)):
             break
     outcome.assert_outcomes(passed=27 + 1, skipped=4)  # + ls_open's one rate
     outcome.stdout.fnmatch_lines([
