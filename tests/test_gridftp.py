@@ -95,6 +95,21 @@ def _only_hung_requests(results: Path) -> bool:
     return bool(hung) and not any(step["failed"] for step in steps)
 
 
+def _only_lost_gridftp_connections(results: Path) -> bool:
+    """Whether the run's only failures were GridFTP control connections gfal2 lost
+    (error class ``communication``): one such failure in a mixed step of ~100
+    operations was seen in 1 of 3 runs of this test on this session's busy machine
+    (load average ~8), none on a quiet one; a run with it goes again (within
+    :data:`GFAL2_CRASH_RUNS`)."""
+    try:
+        steps = json.loads(results.read_text())["steps"]
+    except (OSError, ValueError, KeyError):
+        return False
+    failed = [step for step in steps if step["failed"]]
+    return bool(failed) and all(set(step["errors"]) <= {"communication", "errno_ECOMM"}
+                                for step in failed)
+
+
 def test_dcache_suite_over_gsiftp(pytester, monkeypatch):
     """`pytest suites/dcache --storage-embedded gridftp`: the functional and conformance
     checks over gsiftp:// (vector reads not applicable, said so) and every scan."""
@@ -107,7 +122,7 @@ def test_dcache_suite_over_gsiftp(pytester, monkeypatch):
         results.unlink(missing_ok=True)  # each run's own results, never the last one's
         outcome = pytester.runpytest_subprocess(*args)
         if not (_gfal2_crashed(outcome) or _only_data_connections_refused(results)
-                or _only_hung_requests(results)):
+                or _only_hung_requests(results) or _only_lost_gridftp_connections(results)):
             break
     outcome.assert_outcomes(passed=27 + 1, skipped=4)  # + ls_open's one rate
     outcome.stdout.fnmatch_lines([
