@@ -13,7 +13,7 @@ FAST_TESTS := tests/test_config.py tests/test_records.py tests/test_thresholds.p
 	tests/test_limits.py
 NO_SERVER := not integration and not slow_server
 
-.PHONY: setup setup-demo setup-check servers demo upgrade-demo check lint test bench clean
+.PHONY: setup setup-demo setup-check setup-upgrade servers demo upgrade-demo check lint test bench clean
 
 # everything make test runs (what the install hints of the embedded servers name)
 setup:
@@ -24,6 +24,9 @@ setup-demo:
 
 setup-check:
 	@bash scripts/bootstrap.sh check
+
+setup-upgrade:
+	@bash scripts/bootstrap.sh upgrade
 
 # the embedded server farm and the report tools, without the Python environment
 servers:
@@ -40,8 +43,7 @@ demo: setup-demo
 # steps); UPGRADE_SCALE=0.05 is quicker, with 1 s steps that vary more between runs.
 UPGRADE_SCALE ?= 1
 UPGRADE := storagescale-results/upgrade
-upgrade-demo: setup-demo
-	bash scripts/build-xrootd6.sh
+upgrade-demo: setup-upgrade
 	$(PY) -m pytest suites/xrootd -p no:cacheprovider -q -rs --storage-scale $(UPGRADE_SCALE) \
 		--storage-results $(UPGRADE)/before.json
 	@status=0; $(PY) -m pytest suites/xrootd -p no:cacheprovider -q -rs \

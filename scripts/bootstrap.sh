@@ -8,6 +8,8 @@
 #                          Kerberos, SciTokens, grid proxies, Apache, GridFTP, Ceph,
 #                          Chromium, Java, npm and the Allure command line (`make servers`)
 #   bootstrap.sh all       check + servers: everything `make test` runs (the default)
+#   bootstrap.sh upgrade   the demo's, plus XRootD 6.2.1 built once into ~/.cache (its
+#                          build packages too): what `make upgrade-demo` needs
 #
 # Add --dry-run to print what would be installed and done, and do nothing.
 #  1. system packages, installed with apt-get when run as root (with sudo -n when it
@@ -30,10 +32,10 @@ PART=all
 DRY_RUN=
 for arg in "$@"; do
     case "$arg" in
-        demo|check|servers|all) PART=$arg ;;
+        demo|check|servers|all|upgrade) PART=$arg ;;
         --dry-run) DRY_RUN=1 ;;
         *) echo "bootstrap: unknown argument '$arg': write one of demo, check, servers," \
-                "all (default all), optionally with --dry-run" >&2; exit 2 ;;
+                "all, upgrade (default all), optionally with --dry-run" >&2; exit 2 ;;
     esac
 done
 
@@ -47,8 +49,12 @@ CHECK_PACKAGES=(python3-gfal2)
 # the server farm and the report check (Chromium)
 SERVER_PACKAGES=(gfal2 gfal2-plugin-file gfal2-plugin-http gfal2-plugin-xrootd python3-gfal2
                  chromium chromium-driver)
+# scripts/build-xrootd6.sh: XRootD 6.2.1 from source (--storage-embedded-version)
+XROOTD6_BUILD_PACKAGES=(cmake make pkg-config libssl-dev zlib1g-dev uuid-dev libxml2-dev
+                        libcurl4-openssl-dev libkrb5-dev libscitokens-dev libmacaroons-dev
+                        libjson-c-dev)
 # installed without their recommends (Ceph's would add ceph-mgr and more)
-LEAN_SERVER_PACKAGES=(
+LEAN_SERVER_PACKAGES=("${XROOTD6_BUILD_PACKAGES[@]}"
           # make bench: h2load beside the engine
           nghttp2-client
           # the embedded family (--storage-embedded): logins, WebDAV, GridFTP, Ceph
@@ -59,10 +65,7 @@ LEAN_SERVER_PACKAGES=(
           ceph-mds ceph-fuse
           # the embedded dCache (--storage-embedded dcache): its namespace's PostgreSQL;
           # maven (and java 17) for scripts/dcache-dist.sh
-          postgresql maven
-          # scripts/build-xrootd6.sh: XRootD 6.2.1 from source (--storage-embedded-version)
-          cmake make pkg-config libssl-dev zlib1g-dev uuid-dev libxml2-dev
-          libcurl4-openssl-dev libkrb5-dev libscitokens-dev libmacaroons-dev libjson-c-dev)
+          postgresql maven)
 # commands that may come from elsewhere on the machine (a JDK, nodesource's node):
 # their Debian packages are installed only when the command is missing
 command -v java >/dev/null || SERVER_PACKAGES+=(default-jre-headless)
@@ -128,6 +131,8 @@ install_packages() {  # install_packages [apt options...] -- packages...
 system_packages() {
     case "$PART" in
         demo) install_packages -- "${DEMO_PACKAGES[@]}" ;;
+        upgrade) install_packages -- "${DEMO_PACKAGES[@]}"
+                 install_packages --no-install-recommends -- "${XROOTD6_BUILD_PACKAGES[@]}" ;;
         check) install_packages -- "${DEMO_PACKAGES[@]}" "${CHECK_PACKAGES[@]}" ;;
         servers) install_packages -- "${SERVER_PACKAGES[@]}"
                  install_packages --no-install-recommends -- "${LEAN_SERVER_PACKAGES[@]}" ;;
@@ -138,14 +143,14 @@ system_packages() {
 
 python_environment() {  # .venv/ with the plugin: demo without the test extras
     local spec='.[xrootd,http,servers]' stamp=.venv/.storagescale-installed
-    if [ "$PART" != demo ]; then spec='.[test]'; stamp=.venv/.storagescale-installed-test; fi
+    case "$PART" in demo|upgrade) ;; *) spec='.[test]'; stamp=.venv/.storagescale-installed-test ;; esac
     if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import XRootD' 2>/dev/null; then
         echo "bootstrap: creating .venv from $SYSTEM_PYTHON (with system site-packages)"
         run rm -rf .venv
         run "$SYSTEM_PYTHON" -m venv --system-site-packages .venv
     fi
     # the test install holds the demo's too
-    if [ "$PART" = demo ] && [ -f .venv/.storagescale-installed-test ] \
+    if [ "$stamp" = .venv/.storagescale-installed ] && [ -f .venv/.storagescale-installed-test ] \
             && [ ! pyproject.toml -nt .venv/.storagescale-installed-test ]; then
         stamp=.venv/.storagescale-installed-test
     fi
@@ -176,11 +181,11 @@ allure_command_line() {
 
 system_packages
 case "$PART" in
-    demo|check) python_environment ;;
+    demo|check|upgrade) python_environment ;;
     servers) allure_command_line ;;
     all) python_environment; allure_command_line ;;
 esac
 # XRootD 6.2.1 into ~/.cache, once per machine (15-30 min the first time, then a no-op)
-case "$PART" in servers|all) run bash scripts/build-xrootd6.sh ;; esac
+case "$PART" in servers|all|upgrade) run bash scripts/build-xrootd6.sh ;; esac
 # the dCache releases of the shared folder into ~/.cache, once per machine (2 min)
 case "$PART" in servers|all) run bash scripts/dcache-dist.sh ;; esac
