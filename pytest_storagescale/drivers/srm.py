@@ -105,8 +105,17 @@ def _exchange(endpoint: EndpointURL, context: ssl.SSLContext, path: str, body: b
                f"Content-Type: text/xml; charset=utf-8\r\nSOAPAction: \"\"\r\n"
                f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n").encode()
     deadline = time.monotonic() + timeout  # the whole exchange's: a door sending a
-    raw = socket.create_connection((endpoint.host, endpoint.port or 8443), timeout=timeout)
-    with context.wrap_socket(raw, server_hostname=endpoint.host) as connection:
+    raw = None
+    try:  # a connect or TLS handshake that outlasts the deadline is a timeout too
+        raw = socket.create_connection((endpoint.host, endpoint.port or 8443),
+                                       timeout=timeout)
+        connection = context.wrap_socket(raw, server_hostname=endpoint.host)
+    except TimeoutError:
+        if raw is not None:
+            raw.close()
+        raise _PastDeadline(f"no connection and TLS handshake within {timeout:.3g} s"
+                            ) from None
+    with connection:
         if httpg:  # its own TLS record: the door reads the record as the flag
             connection.sendall(b"0")
         connection.sendall(request + body)
