@@ -17,6 +17,8 @@ import pytest
 from server_side import stat_step, watched_step
 
 from pytest_storagescale.drivers.registry import driver_spec
+from pytest_storagescale.load.engine import run_step
+from pytest_storagescale.load.operations import get_operation
 from pytest_storagescale.servers.family import check_embedded_choice, embedded_class
 from pytest_storagescale.servers.monitor import SummaryListener
 from pytest_storagescale.servers.redirector import EmbeddedXRootDCluster, located
@@ -169,3 +171,31 @@ def test_a_steps_server_side_counts_every_xrootd_of_the_cluster(cluster, summari
     sent = record.issued_operations
     assert abs(usage.operations - sent) <= max(0.01 * sent, 50), (usage, sent)
     assert usage.threads > 0 and usage.cpu_s is not None  # six daemons sampled
+
+
+@pytest.mark.parametrize(("operation", "loop"), [("stat", "compiled"), ("get", "compiled"),
+                                                 ("get", "python")])
+def test_each_request_through_the_manager_counts_its_redirect(cluster, area, embedded_xrootd,
+                                                              operation, loop):
+    """The manager redirects every open and stat to a data server: a step through it
+    counts at least one redirect per request it made (XrdCl's host list: the compiled
+    loop's stat and get, the Python bindings' open), with no door time (XrdCl does not
+    tell it); the same step on a standalone xrootd counts none."""
+    door, _ = area
+    params = {"file_size": 10_000, "files": 2} if operation == "get" else {}
+    redirected = stat_step(cluster, door.spec.writable_root, operation=get_operation(
+        operation), clients=2, duration=1.0, warmup=0.2, params=params,
+        driver=driver_spec(cluster.url, writable_root=door.spec.writable_root,
+                           options={"client_loop": loop}))
+    side = run_step(redirected, executor="threads").total
+    assert side.succeeded > 0 and side.failed == side.hung == 0, side.errors
+    made = side.warmup_operations + side.succeeded + side.drain_operations
+    assert side.redirects >= made, (side.redirects, made)
+    assert side.door_latency_s != side.door_latency_s  # NaN: not timed over root://
+    root = f"{AREA}/redirects-{operation}-{loop}"
+    direct = run_step(stat_step(embedded_xrootd, root, operation=get_operation(operation),
+                                clients=2, duration=1.0, warmup=0.2, params=params,
+                                driver=driver_spec(embedded_xrootd.url, writable_root=root,
+                                                   options={"client_loop": loop})),
+                      executor="threads").total
+    assert direct.succeeded > 0 and direct.redirects == 0, direct

@@ -184,6 +184,25 @@ def test_csv_and_html():
     assert "<td>mixed/readers (mixed)</td>" in page
 
 
+def test_csv_has_the_throttled_and_redirect_counts_of_the_steps_that_have_some():
+    """throttled, redirects and door_latency_s after hung, as the table shows the
+    counts: plain numbers, the door time empty where not timed (XRootD's redirects)."""
+    davs, root = side(), side()
+    davs.throttled, davs.redirects, davs.door_seconds = 3, 500, 2.5
+    root.redirects = 400
+    steps = [record(sides={"stat": davs}), record("get", sides={"get": root}),
+             record("ls", 3, sides={}, verdict=Verdict.ERROR)]
+    csv = table_csv(steps).splitlines()
+    assert csv[0].startswith("op,clients,succeeded,rate_hz,mb_s,failed,hung,throttled,"
+                             "redirects,door_latency_s,p50_s,p99_s,")
+    assert csv[1].startswith("stat,50,500,50,,0,0,3,500,0.005,0.004001,")
+    assert csv[2].startswith("get,50,500,50,,0,0,0,400,,0.004001,")
+    assert csv[3] == "ls,3,,,,,,,,,,,,,error"
+    assert table_csv([record()]).splitlines()[0] == (  # none: no such columns
+        "op,clients,succeeded,rate_hz,mb_s,failed,hung,p50_s,p99_s,client_cpu,"
+        "client_saturated,verdict")
+
+
 def test_report_page(tmp_path):
     steps = [record(clients=5), record(clients=50), mixed(),
              record("get", 3, sides={}, verdict=Verdict.ERROR)]

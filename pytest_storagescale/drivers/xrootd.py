@@ -23,6 +23,15 @@ destination server fetches the file from the source (``ofs.tpc``, which both ser
 need). So there is one call, made of the destination's client; the copy's deadline
 is the driver's timeout for setting it up and again (at least 10 s: XrdCl looks for
 the end of a copy every 2.5 s) for the copy itself.
+
+Redirects (a dCache door's open to a pool's mover, a redirector's open or stat to a
+data server) are followed inside XrdCl, which tells them only to an asynchronous
+call's handler: the hosts the request went through. Each hop past the first is
+counted in :attr:`XRootDDriver.redirects` (``Driver.counters``), for the opens of
+get, put, read and readv (made asynchronously and waited for) and for every stat and
+get of the compiled loop. A stat through the Python bindings stays synchronous, not
+counted (a callback costs it about a fifth more client CPU: docs/drivers.md); nor is
+the time at the door, which XrdCl does not tell (``door_latency_s`` stays NaN).
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from XRootD.client.flags import (
     QueryCode,
     StatInfoFlags,
 )
+from XRootD.client.utils import AsyncResponseHandler
 
 from ..errors import (
     BadAnswer,
@@ -151,6 +161,10 @@ class XRootDDriver(XRootDLogins, Driver):
 
     def __init__(self, endpoint, **kwargs) -> None:
         super().__init__(endpoint, **kwargs)
+        #: redirects this client's requests followed (see the module's text), its
+        #: compiled loops' not included (:meth:`counters` adds them)
+        self.redirects = 0
+        self._loops: list[_CompiledLoop] = []
         port = f":{endpoint.port}" if endpoint.port else ""
         self._server = f"{endpoint.scheme}://{self.client_id}@{endpoint.host}{port}"
         self._fs = client.FileSystem(self._server)
@@ -217,9 +231,17 @@ class XRootDDriver(XRootDLogins, Driver):
                 or self._relogging or walk.kind not in native.KINDS):
             return None
         try:
-            return _CompiledLoop(self, walk)
+            loop = _CompiledLoop(self, walk)
         except native.Unavailable:
             return None
+        self._loops.append(loop)
+        return loop
+
+    def counters(self) -> dict[str, float]:
+        """``redirects``: those of this client's requests, its compiled loops' too (no
+        ``door_seconds``: XrdCl does not tell the time at the door)."""
+        return {"redirects": self.redirects + sum(
+            loop.client.redirects() for loop in self._loops)}
 
     def _check(self, status, operation: str, path: str) -> None:
         if status.ok:
@@ -335,7 +357,12 @@ class XRootDDriver(XRootDLogins, Driver):
     # -- data ----------------------------------------------------------------
     def _open(self, path: str, flags: int, operation: str, mode: int = 0) -> client.File:
         handle = client.File()
-        status, _ = handle.open(self._url(path), flags, mode, timeout=self._timeout)
+        answer = AsyncResponseHandler()  # asynchronous: the hosts it went through
+        status = handle.open(self._url(path), flags, mode, timeout=self._timeout,
+                             callback=answer)
+        if status.ok:  # sent: XrdCl answers it (its timeout too); else not sent
+            status, _, hosts = answer.wait()
+            self.redirects += max(0, sum(1 for _ in hosts or ()) - 1)
         self._check(status, operation, path)
         return handle
 

@@ -329,8 +329,10 @@ class SideResult:
     @property
     def door_latency_s(self) -> float:
         """Mean seconds a redirected request spent at the door (before its last
-        server answered); NaN without redirects."""
-        return self.door_seconds / self.redirects if self.redirects else float("nan")
+        server answered); NaN without redirects, or when the driver did not time them
+        (the xrootd driver counts redirects only: XrdCl does not tell the door's time)."""
+        return (self.door_seconds / self.redirects if self.redirects and self.door_seconds
+                else float("nan"))
 
     @property
     def error_ratio(self) -> float:

@@ -233,12 +233,21 @@ def _number(value: float | int | None) -> str:
     return str(value) if isinstance(value, int) else f"{value:.6g}"
 
 
-def _side_numbers(side: SideResult) -> list[str]:
-    """clients .. p99_s of one side as plain numbers."""
+def _side_numbers(side: SideResult, counts: tuple[str, ...] = ()) -> list[str]:
+    """clients .. p99_s of one side as plain numbers, ``counts`` (:func:`csv_counts`)
+    after hung."""
     return [_number(side.clients), _number(side.succeeded), _number(side.rate_hz),
             _number(side.mb_s) if side.bytes else "", _number(side.failed),
-            _number(side.hung), _number(side.latency_s.get("p50")),
-            _number(side.latency_s.get("p99"))]
+            _number(side.hung), *(_number(getattr(side, name)) for name in counts),
+            _number(side.latency_s.get("p50")), _number(side.latency_s.get("p99"))]
+
+
+def csv_counts(steps: list[StepRecord]) -> tuple[str, ...]:
+    """The CSV's columns after hung: the table's :data:`COUNT_COLUMNS` a side of
+    ``steps`` has some of, and ``door_latency_s`` (empty where not measured) beside
+    ``redirects``."""
+    shown = shown_counts(steps)
+    return (*shown, "door_latency_s") if "redirects" in shown else shown
 
 
 def _saturated(step: StepRecord) -> str:
@@ -258,8 +267,9 @@ def csv_rows(steps: list[StepRecord], main_door: str = "") -> list[list[str]]:
     derived = list(dict.fromkeys(name for step in steps for name in step.derived))
     with_server = any(step.server is not None for step in steps)
     with_open = any(step.arrival_rate for step in steps)
+    counts = csv_counts(steps)
     header = ["op", *([DOOR_COLUMN] if with_door else []), "clients", "succeeded", "rate_hz",
-              "mb_s", "failed", "hung", "p50_s", "p99_s",
+              "mb_s", "failed", "hung", *counts, "p50_s", "p99_s",
               *(OPEN_LOOP_CSV if with_open else []), *derived,
               *(["rate_change"] if with_baseline else []), "client_cpu", "client_saturated",
               *(SERVER_CSV if with_server else []), "verdict"]
@@ -270,8 +280,8 @@ def csv_rows(steps: list[StepRecord], main_door: str = "") -> list[list[str]]:
                            and step.baseline.matched else None)] if with_baseline else [])
         sides = step.sides or {"": None}
         for index, (name, side) in enumerate(sides.items()):
-            numbers = (_side_numbers(side) if side is not None
-                       else [_number(step.clients), *[""] * 7])
+            numbers = (_side_numbers(side, counts) if side is not None
+                       else [_number(step.clients), *[""] * (7 + len(counts))])
             values = [_number(step.derived.get(metric)) if index == 0 else ""
                       for metric in derived]
             numbers += _open_numbers(step, side) if with_open else []

@@ -196,6 +196,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.ss_take.restype = ctypes.c_int
     lib.ss_halt.argtypes, lib.ss_halt.restype = [ctypes.c_void_p], None
     lib.ss_backlog.argtypes, lib.ss_backlog.restype = [], ctypes.c_int
+    lib.ss_redirects.argtypes = [ctypes.c_void_p]
+    lib.ss_redirects.restype = ctypes.c_longlong
     for name in ("ss_since_address", "ss_pending_address"):
         getattr(lib, name).argtypes = [ctypes.c_void_p]
         getattr(lib, name).restype = ctypes.c_void_p
@@ -224,6 +226,7 @@ class CompiledClient:
         for path in paths:
             self._lib.ss_client_add_path(self._handle, path.encode())
         self._size = 0  # of the per-request arrays below, grown to the count asked
+        self._redirects = 0  # what the freed client had followed
         #: set from any thread (:meth:`halt`): the loop begins no further request
         self._stop = ctypes.c_int(0)
         self._message = ctypes.create_string_buffer(_MESSAGE_SIZE)
@@ -327,6 +330,14 @@ class CompiledClient:
         handle = self._handle  # close() happens in this same thread, afterwards
         return not handle or bool(self._lib.ss_wait_idle(handle, seconds))
 
+    def redirects(self) -> int:
+        """The redirects this client's requests have followed so far (the hosts each
+        request went through past the first: XrdCl's host list)."""
+        with self._guard:
+            if self._handle:
+                self._redirects = self._lib.ss_redirects(self._handle)
+            return self._redirects
+
     def halt(self) -> None:
         """Begin no further request, from now on (a call running ends after the request
         in flight)."""
@@ -339,6 +350,7 @@ class CompiledClient:
         """Free the client (one with a request still in flight is left to XrdCl)."""
         with self._guard:
             if self._handle:
+                self._redirects = self._lib.ss_redirects(self._handle)
                 self._lib.ss_client_free(self._handle)
                 self._handle = None
 

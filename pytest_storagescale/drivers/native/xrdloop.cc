@@ -17,6 +17,12 @@
 // (ss_take), watches the request in flight for hangs (ss_since_address, ss_abandon) and
 // waits for the last one after the stop (ss_wait_idle).
 //
+// Redirects: every request goes out asynchronously, its handler given the hosts XrdCl
+// went through (HandleResponseWithHosts: the first server, then one per redirect, as
+// a dCache door's open to a pool's mover or a redirector's to a data server); the hops
+// past the first are counted per client (ss_redirects). A synchronous XrdCl call waits
+// on such a handler itself and drops the host list, so the loop waits on its own.
+//
 // Built on first use (pytest_storagescale/drivers/native/__init__.py):
 //   g++ -O2 -std=c++17 -shared -fPIC -I/usr/include/xrootd xrdloop.cc -lXrdCl
 #include <XrdCl/XrdClFile.hh>
@@ -63,6 +69,49 @@ const std::string& walk_path(const std::vector<std::string>& paths, long long fi
   return paths[((first + i * step) % files + files) % files];
 }
 
+// the redirects a request followed: the hosts it went through past the first
+long long hops(const XrdCl::HostList* hosts) {
+  return hosts && hosts->size() > 1 ? static_cast<long long>(hosts->size()) - 1 : 0;
+}
+
+// One request's answer, waited for by the calling thread (what XrdCl's synchronous
+// calls do), with the hops of its host list added to `redirects`.
+class Answer : public XrdCl::ResponseHandler {
+ public:
+  explicit Answer(std::atomic<long long>& redirects) : redirects_(redirects) {}
+  ~Answer() override { delete response_; }  // a stat's StatInfo: not needed
+
+  void HandleResponseWithHosts(XrdCl::XRootDStatus* status, XrdCl::AnyObject* response,
+                               XrdCl::HostList* hosts) override {
+    const long long followed = hops(hosts);
+    delete hosts;
+    if (followed) redirects_.fetch_add(followed, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> held(lock_);
+    status_ = *status;
+    delete status;
+    response_ = response;
+    done_ = true;
+    answered_.notify_one();
+  }
+
+  // the request's status: `sent` (the call's own) when XrdCl refused to send it, else
+  // the answer's, waited for (XrdCl always answers a sent request: its timeout too)
+  XrdCl::XRootDStatus Wait(const XrdCl::XRootDStatus& sent) {
+    if (!sent.IsOK()) return sent;
+    std::unique_lock<std::mutex> held(lock_);
+    answered_.wait(held, [this] { return done_; });
+    return status_;
+  }
+
+ private:
+  std::atomic<long long>& redirects_;
+  std::mutex lock_;
+  std::condition_variable answered_;
+  bool done_ = false;
+  XrdCl::XRootDStatus status_;
+  XrdCl::AnyObject* response_ = nullptr;
+};
+
 // a request the background loop finished, until ss_take hands it out
 struct Done {
   double finished, latency;
@@ -96,6 +145,8 @@ struct Client : XrdCl::ResponseHandler {
   std::vector<Done> finished;
   std::atomic<int> pending{0};  // finished.size(), read by the engine without a call
   std::atomic<double> since{0.0};
+  // redirects the client's requests followed (ss_redirects)
+  std::atomic<long long> redirects{0};
   double began = 0.0;
   int issuing = 0;
   bool active = false, halted = false, abandoned = false, freed = false;
@@ -157,6 +208,14 @@ struct Client : XrdCl::ResponseHandler {
     }
   }
 
+  void HandleResponseWithHosts(XrdCl::XRootDStatus* status, XrdCl::AnyObject* response,
+                               XrdCl::HostList* hosts) override {
+    const long long followed = hops(hosts);
+    delete hosts;
+    if (followed) redirects.fetch_add(followed, std::memory_order_relaxed);
+    HandleResponse(status, response);
+  }
+
   void HandleResponse(XrdCl::XRootDStatus* status, XrdCl::AnyObject* response) override {
     double end = monotonic();
     long long index = 0;
@@ -177,9 +236,8 @@ struct Client : XrdCl::ResponseHandler {
 // stat: 0 bytes moved
 bool stat_once(Client& c, const std::string& path, uint16_t timeout, long long* moved,
                int* code, int* err, int* level, char* message, int size) {
-  XrdCl::StatInfo* info = nullptr;
-  XrdCl::XRootDStatus status = c.fs.Stat(path, info, timeout);
-  delete info;
+  Answer answer(c.redirects);
+  XrdCl::XRootDStatus status = answer.Wait(c.fs.Stat(path, &answer, timeout));
   *moved = 0;
   if (!status.IsOK()) fail(status, code, err, level, message, size);
   return status.IsOK();
@@ -191,9 +249,10 @@ bool get_once(Client& c, const std::string& path, uint16_t timeout, long long* m
   const uint32_t chunk = 8u * 1024u * 1024u;
   XrdCl::File file;
   *moved = 0;
-  XrdCl::XRootDStatus status =
+  Answer opened(c.redirects);
+  XrdCl::XRootDStatus status = opened.Wait(
       file.Open(c.server + "/" + path, XrdCl::OpenFlags::Read, XrdCl::Access::None,
-                timeout);
+                &opened, timeout));
   if (!status.IsOK()) {
     fail(status, code, err, level, message, size);
     return false;
@@ -350,6 +409,11 @@ int ss_take(void* handle, int n, double* finished, double* latency, long long* i
   c.finished.erase(c.finished.begin(), c.finished.begin() + taken);
   c.pending.store(static_cast<int>(c.finished.size()));
   return taken;
+}
+
+// the redirects the client's requests have followed so far (both loops)
+long long ss_redirects(void* handle) {
+  return static_cast<Client*>(handle)->redirects.load(std::memory_order_relaxed);
 }
 
 // the most finished requests a background loop keeps (kBacklog)
