@@ -11,6 +11,9 @@
 - The functional checks of ``test_dcache_functional.py`` honour the thresholds file's
   ``[known_issues]`` as the conformance checks do (strict expected failures: Apache
   ``mod_dav`` offers no checksum, see ``thresholds/dcache/embedded-apache.toml``).
+- The bad-login check of ``test_dcache_behaviour.py`` runs last (against a remote
+  door its wrong passwords may get this host blocked for a while: dCache 11.2's
+  request limiter).
 - Vector-read checks are skipped, with the reason, on doors whose protocol has no
   vector read (GridFTP): gfal2 would send one partial read per chunk, which the
   partial-read checks already test.
@@ -60,8 +63,15 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             "dcache --storage-embedded-version PATH gives a tarball)"]
 
 
+#: checks that make a door block this host for a while (dCache 11.2's WebDAV limiter
+#: after bad logins): run last in their process (test_dcache_behaviour.py)
+RUN_LAST = ("test_bad_logins_do_not_block_a_correct_client",)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the vector-read checks on doors without a vector read, saying why."""
+    """Skip the vector-read checks on doors without a vector read, saying why; move the
+    checks that may get this host blocked to the end."""
+    items.sort(key=lambda item: getattr(item, "originalname", "") in RUN_LAST)
     for item in items:
         cls = getattr(item, "cls", None)
         callspec = getattr(item, "callspec", None)
