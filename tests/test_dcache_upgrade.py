@@ -2,10 +2,15 @@
 its results, then against 11.2.5 with them as the baseline, and ``storagescale
 compare`` prints both side by side. Two dCache starts in all (one per pytest run);
 the steps are short (a small plan scale, the WebDAV and xrootd doors, a subset of the
-suite: a namespace scan, a copy-out scan and two functional checks). What it asserts
-is what the two runs really showed (docs/dcache-upgrade.md): each run names its own
-version and the thresholds file chosen for it, the second run's steps are judged
-against the first's (each holds its baseline step), and the comparison names both."""
+suite: a namespace scan, a copy-out scan, two functional checks and the two checks of
+suites/dcache/test_dcache_behaviour.py that provoke what 11.2 does differently). What
+it asserts is what the two runs really showed (docs/dcache-upgrade.md): each run names
+its own version and the thresholds file chosen for it, the second run's steps are
+judged against the first's (each holds its baseline step), the upgrade's two changes
+show as checks that passed on 10.2.25 and are known issues of 11.2.5 with the answer
+seen (the xrootd door refuses a stage request; the WebDAV request limiter throttles a
+correct client after bad logins from its address), and the comparison names both
+releases and those two changed outcomes."""
 
 from __future__ import annotations
 
@@ -21,8 +26,14 @@ from pytest_storagescale.servers.dcache import cached_releases
 pytestmark = [pytest.mark.integration, pytest.mark.slow_server]
 REPO = Path(__file__).resolve().parent.parent
 BEFORE, AFTER = "10.2.25", "11.2.5"
+#: what 11.2.5 changed, each check with a word of the answer seen (its known issue)
+CHANGED = {
+    "test_prepare_stage[root]": "Request 3021 not supported",
+    "test_bad_logins_do_not_block_a_correct_client[davs]": "429",
+}
 SUBSET = ("test_namespace_scan or test_copy_out_scan or test_put_get_checksum "
-          "or test_stat_file_and_directory")
+          "or test_stat_file_and_directory or test_prepare_stage "
+          "or test_bad_logins_do_not_block_a_correct_client")
 
 
 def _run(pytester, version: str, *extra: str):
@@ -30,7 +41,7 @@ def _run(pytester, version: str, *extra: str):
         str(REPO / "suites" / "dcache"), "--storage-embedded=dcache",
         f"--storage-embedded-version={version}", "--storage-load-doors=davs,root",
         "--storage-scale=0.02", "--storage-clients=2", "-k", SUBSET,
-        "-p", "no:cacheprovider", *extra, timeout=900)
+        "-p", "no:cacheprovider", "-rx", *extra, timeout=900)
 
 
 def test_an_upgrade_from_10_2_to_11_2_is_judged_against_the_first_run(pytester):
@@ -52,6 +63,14 @@ def test_an_upgrade_from_10_2_to_11_2_is_judged_against_the_first_run(pytester):
                                  f"*thresholds: *dcache/*.toml (matched version {AFTER}*"])
     documents = [json.loads(path.read_text()) for path in (before, after)]
     assert [doc["run"]["version"] for doc in documents] == [BEFORE, AFTER]
+    outcomes = [_behaviour(doc) for doc in documents]
+    assert {name: outcome for name, (outcome, _) in outcomes[0].items()} == dict.fromkeys(
+        CHANGED, "passed"), outcomes[0]
+    for name, words in CHANGED.items():
+        outcome, cause = outcomes[1][name]
+        assert outcome == "xfailed" and words in cause, (name, outcomes[1][name])
+    second.stdout.fnmatch_lines(["*XFAIL*test_prepare_stage?root?*known issue of dcache "
+                                 f"{AFTER}*"])
     judged = [step for step in documents[1]["steps"] if step.get("baseline")]
     assert judged, "no step of the second run was compared with the first"
     assert {step["door"] for step in judged} >= {"davs", "root"}
@@ -60,4 +79,15 @@ def test_an_upgrade_from_10_2_to_11_2_is_judged_against_the_first_run(pytester):
          str(after)], capture_output=True, text=True, timeout=120)
     assert compare.returncode in (0, 1), compare.stderr
     assert BEFORE in compare.stdout and AFTER in compare.stdout
+    changed = compare.stdout.partition("checks whose outcome changed:")[2]
+    for name, words in CHANGED.items():
+        assert any(name in line and "A passed -> B xfailed" in line and words in line
+                   for line in changed.splitlines()), (name, changed)
     print(compare.stdout)
+
+
+def _behaviour(document: dict) -> dict[str, tuple[str, str]]:
+    """test id -> (outcome, cause) of the checks an upgrade of dCache changed."""
+    return {test["nodeid"].rpartition("::")[2]: (test["outcome"], test.get("cause") or "")
+            for test in document.get("tests", [])
+            if test["nodeid"].rpartition("::")[2] in CHANGED}
