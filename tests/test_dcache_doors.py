@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import os
 import ssl
+import time
 import zlib
 from pathlib import Path
 
@@ -102,6 +103,7 @@ def test_a_real_dcache_through_every_driver(tmp_path, dcache_release):
         _srm_through_gfal2(server, tmp_path)
         _srm_listing_of_four_entries(server)
         _webdav_transfers_go_to_the_pools_counted(server)
+        _xrootd_opens_go_to_the_pools_counted(server)
         if expected.startswith("11."):
             _a_client_blocked_by_the_limiter_waits_it_out(server)
     finally:
@@ -264,6 +266,36 @@ def _webdav_transfers_go_to_the_pools_counted(server) -> None:
         assert client.read(f"{root}/big", 2_999_990, 10) == big[-10:]
         for name in ("first", "small", "big"):
             client.delete(f"{root}/{name}")
+        client.rmdir(root)
+    finally:
+        client.close()
+
+
+def _xrootd_opens_go_to_the_pools_counted(server) -> None:
+    """Through the xrootd driver: the door redirects each open (put, get, read) to a
+    pool's mover, counted once from XrdCl's host list; a stat is the door's own answer
+    (none); the compiled loop's gets count theirs, its stats none."""
+    from pytest_storagescale.drivers.base import RequestWalk
+    from pytest_storagescale.servers.dcache import AREA
+
+    root = f"{AREA}/root-redirects"
+    client = driver_spec(server.url_for("root"), driver="xrootd", writable_root=root
+                         ).connect("rootredir", timeout=60)
+    try:
+        client.put(f"{root}/f", b"x" * 1000)
+        assert client.redirects == 1
+        assert client.get(f"{root}/f") == 1000 and client.read(f"{root}/f", 0, 4) == b"xxxx"
+        assert client.stat(f"{root}/f").size == 1000
+        assert client.redirects == 3
+        for kind, size in (("get", 1000), ("stat", None)):
+            loop = client.compiled_loop(RequestWalk(kind, (f"{root}/f",), 0, 1, size))
+            try:
+                made = loop.run(0, 2, time.perf_counter() + 60)
+            finally:
+                loop.close()
+            assert len(made) == 2 and all(o.error is None for o in made), made
+        assert client.counters() == {"redirects": 5}  # the two compiled gets'
+        client.delete(f"{root}/f")
         client.rmdir(root)
     finally:
         client.close()

@@ -25,13 +25,14 @@ is the driver's timeout for setting it up and again (at least 10 s: XrdCl looks 
 the end of a copy every 2.5 s) for the copy itself.
 
 Redirects (a dCache door's open to a pool's mover, a redirector's open or stat to a
-data server) are followed inside XrdCl, which tells them only to an asynchronous
-call's handler: the hosts the request went through. Each hop past the first is
-counted in :attr:`XRootDDriver.redirects` (``Driver.counters``), for the opens of
-get, put, read and readv (made asynchronously and waited for) and for every stat and
-get of the compiled loop. A stat through the Python bindings stays synchronous, not
-counted (a callback costs it about a fifth more client CPU: docs/drivers.md); nor is
-the time at the door, which XrdCl does not tell (``door_latency_s`` stays NaN).
+data server) are followed inside XrdCl, which tells the hosts a request went through
+only to an asynchronous call's handler. The compiled loop's stats and gets are
+asynchronous: each hop past the first is counted. The Python driver's opens (get,
+put, read, readv) stay synchronous (a callback cost a third more client CPU per open
+through the bindings: docs/benchmarks.md) and count one redirect when the file's data
+server (XrdCl's ``DataServer`` property, 0.1 us) is not the server asked; its stat is
+not counted. All go to :attr:`XRootDDriver.redirects` (``Driver.counters``); the
+time at the door is not told by XrdCl (``door_latency_s`` stays NaN).
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from XRootD.client.flags import (
     QueryCode,
     StatInfoFlags,
 )
-from XRootD.client.utils import AsyncResponseHandler
 
 from ..errors import (
     BadAnswer,
@@ -168,6 +168,8 @@ class XRootDDriver(XRootDLogins, Driver):
         port = f":{endpoint.port}" if endpoint.port else ""
         self._server = f"{endpoint.scheme}://{self.client_id}@{endpoint.host}{port}"
         self._fs = client.FileSystem(self._server)
+        #: the server asked, as XrdCl names it (an open elsewhere was redirected)
+        self._host_id = client.URL(self._server).hostid
         self.flat_namespace = flat.enabled(self.options)
         #: per-request timeout in whole seconds, as the client library takes it
         self._timeout = max(1, min(65535, int(round(self.timeout))))
@@ -357,13 +359,10 @@ class XRootDDriver(XRootDLogins, Driver):
     # -- data ----------------------------------------------------------------
     def _open(self, path: str, flags: int, operation: str, mode: int = 0) -> client.File:
         handle = client.File()
-        answer = AsyncResponseHandler()  # asynchronous: the hosts it went through
-        status = handle.open(self._url(path), flags, mode, timeout=self._timeout,
-                             callback=answer)
-        if status.ok:  # sent: XrdCl answers it (its timeout too); else not sent
-            status, _, hosts = answer.wait()
-            self.redirects += max(0, sum(1 for _ in hosts or ()) - 1)
+        status, _ = handle.open(self._url(path), flags, mode, timeout=self._timeout)
         self._check(status, operation, path)
+        if handle.get_property("DataServer") != self._host_id:
+            self.redirects += 1  # at least one: hops past it are not told here
         return handle
 
     def _close(self, handle: client.File, operation: str, path: str) -> None:
@@ -471,6 +470,7 @@ class XRootDDriver(XRootDLogins, Driver):
         port = f":{endpoint.port}" if endpoint.port else ""
         self._server = f"{endpoint.scheme}://{name}@{endpoint.host}{port}"
         self._fs = client.FileSystem(self._server)
+        self._host_id = client.URL(self._server).hostid
 
     def connect(self) -> None:
         """Connect and log in (a ``kXR_ping`` after the login)."""
