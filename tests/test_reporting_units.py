@@ -297,6 +297,7 @@ def test_every_test_outcome_and_its_cause(pytester):
 
 def test_benchmark_document_and_pytest_benchmark_compare(tmp_path):
     steps = [record(clients=5), mixed(), record("get", 3, sides={}, verdict=Verdict.ERROR)]
+    steps[0].sides["stat"].redirects = 7  # a door's redirects to its data servers
     document = benchmark_document(RUN, steps)
     names = [b["name"] for b in document["benchmarks"]]
     assert names == ["stat[c5]", "mixed[c4] (mixed)"]  # no latencies, no benchmark
@@ -304,6 +305,7 @@ def test_benchmark_document_and_pytest_benchmark_compare(tmp_path):
     assert stat["stats"]["rounds"] == 500 and stat["stats"]["ops"] == 50.0
     assert stat["stats"]["min"] <= stat["stats"]["median"] <= stat["stats"]["max"]
     assert stat["extra_info"]["verdict"] == "pass" and stat["group"] == "xrootd stat"
+    assert stat["extra_info"]["redirects"] == 7
     assert document["benchmarks"][1]["stats"]["rounds"] == 60  # both sides
     write_benchmark_json(tmp_path / "old.json", RUN, steps)
     write_benchmark_json(tmp_path / "new.json", RUN, steps)
