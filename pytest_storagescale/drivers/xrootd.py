@@ -28,10 +28,10 @@ Redirects (a dCache door's open to a pool's mover, a redirector's open or stat t
 data server) are followed inside XrdCl, which tells the hosts a request went through
 only to an asynchronous call's handler. The compiled loop's stats and gets are
 asynchronous: each hop past the first is counted. The Python driver's opens (get,
-put, read, readv) stay synchronous (a callback cost a third more client CPU per open
-through the bindings: docs/benchmarks.md) and count one redirect when the file's data
-server (XrdCl's ``DataServer`` property, 0.1 us) is not the server asked; its stat is
-not counted. All go to :attr:`XRootDDriver.redirects` (``Driver.counters``); the
+put, read, readv) stay synchronous (a callback cost 26 % more client CPU per open
+and close through the bindings: docs/benchmarks.md) and count one redirect when the
+file's data server (XrdCl's ``DataServer`` property, 0.1 us) is not the server
+asked; its stat is not counted. All go to :attr:`XRootDDriver.redirects` (``Driver.counters``); the
 time at the door is not told by XrdCl (``door_latency_s`` stays NaN).
 """
 
