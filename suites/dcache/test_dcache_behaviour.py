@@ -172,9 +172,12 @@ def _own_loopback(host: str, port: int) -> str | None:
 class TestDCacheBehaviour(ConformanceChecks):
     """Checks that provoke what dCache releases do differently, over every door."""
 
-    def test_bad_logins_do_not_block_a_correct_client(self, place: Place) -> None:
+    def test_bad_logins_do_not_block_a_correct_client(self, place: Place,
+                                                       record_property) -> None:
         """Wrong passwords from a host (one job's expired credentials) must not lock a
-        correct client of the same host out: it is served at once, not answered 429."""
+        correct client of the same host out: it is served at once, not answered 429.
+        The figures go to the JUnit XML too (``bad_logins``, ``throttled``,
+        ``held_s``)."""
         if not place.door.is_http:
             pytest.skip(f"{place.door.name} door: bad logins are sent as HTTP Basic "
                         f"logins; this door speaks {place.door.scheme}://")
@@ -186,6 +189,9 @@ class TestDCacheBehaviour(ConformanceChecks):
         where = (f"from {door.source} (a loopback address of the check's own)"
                  if door.source else "from this host")
         print(f"{place.door.name} door, {where}: {seen.describe()}")
+        record_property("bad_logins", " ".join(map(str, seen.bad_logins)))
+        record_property("throttled", seen.throttled)
+        record_property("held_s", round(seen.held_s, 2))
         if seen.status == 0 or seen.status >= 400:
             fail(place.door, "PROPFIND with the right password", place.folder,
                  f"{seen.describe()} ({HOLD_LIMIT_S:.0f} s at most)",
@@ -195,7 +201,7 @@ class TestDCacheBehaviour(ConformanceChecks):
                  f"throttled it: {seen.describe()}", "the correct client served at once "
                  "(bad logins of another client do not block it)")
 
-    def test_prepare_stage(self, place: Place) -> None:
+    def test_prepare_stage(self, place: Place, record_property) -> None:
         """A stage request (kXR_prepare with the stage flag: ``xrdfs prepare -s``, what
         FTS sends before a read from tape) for a file on disk is accepted."""
         if not place.door.is_xrootd:
@@ -215,6 +221,7 @@ class TestDCacheBehaviour(ConformanceChecks):
                  f"gave no answer within {place.door.timeout:.0f} s", "a request id")
         said = " ".join((done.stdout + done.stderr).replace("\0", " ").split())
         print(f"{place.door.name} door: xrdfs prepare -s: exit {done.returncode}: {said}")
+        record_property("prepare_answer", f"exit {done.returncode}: {said}")
         if done.returncode != 0:
             fail(place.door, "prepare -s (kXR_prepare, stage)", path,
                  f"answered {said!r} (xrdfs exit {done.returncode})",
