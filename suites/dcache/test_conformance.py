@@ -11,6 +11,8 @@ import pytest
 from ..conformance import AllChecks
 
 pytestmark = pytest.mark.storagescale_system("dcache")
+#: how long a killed POSC upload may take to vanish from a dCache door (s)
+DCACHE_POSC_WAIT_S = 60.0
 
 
 class TestDCacheConformance(AllChecks):
@@ -18,9 +20,15 @@ class TestDCacheConformance(AllChecks):
 
     #: the large-file check's size: STORAGESCALE_LARGE_MB, as the functional checks
     large_file_size = int(os.environ.get("STORAGESCALE_LARGE_MB", "64")) * 1024 * 1024
-    #: a dCache door removes a killed POSC upload once its pool notices the writer is
-    #: gone: within 10 s on a quiet machine, later beside 7 other workers' scans (seen
-    #: under -n 8 and at load average 24); the check ends as soon as the file is gone
-    posc_wait_s = 60.0
-    posc_keeps = ("a dCache door removes an upload whose writer died once the pool's "
-                  "mover notices the connection is gone")
+
+    @pytest.fixture(autouse=True)
+    def _dcache_posc_wait(self, storage_embedded_server) -> None:
+        """A dCache door (the embedded one, or a site's: a remote endpoint) removes a
+        killed POSC upload once its pool notices the writer is gone: at once on a quiet
+        machine, after more than 10 s beside 7 other workers' scans (``-n 8``) or at
+        load average 24. The check ends as soon as the file is gone; the stand-ins
+        (xrootd, whose known issue keeps it 600 s) keep the shared 10 s."""
+        if storage_embedded_server is None or storage_embedded_server.kind == "dcache":
+            self.posc_wait_s = DCACHE_POSC_WAIT_S
+            self.posc_keeps = ("a dCache door removes an upload whose writer died once "
+                               "the pool's mover notices the connection is gone")
