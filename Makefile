@@ -63,10 +63,12 @@ lint:
 check: setup-check lint
 	$(PY) -m pytest $(FAST_TESTS) -p no:cacheprovider -q -m "$(NO_SERVER)"
 
+# --dist loadgroup: the tests of one xdist_group run on one worker (tests/conftest.py
+# puts every test of the shared embedded_dcache in one, so the run starts it once)
 test: setup
 	$(MAKE) lint
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
-	$(PY) -m pytest tests -p no:cacheprovider -n 2 -rs
+	$(PY) -m pytest tests -p no:cacheprovider -n 2 --dist loadgroup -rs
 
 # BENCH=--quick for a first try (fewer points); the results go into docs/benchmarks.md
 bench: setup

@@ -79,11 +79,38 @@ def thresholds_dir(tmp_path: Path):
 SERVER_FIXTURES = frozenset({"embedded_xrootd", "xrootd_area"})
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m deselects
+#: the xdist group of every test that uses the session's dCache (``embedded_dcache``):
+#: with ``--dist loadgroup`` (make test) they all run on one worker, so the run starts
+#: that dCache once, not once per worker
+DCACHE_GROUP = "embedded_dcache"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects, and before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        fixtures = getattr(item, "fixturenames", ())
+        if SERVER_FIXTURES.intersection(fixtures):
             item.add_marker(pytest.mark.integration)
+        if "embedded_dcache" in fixtures:
+            item.add_marker(pytest.mark.slow_server)
+            item.add_marker(pytest.mark.xdist_group(DCACHE_GROUP))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker sends the collected ids
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """``--dist loadgroup`` under pytest 9: xdist 3.8 marks a test's group by appending
+    ``@<group>`` to ``item._nodeid``, which pytest 9 no longer reads (a node's id is
+    ``item._id``), so every group was scattered over the workers (measured: the two
+    tests of ``embedded_dcache`` ran on both workers, two dCache starts). The suffix is
+    put where pytest 9 reads it; with a pytest whose id xdist's suffix reaches there is
+    nothing to do."""
+    if not getattr(session.config.option, "loadgroup", False):  # set on xdist workers
+        return
+    for item in session.items:
+        groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                         for mark in item.iter_markers("xdist_group")})
+        if groups and "@" not in item.nodeid and hasattr(item, "_id"):
+            item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(groups)}")
 
 
 @pytest.fixture(scope="session")
@@ -140,3 +167,27 @@ def dcache_release() -> str:
     if not releases:
         pytest.fail(no_distribution_text() + " (run 'make setup')")
     return list(releases)[-1]
+
+
+@pytest.fixture(scope="session")
+def embedded_dcache(dcache_release):
+    """The session's one real dCache (``dcache_release``; the unix login, plus the GSI
+    xrootd door, so every login is there) for every test that checks its doors: a
+    dCache takes a minute to come up here. A test that asks for it is put in the xdist
+    group ``embedded_dcache`` (and marked ``slow_server``), so under ``--dist loadgroup``
+    one worker runs them all on one start. Its stop, at the session's end, must leave no
+    JVM, no PostgreSQL process and no directory (an error at teardown otherwise)."""
+    from dcache_checks import stop_leaves_no_jvm_and_no_postgres
+
+    from pytest_storagescale.servers.dcache import EmbeddedDCache
+
+    server = EmbeddedDCache(login="unix", gsi_xrootd=True)
+    server.requested_version = dcache_release
+    server.start()
+    try:
+        yield server
+    finally:
+        if server.process is None:  # stopped by a test: nothing to check
+            server.stop()
+        else:
+            stop_leaves_no_jvm_and_no_postgres(server)

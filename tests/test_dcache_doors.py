@@ -2,8 +2,9 @@
 (the WebDAV ``Server:`` header, the xrootd door's ``query config version``, the SRM
 door's ``srmPing``), srm:// namespace and data requests through gfal2, the WebDAV door's
 redirects to the pools (followed, counted, a PUT's headers as the pool takes them) and
-dCache 11.2's request limiter waited out. One dCache start for every check (a dCache
-takes a minute to come up here): the newest release of the distribution cache unless
+dCache 11.2's request limiter waited out. Every check on the session's one dCache
+(``embedded_dcache``, conftest.py, shared with test_dcache_server.py: a dCache takes a
+minute to come up here): the newest release of the distribution cache unless
 ``STORAGESCALE_DCACHE_VERSION`` names another. The answers' parsing is checked on
 canned answers too (the real doors' own, recorded)."""
 
@@ -87,27 +88,22 @@ def test_an_srmls_answer_is_read():
 # -- against a real dCache -------------------------------------------------------------
 
 
-@pytest.mark.slow_server
-def test_a_real_dcache_through_every_driver(tmp_path, dcache_release):
-    """One start: the version over each door, srm:// through gfal2, the WebDAV door's
-    redirects to the pools, and (11.2) the request limiter's block waited out."""
-    from pytest_storagescale.servers.dcache import TARBALL, EmbeddedDCache
+def test_a_real_dcache_through_every_driver(tmp_path, embedded_dcache):
+    """The session's dCache: the version over each door, srm:// through gfal2, the
+    WebDAV door's redirects to the pools, and (11.2) the request limiter's block waited
+    out."""
+    from pytest_storagescale.servers.dcache import TARBALL
 
-    server = EmbeddedDCache(login="unix")
-    server.requested_version = dcache_release
+    server = embedded_dcache
     match = TARBALL.fullmatch(Path(server.requested_version).name)
     expected = match.group(1) if match else server.requested_version
-    server.start()
-    try:
-        _each_door_tells_the_version(server, expected)
-        _srm_through_gfal2(server, tmp_path)
-        _srm_listing_of_four_entries(server)
-        _webdav_transfers_go_to_the_pools_counted(server)
-        _xrootd_opens_go_to_the_pools_counted(server)
-        if expected.startswith("11."):
-            _a_client_blocked_by_the_limiter_waits_it_out(server)
-    finally:
-        server.stop()
+    _each_door_tells_the_version(server, expected)
+    _srm_through_gfal2(server, tmp_path)
+    _srm_listing_of_four_entries(server)
+    _webdav_transfers_go_to_the_pools_counted(server)
+    _xrootd_opens_go_to_the_pools_counted(server)
+    if expected.startswith("11."):
+        _a_client_blocked_by_the_limiter_waits_it_out(server)
 
 
 def _options(server, *names: str) -> dict[str, str]:
