@@ -550,9 +550,10 @@ class PersistOnCloseChecks(ConformanceChecks):
 
     #: MiB written before the writer is killed
     posc_written_mib = 4
-    #: how long the file may take to disappear (s): a suite whose storage removes it
-    #: later (dCache, when its pool notices the writer is gone) raises it
+    #: how long the file may take to disappear (s)
     posc_wait_s = POSC_WAIT_S
+    #: how long the file must then stay gone (s)
+    posc_settle_s = 3.0
     #: why the storage may keep it, said when it does
     posc_keeps = ("XRootD keeps a POSC file for 'ofs.persist hold' seconds, default 600, "
                   "for the writer to come back")
@@ -578,17 +579,33 @@ class PersistOnCloseChecks(ConformanceChecks):
         if said != "written":
             fail(place.door, "open with POSC and write", path, f"stopped the writer: {said!r}",
                  "the writes of a POSC upload accepted")
-        killed = time.monotonic()
-        deadline = killed + self.posc_wait_s
+        self._wait_for_no_file(place, path, time.monotonic())
+
+    def _wait_for_no_file(self, place: Place, path: str, killed: float) -> None:
+        """The file must be gone within ``posc_wait_s`` and stay gone for
+        ``posc_settle_s``: a stat that finds nothing may come before the storage put
+        the upload in place (dCache moves a POSC upload to its path after the writer
+        is gone: not found at once, the whole file 0.3 s later)."""
+        deadline, gone = killed + self.posc_wait_s, None
         while True:
             try:
                 info = place.client.stat(path)
             except StorageNotFound:
-                print(f"{place.door.name} door: the file was gone "
-                      f"{time.monotonic() - killed:.1f} s after its writer was killed")
-                return
-            if time.monotonic() > deadline:
-                break
+                gone = gone if gone is not None else time.monotonic()
+                if time.monotonic() - gone >= self.posc_settle_s:
+                    print(f"{place.door.name} door: no file {gone - killed:.1f} s after its "
+                          f"writer was killed, nor {self.posc_settle_s:.0f} s later")
+                    return
+            else:
+                if gone is not None:
+                    fail(place.door, "stat after the writer was killed", path,
+                         f"found nothing {gone - killed:.1f} s after the writer was killed, "
+                         f"then the file ({info.size} bytes) "
+                         f"{time.monotonic() - killed:.1f} s after: it kept the upload "
+                         f"({self.posc_keeps})", "no file: an upload that was not closed is "
+                         "not persisted")
+                if time.monotonic() > deadline:
+                    break
             threading.Event().wait(0.2)
         fail(place.door, "stat after the writer was killed", path,
              f"still shows the half-written file ({info.size} bytes) {self.posc_wait_s:.0f} s "

@@ -21,13 +21,10 @@ class TestDCacheConformance(AllChecks):
 
     @pytest.fixture(autouse=True)
     def _dcache_posc(self, storage_embedded_server) -> None:
-        """What is known of a dCache door (the embedded one, or a site's: a remote
-        endpoint) that keeps a killed POSC upload, said when it does (XRootD's
-        'ofs.persist hold' is not its reason): it removed the file at once in most
-        tries and kept it whole in some, on 10.2.25 and 11.2.5; waiting longer did not
-        help (1 of 16 tries in a row kept it 30 s, one 60 s)."""
+        """Why a dCache door (the embedded one, or a site's: a remote endpoint) keeps a
+        killed POSC upload, said when it does (XRootD's 'ofs.persist hold' is not its
+        reason)."""
         if storage_embedded_server is None or storage_embedded_server.kind == "dcache":
             self.posc_keeps = (
-                "dCache 10.2.25 and 11.2.5 removed a killed POSC upload at once in most "
-                "tries and kept it whole in some, also after 60 s: intermittent, not a "
-                "matter of waiting; docs/dcache-upgrade.md")
+                "dCache 10.2.25 and 11.2.5 put a POSC upload whose writer was killed in "
+                "place whole: a stat finds nothing at once and the file 0.3 s later")
