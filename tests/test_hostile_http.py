@@ -597,3 +597,41 @@ def test_a_retry_after_is_read_as_seconds_or_a_date():
     assert 100 < _retry_after(later) <= 120
     assert _retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
     assert _retry_after("soon") is None and _retry_after("-5") is None
+
+
+# -- document types ---------------------------------------------------------------------
+#: a PROPFIND answer declaring entities: one that renames the entry (expat reads it
+#: unless refused), and a billion laughs (expat 2.5 stops it by its own limit)
+LAUGHS = "".join(f'<!ENTITY l{n} "{f"&l{n - 1};" * 10}">' for n in range(1, 10))
+DECLARING = {
+    "entity": '<!DOCTYPE D:multistatus [<!ENTITY name "planted">]>',
+    "billion laughs": f'<!DOCTYPE D:multistatus [<!ENTITY l0 "lol">{LAUGHS}]>',
+}
+
+
+@pytest.mark.parametrize("declaration", list(DECLARING))
+def test_an_answer_declaring_a_document_type_is_a_bad_answer(hostile, declaration):
+    """A server's XML answer with a DOCTYPE (entity declarations) is refused before
+    any declaration is read: the stat and the listing are a bad answer naming the door."""
+    last = "&l9;" if declaration == "billion laughs" else "&name;"
+
+    def answer(request: Request) -> Reply | None:
+        if request.method != "PROPFIND":
+            return None
+        head, _, rest = ONE.partition("<D:multistatus")
+        href = f"{request.path.rstrip('/')}/{last}"
+        body = head + DECLARING[declaration] + "<D:multistatus" + rest.format(
+            href=href, props="<D:getcontentlength>5</D:getcontentlength>")
+        return Reply(207, {"Content-Type": "application/xml"}, body.encode())
+
+    door = hostile.open_door(answer)
+    driver = hostile.client(door)
+    try:
+        for call in (lambda: driver.stat(f"{hostile.root}/f"), lambda: driver.ls(hostile.root)):
+            with pytest.raises(BadAnswer) as info:
+                call()
+            assert info.value.error_class == "bad_answer"
+            assert "declares a document type" in info.value.message
+            assert f"127.0.0.1:{door.port}" in str(info.value)
+    finally:
+        driver.close()

@@ -14,7 +14,7 @@ import pytest
 
 from pytest_storagescale.drivers.srm import LS_COUNT, soap_call, srm_ls
 from pytest_storagescale.drivers.url import EndpointURL
-from pytest_storagescale.errors import StorageError, StorageTimeout
+from pytest_storagescale.errors import BadAnswer, StorageError, StorageTimeout
 from pytest_storagescale.servers.credentials import ThrowawayCA
 
 
@@ -139,3 +139,27 @@ def test_a_door_that_accepts_and_never_shakes_hands_is_a_timeout():
             soap_call(url, b"<Envelope></Envelope>", timeout=1, operation="ls", path="/a")
     finally:
         listener.close()
+
+
+def test_an_answer_declaring_a_document_type_is_refused(tmp_path):
+    """An srmLs answer with a DOCTYPE (an entity naming a planted path) is refused as
+    unreadable before any declaration is read, in a BadAnswer naming the door."""
+
+    def declaring(connection, _count) -> None:
+        body = (b'<?xml version="1.0"?><!DOCTYPE Envelope [<!ENTITY p "/d/planted">]>'
+                b"<Envelope><Body><srmLsResponse><returnStatus><statusCode>SRM_SUCCESS"
+                b"</statusCode></returnStatus><details><pathDetailArray><path>/d</path>"
+                b"<status><statusCode>SRM_SUCCESS</statusCode></status><arrayOfSubPaths>"
+                b"<pathDetailArray><path>&p;</path></pathDetailArray></arrayOfSubPaths>"
+                b"</pathDetailArray></details></srmLsResponse></Body></Envelope>")
+        connection.sendall(_http(body))
+
+    door = HostileSRMDoor(tmp_path, declaring)
+    try:
+        with pytest.raises(BadAnswer) as info:
+            srm_ls(door.url("/d"), "srm://x/d", "/d", timeout=20,
+                   ca_dir=str(door.authority.ca_dir))
+        assert "declares a document type" in info.value.message
+        assert f"localhost:{door.port}" in str(info.value)
+    finally:
+        door.close()

@@ -112,6 +112,7 @@ from ..errors import (
     StorageUnreachable,
 )
 from ..redact import redact_text
+from . import xmlsafe
 from .base import Driver, StatInfo
 from .url import HTTP_SCHEMES, HTTPS_SCHEMES
 from .version import (
@@ -312,7 +313,7 @@ class _Listing(Body):
     def __init__(self, own: str, limit: int = LISTING_LIMIT) -> None:
         super().__init__(limit=limit)
         # start and end events: read_events gives Elements (typeshed: or namespace pairs)
-        self.parser: Any = ElementTree.XMLPullParser(events=("start", "end"))
+        self.parser: Any = xmlsafe.PullParser()
         self.own = "/" + own.strip("/")
         self.own_is_dir = False
         #: the names of the entries but ``own``'s, in the answer's order
@@ -327,7 +328,7 @@ class _Listing(Body):
     def reset(self) -> None:
         """Forget what was read (a throttled answer's page), for the next answer."""
         super().reset()
-        self.parser = ElementTree.XMLPullParser(events=("start", "end"))
+        self.parser = xmlsafe.PullParser()
         self.own_is_dir = False
         self.names = []
         self.root = None
@@ -1178,7 +1179,7 @@ def _number(text: str | bytes, what: str) -> int:
 def _multistatus(data: bytes) -> list[tuple[str, StatInfo]]:
     """``(href path, StatInfo)`` of each response of a 207 answer, in its order."""
     return [_entry(response)
-            for response in ElementTree.fromstring(data).iter(f"{_DAV}response")]
+            for response in xmlsafe.fromstring(data).iter(f"{_DAV}response")]
 
 
 def _entry(response: ElementTree.Element) -> tuple[str, StatInfo]:
@@ -1213,6 +1214,8 @@ def _one_entry(data: bytes) -> StatInfo | None:
     statuses = data.count(b"status>") - data.count(b"multistatus>")
     if data.count(b"response") != 2 or statuses != 2 * data.count(b" 200 "):
         return None
+    if b"<!" in data:
+        return None  # a declaration (DOCTYPE) or CDATA: the parser reads (refuses) it
     is_dir = _COLLECTION.search(data) is not None
     length = _LENGTH.search(data)
     modified = _MODIFIED.search(data)

@@ -34,6 +34,7 @@ from ..errors import (
 )
 from .url import EndpointURL
 from .version import DEFAULT_CA_DIR
+from .xmlsafe import fromstring as _fromstring
 
 #: the service path of an SRM v2.2 endpoint when the URL names none (gfal2's default)
 SERVICE_PATH = "/srm/managerv2"
@@ -62,7 +63,7 @@ class PingAnswer(NamedTuple):
 def read_ping_answer(data: bytes) -> PingAnswer:
     """The ``srmPing`` answer in an HTTP answer's body (ValueError when unreadable)."""
     try:
-        root = ElementTree.fromstring(data)
+        root = _fromstring(data)
     except ElementTree.ParseError as exc:
         raise ValueError(f"not XML: {exc}") from None
     version, info = "", {}
@@ -252,7 +253,7 @@ class LsAnswer(NamedTuple):
 def read_ls_answer(data: bytes) -> LsAnswer:
     """An srmLs or srmStatusOfLsRequest answer (ValueError when unreadable)."""
     try:
-        root = ElementTree.fromstring(data)
+        root = _fromstring(data)
     except ElementTree.ParseError as exc:
         raise ValueError(f"not XML: {exc}") from None
 
