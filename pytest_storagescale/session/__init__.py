@@ -54,8 +54,16 @@ WORKER_INPUT_KEY = "storagescale"
 STORAGE_COLLECTED = "storage-collected"
 
 
+#: the run id's random bits, as hex digits: 64 bits, so another user cannot make the
+#: next run's folder before it (a blocked name stops a run: area.py)
+RUN_ID_RANDOM_HEX = 16
+
+
 def make_run_id() -> str:
-    return f"storagescale-run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    """``storagescale-run-YYYYmmdd-HHMMSS-<16 hex digits>`` (the local time, 64 random
+    bits)."""
+    return (f"storagescale-run-{time.strftime('%Y%m%d-%H%M%S')}-"
+            f"{secrets.token_hex(RUN_ID_RANDOM_HEX // 2)}")
 
 
 def unwritable_file(path: Path | None) -> str | None:
