@@ -48,6 +48,8 @@ from .postgres import PostgresCluster
 from .postgres import check_installed as check_postgres
 from .processes import ServerProcess, log_tail
 from .site_paths import check_release_tarball
+from .tarballs import first_problem
+from .tarballs import unpack as unpack_release
 
 if TYPE_CHECKING:  # .credentials loads cryptography: imported where a server makes them
     from .credentials import CertificateFiles, ThrowawayCA
@@ -182,6 +184,12 @@ class EmbeddedDCache(EmbeddedServer):
         path = Path(requested).expanduser()
         if TARBALL.fullmatch(path.name) and path.is_file():
             check_release_tarball(requested, path.resolve(), "bin/dcache", "dCache")
+            if hostile := first_problem(path.resolve()):
+                raise StorageScaleUsageError(
+                    f"--storage-embedded-version {requested}: the tarball's {hostile}, which "
+                    f"could write outside the run's folder when unpacked (no dCache release "
+                    f"holds one). Give dCache's own tarball, or a release of the "
+                    f"distribution cache.")
             return str(path.resolve())
         offered = cls.available_versions()
         raise StorageScaleUsageError(
@@ -322,13 +330,17 @@ class EmbeddedDCache(EmbeddedServer):
 
     def _unpack(self, tarball: Path, target: Path) -> Path:
         target.mkdir()
-        done = subprocess.run(["tar", "xzf", str(tarball), "-C", str(target)],
-                              capture_output=True, text=True, timeout=300)
+        refused = unpack_release(tarball, target)  # no member written outside target
+        if refused.startswith("member "):
+            raise EndpointError(
+                f"the dCache distribution {tarball} was not unpacked: its {refused}, which "
+                f"could write outside the run's folder (no dCache release holds one). Give "
+                f"dCache's own tarball with --storage-embedded-version PATH.")
         tops = [entry for entry in target.iterdir() if entry.is_dir()]
-        if done.returncode != 0 or len(tops) != 1 or not (tops[0] / "bin" / "dcache").exists():
+        if refused or len(tops) != 1 or not (tops[0] / "bin" / "dcache").exists():
             raise EndpointError(
                 f"the dCache distribution {tarball} could not be unpacked as a dCache release "
-                f"({done.stderr.strip()[-300:] or 'no bin/dcache in it'}): it is broken or "
+                f"({refused[-300:] or 'no bin/dcache in it'}): it is broken or "
                 f"partial. Delete it and run 'scripts/dcache-dist.sh' again, or give another "
                 f"tarball with --storage-embedded-version PATH.")
         home = tops[0]
