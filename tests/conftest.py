@@ -175,8 +175,10 @@ def embedded_dcache(dcache_release):
     xrootd door, so every login is there) for every test that checks its doors: a
     dCache takes a minute to come up here. A test that asks for it is put in the xdist
     group ``embedded_dcache`` (and marked ``slow_server``), so under ``--dist loadgroup``
-    one worker runs them all on one start. Its stop, at the session's end, must leave no
-    JVM, no PostgreSQL process and no directory (an error at teardown otherwise)."""
+    one worker runs them all on one start. It is stopped after the last test that uses
+    it (``pytest_runtest_teardown`` below), else at the session's end; the stop must
+    leave no JVM, no PostgreSQL process and no directory (an error at teardown
+    otherwise)."""
     from dcache_checks import stop_leaves_no_jvm_and_no_postgres
 
     from pytest_storagescale.servers.dcache import EmbeddedDCache
@@ -184,10 +186,41 @@ def embedded_dcache(dcache_release):
     server = EmbeddedDCache(login="unix", gsi_xrootd=True)
     server.requested_version = dcache_release
     server.start()
+    _SHARED_DCACHE.append(server)
     try:
         yield server
     finally:
-        if server.process is None:  # stopped by a test: nothing to check
+        _SHARED_DCACHE.remove(server)
+        if server.process is None:  # stopped already (and checked then)
             server.stop()
         else:
             stop_leaves_no_jvm_and_no_postgres(server)
+
+
+#: the session's dCache while it runs (``embedded_dcache``)
+_SHARED_DCACHE: list = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the session's dCache after the last test that uses it, not at the session's
+    end: under ``--dist loadgroup`` its group runs first (xdist runs the largest work
+    unit first), and the idle JVM and PostgreSQL held ~0.9 GB for the rest of the run.
+    The last one is known without xdist (the session's items) and under loadgroup (the
+    group reaches its worker as one unit, so the next test is not one of it); under
+    another ``--dist`` it stays until the session's end."""
+    uses = "embedded_dcache"
+    if not _SHARED_DCACHE or uses not in getattr(item, "fixturenames", ()):
+        return
+    if nextitem is not None and uses in getattr(nextitem, "fixturenames", ()):
+        return
+    if hasattr(item.config, "workerinput"):
+        if not getattr(item.config.option, "loadgroup", False):
+            return
+    else:
+        later = item.session.items[item.session.items.index(item) + 1:]
+        if any(uses in getattr(other, "fixturenames", ()) for other in later):
+            return
+    from dcache_checks import stop_leaves_no_jvm_and_no_postgres
+
+    stop_leaves_no_jvm_and_no_postgres(_SHARED_DCACHE[0])
