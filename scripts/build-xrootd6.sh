@@ -14,7 +14,7 @@
 # set-up); its build dependencies are installed there.
 #
 # The source is PyPI's xrootd==6.2.1 source distribution (pip download, kept in
-# the cache): it holds the whole XRootD source, server included, but not the
+# the cache; its sha256 pinned, SDIST_SHA256: another file is refused): it holds the whole XRootD source, server included, but not the
 # top-level vendor/ folder (inih, picojson) that XrdThrottle and XrdSciTokens
 # include: that comes from the shared material ($STORAGESCALE_SHARED/xrootd6/vendor,
 # default <checkout>/../shared, then /work/shared).
@@ -25,6 +25,9 @@ cd "$(dirname "$0")/.."
 CHECKOUT=$(pwd)
 
 VERSION=6.2.1
+# the sha256 of PyPI's xrootd-6.2.1.tar.gz: a download or a cached copy with another is
+# refused (measured 2026-11-26: the cache's copy and a fresh pip download agree)
+SDIST_SHA256=b959c8c41e948f89272625f2a0a6994008465272027bffec71b01d0c7e278cba
 CMAKE_OPTIONS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DENABLE_TESTS=OFF -DENABLE_PYTHON=OFF
                -DENABLE_CEPH=OFF -DENABLE_XRDEC=OFF -DENABLE_FUSE=OFF -DENABLE_VOMS=OFF
                -DENABLE_XRDOSSARC=OFF)
@@ -90,11 +93,32 @@ SDIST=$SDIST_DIR/xrootd-$VERSION.tar.gz
 WORK=$CACHE/build-xrootd-$VERSION-$KEY
 started=$(date +%s)
 echo "build-xrootd6: building XRootD $VERSION into $PREFIX (15-30 minutes on 2 busy cores)"
+verify_sdist() {  # verify_sdist FILE: exit 1 unless FILE has the pinned sha256
+    local got
+    got=$(sha256sum "$1" | cut -d' ' -f1)
+    [ "$got" = "$SDIST_SHA256" ] && return 0
+    echo "build-xrootd6: $1 is not PyPI's xrootd-$VERSION.tar.gz: its sha256 is $got," \
+         "the pinned one (SDIST_SHA256 in scripts/build-xrootd6.sh) $SDIST_SHA256." \
+         "Delete it and run the script again to download it anew; if PyPI's file" \
+         "changed, check why before changing the pin." >&2
+    exit 1
+}
 run mkdir -p "$SDIST_DIR"
 if [ ! -f "$SDIST" ]; then
+    # pip checks the pin as it downloads (--require-hashes); into a folder of its own,
+    # moved in place once verified: a partial or foreign file never sits in the cache
+    run rm -rf "$SDIST_DIR/download"
+    run mkdir -p "$SDIST_DIR/download"
+    [ -n "$DRY_RUN" ] || echo "xrootd==$VERSION --hash=sha256:$SDIST_SHA256" \
+        >"$SDIST_DIR/download/requirements.txt"
     run "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation \
-        --dest "$SDIST_DIR" "xrootd==$VERSION"
+        --require-hashes -r "$SDIST_DIR/download/requirements.txt" --dest "$SDIST_DIR/download"
+    [ -n "$DRY_RUN" ] || verify_sdist "$SDIST_DIR/download/xrootd-$VERSION.tar.gz"
+    run mv "$SDIST_DIR/download/xrootd-$VERSION.tar.gz" "$SDIST"
+    run rm -rf "$SDIST_DIR/download"
 fi
+# a cached copy too (a dry run checks it as well: it reads, changes nothing)
+[ ! -f "$SDIST" ] || verify_sdist "$SDIST"
 # a partial earlier attempt is thrown away whole: a prefix without the marker, a build tree
 run rm -rf "$PREFIX" "$WORK"
 run mkdir -p "$WORK"
