@@ -326,17 +326,24 @@ def test_a_malformed_field_is_a_bad_answer(hostile, field):
                                                    ONE.format(href=request.path,
                                                               props=MALFORMED[field]).encode())
                              if request.method == "PROPFIND" else None)
+    for error in _stat_and_ls_refused(hostile, door):
+        assert "getlastmodified" in error.message or "getcontentlength" in error.message
+        assert len(error.message) < 300
+
+
+def _stat_and_ls_refused(hostile, door: HostileDoor) -> list[BadAnswer]:
+    """The bad answers of a stat and a listing through ``door``."""
     driver = hostile.client(door)
+    errors = []
     try:
         for call in (lambda: driver.stat(f"{hostile.root}/f"), lambda: driver.ls(hostile.root)):
             with pytest.raises(BadAnswer) as info:
                 call()
             assert info.value.error_class == "bad_answer"
-            assert "getlastmodified" in info.value.message or (
-                "getcontentlength" in info.value.message)
-            assert len(info.value.message) < 300
+            errors.append(info.value)
     finally:
         driver.close()
+    return errors
 
 
 def test_a_malformed_checksum_is_a_bad_answer(hostile):
@@ -625,13 +632,6 @@ def test_an_answer_declaring_a_document_type_is_a_bad_answer(hostile, declaratio
         return Reply(207, {"Content-Type": "application/xml"}, body.encode())
 
     door = hostile.open_door(answer)
-    driver = hostile.client(door)
-    try:
-        for call in (lambda: driver.stat(f"{hostile.root}/f"), lambda: driver.ls(hostile.root)):
-            with pytest.raises(BadAnswer) as info:
-                call()
-            assert info.value.error_class == "bad_answer"
-            assert "declares a document type" in info.value.message
-            assert f"127.0.0.1:{door.port}" in str(info.value)
-    finally:
-        driver.close()
+    for error in _stat_and_ls_refused(hostile, door):
+        assert "declares a document type" in error.message
+        assert f"127.0.0.1:{door.port}" in str(error)
