@@ -327,6 +327,11 @@ class EmbeddedDCache(EmbeddedServer):
         self._write_configuration()
         self._dcache("database", "update")
         self._dcache_chimera()
+        # both tools had the database password on their command lines (dCache's
+        # database.sh and bin/chimera pass it to java as an argument, which ps shows
+        # every local user): the domain gets a new one, the old one's sessions end
+        self.database.rotate_password("dcache")
+        self._set_database_password(self.database.password)
 
     def _unpack(self, tarball: Path, target: Path) -> Path:
         target.mkdir()
@@ -455,6 +460,13 @@ class EmbeddedDCache(EmbeddedServer):
                 f"the embedded dCache's set-up: '{' '.join(command)}' failed "
                 f"({done.returncode}): {(done.stderr + done.stdout).strip()[-800:]}")
         return done.stdout
+
+    def _set_database_password(self, password: str) -> None:
+        assert self.home is not None
+        conf = self.home / "etc" / "dcache.conf"  # 0600, written by this run
+        lines = [f"dcache.db.password={password}" if line.startswith("dcache.db.password=")
+                 else line for line in conf.read_text().splitlines()]
+        conf.write_text("\n".join(lines) + "\n")
 
     def _dcache_chimera(self) -> None:
         """The test area, owned by the test user, writable by every door's user, with

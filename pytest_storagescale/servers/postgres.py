@@ -199,6 +199,20 @@ class PostgresCluster:
         self.sql(f"CREATE ROLE {owner} LOGIN PASSWORD '{self.password}';\n"
                  + "".join(f"CREATE DATABASE {name} OWNER {owner};\n" for name in names))
 
+    def rotate_password(self, owner: str) -> str:
+        """A new password for ``owner`` (a registered secret), and every open session
+        of ``owner`` ended: a password that was on a command line (dCache's set-up
+        tools pass it as an argument, which ``ps`` shows every local user) logs
+        nobody in afterwards, and no session opened with it outlives it."""
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", owner):
+            raise ValueError(f"not a plain SQL name: {owner!r}")
+        self.password = secrets.token_urlsafe(18)
+        register_secret(self.password)
+        self.sql(f"ALTER ROLE {owner} PASSWORD '{self.password}';\n"
+                 f"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                 f"WHERE usename = '{owner}';\n")
+        return self.password
+
     def rss_bytes(self) -> int:
         """Resident memory of the postmaster and its backends."""
         import psutil
