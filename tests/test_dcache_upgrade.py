@@ -1,7 +1,7 @@
 """An upgrade caught (issue 24): suites/dcache against the embedded dCache 10.2.25 keeps
 its results, then against 11.2.5 with them as the baseline, and ``storagescale
 compare`` prints both side by side. Two dCache starts in all (one per pytest run);
-the steps are short (a small plan scale, the WebDAV and xrootd doors, a subset of the
+the steps are short (a small plan scale, the WebDAV, xrootd and SRM doors, a subset of the
 suite: a namespace scan, a copy-out scan, two functional checks and the two checks of
 suites/dcache/test_dcache_behaviour.py that provoke what 11.2 does differently). What
 it asserts is what the two runs really showed (docs/dcache-upgrade.md): each run names
@@ -39,7 +39,7 @@ SUBSET = ("test_namespace_scan or test_copy_out_scan or test_put_get_checksum "
 def _run(pytester, version: str, *extra: str):
     return pytester.runpytest_subprocess(
         str(REPO / "suites" / "dcache"), "--storage-embedded=dcache",
-        f"--storage-embedded-version={version}", "--storage-load-doors=davs,root",
+        f"--storage-embedded-version={version}", "--storage-load-doors=all",
         "--storage-scale=0.02", "--storage-clients=2", "-k", SUBSET,
         "-p", "no:cacheprovider", "-rx", *extra, timeout=900)
 
@@ -73,7 +73,7 @@ def test_an_upgrade_from_10_2_to_11_2_is_judged_against_the_first_run(pytester):
                                  f"{AFTER}*"])
     judged = [step for step in documents[1]["steps"] if step.get("baseline")]
     assert judged, "no step of the second run was compared with the first"
-    assert {step["door"] for step in judged} >= {"davs", "root"}
+    assert {step["door"] for step in judged} >= {"davs", "root", "srm"}
     compare = subprocess.run(
         [str(Path(sys.executable).with_name("storagescale")), "compare", str(before),
          str(after)], capture_output=True, text=True, timeout=120)
