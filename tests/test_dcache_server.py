@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import http.client
 import io
+import json
 import ssl
 import subprocess
 import sys
@@ -40,6 +41,14 @@ server.requested_version = sys.argv[1] or None
 server.start()
 print(server.process.pid, server.database.process.pid, server.directory, flush=True)
 os._exit(0)  # dies without stopping it, as a killed pytest would
+"""
+
+
+GSI_STAT = """
+import json, sys
+from pytest_storagescale.drivers.registry import driver_spec
+url, path, options = json.loads(sys.stdin.read())
+print(driver_spec(url, driver="xrootd", options=options).connect("gsi", timeout=30).stat(path).size)
 """
 
 
@@ -121,11 +130,14 @@ def _each_door_answers_each_login(dcache: EmbeddedDCache) -> None:
                              OpenFlags.NEW, timeout=30)
     assert not status.ok and "permission denied" in status.message.lower(), status.message
 
-    gsi_url = f"root://localhost:{dcache.ports['xrootd_gsi']}/{AREA}"
-    gsi = driver_spec(gsi_url, driver="xrootd", options={
-        "ca_dir": ca_dir, "x509_proxy": proxy, "security_protocol": "gsi"}).connect(
-        "gsi", timeout=30)
-    assert gsi.stat(f"{AREA}/by-xrootd").size == len(b"anonymous\n")
+    # from a process of its own: the XRootD client's gsi plug-in takes its CA folder
+    # and proxy once per process, so a gsi login here would pin this dCache's
+    # throwaway CA for every later gsi test of this pytest worker
+    gsi = subprocess.run([sys.executable, "-c", GSI_STAT], input=json.dumps([
+        f"root://localhost:{dcache.ports['xrootd_gsi']}/{AREA}", f"{AREA}/by-xrootd",
+        {"ca_dir": ca_dir, "x509_proxy": proxy, "security_protocol": "gsi"}]),
+        capture_output=True, text=True, timeout=120)
+    assert gsi.stdout.strip() == str(len(b"anonymous\n")), gsi.stdout + gsi.stderr[-2000:]
 
     srm = driver_spec(dcache.url_for("srm"), driver="gfal2", options={
         "ca_dir": ca_dir, "x509_proxy": proxy}).connect("srm", timeout=60)

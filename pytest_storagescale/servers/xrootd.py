@@ -501,9 +501,11 @@ class EmbeddedXRootD(EmbeddedServer):
                             pass
             except OSError:
                 continue
-            if self.login == "token":
+            if self.login in ("token", "gsi"):
                 # ztn is TLS, and the XRootD client makes its TLS context (CA folder
-                # included) once per process: a probe here would pin this server's
+                # included) once per process; its gsi plug-in reads its CA folder and
+                # proxy once per process too (a second gsi server's probe here failed
+                # with "No protocols left to try"): a probe here would pin this server's
                 # throwaway CA for every later server of the process, so it runs apart
                 last = _probe_apart(self.url, dict(self.driver_options()))
                 if not last:
