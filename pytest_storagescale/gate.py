@@ -1,0 +1,474 @@
+"""The gate: is a step slower than the same step of its baseline, by how much, and how
+sure is that.
+
+One 5-second number per step and a fixed ratio (``rate_hz >= 0.25 * baseline``) cannot
+tell a slower storage from a busier client host. The gate compares the per-window
+samples of a step (its measured window cut in :data:`~.load.stats.WINDOWS` equal
+sub-windows: operations and latency percentiles of each, :class:`WindowSample`) with
+the samples of the same step in one or several baseline runs (pooled: their spread is
+the site's noise), and gives the ratio this run / baseline of the rate, p50 and p99 with
+a bootstrap confidence interval (:func:`scipy.stats.bootstrap`, ratio of the means of
+the window samples, 95 %, a fixed seed: the same samples give the same interval).
+
+The verdict (:class:`GateVerdict`) per metric, with ``m`` the section's minimum effect
+(``min_effect_rate``, default 15 % lower rate; ``min_effect_p99``, default 25 % higher
+p99), on the ratio's interval ``[low, high]``:
+
+* ``regressed``: wholly beyond the minimum effect (rate: ``high < 1 - m``; p99:
+  ``low > 1 + m``);
+* ``improved``: wholly beyond it the other way (rate: ``low > 1 / (1 - m)``; p99:
+  ``high < 1 / (1 + m)``);
+* ``unchanged``: wholly within those bounds;
+* ``inconclusive``: straddles a bound, too few samples, or a reason outside the
+  storage (the client host markedly slower than in the baseline's runs, by its probe
+  :func:`probe_client_host`; an open-loop step whose schedule was not kept or whose
+  door achieved far less than offered).
+
+A step is ``regressed`` when its rate or p99 is (p50 is shown, not judged); else
+``inconclusive`` when one of them is; else ``improved`` when one is; else
+``unchanged``. A ``regressed`` step fails its test (a threshold failure naming the
+ratio and its interval) after being measured once more (``retest``: ``confirmed``, or
+``not reproduced``, then it is ``inconclusive`` and does not fail). ``inconclusive``
+never fails nor passes silently: it is the step's ``vs base`` in the table and JSON.
+
+Contract with the other readers (compare, HTML, Allure), in the results JSON:
+
+* each side of a step (and a one-sided step's top level) has ``windows``: a list of
+  ``{"start_s", "width_s", "operations", "p50_s", "p99_s"}`` (latencies null for a
+  window without a succeeded operation); absent in results of earlier releases (a
+  gate against them is ``inconclusive``, reason ``baseline has no per-window
+  samples``);
+* a step has ``client_probe``: ``{"before_mb_s", "after_mb_s"}`` (the client host's
+  speed by :func:`probe_client_host` around the step);
+* a step judged against a baseline has ``gate``: :meth:`StepGate.to_json`, i.e.
+  ``{"verdict", "reason", "metric", "ratio", "low", "high", "effects": {metric:
+  {"ratio", "low", "high", "verdict", "min_effect"}}, "samples", "baseline_samples",
+  "baseline_runs", "host_slowdown", "stall", "retest"}``; ``metric``, ``ratio``,
+  ``low``, ``high`` are the deciding metric's (the rate's when none decides).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "DEFAULT_MIN_EFFECT_P99", "DEFAULT_MIN_EFFECT_RATE", "Effect", "GateSettings",
+    "GateVerdict", "HostProbe", "StepGate", "WindowSample", "effect", "judge_samples",
+    "probe_client_host",
+]
+
+#: a step this much slower in rate than its baseline (at 95 % confidence) regressed
+DEFAULT_MIN_EFFECT_RATE = 0.15
+#: a step whose p99 is this much higher than its baseline's regressed
+DEFAULT_MIN_EFFECT_P99 = 0.25
+#: the bootstrap's seed: the same samples give the same interval, run after run
+SEED = 32
+#: the client host probe this much slower than in the baseline's runs: a regression
+#: is the host's, not (provably) the storage's
+HOST_SLOWER = 0.25
+#: an open-loop step that achieved less than this share of its offered rate measured
+#: its door's refusal or its client host, not a rate to compare
+ACHIEVED_SHARE = 0.5
+
+
+class GateVerdict(StrEnum):
+    REGRESSED = "regressed"
+    UNCHANGED = "unchanged"
+    IMPROVED = "improved"
+    INCONCLUSIVE = "inconclusive"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class WindowSample:
+    """One sub-window of a step's measured window: its start (seconds after the window
+    began), width, succeeded operations and latency percentiles (None: no operation
+    succeeded in it)."""
+
+    start_s: float
+    width_s: float
+    operations: int
+    p50_s: float | None = None
+    p99_s: float | None = None
+
+    @property
+    def rate_hz(self) -> float:
+        return self.operations / self.width_s if self.width_s > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"start_s": round(self.start_s, 6), "width_s": round(self.width_s, 6),
+                "operations": self.operations, "p50_s": self.p50_s, "p99_s": self.p99_s}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WindowSample:
+        def seconds(key: str) -> float | None:
+            value = data.get(key)
+            return None if value is None else float(value)
+        return cls(start_s=float(data.get("start_s") or 0.0),
+                   width_s=float(data.get("width_s") or 0.0),
+                   operations=int(data.get("operations") or 0),
+                   p50_s=seconds("p50_s"), p99_s=seconds("p99_s"))
+
+
+def combine(sides: Sequence[Sequence[WindowSample]]) -> list[WindowSample]:
+    """The windows of a step of several sides: operations added per window; the
+    latencies only when one side has them (the sides' histograms are not kept per
+    window, so a mixed step's p50/p99 per window is not known: its gate judges the
+    rate)."""
+    sides = [side for side in sides if side]
+    if len(sides) == 1:
+        return list(sides[0])
+    if not sides:
+        return []
+    count = min(len(side) for side in sides)
+    return [WindowSample(start_s=sides[0][i].start_s, width_s=sides[0][i].width_s,
+                         operations=sum(side[i].operations for side in sides))
+            for i in range(count)]
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """The minimum effects a section asks for, and the statistics' knobs."""
+
+    min_effect_rate: float = DEFAULT_MIN_EFFECT_RATE
+    min_effect_p99: float = DEFAULT_MIN_EFFECT_P99
+    confidence: float = 0.95
+    resamples: int = 2000
+    #: fewer window samples than this on either side: ``inconclusive``
+    min_samples: int = 4
+    seed: int = SEED
+
+
+@dataclass(frozen=True)
+class Effect:
+    """The ratio this run / baseline of one metric's window means, its interval and
+    what it says against the minimum effect."""
+
+    metric: str
+    ratio: float | None
+    low: float | None
+    high: float | None
+    verdict: GateVerdict
+    min_effect: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ratio": _finite(self.ratio), "low": _finite(self.low),
+                "high": _finite(self.high), "verdict": self.verdict.value,
+                "min_effect": self.min_effect}
+
+    @classmethod
+    def from_json(cls, metric: str, data: dict[str, Any]) -> Effect:
+        return cls(metric=metric, ratio=data.get("ratio"), low=data.get("low"),
+                   high=data.get("high"), verdict=_verdict(data.get("verdict")),
+                   min_effect=float(data.get("min_effect") or 0.0))
+
+    def interval_text(self) -> str:
+        """``0.41 [0.37-0.45]``; ``?`` when not computed."""
+        if self.ratio is None:
+            return "?"
+        if self.low is None or self.high is None:
+            return f"{self.ratio:.2f}"
+        return f"{self.ratio:.2f} [{self.low:.2f}-{self.high:.2f}]"
+
+
+@dataclass(frozen=True)
+class StepGate:
+    """A step's gate: its verdict, why, and the effects behind it (see the module's
+    docstring for its JSON, the ``gate`` key of a step)."""
+
+    verdict: GateVerdict
+    reason: str
+    effects: dict[str, Effect] = field(default_factory=dict)
+    #: the metric that decided (None: nothing was computed)
+    metric: str | None = None
+    samples: int = 0
+    baseline_samples: int = 0
+    baseline_runs: int = 0
+    #: the client host's probe this share slower than in the baseline's runs (-0.1:
+    #: faster); None: not probed on one side
+    host_slowdown: float | None = None
+    #: a note on stalls (windows with nothing completed, or a latency distribution the
+    #: Kolmogorov-Smirnov test finds different from the baseline's)
+    stall: str | None = None
+    #: a regressed step measured again: ``confirmed`` or ``not reproduced``
+    retest: str | None = None
+
+    @property
+    def deciding(self) -> Effect | None:
+        if self.metric is not None and self.metric in self.effects:
+            return self.effects[self.metric]
+        return self.effects.get("rate_hz")
+
+    @property
+    def ratio(self) -> float | None:
+        return self.deciding.ratio if self.deciding else None
+
+    @property
+    def low(self) -> float | None:
+        return self.deciding.low if self.deciding else None
+
+    @property
+    def high(self) -> float | None:
+        return self.deciding.high if self.deciding else None
+
+    @property
+    def fails(self) -> bool:
+        return self.verdict is GateVerdict.REGRESSED
+
+    def short(self) -> str:
+        """The table's ``vs base``: ``rate 0.41 [0.37-0.45] regressed``."""
+        effect = self.deciding
+        label = {"rate_hz": "rate", "p99_s": "p99", "p50_s": "p50"}.get(
+            effect.metric if effect else "", "")
+        number = f"{label} {effect.interval_text()} " if effect and effect.ratio is not None \
+            else ""
+        retest = f" ({self.retest})" if self.retest else ""
+        return f"{number}{self.verdict.value}{retest}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict.value, "reason": self.reason, "metric": self.metric,
+                "ratio": _finite(self.ratio), "low": _finite(self.low),
+                "high": _finite(self.high),
+                "effects": {name: e.to_json() for name, e in self.effects.items()},
+                "samples": self.samples, "baseline_samples": self.baseline_samples,
+                "baseline_runs": self.baseline_runs,
+                "host_slowdown": _finite(self.host_slowdown), "stall": self.stall,
+                "retest": self.retest}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepGate:
+        effects = data.get("effects") or {}
+        return cls(verdict=_verdict(data.get("verdict")), reason=str(data.get("reason", "")),
+                   effects={name: Effect.from_json(name, value)
+                            for name, value in effects.items() if isinstance(value, dict)},
+                   metric=data.get("metric"), samples=int(data.get("samples") or 0),
+                   baseline_samples=int(data.get("baseline_samples") or 0),
+                   baseline_runs=int(data.get("baseline_runs") or 0),
+                   host_slowdown=data.get("host_slowdown"), stall=data.get("stall"),
+                   retest=data.get("retest"))
+
+
+def _verdict(value: Any) -> GateVerdict:
+    try:
+        return GateVerdict(value)
+    except ValueError:
+        return GateVerdict.INCONCLUSIVE
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def effect(metric: str, now: Sequence[float], base: Sequence[float], *, min_effect: float,
+           higher_is_better: bool, settings: GateSettings = GateSettings()) -> Effect:
+    """The ratio mean(now) / mean(base) with its bootstrap interval, and its verdict
+    against ``min_effect`` (see the module's docstring)."""
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    def inconclusive(ratio: float | None = None) -> Effect:
+        return Effect(metric, ratio, None, None, GateVerdict.INCONCLUSIVE, min_effect)
+
+    if len(now) < settings.min_samples or len(base) < settings.min_samples:
+        return inconclusive()
+    a, b = np.asarray(now, dtype=float), np.asarray(base, dtype=float)
+    if b.mean() <= 0:
+        return inconclusive()
+    ratio = float(a.mean() / b.mean())
+
+    def statistic(x, y, axis=-1):
+        below = np.mean(y, axis=axis)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(below > 0, np.mean(x, axis=axis) / below, np.nan)
+
+    if np.ptp(a) == 0 and np.ptp(b) == 0:  # no spread: the ratio is exact
+        low = high = ratio
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # degenerate resamples: reported as NaN
+            result = bootstrap((a, b), statistic, n_resamples=settings.resamples,
+                               confidence_level=settings.confidence, method="percentile",
+                               vectorized=True, paired=False,
+                               rng=np.random.default_rng(settings.seed))
+        low, high = (float(result.confidence_interval.low),
+                     float(result.confidence_interval.high))
+        if not (math.isfinite(low) and math.isfinite(high)):
+            return inconclusive(ratio)
+    if higher_is_better:
+        worse, better = 1 - min_effect, 1 / (1 - min_effect)
+        regressed, improved = high < worse, low > better
+    else:
+        worse, better = 1 + min_effect, 1 / (1 + min_effect)
+        regressed, improved = low > worse, high < better
+    lo_bound, hi_bound = min(worse, better), max(worse, better)
+    if regressed:
+        verdict = GateVerdict.REGRESSED
+    elif improved:
+        verdict = GateVerdict.IMPROVED
+    elif lo_bound <= low and high <= hi_bound:
+        verdict = GateVerdict.UNCHANGED
+    else:
+        verdict = GateVerdict.INCONCLUSIVE
+    return Effect(metric, ratio, low, high, verdict, min_effect)
+
+
+def _latencies(samples: Sequence[WindowSample], key: str) -> list[float]:
+    return [value for s in samples if (value := getattr(s, key)) is not None]
+
+
+def stall_note(now: Sequence[WindowSample], base: Sequence[WindowSample]) -> str | None:
+    """Windows in which nothing completed while others did (a stall), or a per-window
+    p50 distribution the two-sample Kolmogorov-Smirnov test finds different from the
+    baseline's (p < 0.01): said, not judged."""
+    notes = []
+    empty = sum(1 for s in now if s.operations == 0)
+    if empty and empty < len(now):
+        notes.append(f"{empty} of {len(now)} windows completed nothing (stalls)")
+    mine, theirs = _latencies(now, "p50_s"), _latencies(base, "p50_s")
+    if len(mine) >= 4 and len(theirs) >= 4:
+        from scipy.stats import ks_2samp
+
+        test = ks_2samp(mine, theirs)
+        if test.pvalue < 0.01:
+            notes.append(f"per-window p50 distribution differs from the baseline's "
+                         f"(Kolmogorov-Smirnov D={test.statistic:.2f}, p={test.pvalue:.1g})")
+    return "; ".join(notes) or None
+
+
+def judge_samples(now: Sequence[WindowSample], bases: Sequence[Sequence[WindowSample]], *,
+                  settings: GateSettings = GateSettings(),
+                  host_slowdown: float | None = None,
+                  not_comparable: str | None = None) -> StepGate:
+    """The gate of a step with window samples ``now`` against the windows of the same
+    step in each baseline run (``bases``, pooled). ``host_slowdown``: how much slower
+    the client host probed than in the baseline runs; ``not_comparable``: a reason the
+    step cannot be judged at all (an open loop that missed its schedule)."""
+    pooled = [sample for base in bases for sample in base]
+    common = dict(samples=len(now), baseline_samples=len(pooled),
+                  baseline_runs=sum(1 for base in bases if base), host_slowdown=host_slowdown)
+    if not_comparable:
+        return StepGate(GateVerdict.INCONCLUSIVE, not_comparable, **common)
+    if not pooled:
+        return StepGate(GateVerdict.INCONCLUSIVE,
+                        "the baseline has no per-window samples of this step (results of "
+                        "an earlier release): run the baseline again with this release",
+                        **common)
+    if len(now) < settings.min_samples or len(pooled) < settings.min_samples:
+        return StepGate(GateVerdict.INCONCLUSIVE,
+                        f"too few window samples ({len(now)} here, {len(pooled)} in the "
+                        f"baseline; at least {settings.min_samples} each): raise duration",
+                        **common)
+    effects = {
+        "rate_hz": effect("rate_hz", [s.rate_hz for s in now], [s.rate_hz for s in pooled],
+                          min_effect=settings.min_effect_rate, higher_is_better=True,
+                          settings=settings),
+    }
+    for key in ("p50_s", "p99_s"):  # p50 shown against p99's minimum effect, not judged
+        mine, theirs = _latencies(now, key), _latencies(pooled, key)
+        if mine and theirs:
+            effects[key] = effect(key, mine, theirs, min_effect=settings.min_effect_p99,
+                                  higher_is_better=False, settings=settings)
+    judged = [effects[name] for name in ("rate_hz", "p99_s") if name in effects]
+    stall = stall_note(now, pooled)
+    for wanted in (GateVerdict.REGRESSED, GateVerdict.INCONCLUSIVE, GateVerdict.IMPROVED,
+                   GateVerdict.UNCHANGED):
+        deciding = next((e for e in judged if e.verdict is wanted), None)
+        if deciding is not None:
+            break
+    assert deciding is not None
+    gate = StepGate(deciding.verdict, _reason(deciding), effects, deciding.metric,
+                    stall=stall, **common)
+    if (gate.verdict is GateVerdict.REGRESSED and host_slowdown is not None
+            and host_slowdown > HOST_SLOWER):
+        gate = replace(gate, verdict=GateVerdict.INCONCLUSIVE,
+                       reason=f"client host {host_slowdown:.0%} slower than the baseline's "
+                              f"(its probe before and after the step): {gate.reason}, which "
+                              f"may be the host's; run again on a quieter host")
+    return gate
+
+
+_WORDS = {"rate_hz": ("rate", "lower"), "p99_s": ("p99", "higher"), "p50_s": ("p50", "higher")}
+
+
+def _reason(e: Effect) -> str:
+    name, worse = _WORDS.get(e.metric, (e.metric, "worse"))
+    if e.ratio is None:
+        return f"{name}: not enough samples to compare"
+    interval = (f"ratio {e.ratio:.2f}, 95 % interval "
+                f"{e.low:.2f}-{e.high:.2f}" if e.low is not None and e.high is not None
+                else f"ratio {e.ratio:.2f}, no interval")
+    bound = f"{e.min_effect:.0%} {worse}"
+    return {
+        GateVerdict.REGRESSED: f"{name} {interval}: wholly beyond the minimum effect "
+                               f"({bound})",
+        GateVerdict.IMPROVED: f"{name} {interval}: better beyond the minimum effect",
+        GateVerdict.UNCHANGED: f"{name} {interval}: within the minimum effect ({bound})",
+        GateVerdict.INCONCLUSIVE: f"{name} {interval}: straddles the minimum effect "
+                                  f"({bound}); more windows or baseline runs would decide",
+    }[e.verdict]
+
+
+@dataclass(frozen=True)
+class HostProbe:
+    """The client host's speed around a step, by :func:`probe_client_host` (MB/s of
+    SHA-256 over a buffer in memory: no storage involved)."""
+
+    before_mb_s: float
+    after_mb_s: float | None = None
+
+    @property
+    def mb_s(self) -> float:
+        """The slower of the two: the host at its busiest around the step."""
+        return min(v for v in (self.before_mb_s, self.after_mb_s) if v is not None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"before_mb_s": self.before_mb_s, "after_mb_s": self.after_mb_s}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HostProbe | None:
+        before = data.get("before_mb_s")
+        if not before:
+            return None
+        after = data.get("after_mb_s")
+        return cls(float(before), None if after is None else float(after))
+
+
+#: the probe's buffer and its time budget
+_PROBE_BUFFER = b"\x5a" * (256 * 1024)
+PROBE_S = 0.15
+
+
+def probe_client_host(seconds: float = PROBE_S) -> float:
+    """MB/s of SHA-256 over a 256 KiB buffer for about ``seconds`` of wall time (at
+    most 10 000 rounds): a host whose cores are shared with other work hashes slower.
+    Wall time, not CPU time: waiting for a core is what a busy host does to a step."""
+    rounds, began = 0, time.perf_counter()
+    deadline = began + seconds
+    while rounds < 10_000:
+        hashlib.sha256(_PROBE_BUFFER).digest()
+        rounds += 1
+        if time.perf_counter() >= deadline:
+            break
+    elapsed = max(time.perf_counter() - began, 1e-9)
+    return rounds * len(_PROBE_BUFFER) / elapsed / 1e6
+
+
+def host_slowdown(now: HostProbe | None, bases: Sequence[HostProbe | None]) -> float | None:
+    """How much slower the host probed now than in the baseline runs (median of their
+    probes): 0.4 for 40 % slower; None when a side was not probed."""
+    import statistics
+
+    speeds = [base.mb_s for base in bases if base is not None]
+    if now is None or not speeds:
+        return None
+    reference = statistics.median(speeds)
+    return 1 - now.mb_s / reference if reference > 0 else None
