@@ -6,6 +6,7 @@ is started."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import stat
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pytest_storagescale.errors import EndpointError, StorageScaleUsageError
+from pytest_storagescale.servers import tarballs
 from pytest_storagescale.servers.dcache import EmbeddedDCache
 from pytest_storagescale.servers.tarballs import unpack
 
@@ -42,6 +44,17 @@ def _hostile(outside: Path) -> dict[str, list]:
             _member(f"{TOP}/b", tarfile.SYMTYPE, link=f"../../{outside.name}"),
             _member(f"{TOP}/a/through")],
         "hard link out": [_member(f"{TOP}/hard", tarfile.LNKTYPE, link="/etc/passwd")],
+        # issue 31: a link that leaves only once a later member exists (the start then
+        # wrote etc/dcache.conf, with the database password, outside the run's folder)
+        "link out once a later link exists": [
+            _member(f"{TOP}/etc", tarfile.SYMTYPE,
+                    link=f"a/b/c/../../../../{outside.name}"),
+            _member(f"{TOP}/a/b", tarfile.DIRTYPE, mode=0o755),
+            _member(f"{TOP}/d", tarfile.DIRTYPE, mode=0o755),
+            _member(f"{TOP}/a/b/c", tarfile.SYMTYPE, link="../../d")],
+        "link to its own folder": [
+            _member(f"{TOP}/etc", tarfile.SYMTYPE, link=f"x/x/../../../{outside.name}"),
+            _member(f"{TOP}/x", tarfile.SYMTYPE, link=".")],
         "device": [_member(f"{TOP}/mem", tarfile.CHRTYPE)],
         "setuid": [_member(f"{TOP}/bin/helper", mode=0o4755)],
     }
@@ -111,3 +124,93 @@ def test_a_release_tarball_unpacks_owned_by_the_user(place):
     jar = (target / TOP / "share" / "lib" / "x.jar").stat()
     assert (jar.st_uid, jar.st_gid) == (os.getuid(), os.getgid())
     assert not jar.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _header_only(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> Path:
+    """A gzip tar of ``members`` written header by header (a member's header may claim
+    more data than follows: what a bomb's reader meets first)."""
+    blob = b""
+    for info, data in members:
+        blob += info.tobuf(format=tarfile.GNU_FORMAT) + data
+        blob += b"\0" * (-len(data) % tarfile.BLOCKSIZE)
+    path.write_bytes(gzip.compress(blob))
+    return path
+
+
+def test_a_truncated_tarball_is_a_usage_error_wherever_its_program_is(pytester, tmp_path):
+    """bin/dcache first, then the tarball cut in a member's data: one paragraph, exit 4
+    (it was an INTERNALERROR: the program's search stopped at bin/dcache, the member
+    check read on into the cut)."""
+    whole = _tarball(tmp_path / "whole.tar.gz",
+                     [_member(f"{TOP}/share/big.jar", data=os.urandom(256 * 1024))])
+    tarball = tmp_path / "dcache-11.2.5.tar.gz"
+    tarball.write_bytes(whole.read_bytes()[:150 * 1024])
+    with pytest.raises(StorageScaleUsageError) as usage:
+        EmbeddedDCache.check_version(str(tarball))
+    assert str(usage.value).startswith(f"--storage-embedded-version {tarball}: not a dCache "
+                                       f"distribution tarball: it cannot be read"), usage.value
+
+    pytester.makeini("[pytest]\nstorage_embedded = dcache\n")
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider",
+                                           f"--storage-embedded-version={tarball}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()[-2000:]
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and "not a dCache distribution tarball" in errors[0], (
+        result.stderr.str())
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()
+
+
+def test_a_member_claiming_more_than_the_bound_is_refused_from_its_header(tmp_path):
+    """A bomb's member of 170 GB is refused at its header: its data is never read (here
+    there is none, so reading it would report a truncated tarball instead)."""
+    info, _ = _member(f"{TOP}/share/bomb")
+    info.size = 170 * 10**9
+    tarball = _header_only(tmp_path / "dcache-11.2.5.tar.gz", [
+        _member(f"{TOP}/bin/dcache", data=b"#!/bin/sh\n", mode=0o755), (info, b"\0" * 512)])
+    with pytest.raises(StorageScaleUsageError) as usage:
+        EmbeddedDCache.check_version(str(tarball))
+    assert f"member {info.name!r} makes it hold more than 1,024 MiB unpacked" in str(
+        usage.value), usage.value
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(EndpointError, match="more than 1,024 MiB unpacked"):
+        EmbeddedDCache()._unpack(tarball, run / "dist")
+    assert not (run / "dist").exists()  # a refused release is not left behind
+
+
+def test_a_compression_bomb_stops_at_the_bound_not_at_its_end(monkeypatch, tmp_path):
+    """Members of zeros past the bytes bound (lowered here to 4 MiB) and past the
+    members bound (lowered to 50): the check stops at the first member over it, at
+    the option's check and at the unpack, and nothing past the bound is written."""
+    monkeypatch.setattr(tarballs, "MAX_BYTES", 4 << 20)
+    zeros = [_member(f"{TOP}/share/zero{index}", data=bytes(1 << 20)) for index in range(8)]
+    tarball = _tarball(tmp_path / "dcache-11.2.5.tar.gz", zeros)
+    with pytest.raises(StorageScaleUsageError, match=r"member '.*/zero3' makes it hold "
+                                                     r"more than 4 MiB unpacked"):
+        EmbeddedDCache.check_version(str(tarball))
+    target = tmp_path / "dist"
+    target.mkdir()
+    assert "zero3' makes it hold more than 4 MiB" in unpack(tarball, target)
+    assert not (target / TOP / "share" / "zero3").exists()
+    assert sum(path.stat().st_size for path in target.rglob("*") if path.is_file()) <= 4 << 20
+
+    monkeypatch.setattr(tarballs, "MAX_MEMBERS", 50)
+    (tmp_path / "many").mkdir()
+    many = _tarball(tmp_path / "many" / "dcache-11.2.5.tar.gz",
+                    [_member(f"{TOP}/share/f{index}", data=b"") for index in range(60)])
+    with pytest.raises(StorageScaleUsageError, match=r"member '.*/f49' makes it hold more "
+                                                     r"than 50 members"):
+        EmbeddedDCache.check_version(str(many))
+
+
+def test_links_are_followed_through_the_whole_tarball():
+    """The resolver the option's check uses: links of the final tree followed as the
+    kernel would, a later link counting for an earlier path."""
+    links = {"top/a/b/c": "../../d", "top/loop": "loop2", "top/loop2": "loop"}
+    assert tarballs.resolve("top/a/b/c/x", links) == "top/d/x"
+    assert tarballs.resolve("top/a/b/c/../..", links) == ""  # c/.. is top, not top/a/b
+    assert tarballs.resolve("top/a/b/c/../../..", links) is None
+    assert tarballs.resolve("top/loop/x", links) is None  # a loop: refused
+    assert tarballs.resolve("top/abs", {"top/abs": "/etc"}) is None
