@@ -183,13 +183,22 @@ class EmbeddedDCache(EmbeddedServer):
             return requested
         path = Path(requested).expanduser()
         if TARBALL.fullmatch(path.name) and path.is_file():
-            check_release_tarball(requested, path.resolve(), "bin/dcache", "dCache")
-            if hostile := first_problem(path.resolve()):
+            # read whole first, bounded (a compression bomb stops at its first header
+            # past the bound), so the search for bin/dcache below reads a bounded tarball
+            problem = first_problem(path.resolve())
+            if problem.startswith("member "):
                 raise StorageScaleUsageError(
-                    f"--storage-embedded-version {requested}: the tarball's {hostile}, which "
-                    f"could write outside the run's folder when unpacked (no dCache release "
-                    f"holds one). Give dCache's own tarball, or a release of the "
-                    f"distribution cache.")
+                    f"--storage-embedded-version {requested}: the tarball's {problem}, which "
+                    f"could write outside the run's folder or fill its disk when unpacked "
+                    f"(no dCache release holds one). Give dCache's own tarball, or a release "
+                    f"of the distribution cache.")
+            if problem:  # broken or truncated, wherever its bin/dcache is
+                raise StorageScaleUsageError(
+                    f"--storage-embedded-version {requested}: not a dCache distribution "
+                    f"tarball: {problem[-300:]}. Give the dCache distribution's own tarball "
+                    f"(dcache-VERSION.tar.gz as dcache.org publishes it, complete), or a "
+                    f"release of the distribution cache.")
+            check_release_tarball(requested, path.resolve(), "bin/dcache", "dCache")
             return str(path.resolve())
         offered = cls.available_versions()
         raise StorageScaleUsageError(
@@ -334,14 +343,17 @@ class EmbeddedDCache(EmbeddedServer):
         self._set_database_password(self.database.password)
 
     def _unpack(self, tarball: Path, target: Path) -> Path:
-        target.mkdir()
+        target.mkdir(mode=0o700)  # the release's var/config/cache holds the db password
         refused = unpack_release(tarball, target)  # no member written outside target
+        if refused:  # nothing of it is used, nor left behind: no link out stays
+            shutil.rmtree(target, ignore_errors=True)
         if refused.startswith("member "):
             raise EndpointError(
                 f"the dCache distribution {tarball} was not unpacked: its {refused}, which "
-                f"could write outside the run's folder (no dCache release holds one). Give "
+                f"could write outside the run's folder or fill its disk (no dCache release "
+                f"holds one). Give "
                 f"dCache's own tarball with --storage-embedded-version PATH.")
-        tops = [entry for entry in target.iterdir() if entry.is_dir()]
+        tops = [] if refused else [entry for entry in target.iterdir() if entry.is_dir()]
         if refused or len(tops) != 1 or not (tops[0] / "bin" / "dcache").exists():
             raise EndpointError(
                 f"the dCache distribution {tarball} could not be unpacked as a dCache release "
