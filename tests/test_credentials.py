@@ -121,6 +121,51 @@ def test_keys_are_handed_to_the_server_user(identity, tmp_path):
     assert owner == "xrootd" and stat.S_IMODE(host.key.stat().st_mode) == 0o400
 
 
+def test_a_key_is_never_on_disk_readable_by_another_user(tmp_path, monkeypatch):
+    """Issue 31: the host key was written (umask's 0644) and then chmod'ed; an inotify
+    watcher read it in between. Every change of a file's mode, owner or name is
+    watched here with the umask at 0: no file holding a private key may have a group
+    or other bit at any of those moments, nor at the end; a link where a key goes is
+    replaced, never written through."""
+    seen: list[str] = []
+
+    def keys_private(why: str) -> None:
+        for path in tmp_path.rglob("*"):
+            if path.is_symlink() or not path.is_file():
+                continue
+            mode = stat.S_IMODE(path.lstat().st_mode)
+            if b"PRIVATE KEY" in path.read_bytes() and mode & 0o077:
+                seen.append(f"{path.name} {mode:o} at {why}")
+
+    def watched(name: str):
+        real = getattr(os, name)
+
+        def call(*args, **kwargs):
+            keys_private(name)
+            return real(*args, **kwargs)
+        return call
+
+    for name in ("chmod", "fchmod", "chown", "fchown", "replace", "rename"):
+        monkeypatch.setattr(os, name, watched(name))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("not a key\n")
+    (tmp_path / "tls").mkdir()
+    (tmp_path / "tls" / "host.key").symlink_to(elsewhere)
+    previous = os.umask(0)
+    try:
+        ca = ThrowawayCA(tmp_path / "ca")
+        host = ca.issue_host(tmp_path / "tls" / "host.pem", tmp_path / "tls" / "host.key")
+        user = ca.issue_user(tmp_path / "user" / "cert.pem", tmp_path / "user" / "key.pem")
+        ca.make_proxy(user, tmp_path / "user" / "x509up")
+    finally:
+        os.umask(previous)
+    keys_private("the end")
+    assert seen == []
+    assert elsewhere.read_text() == "not a key\n" and not host.key.is_symlink()
+    assert stat.S_IMODE(host.key.stat().st_mode) == 0o400
+    assert [path.name for path in tmp_path.rglob("*.partial")] == []
+
+
 # -- the checks before the load --------------------------------------------------------------
 def test_an_expired_proxy_is_one_error_naming_it_and_how_to_renew(identity):
     expired = identity["expired"]

@@ -106,11 +106,25 @@ def hand_to(path: Path, user: str | None, mode: int | None = None) -> None:
 
 
 def _write(path: Path, data: bytes, mode: int, owner: str | None = None) -> Path:
+    """``data`` into ``path`` with ``mode`` and ``owner`` from its first byte on: a new
+    file beside it, made 0600 (never readable by another user, whatever the umask: a
+    key written then chmod'ed was readable in between), given its mode and owner, then
+    renamed over ``path`` (a link at ``path`` is replaced, never followed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists():
-        path.chmod(0o600)
-    path.write_bytes(data)
-    hand_to(path, owner, mode)
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(8)}.partial")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(descriptor, "wb") as stream:
+            stream.write(data)
+            if owner and os.geteuid() == 0:
+                entry = pwd.getpwnam(owner)
+                os.fchown(stream.fileno(), entry.pw_uid, entry.pw_gid)
+            os.fchmod(stream.fileno(), mode)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     return path
 
 
