@@ -154,7 +154,8 @@ import json, os, time
 def test_hold(storage_endpoint):
     server = storage_endpoint.embedded
     from distributed import Client
-    with Client(server.cluster_address(), timeout=30) as client:
+    address = server.cluster_address()
+    with Client(address, timeout=30, security=server.cluster_security) as client:
         seen = client.run(os.stat, str(server.hosts[0].mountpoint))
         names = {w: i["name"] for w, i in client.scheduler_info()["workers"].items()}
     print("HELD", json.dumps({

@@ -101,8 +101,14 @@ class ClusterConnection:
                     f"dask-jobqueue) and give its scheduler address, e.g. "
                     f"--storage-cluster tcp://head:8786.")
             self.cluster = target = _started_recipe(address)
+        # a cluster started here has its own certificate; a scheduler given by address
+        # one registered by who started it (the embedded CephFS), else the Dask
+        # config's TLS settings (distributed.comm.tls.*), as the dask tools read them
+        security = (getattr(self.cluster, "security", None) if self.cluster is not None
+                    else security_for(str(address.scheduler)))
         try:
-            self.client = Client(target, timeout=_CONNECT_TIMEOUT, set_as_default=False)
+            self.client = Client(target, timeout=_CONNECT_TIMEOUT, set_as_default=False,
+                                 security=security)
         except OSError as exc:
             self._close_cluster()
             raise StorageScaleUsageError(
@@ -223,15 +229,24 @@ def _sigint_ignored() -> Iterator[None]:
 
 def _start_recipe(address: ClusterAddress) -> Any:
     if address.recipe == "local":
+        import dask
         from distributed import LocalCluster
 
         # its workers are this process's children, in the terminal's process group: a
         # Ctrl-C would kill them before they report what they measured. Started with
         # SIGINT ignored (which they inherit), they stop as remote hosts do: by the
-        # coordinator's stop event, within about a second, and report
-        with _sigint_ignored():
+        # coordinator's stop event, within about a second, and report.
+        # A Dask scheduler, worker or nanny runs any function a client sends it: every
+        # one of them listens on loopback only, with mutual TLS on a certificate made
+        # for this cluster (in memory, passed to the workers on their command pipe),
+        # so another local user's Client is refused at the handshake. A scheduler and
+        # a worker serve HTTP even without a dashboard (the worker list, task state, a
+        # proxy): with no routes, on loopback, they answer 404 to everything
+        with _sigint_ignored(), dask.config.set(NO_HTTP_ROUTES):
             return LocalCluster(n_workers=address.hosts, threads_per_worker=1,
-                                processes=True, dashboard_address=None)
+                                processes=True, host=LOOPBACK, protocol="tls://",
+                                security=run_security(), dashboard_address=None,
+                                worker_dashboard_address=None)
     import dask_jobqueue
 
     kind = address.recipe or ""
@@ -259,6 +274,48 @@ def check_offsets(hosts: list[ClusterHost], address: str,
             + ", ".join(f"{h.name} ({h.address}) {h.clock_offset_s:+.3f} s" for h in off)
             + ". Synchronize them (chrony/ntpd) or take them out of the cluster; the step "
             "was not run.", address=address)
+
+
+#: where the clusters started here listen
+LOOPBACK = "127.0.0.1"
+#: the Dask config that leaves a scheduler's and a worker's HTTP server without pages
+#: (the same as DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES=[] in a worker's environment)
+NO_HTTP_ROUTES: dict[str, list[str]] = {"distributed.scheduler.http.routes": [],
+                                            "distributed.worker.http.routes": []}
+NO_HTTP_ROUTES_ENV = {"DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES": "[]",
+                      "DASK_DISTRIBUTED__WORKER__HTTP__ROUTES": "[]"}
+#: scheduler address -> the Security its starter made (the embedded CephFS's)
+_SECURITY: dict[str, Any] = {}
+
+
+def run_security() -> Any:
+    """A new Dask :class:`~distributed.security.Security` for a cluster started here:
+    a self-signed certificate and key made in memory (``Security.temporary``, RSA
+    2048, with ``cryptography``) that every role presents and is the only CA it
+    trusts (mutual TLS), with encryption required: a peer without it is refused."""
+    from distributed.security import Security
+
+    try:
+        return Security.temporary()
+    except ImportError:
+        raise StorageScaleUsageError(
+            "a Dask cluster started here is secured with TLS, whose certificate is made "
+            "with the 'cryptography' package, not installed. Install the plugin's cluster "
+            "extra: pip install 'pytest-storagescale[cluster]'.") from None
+
+
+def register_security(address: str, security: Any) -> None:
+    """``security`` is what a client of the scheduler at ``address`` presents."""
+    _SECURITY[address] = security
+
+
+def forget_security(address: str) -> None:
+    _SECURITY.pop(address, None)
+
+
+def security_for(address: str) -> Any:
+    """The Security registered for ``address`` (None: the Dask config's)."""
+    return _SECURITY.get(address)
 
 
 _OPEN: dict[str, ClusterConnection] = {}

@@ -5,9 +5,13 @@ The embedded Ceph of :mod:`.ceph` (one monitor, memstore OSDs) gains a metadata 
 (``ceph-mds``) and a file system; each client host is a network namespace with its own
 address, joined to the daemons by a veth pair and a bridge, and runs its own
 ``ceph-fuse`` (its own CephFS client session, capabilities and cache, as a GPFS node
-holds its own tokens). Every mount is visible from this process at
-``<directory>/hosts/ns<i>``: host i's ``file://`` door of the same file system
-(:attr:`EmbeddedCephFS.hosts`); the endpoint's URL is host 0's.
+holds its own tokens). The daemons (mon, OSDs, MDS) run in a network namespace of their
+own, the one that holds the bridge, on an address (``.129`` of the run's private /24)
+that the client hosts reach over their veths and this machine's own namespace has no
+route to: nothing of theirs listens in the host's namespace (:func:`netns_layout`).
+Every mount is visible from this process at ``<directory>/hosts/ns<i>``: host i's
+``file://`` door of the same file system (:attr:`EmbeddedCephFS.hosts`); the
+endpoint's URL is host 0's.
 
 Nothing outlives the run, even a pytest killed with SIGKILL: the namespaces are not
 named (``ip netns add`` would leave ``/run/netns`` entries) but held by one
@@ -29,6 +33,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import EndpointError
 from .ceph import CEPH_COMMAND_TIMEOUT, Daemon, EmbeddedCephGateway, ceph_version
@@ -44,6 +49,12 @@ CLIENT = "storagescale"
 AREA = "storagescale"
 #: client hosts by default (``EmbeddedCephFS(hosts=N)``)
 DEFAULT_HOSTS = 2
+#: the Dask scheduler's and workers' TLS material (the run's own certificate), 0600 in
+#: a 0700 folder of the server's directory, read by root's processes only
+DASK_TLS = "dask-tls"
+#: the client hosts at most (their addresses are .2 to .(1 + hosts) of the run's /24,
+#: inside the .0/25 this machine's namespace routes to; the daemons are at .129)
+MAX_HOSTS = 100
 #: settings of the MDS and the clients that keep a 2-core machine's throwaway file
 #: system responsive: a client that stopped answering loses its session (and its
 #: capabilities) after this many seconds rather than the default 60
@@ -88,6 +99,34 @@ class ClientHost:
         return str(self.area / relative) if relative != "." else str(self.area)
 
 
+@dataclass(frozen=True)
+class NetnsLayout:
+    """The run's private /24 and who is where on it.
+
+    - ``head`` (``.1/25``): this machine's end of a veth to the bridge, where the Dask
+      scheduler listens; the /25 gives this namespace a route to the client hosts only;
+    - ``servers`` (``.129/24``, on the bridge in the servers' namespace): mon, OSDs,
+      MDS; no route leads there from this machine's namespace;
+    - the client hosts ``.2`` ... (``/24``): they reach both."""
+
+    subnet: ipaddress.IPv4Network
+
+    @property
+    def head(self) -> str:
+        return str(self.subnet.network_address + 1)
+
+    @property
+    def servers(self) -> str:
+        return str(self.subnet.network_address + 129)
+
+    def host(self, index: int) -> str:
+        return str(self.subnet.network_address + 2 + index)
+
+
+def netns_layout(subnet: ipaddress.IPv4Network) -> NetnsLayout:
+    return NetnsLayout(subnet)
+
+
 def _ip(*args: str, netns: str | None = None) -> str:
     command = ["ip", *args] if netns is None else ["nsenter", f"--net={netns}", "ip", *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=30)
@@ -126,14 +165,19 @@ class EmbeddedCephFS(EmbeddedCephGateway):
                  startup_timeout: float = 180.0) -> None:
         super().__init__(login=login, osds=osds, xcache=False,
                          startup_timeout=startup_timeout)
-        if hosts < 1:
-            raise EndpointError(f"EmbeddedCephFS(hosts={hosts}): at least one client host.")
+        if not 1 <= hosts <= MAX_HOSTS:
+            raise EndpointError(f"EmbeddedCephFS(hosts={hosts}): 1 to {MAX_HOSTS} client "
+                                f"hosts.")
         self.host_count = hosts
         self.hosts: list[ClientHost] = []
         self.switch: Daemon | None = None
         self.tag = f"{os.getpid() % 1000:03d}{random.randint(0, 0xfff):03x}"
         self._scheduler: Daemon | None = None
         self._scheduler_address = ""
+        #: the Dask security of the scheduler and workers (once started)
+        self.cluster_security: Any = None
+        #: the daemons' namespace (holds the bridge), once made
+        self.layout: NetnsLayout | None = None
 
     # -- what the family asks -----------------------------------------------------------
     @classmethod
@@ -212,26 +256,27 @@ class EmbeddedCephFS(EmbeddedCephGateway):
         d = self.directory
         assert d is not None
         (d / "log").mkdir()
-        subnet = free_subnet()
-        head = str(subnet.network_address + 1)
+        layout = self.layout = netns_layout(free_subnet())
+        # the servers' namespace: the bridge, and on it the daemons' address
         self.switch = self._hold("switch")
-        switch = f"/proc/{self.switch.process.pid}/ns/net"
+        switch = self.servers_netns
         bridge = "ssbr"
         _ip("link", "set", "lo", "up", netns=switch)
         _ip("link", "add", bridge, "type", "bridge", netns=switch)
+        _ip("addr", "add", f"{layout.servers}/24", "dev", bridge, netns=switch)
         _ip("link", "set", bridge, "up", netns=switch)
-        # this host's end: the daemons listen on the head address
+        self.address = layout.servers  # ceph.conf's mon host and public network
+        # this host's end (the Dask scheduler's address): a /25 that routes to the
+        # client hosts and not to the daemons
         outside, inside = f"ss{self.tag}h", f"ss{self.tag}s"
         _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
         _ip("link", "set", inside, "netns", str(self.switch.process.pid))
         _ip("link", "set", inside, "master", bridge, "up", netns=switch)
-        _ip("addr", "add", f"{head}/24", "dev", outside)
+        _ip("addr", "add", f"{layout.head}/25", "dev", outside)
         _ip("link", "set", outside, "up")
-        self.address = head
         (d / "hosts").mkdir()
         for index in range(self.host_count):
-            host = ClientHost(index, str(subnet.network_address + 2 + index),
-                              d / "hosts" / f"ns{index}")
+            host = ClientHost(index, layout.host(index), d / "hosts" / f"ns{index}")
             host.mountpoint.mkdir()
             host.holder = self._hold(f"host.{host.name}")
             port, peer = f"ss{self.tag}p{index}", f"ss{self.tag}c{index}"
@@ -243,6 +288,40 @@ class EmbeddedCephFS(EmbeddedCephGateway):
             _ip("link", "set", peer, "up", netns=host.netns)
             _ip("link", "set", "lo", "up", netns=host.netns)
             self.hosts.append(host)
+
+    @property
+    def servers_netns(self) -> str:
+        """The daemons' namespace's handle for ``nsenter --net=``."""
+        assert self.switch is not None
+        return f"/proc/{self.switch.process.pid}/ns/net"
+
+    #: the daemons that run in the servers' namespace, by the name they are spawned as
+    _SERVERS = ("mon.", "osd.", "mds.")
+
+    def _spawn(self, name: str, command: list[str], env: dict[str, str] | None = None) -> Daemon:
+        """A daemon of the file system (mon, OSD, MDS) runs in the servers' namespace
+        (``nsenter`` execs it: the process is the daemon's own)."""
+        if name.startswith(self._SERVERS) and self.switch is not None:
+            command = ["nsenter", f"--net={self.servers_netns}", *command]
+        return super()._spawn(name, command, env)
+
+    def _run(self, *args: str, input_text: str | None = None) -> str:
+        """A Ceph tool, in the servers' namespace: ``ceph`` talks to the monitor (no
+        route leads there from here), ``ceph-mon --mkfs`` looks for the public
+        network's address among the namespace's interfaces."""
+        if self.switch is None:
+            return super()._run(*args, input_text=input_text)
+        command = ["nsenter", f"--net={self.servers_netns}", *args]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, input=input_text,
+                                  timeout=CEPH_COMMAND_TIMEOUT, cwd=self.directory)
+        except subprocess.TimeoutExpired:
+            raise self._fail(f"'{' '.join(args[:4])}' did not answer within "
+                             f"{CEPH_COMMAND_TIMEOUT} s") from None
+        if done.returncode != 0:
+            raise self._fail(f"'{' '.join(args[:6])}' failed: "
+                             f"{(done.stderr or done.stdout).strip()[-400:]}")
+        return done.stdout
 
     def _more_conf(self) -> list[str]:
         d = self.directory
@@ -316,7 +395,14 @@ class EmbeddedCephFS(EmbeddedCephGateway):
         on first call: each worker runs in its host's namespace and a private mount
         namespace where host 0's mount point is its own host's mount (``mount --bind``),
         so that the endpoint's one ``file://`` path is the same on every host, as
-        ``/gpfs/scratch`` is on every GPFS node, served by that host's own client."""
+        ``/gpfs/scratch`` is on every GPFS node, served by that host's own client.
+
+        A Dask scheduler or worker runs any function a client sends it, as root here:
+        they speak mutual TLS only (``tls://``), with a certificate made for this run
+        (:func:`~pytest_storagescale.cluster.hosts.run_security`) that is also the only
+        CA they trust; :attr:`cluster_security` is what a client presents (registered
+        for the address: ``--storage-cluster`` finds it). No dashboard, and their HTTP
+        servers without pages."""
         if self._scheduler is None:
             try:
                 self._start_dask()
@@ -325,37 +411,67 @@ class EmbeddedCephFS(EmbeddedCephGateway):
                 raise
         return self._scheduler_address
 
+    def _dask_tls(self) -> list[str]:
+        """The run's certificate and key as files for the ``dask`` command lines (0600,
+        in a 0700 folder, created so: never readable by another user in between)."""
+        from ..cluster.hosts import run_security
+
+        d = self.directory
+        assert d is not None
+        folder = d / DASK_TLS
+        if self.cluster_security is None:
+            self.cluster_security = run_security()
+            folder.mkdir(mode=0o700)
+            folder.chmod(0o700)  # whatever the umask
+            material = self.cluster_security.get_tls_config_for_role("worker")
+            for name, text in (("cert.pem", material["cert"]), ("key.pem", material["key"])):
+                handle = os.open(folder / name,
+                                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with open(handle, "w") as sink:
+                    sink.write(text)
+        cert, key = str(folder / "cert.pem"), str(folder / "key.pem")
+        # the certificate is its own CA: the only one they trust
+        return ["--tls-ca-file", cert, "--tls-cert", cert, "--tls-key", key]
+
     def _start_dask(self) -> None:
         import socket
         import sys
 
+        from ..cluster.hosts import NO_HTTP_ROUTES_ENV, register_security
+
         d = self.directory
-        assert d is not None and self.hosts
+        assert d is not None and self.hosts and self.layout is not None
         (d / "dask").mkdir(exist_ok=True)
+        tls = self._dask_tls()
+        head = self.layout.head
         with socket.socket() as probe:
-            probe.bind((self.address, 0))
+            probe.bind((head, 0))
             port = probe.getsockname()[1]
-        self._scheduler_address = f"tcp://{self.address}:{port}"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._scheduler_address = f"tls://{head}:{port}"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+               **NO_HTTP_ROUTES_ENV, "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
         self._scheduler = self._spawn("dask-scheduler", [
-            sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", self.address,
-            "--port", str(port), "--no-dashboard"], env)
-        self._wait_for(lambda: self._listening(port), "the Dask scheduler did not listen",
-                       "dask-scheduler")
+            sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", head,
+            "--port", str(port), "--protocol", "tls", "--no-dashboard", *tls], env)
+        self._wait_for(lambda: self._listening(head, port), "the Dask scheduler did not "
+                       "listen", "dask-scheduler")
+        register_security(self._scheduler_address, self.cluster_security)
         here = self.hosts[0].mountpoint
         for host in self.hosts:
             local = d / "dask" / host.name
             local.mkdir(exist_ok=True)
             worker = (f"exec {sys.executable} -m distributed.cli.dask_worker "
                       f"{self._scheduler_address} --host {host.address} --nthreads 1 "
-                      f"--no-nanny --name {host.name} --no-dashboard --local-directory {local}")
+                      f"--no-nanny --name {host.name} --no-dashboard --local-directory {local} "
+                      + " ".join(tls))
             bind = "" if host.index == 0 else f"mount --bind {host.mountpoint} {here} && "
             self._spawn(f"dask-worker.{host.name}", [
                 "nsenter", f"--net={host.netns}", "unshare", "--mount", "--propagation",
                 "private", "sh", "-c", bind + worker], env)
         from distributed import Client
 
-        with Client(self._scheduler_address, timeout=30, set_as_default=False) as client:
+        with Client(self._scheduler_address, timeout=30, set_as_default=False,
+                    security=self.cluster_security) as client:
             try:
                 client.wait_for_workers(len(self.hosts), timeout=self.startup_timeout)
             except TimeoutError:
@@ -363,20 +479,22 @@ class EmbeddedCephFS(EmbeddedCephGateway):
                                  f"{self.startup_timeout:.0f} s",
                                  self._daemon(f"dask-worker.{self.hosts[-1].name}")) from None
 
-    def _listening(self, port: int) -> bool:
+    @staticmethod
+    def _listening(address: str, port: int) -> bool:
         import socket
 
         try:
-            socket.create_connection((self.address, port), timeout=1).close()
+            socket.create_connection((address, port), timeout=1).close()
         except OSError:
             return False
         return True
 
     def _stop_dask(self) -> None:
         if self._scheduler_address:  # this process's client of it first (else its exit
-            from ..cluster.hosts import disconnect  # tries to reconnect to it)
+            from ..cluster.hosts import disconnect, forget_security  # tries to reconnect)
 
             disconnect(self._scheduler_address)
+            forget_security(self._scheduler_address)
         names = {"dask-scheduler", *(f"dask-worker.{host.name}" for host in self.hosts)}
         for daemon in [d for d in self.daemons if d.name in names]:
             daemon.stop()
