@@ -353,8 +353,9 @@ def judge_samples(now: Sequence[WindowSample], bases: Sequence[Sequence[WindowSa
     the client host probed than in the baseline runs; ``not_comparable``: a reason the
     step cannot be judged at all (an open loop that missed its schedule)."""
     pooled = [sample for base in bases for sample in base]
-    common = dict(samples=len(now), baseline_samples=len(pooled),
-                  baseline_runs=sum(1 for base in bases if base), host_slowdown=host_slowdown)
+    common: dict[str, Any] = dict(samples=len(now), baseline_samples=len(pooled),
+                                  baseline_runs=sum(1 for base in bases if base),
+                                  host_slowdown=host_slowdown)
     if not_comparable:
         return StepGate(GateVerdict.INCONCLUSIVE, not_comparable, **common)
     if not pooled:
@@ -427,8 +428,9 @@ class HostProbe:
 
     @property
     def mb_s(self) -> float:
-        """The slower of the two: the host at its busiest around the step."""
-        return min(v for v in (self.before_mb_s, self.after_mb_s) if v is not None)
+        """The faster of the two: a host slower both before and after the step was
+        busier during it (one slow probe is not enough to blame the host)."""
+        return max(v for v in (self.before_mb_s, self.after_mb_s) if v is not None)
 
     def to_json(self) -> dict[str, Any]:
         return {"before_mb_s": self.before_mb_s, "after_mb_s": self.after_mb_s}
@@ -444,7 +446,7 @@ class HostProbe:
 
 #: the probe's buffer and its time budget
 _PROBE_BUFFER = b"\x5a" * (256 * 1024)
-PROBE_S = 0.15
+PROBE_S = 0.1
 
 
 def probe_client_host(seconds: float = PROBE_S) -> float:

@@ -53,7 +53,7 @@ from .servers.orphans import STOPPED_ORPHANS
 from .session import WORKER_INPUT_KEY, Role, StorageRun, role_of
 from .shipped import pyargs_folders
 from .stash import storage_run_key
-from .steps import client_host_lines, endpoint_driver
+from .steps import client_host_lines, endpoint_driver, unmeasured_lines
 
 #: a test using one of these needs the storage: the endpoint is checked before any test
 STORAGE_FIXTURES = frozenset({"storage_endpoint", "storage_load"})
@@ -507,6 +507,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(line)
     for line in cluster_breakdown_lines(run.ledger.steps, config.option.verbose):
         terminalreporter.write_line(line)  # a cluster step's hosts (-v), lost hosts
+    for line in unmeasured_lines(run.ledger.steps):  # a check that could not run
+        terminalreporter.write_line(line, yellow=True)
     failures = format_failures(run.ledger.steps, info.door)
     if failures:
         terminalreporter.write_line("why:")

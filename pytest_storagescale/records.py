@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from .gate import HostProbe, StepGate, WindowSample
 from .load.server_usage import ServerUsage
 from .load.stats import (
     LATE_AFTER_S,
@@ -191,6 +192,11 @@ class StepRecord:
     #: requests in flight) and schedule (``constant``, ``poisson``); 0: a closed loop
     arrival_rate: float = 0.0
     arrivals: str = ""
+    #: the gate against the baseline runs (:mod:`~pytest_storagescale.gate`): None
+    #: without a baseline, or for a step not judged
+    gate: StepGate | None = None
+    #: the client host's speed around the step (:func:`~.gate.probe_client_host`)
+    probe: HostProbe | None = None
 
     # -- reading ---------------------------------------------------------------
     @property
@@ -336,6 +342,13 @@ class StepRecord:
         return None if math.isnan(value) else value
 
     @property
+    def windows(self) -> list[WindowSample]:
+        """The per-window samples of the whole step (the gate's); empty when nothing
+        was measured or the results are of an earlier release."""
+        total = self.total
+        return list(total.windows) if total is not None else []
+
+    @property
     def hosts(self) -> list[HostResult]:
         """A cluster step's per-host breakdown (empty: the clients ran in this process
         or nothing was measured); part of its result."""
@@ -428,6 +441,10 @@ class StepRecord:
         })
         if self.baseline is not None:
             document["baseline"] = self.baseline.to_json()
+        if self.gate is not None:
+            document["gate"] = self.gate.to_json()
+        if self.probe is not None:
+            document["client_probe"] = self.probe.to_json()
         if self.hosts:
             document["lost"] = self.lost
             document["hosts"] = [host.to_json() for host in self.hosts]
@@ -465,6 +482,10 @@ class StepRecord:
             arrivals=str(data.get("arrivals") or ""),
             server=ServerUsage.from_json(data["server"])
             if isinstance(data.get("server"), dict) else None,
+            gate=StepGate.from_json(data["gate"]) if isinstance(data.get("gate"), dict)
+            else None,
+            probe=HostProbe.from_json(data["client_probe"])
+            if isinstance(data.get("client_probe"), dict) else None,
         )
 
 

@@ -9,8 +9,9 @@ import os
 import posixpath
 import re
 import time
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,13 +19,29 @@ from .baseline import is_probe, measured_nothing, since_fault
 from .cluster import run_cluster_step
 from .drivers.base import Driver
 from .drivers.registry import driver_class, scheme_driver
-from .errors import StepError, StorageError, StorageScaleUsageError, ThresholdsError
+from .errors import (
+    StepError,
+    StorageError,
+    StorageScaleUsageError,
+    StorageScaleWarning,
+    ThresholdsError,
+)
+from .gate import (
+    ACHIEVED_SHARE,
+    GateSettings,
+    GateVerdict,
+    HostProbe,
+    StepGate,
+    host_slowdown,
+    judge_samples,
+    probe_client_host,
+)
 from .limits import check_open_files, check_threads
 from .load.engine import StepInterrupted, run_step
 from .load.executors import isolates_clients, planned_processes
 from .load.operations import get_operation
 from .load.plan import StepPlan, StepProgress
-from .records import RunInfo, StepRecord, Verdict, all_passed
+from .records import RuleCheck, RunInfo, StepRecord, Verdict, all_passed
 from .session import Door, StorageRun
 from .thresholds import SectionPlan, ThresholdSet, evaluate
 
@@ -222,6 +239,7 @@ def measure(run: StorageRun, record: StepRecord,
     try:
         with run.ledger.lock():
             record.lock_acquired = time.time()
+            before = probe_client_host() if _probed(run) else None
             cluster = getattr(run.settings, "cluster", None)
             if cluster:  # the clients run on its hosts
                 record.executor = "cluster"
@@ -231,6 +249,8 @@ def measure(run: StorageRun, record: StepRecord,
             else:
                 record.result = run_step(plan, executor=run.settings.executor,
                                          progress=progress, observe=observe)
+            if before is not None:
+                record.probe = HostProbe(before, probe_client_host())
     except StorageError as exc:
         record.ended, record.verdict, record.error = time.time(), Verdict.ERROR, str(exc)
         return
@@ -253,6 +273,67 @@ def measure(run: StorageRun, record: StepRecord,
         record.server = watch.usage(measure_from, measure_from + record.result.duration_s)
 
 
+def _probed(run: StorageRun) -> bool:
+    """The client host is probed around each step (:func:`~.gate.probe_client_host`,
+    0.1 s before and after) when the run is compared with a baseline or writes results
+    (which may be the next run's baseline)."""
+    settings = run.settings
+    return bool(getattr(settings, "baseline", None) or getattr(settings, "results", None))
+
+
+def not_comparable(record: StepRecord) -> str | None:
+    """Why an open-loop step measured its client host or nothing comparable, or None:
+    its schedule was not kept (:attr:`StepRecord.schedule_missed`), or its door achieved
+    less than :data:`~.gate.ACHIEVED_SHARE` of the offered rate with no failure and no
+    hang to say why (requests neither completed, failed nor hung in the window)."""
+    total = record.total
+    if not record.arrival_rate or total is None:
+        return None
+    if record.schedule_missed:
+        return record.schedule_text()
+    achieved, offered = total.rate_hz, record.arrival_rate
+    if achieved < ACHIEVED_SHARE * offered and not (total.failed or total.hung):
+        return (f"the door achieved {achieved:.3g}/s of the {offered:g}/s offered, with no "
+                f"failure or hang to say why: requests neither completed, failed nor hung "
+                f"in the window; this step says nothing on the storage's rate")
+    return None
+
+
+def gate_step(run: StorageRun, record: StepRecord, section: SectionPlan,
+              since: float | None = None) -> StepGate | None:
+    """The step's gate against the baseline runs (:mod:`~.gate`); None without a
+    baseline (an open-loop step that is :func:`not_comparable` is ``inconclusive`` even
+    then)."""
+    why = not_comparable(record)
+    baseline = run.baseline
+    if baseline is None:
+        return StepGate(GateVerdict.INCONCLUSIVE, why) if why else None
+    bases = baseline.matches(record, since)
+    if not bases:
+        return None  # a step the baseline does not have: 'new'
+    settings = GateSettings(min_effect_rate=section.min_effect_rate,
+                            min_effect_p99=section.min_effect_p99)
+    return judge_samples(record.windows, [base.windows for base in bases], settings=settings,
+                         host_slowdown=host_slowdown(record.probe,
+                                                     [base.probe for base in bases]),
+                         not_comparable=why)
+
+
+def gate_check(gate: StepGate) -> RuleCheck:
+    """A regressed gate as a failed rule: the failure message names the metric, its
+    ratio to the baseline and the interval."""
+    effect = gate.deciding
+    assert effect is not None and effect.ratio is not None
+    rate = effect.metric == "rate_hz"
+    bound = 1 - effect.min_effect if rate else 1 + effect.min_effect
+    key = "min_effect_rate" if rate else "min_effect_p99"
+    return RuleCheck(
+        rule=f"gate: {effect.metric} vs baseline {effect.interval_text()} (95 % interval) "
+             f"wholly {'below' if rate else 'above'} {bound:g} ({key} = {effect.min_effect:g})",
+        metric=effect.metric, comparison=">=" if rate else "<=", limit=bound,
+        observed=effect.ratio, passed=False)
+
+
 def counts_disagree(record: StepRecord) -> str | None:
     """Why the server's count of the step's operations and its clients' disagree by
     more than 2 % (:func:`~.servers.monitor.disagreement`), or None."""
@@ -262,6 +343,27 @@ def counts_disagree(record: StepRecord) -> str | None:
     from .servers.monitor import disagreement
 
     return disagreement(issued, record.total.hung, record.server, record.total.clients)
+
+
+#: what a step whose server counters could not be taken says where its verdict is read
+UNMEASURED = ("not measured: the server's count of its operations (the check that the "
+              "step measured its own load and nothing else: {why})")
+
+
+def counts_unmeasured(record: StepRecord) -> str:
+    """Why the check that the server counted the step's operations as its clients did
+    could not run although it should have (``""``: it ran, or does not apply): the
+    step's pass or failure does not include it."""
+    return record.server.counts_unmeasured if record.server is not None else ""
+
+
+def unmeasured_lines(steps: list[StepRecord]) -> list[str]:
+    """Under the table: each judged step whose server counters could not be taken, and
+    why (``stat at 4 clients (pass): not measured: ...``)."""
+    return [f"{step.title} ({step.verdict}): " + UNMEASURED.format(why=why)
+            for step in steps
+            if step.verdict in (Verdict.PASS, Verdict.FAIL)
+            and (why := counts_unmeasured(step))]
 
 
 def too_little_measured(record: StepRecord, section: SectionPlan) -> str | None:
@@ -366,6 +468,36 @@ def judge_step(run: StorageRun, record: StepRecord, section: SectionPlan, *,
         return _error(record, why)
     record.checks = evaluate(rules, record.metric,
                              baseline=base.metric_or_none if base is not None else None)
+    record.gate = gate_step(run, record, section, since)
+    if record.gate is not None and record.gate.fails:
+        record.checks.append(gate_check(record.gate))
+    record.verdict = Verdict.PASS if all_passed(record.checks) else Verdict.FAIL
+    if not_comparable(record) is not None:  # the client host's trouble, not the storage's
+        record.verdict = Verdict.INFO
+
+
+def retest(run: StorageRun, request: StepRequest, record: StepRecord, section: SectionPlan, *,
+           thresholds: ThresholdSet, door: Door | None,
+           progress: Callable[[StepProgress], None] | None) -> None:
+    """Measure a regressed step once more before it fails: ``confirmed`` when the
+    second measurement regressed too (the step fails), ``not reproduced`` when not
+    (its gate is then ``inconclusive`` and the step does not fail on it). Never silent:
+    the gate's reason says both."""
+    gate = record.gate
+    assert gate is not None
+    again = plan_step(run, request, section, thresholds=thresholds, door=door)
+    measure(run, again, progress, clients_per_host=section.clients_per_host)
+    second = gate_step(run, again, section, _since_fault(run, record)) \
+        if again.result is not None and again.verdict is not Verdict.INTERRUPTED else None
+    if second is not None and second.fails:
+        record.gate = replace(gate, retest="confirmed",
+                              reason=f"{gate.reason}; measured again: {second.short()}")
+        return
+    seen = second.short() if second is not None else f"not measured ({again.error})"
+    record.gate = replace(gate, verdict=GateVerdict.INCONCLUSIVE, retest="not reproduced",
+                          reason=f"regressed, then measured again: {seen}; first: "
+                                 f"{gate.reason}")
+    record.checks = [check for check in record.checks if not check.rule.startswith("gate:")]
     record.verdict = Verdict.PASS if all_passed(record.checks) else Verdict.FAIL
 
 
@@ -385,6 +517,14 @@ def run_load_step(run: StorageRun, request: StepRequest, *, judge: Judge = True,
     measure(run, record, progress, clients_per_host=section.clients_per_host)
     if record.verdict is not Verdict.INTERRUPTED:
         judge_step(run, record, section, judge=judge, derive=derive)
+        if record.gate is not None and record.gate.fails:
+            retest(run, request, record, section, thresholds=thresholds, door=door,
+                   progress=progress)
+    if record.verdict in (Verdict.PASS, Verdict.FAIL) and (why := counts_unmeasured(record)):
+        # the test's report says it too (pytest's warnings summary and count), not only
+        # the table's note and the JSON
+        warnings.warn(StorageScaleWarning(f"{record.title} ({record.verdict}): "
+                                          + UNMEASURED.format(why=why)), stacklevel=2)
     run_info = run.run_info(request.system, thresholds)
     run.ledger.append(run_info, record)
     return StepOutcome(record, thresholds, run_info)

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import StorageScaleUsageError, ThresholdsError
+from .gate import DEFAULT_MIN_EFFECT_P99, DEFAULT_MIN_EFFECT_RATE
 from .limits import check_clients
 from .load.plan import ARRIVALS
 from .metrics import known_metrics
@@ -69,10 +70,13 @@ COMPARISONS: dict[str, Callable[[float, float], bool]] = {
     "==": operator.eq,
 }
 DEFAULT_KEYS = ("duration", "warmup", "hang_timeout")
+#: a section's minimum effects for the gate against a baseline (gate.py): a step whose
+#: rate is lower by (p99 higher by) more than this, at 95 % confidence, regressed
+GATE_KEYS = ("min_effect_rate", "min_effect_p99")
 #: keys an ``[ops.<section>]`` table may hold besides its operation's parameters
 SECTION_KEYS = ("op", "clients", "expect", "operations", "tries", "min_operations",
                 "clients_per_host", "arrival_rate", "arrivals", "max_in_flight",
-                *DEFAULT_KEYS)
+                *GATE_KEYS, *DEFAULT_KEYS)
 #: an open-loop section's cap on requests in flight when it does not say
 DEFAULT_MAX_IN_FLIGHT = 100
 #: an offered rate: ``"500/s"``, ``"30/min"`` (or a number: per second)
@@ -325,6 +329,9 @@ class SectionPlan:
     arrival_rates: tuple[float, ...] = ()
     arrivals: str = "constant"
     max_in_flight: int = 0
+    #: the gate's minimum effects (``min_effect_rate``, ``min_effect_p99``)
+    min_effect_rate: float = DEFAULT_MIN_EFFECT_RATE
+    min_effect_p99: float = DEFAULT_MIN_EFFECT_P99
 
     @property
     def open_loop(self) -> bool:
@@ -598,7 +605,23 @@ def _section(name: str, table: Any, path: Path, defaults: dict[str, float]) -> S
         min_operations=min_operations,
         clients_per_host=clients_per_host,
         arrival_rates=rates, arrivals=arrivals, max_in_flight=max_in_flight,
+        min_effect_rate=_min_effect(table, "min_effect_rate", DEFAULT_MIN_EFFECT_RATE, 1.0,
+                                    path, key, "0.15 (a rate 15 % lower regressed)"),
+        min_effect_p99=_min_effect(table, "min_effect_p99", DEFAULT_MIN_EFFECT_P99, 100.0,
+                                   path, key, "0.25 (a p99 25 % higher regressed)"),
     )
+
+
+def _min_effect(table: dict, name: str, default: float, below: float, path: Path, key: str,
+                example: str) -> float:
+    """A minimum effect of the gate: a fraction above 0 (a rate's below 1)."""
+    value = table.get(name, default)
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not 0 < value < below):
+        raise ThresholdsError(
+            f"{_where(path, f'{key}.{name}')}: must be a number above 0 and below "
+            f"{below:g}, e.g. {name} = {example}; got {value!r}.")
+    return float(value)
 
 
 def _open_loop(table: dict, operation: Operation, path: Path, key: str

@@ -23,6 +23,11 @@ try:
 except ImportError:  # the servers' tests then skip, naming the extra
     pass
 
+# numpy (under scipy.stats, the gate's statistics: gate.py) refuses to load twice in a
+# process ("cannot load module more than once per process"): imported here, before any
+# in-process pytester run, whose sys.modules snapshot would drop it, so that the second
+# run compared with a baseline does not fail
+import scipy.stats  # noqa: E402,F401
 
 #: what client libraries read credentials from: a driver sets some of them for the
 #: whole process (one identity per process), so each test gets them back as they were

@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import math
+import os
 import socket
 import subprocess
 import threading
@@ -392,39 +393,128 @@ def _wait_for(condition, limit: float = 10.0) -> bool:
     return condition()
 
 
+def _as_another_user(code: str) -> subprocess.CompletedProcess:
+    """Run Python ``code`` as an unprivileged other user when this is root (the
+    co-tenant of issue 31), else as this user; its output."""
+    import shutil
+    import sys
+
+    command = [sys.executable, "-c", code]
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        command = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+#: a co-tenant's forger: sends ``PACKET`` to ``ADDRESS`` (a Unix socket's path or
+#: host:port) from a socket bound, with SO_REUSEADDR, to each of ``PORTS`` (the
+#: server's own report ports) and from a fresh one; prints what it could send
+FORGER = """
+import socket
+packet, address, ports = PACKET, ADDRESS, PORTS
+sent = []
+if address.startswith("/"):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        s.sendto(packet, address); sent.append("unix")
+    except OSError as exc:
+        print("refused:", exc)
+else:
+    host, port = address.rsplit(":", 1)
+    for bind in [None, *ports]:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            if bind is not None:
+                s.bind(("127.0.0.1", bind))
+            s.sendto(packet, (host, int(port))); sent.append(bind)
+        except OSError as exc:
+            print("refused:", bind, exc)
+print("sent:", sent)
+"""
+
+
+def _forge(address: str, packet: bytes, ports: list[int]) -> str:
+    code = (FORGER.replace("PACKET", repr(packet)).replace("ADDRESS", repr(address))
+            .replace("PORTS", repr(ports)))
+    done = _as_another_user(code)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _udp_ports(pid: int) -> list[int]:
+    import psutil
+
+    process = psutil.Process(pid)
+    listing = getattr(process, "net_connections", None) or process.connections
+    return [c.laddr[1] for c in listing(kind="udp") if c.laddr]
+
+
+def test_another_user_cannot_forge_the_embedded_servers_reports():
+    """Issue 31: the listener trusted a sender by its port, and xrootd binds its report
+    socket with SO_REUSEADDR, so another user bound the same port and its forged report
+    made a passing step an error. Now the embedded server reports to a Unix socket in
+    a private folder that only its user may write to, and only packets whose sender
+    pid (SO_PASSCRED: the kernel's word) is the server's count: the other user's
+    packets, from the server's own ports or anywhere, never reach the counters."""
+    from pytest_storagescale.servers.processes import unprivileged_user
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
+
+    server = EmbeddedXRootD(https=False)
+    listener = SummaryListener(senders=server.server_pids, user=unprivileged_user())
+    server.report_to = listener.address
+    try:
+        with server:
+            assert _wait_for(lambda: len(listener.latest()) == 1, 30)
+            [genuine] = listener.latest()
+            ports = _udp_ports(server.pid)  # none now: it reports over the Unix socket
+            forged = SUMMARY.replace(b'src="vm:1094"', b'src="forged:1"')
+            said = _forge(listener.address, forged, ports)
+            last = listener.latest()[genuine].received  # a report after the forgery
+            assert _wait_for(lambda: listener.latest()[genuine].received > last, 10)
+            assert set(listener.latest()) == {genuine}, (said, listener.latest())
+            # this process (root, or the server's user) is not the server either
+            own = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            own.sendto(forged, listener.address)
+            own.close()
+            assert _wait_for(lambda: listener.refusals()["sender"] >= 1, 10)
+            assert set(listener.latest()) == {genuine}
+            # as root, the other user cannot even reach the socket (its mode is 0600)
+            assert "sent: []" in said or os.geteuid() != 0, said
+    finally:
+        listener.close()
+    assert not os.path.exists(listener.address)  # its folder goes with it
+
+
 def test_a_report_forged_by_another_process_of_this_host_is_dropped():
     """The embedded server's listener counts only its daemons' reports: a co-tenant
     sending a summary with the server's ``src`` (to make a passing step an error, or
     hide a disagreement) is ignored; the server's own process is heard."""
-    import subprocess
     import sys
 
     server = subprocess.Popen(
         [sys.executable, "-c",
          "import socket, sys\n"
-         "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-         "s.bind(('127.0.0.1', 0)); print(s.getsockname()[1], flush=True)\n"
-         "sys.stdin.buffer.readline()\n"
-         "host, port = sys.stdin.buffer.readline().split()\n"
-         "s.sendto(sys.stdin.buffer.read(), (host, int(port)))\n"
+         "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+         "print('ready', flush=True)\n"
+         "path = sys.stdin.buffer.readline().strip().decode()\n"
+         "s.sendto(sys.stdin.buffer.read(), path)\n"
          "sys.stdin.close(); import time; time.sleep(30)\n"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     listener = SummaryListener(senders=lambda: [server.pid])
     try:
-        server.stdout.readline()  # its socket is bound
-        host, port = listener.address.rsplit(":", 1)
+        server.stdout.readline()
         forged = SUMMARY.replace(b"<misc>20</misc>", b"<misc>99999</misc>")
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as co_tenant:
-            co_tenant.sendto(forged, (host, int(port)))
-        server.stdin.write(f"go\n{host} {port}\n".encode() + SUMMARY)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as co_tenant:
+            co_tenant.sendto(forged, listener.address)
+        server.stdin.write(f"{listener.address}\n".encode() + SUMMARY)
         server.stdin.close()
         assert _wait_for(lambda: "vm:1094" in listener.latest())
         assert listener.latest()["vm:1094"].ops["misc"] == 20
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as co_tenant:
-            co_tenant.sendto(forged, (host, int(port)))
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as co_tenant:
+            co_tenant.sendto(forged, listener.address)
             co_tenant.sendto(forged.replace(b'src="vm:1094"', b'src="fake:1"'),
-                             (host, int(port)))
-        time.sleep(0.5)  # the forged packets had their chance to be (wrongly) kept
+                             listener.address)
+        assert _wait_for(lambda: listener.refusals()["sender"] >= 3)
         assert set(listener.latest()) == {"vm:1094"}
         assert listener.latest()["vm:1094"].ops["misc"] == 20
     finally:
@@ -454,25 +544,164 @@ def test_a_flood_of_forged_sources_keeps_a_bounded_number(monkeypatch):
         listener.close()
 
 
-def test_a_flood_from_one_forging_sender_is_looked_at_once_a_second(monkeypatch):
+def test_a_flood_from_other_processes_is_looked_at_once_a_second(monkeypatch):
     """Whether a sender is the server's is read from the process table, which costs:
-    a flood of forged packets from one socket is not looked up per packet."""
+    a flood of forged packets is not looked up per packet."""
     from pytest_storagescale.servers import monitor
 
     looks = []
-    real = monitor._udp_ports
-    monkeypatch.setattr(monitor, "_udp_ports", lambda pids: looks.append(1) or real(pids))
-    server = subprocess.Popen(["sleep", "60"])  # the "server": no UDP socket at all
+    real = monitor._tree_pids
+    monkeypatch.setattr(monitor, "_tree_pids", lambda pids: looks.append(1) or real(pids))
+    server = subprocess.Popen(["sleep", "60"])  # the "server": it sends nothing
     listener = SummaryListener(senders=lambda: [server.pid])
     try:
-        host, port = listener.address.rsplit(":", 1)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as forger:
             for _ in range(50):
-                forger.sendto(SUMMARY, (host, int(port)))
-        time.sleep(0.5)  # the packets had their chance to be looked at
+                forger.sendto(SUMMARY, listener.address)
+        assert _wait_for(lambda: sum(listener.refusals().values()) >= 50)
         assert 1 <= len(looks) < 10, len(looks)
         assert listener.latest() == {}
     finally:
         listener.close()
         server.kill()
         server.wait()
+
+
+#: a UTF-16 summary whose counter is an entity (a byte search for ``<!`` misses it)
+UTF16_ENTITY = ('<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE statistics '
+                '[<!ENTITY n "777777">]><statistics src="vm:1094" tos="100">'
+                '<stats id="xrootd"><ops><misc>&n;</misc></ops></stats></statistics>'
+                ).encode("utf-16")
+
+
+def test_a_utf16_packet_declaring_an_entity_is_refused():
+    """Issue 31: the DOCTYPE guard was a byte search, and a UTF-16 packet expanded an
+    entity into the counter. The packet is now read as drivers/xmlsafe.py reads a
+    server's XML: a document type is refused in any encoding; the listener drops it."""
+    assert b"<!" not in UTF16_ENTITY  # what the byte search looked for
+    assert parse_summary(UTF16_ENTITY) is None
+    plain = UTF16_ENTITY.decode("utf-16").replace('encoding="UTF-16"', "").encode()
+    assert parse_summary(plain) is None
+    listener = SummaryListener()
+    try:
+        host, port = listener.address.rsplit(":", 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as hostile:
+            hostile.sendto(UTF16_ENTITY, (host, int(port)))
+        assert _wait_for(lambda: listener.refusals()["packet"] == 1)
+        assert listener.latest() == {}
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("packet", [
+    SUMMARY.replace(b'tos="100"', b'tos="soon"'),  # a bad number ended the thread
+    SUMMARY.replace(b"<misc>20</misc>", b"<misc>" + b"9" * 5000 + b"</misc>"),
+    SUMMARY.replace(b"<misc>20</misc>", b"<misc>-5</misc>"),
+    b"<statistics>" + b"<x>" * 100 + b"</x>" * 100 + b"</statistics>" + b" " * 20000,
+])
+def test_hostile_numbers_and_sizes_leave_the_listener_working(packet):
+    """A number no counter holds is left out, a packet longer than PACKET_BYTES is
+    refused unread; the listener goes on taking reports."""
+    listener = SummaryListener()
+    try:
+        host, port = listener.address.rsplit(":", 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            sender.sendto(packet, (host, int(port)))
+            time.sleep(0.2)
+            sender.sendto(SUMMARY.replace(b'src="vm:1094"', b'src="after:1"'),
+                          (host, int(port)))
+        assert _wait_for(lambda: "after:1" in listener.latest())
+        kept = listener.latest().get("vm:1094")
+        assert kept is None or (kept.started >= 0 and all(
+            0 <= value < 2**63 for value in kept.ops.values())), kept
+    finally:
+        listener.close()
+
+
+FLOODER = """
+import socket, time
+host, port = ADDRESS.rsplit(":", 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+end, sent = time.monotonic() + SECONDS, 0
+while time.monotonic() < end:
+    try:
+        s.sendto(b"<junk/>", (host, int(port))); sent += 1
+    except OSError:
+        pass
+print(sent)
+"""
+
+
+def test_a_flood_is_read_at_a_bounded_rate_and_the_step_says_not_measured(monkeypatch):
+    """Issue 31: a flood of the listener (here another user's, for 3 s) silently
+    switched the counters' check off. Now at most MAX_PACKETS_PER_S packets a second
+    are parsed, the rest is left to the kernel to drop, and a step whose reports did
+    not come says why, flood named, as ``counts_unmeasured``: the verdict's "not
+    measured" (see the session test below)."""
+    from pytest_storagescale.servers import monitor
+
+    parsed = []
+    real = monitor.parse_summary
+    monkeypatch.setattr(monitor, "parse_summary", lambda data: parsed.append(1) or real(data))
+    monkeypatch.setattr(monitor, "FRESH_WAIT", 1.0)
+    listener = SummaryListener()
+    watch = ServerWatch(source="test", operation="stat", listener=listener)
+    try:
+        started = time.monotonic()
+        flooder = threading.Thread(target=lambda: _as_another_user(
+            FLOODER.replace("ADDRESS", repr(listener.address)).replace("SECONDS", "3")))
+        flooder.start()
+        time.sleep(0.5)  # the flood runs
+        with watch.bracket():
+            flooder.join()
+        elapsed = time.monotonic() - started
+        assert listener.refusals()["rate"] >= 1, listener.refusals()
+        assert len(parsed) <= monitor.MAX_PACKETS_PER_S * (elapsed + 1), (len(parsed), elapsed)
+        usage = watch.usage(0.0, 1.0)
+        assert usage.compare_with == "misc" and usage.counted == ""
+        why = usage.counts_unmeasured
+        assert "no summary report from the server" in why, why
+        assert f"more than {monitor.MAX_PACKETS_PER_S} packets a second" in why, why
+        again = ServerUsage.from_json(json.loads(json.dumps(usage.to_json())))
+        assert again.counts_unmeasured == why
+    finally:
+        listener.close()
+
+
+def test_a_step_whose_server_counters_could_not_be_taken_says_not_measured(pytester):
+    """A remote xrootd whose summary monitoring never reaches --storage-server-monitor
+    (not configured, or drowned by a flood): the step's counts are not compared, and
+    the verdict says so where it is read: a line under the table, a warning in the
+    test's report (pytest's summary counts it), the JSON."""
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    (pytester.path / "thr" / "xrootd").mkdir(parents=True)
+    (pytester.path / "thr" / "xrootd" / "t.toml").write_text(
+        '[storage]\nsystem = "xrootd"\nversions = ["*"]\n[defaults]\nduration = "1s"\n'
+        'warmup = "0.5s"\nhang_timeout = "20s"\n[ops.stat]\nclients = [2]\n'
+        '[[ops.stat.expect]]\nrules = ["failed == 0"]\n')
+    pytester.makepyfile(test_suite="""
+        import pytest
+
+        @pytest.mark.storagescale_op("stat")
+        def test_stat(storage_load, storage_clients):
+            storage_load.run()
+    """)
+    results = pytester.path / "results.json"
+    with EmbeddedXRootD(https=False) as server:  # it reports nowhere
+        result = pytester.runpytest_subprocess(
+            "test_suite.py", "--storage-thresholds=thr", f"--storage-results={results}",
+            f"--storage-endpoint={server.url}", f"--storage-server-monitor={address}",
+            "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*stat at 2 clients (pass): not measured: the server's count of its operations*"
+        "no summary report from the server within*",
+        "*1 passed, 1 warning*",
+    ])
+    [step] = json.loads(results.read_text())["steps"]
+    assert step["verdict"] == "pass"
+    assert "no summary report" in step["server"]["counts_unmeasured"], step["server"]

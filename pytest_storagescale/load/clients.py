@@ -331,7 +331,7 @@ class ClientGroup:
         self.run = run
         self.slots = [ClientSlot(assignment) for assignment in assignments]
         self.accumulators = {
-            a.side: SideAccumulator(run.clock.seconds) for a in assignments
+            a.side: SideAccumulator.for_clock(run.clock) for a in assignments
         }
         if run.plan.open_loop:  # this process's share of the schedule: its clients'
             run.dispatcher = Dispatcher(run, [a.index for a in assignments],
@@ -389,7 +389,7 @@ class ClientGroup:
             if finished > end_perf:
                 accumulator.drain_operations += 1
                 continue
-            accumulator.record(int(finished - start_perf), latency, moved, error,
+            accumulator.record(finished - start_perf, latency, moved, error,
                                counted=finished >= measure_perf)
 
     def check_hangs(self) -> None:

@@ -161,6 +161,6 @@ def record_open(accumulator: SideAccumulator, outcomes, start_perf: float,
             accumulator.drain_operations += 1
             continue
         counted = finished >= measure_perf
-        accumulator.record(int(finished - start_perf), response, moved, error, counted)
+        accumulator.record(finished - start_perf, response, moved, error, counted)
         if counted:
             open_loop.record(response, service, error is None)

@@ -48,6 +48,20 @@ class ServerUsage:
     per_operation: float = 1.0
     #: why the counters are missing ("" when present or never asked for)
     counters_note: str = ""
+    #: the counter the step's operations were to be compared with (its server was
+    #: asked for counters and the operation has one; "" none), whether or not they
+    #: could be: see :attr:`counts_unmeasured`
+    compare_with: str = ""
+
+    @property
+    def counts_unmeasured(self) -> str:
+        """Why the check that the server counted the step's operations as its clients
+        did (:func:`~pytest_storagescale.servers.monitor.disagreement`: no load from
+        outside the plugin, none lost) could not run, though it should have; "" when
+        it ran or does not apply."""
+        if not self.compare_with or self.counted:
+            return ""
+        return self.counters_note or f"the server's {self.compare_with!r} count was not taken"
 
     @property
     def cpu(self) -> float:
@@ -78,7 +92,8 @@ class ServerUsage:
                 "threads": self.threads, "connections": self.connections,
                 "requests": self.requests, "ops": dict(self.ops), "counted": self.counted,
                 "per_operation": self.per_operation, "operations": self.operations,
-                "counters_note": self.counters_note}
+                "counters_note": self.counters_note, "compare_with": self.compare_with,
+                "counts_unmeasured": self.counts_unmeasured}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ServerUsage:
@@ -89,4 +104,5 @@ class ServerUsage:
                    ops={str(k): int(v) for k, v in (data.get("ops") or {}).items()},
                    counted=str(data.get("counted") or ""),
                    per_operation=float(data.get("per_operation") or 1.0),
-                   counters_note=str(data.get("counters_note") or ""))
+                   counters_note=str(data.get("counters_note") or ""),
+                   compare_with=str(data.get("compare_with") or ""))

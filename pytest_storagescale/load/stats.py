@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 from hdrh.histogram import HdrHistogram
 
+from ..gate import WindowSample, combine
 from ..redact import redact_text
 
 _LOWEST_US, _HIGHEST_US, _DIGITS = 1, 3_600_000_000, 3
@@ -30,10 +31,29 @@ def new_histogram() -> HdrHistogram:
     return HdrHistogram(_LOWEST_US, _HIGHEST_US, _DIGITS)
 
 
+#: the measured window is cut in this many equal sub-windows, each a sample of the
+#: step's rate and latency for the gate (:mod:`~pytest_storagescale.gate`)
+WINDOWS = 10
+#: a sub-window's latency histogram: 2 significant digits (1 %), a tenth of the memory
+_WINDOW_DIGITS = 2
+
+
+def _window_histogram() -> HdrHistogram:
+    return HdrHistogram(_LOWEST_US, _HIGHEST_US, _WINDOW_DIGITS)
+
+
 class SideAccumulator:
     """Counts, bytes, latencies and a per-second timeline for one side of a step."""
 
-    def __init__(self, seconds: int) -> None:
+    def __init__(self, seconds: int, window: tuple[float, float] | None = None) -> None:
+        #: the measured window: (its start in seconds since the step's start, its
+        #: planned length); None: no per-window samples (an accumulator that only merges
+        #: takes its parts')
+        self.window = window
+        #: per sub-window of the measured window (:data:`WINDOWS`): succeeded operations
+        #: and their latencies
+        self.window_operations = [0] * WINDOWS
+        self.window_histograms: list[HdrHistogram | None] = [None] * WINDOWS
         # one writer: the coordinator thread of the process (no lock needed)
         self.succeeded = 0
         self.failed = 0
@@ -65,9 +85,19 @@ class SideAccumulator:
         #: an open-loop step's own counts (None: the closed loop)
         self.open: OpenLoopAccumulator | None = None
 
-    def record(self, second: int, latency_s: float, nbytes: int, error: BaseException | None,
+    @classmethod
+    def for_clock(cls, clock: Any) -> SideAccumulator:
+        """An accumulator of a step on ``clock`` (a :class:`~.plan.StepClock`, which
+        imports this module), cutting its measured window in
+        :data:`WINDOWS` samples."""
+        return cls(clock.seconds, window=(clock.measure_from - clock.start_at,
+                                          clock.end_at - clock.measure_from))
+
+    def record(self, at: float, latency_s: float, nbytes: int, error: BaseException | None,
                counted: bool) -> None:
-        """Record one finished operation. ``counted`` is False during warm-up."""
+        """Record one operation finished ``at`` seconds after the step's start.
+        ``counted`` is False during warm-up."""
+        second = int(at)
         if 0 <= second < len(self.completions):
             if error is None:
                 self.completions[second] += 1
@@ -81,13 +111,48 @@ class SideAccumulator:
         elif error is None:
             self.succeeded += 1
             self.bytes += nbytes
-            self.histogram.record_value(min(max(int(latency_s * 1e6), _LOWEST_US), _HIGHEST_US))
+            micros = min(max(int(latency_s * 1e6), _LOWEST_US), _HIGHEST_US)
+            self.histogram.record_value(micros)
+            self._record_window(at, micros)
         else:
             self.failed += 1
             cls = getattr(error, "error_class", None) or type(error).__name__
             self.errors[cls] += 1
             if cls not in self.error_examples:  # credentials out before the cut
                 self.error_examples[cls] = redact_text(str(error))[:300]
+
+    def _record_window(self, at: float, micros: int) -> None:
+        if self.window is None:
+            return
+        begin, length = self.window
+        index = int((at - begin) / length * WINDOWS) if length > 0 else -1
+        if 0 <= index < WINDOWS:
+            self.window_operations[index] += 1
+            histogram = self.window_histograms[index]
+            if histogram is None:
+                histogram = self.window_histograms[index] = _window_histogram()
+            histogram.record_value(micros)
+
+    def window_samples(self, measured_s: float) -> list[WindowSample]:
+        """The sub-windows wholly inside the measured window (``measured_s``: a step
+        ended early by its count bound or Ctrl-C has fewer); empty without a window."""
+        if self.window is None or self.window[1] <= 0:
+            return []
+        width = self.window[1] / WINDOWS
+        samples = []
+        for index in range(WINDOWS):
+            if (index + 1) * width > measured_s * (1 + 1e-6):
+                break
+            histogram = self.window_histograms[index]
+            counted = histogram is not None and histogram.get_total_count() > 0
+            samples.append(WindowSample(
+                start_s=round(index * width, 6), width_s=round(width, 6),
+                operations=self.window_operations[index],
+                p50_s=histogram.get_value_at_percentile(50) / 1e6
+                if counted and histogram is not None else None,
+                p99_s=histogram.get_value_at_percentile(99) / 1e6
+                if counted and histogram is not None else None))
+        return samples
 
     def add_counters(self, counters: dict[str, float]) -> None:
         """Add one client's (or one process's) driver counts."""
@@ -107,6 +172,10 @@ class SideAccumulator:
             "measured_s": self.measured_s, "warmup_operations": self.warmup_operations,
             "drain_operations": self.drain_operations,
             "open": self.open.to_wire() if self.open is not None else None,
+            "window": list(self.window) if self.window is not None else None,
+            "window_operations": self.window_operations,
+            "window_histograms": [h.encode().decode("ascii") if h is not None else None
+                                  for h in self.window_histograms],
         }
 
     def merge_wire(self, wire: dict[str, Any]) -> None:
@@ -130,6 +199,18 @@ class SideAccumulator:
         if wire.get("open") is not None:
             self.open = self.open or OpenLoopAccumulator()
             self.open.merge_wire(wire["open"])
+        if wire.get("window") is not None:  # the clients' processes cut the same window
+            self.window = self.window or (float(wire["window"][0]), float(wire["window"][1]))
+            for index, count in enumerate(wire.get("window_operations") or []):
+                if index < WINDOWS:
+                    self.window_operations[index] += count
+            for index, encoded in enumerate(wire.get("window_histograms") or []):
+                if index < WINDOWS and encoded:
+                    part = HdrHistogram.decode(encoded.encode("ascii"))
+                    histogram = self.window_histograms[index]
+                    if histogram is None:
+                        histogram = self.window_histograms[index] = _window_histogram()
+                    histogram.add(part)
 
 
 #: a request of an open-loop step sent this much later than its intended time (seconds)
@@ -249,6 +330,9 @@ class SideResult:
     drain_operations: int = 0
     #: an open-loop step's figures (None: a closed loop)
     open_loop: OpenLoopResult | None = None
+    #: the measured window's sub-windows (:data:`WINDOWS`), the gate's samples; empty in
+    #: results of earlier releases
+    windows: list[WindowSample] = field(default_factory=list)
 
     @classmethod
     def from_accumulator(cls, acc: SideAccumulator, clients: int, duration_s: float,
@@ -268,6 +352,7 @@ class SideResult:
                 "completions": acc.completions, "failures": acc.failures,
                 "in_flight": acc.in_flight, "hung": acc.hung_series,
             },
+            windows=acc.window_samples(duration_s),
         )
 
     @classmethod
@@ -291,6 +376,8 @@ class SideResult:
             warmup_operations=int(data.get("warmup_operations") or 0),
             drain_operations=int(data.get("drain_operations") or 0),
             open_loop=OpenLoopResult.from_json(data),
+            windows=[WindowSample.from_json(w) for w in data.get("windows") or []
+                     if isinstance(w, dict)],
         )
 
     @property
@@ -354,6 +441,7 @@ class SideResult:
             "timeline": self.timeline, "histogram": self.histogram,
             "warmup_operations": self.warmup_operations,
             "drain_operations": self.drain_operations,
+            "windows": [window.to_json() for window in self.windows],
             **({"achieved_hz": self.achieved_hz, **self.open_loop.to_json()}
                if self.open_loop is not None else {}),
         }
@@ -603,4 +691,5 @@ class StepResult:
             warmup_operations=sum(p.warmup_operations for p in parts),
             drain_operations=sum(p.drain_operations for p in parts),
             open_loop=OpenLoopResult.merged([p.open_loop for p in parts if p.open_loop]),
+            windows=combine([p.windows for p in parts]),
         )

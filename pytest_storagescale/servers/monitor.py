@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import math
 import os
+import pwd
+import shutil
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from xml.etree import ElementTree
 
+from ..drivers import xmlsafe
 from ..load.server_usage import ServerUsage
 
 #: how often the embedded xrootd reports (seconds; ``xrd.report ... every``)
@@ -64,14 +68,25 @@ LOGIN_REQUESTS = 2
 #: they may take together (seconds; a frozen server: no comparison, the step goes on)
 CALIBRATION_REQUESTS = 20
 CALIBRATION_DEADLINE = 10.0
-#: the largest packet read (a summary with every section is about 2 kB)
-PACKET_BYTES = 65536
+#: the largest summary read (one with every section is about 2 kB); a longer packet is
+#: refused unread, so the work per packet is bounded
+PACKET_BYTES = 16384
+#: the most packets the listener reads in one second (a server reports once a second
+#: or less); beyond, it reads nothing until the second ends: a flood costs at most
+#: this many parses a second, and what it sends meanwhile waits in (and is dropped
+#: from) the kernel's queue
+MAX_PACKETS_PER_S = 200
 #: the most servers one listener keeps reports of (a flood of forged ``src`` names
-#: does not grow the session's memory); and the most sender addresses remembered as
-#: not the embedded server's
+#: does not grow the session's memory)
 MAX_SOURCES = 1024
-#: how long a sender found not to be the server's is not looked at again (s)
+#: how long a sender pid found not to be the server's makes the listener look at the
+#: server's processes again at most once (s): a flood from other processes costs one
+#: look at the process table a second
 RECHECK_AFTER = 1.0
+#: the ``xrd.report`` socket of an embedded server, in the listener's private folder
+SOCKET_NAME = "report.sock"
+#: ``struct ucred`` of ``SCM_CREDENTIALS``: the sender's pid, uid and gid
+_CREDENTIALS = struct.Struct("iII")
 
 
 @dataclass(frozen=True)
@@ -94,11 +109,22 @@ class Summary:
     cpu_s: float | None = None
 
 
-def _int(node: ElementTree.Element | None) -> int | None:
-    try:
-        return int((node.text or "").strip()) if node is not None else None
-    except ValueError:
+#: a counter's largest value (XRootD's are 64-bit); a larger one is no counter
+_LARGEST_COUNT = 2**63 - 1
+
+
+def _count(text: str | None) -> int | None:
+    """A counter's value: a whole number from 0 to :data:`_LARGEST_COUNT`, else None
+    (a packet from the network may hold anything)."""
+    text = (text or "").strip()
+    if not text.isdigit() or len(text) > 19:
         return None
+    value = int(text)
+    return value if value <= _LARGEST_COUNT else None
+
+
+def _int(node: ElementTree.Element | None) -> int | None:
+    return _count(node.text) if node is not None else None
 
 
 def _seconds(node: ElementTree.Element | None) -> float:
@@ -109,24 +135,25 @@ def _seconds(node: ElementTree.Element | None) -> float:
 
 def parse_summary(data: bytes, received: float | None = None) -> Summary | None:
     """A ``<statistics>`` packet of XRootD's summary monitoring; None for anything
-    else (a packet from the network: no document type or entity is read)."""
-    if b"<!" in data or b"<?xml" in data[1:]:
-        return None
+    else. A packet from the network: parsed by :mod:`~..drivers.xmlsafe`, which
+    refuses a document type in any encoding (a UTF-16 packet's entities too), and
+    every number read is a counter's (0 to 2**63 - 1) or left out."""
     try:
-        root = ElementTree.fromstring(data)
-    except ElementTree.ParseError:
-        return None
+        root = xmlsafe.fromstring(data)
+    except (ElementTree.ParseError, ValueError, LookupError):
+        return None  # LookupError: an encoding the parser does not know
     if root.tag != "statistics":
         return None
     sections = {node.get("id"): node for node in root.findall("stats")}
     xrootd, proc = sections.get("xrootd"), sections.get("proc")
     ops_node = xrootd.find("ops") if xrootd is not None else None
     ops = {child.tag: value for child in (ops_node if ops_node is not None else [])
-           if (value := _int(child)) is not None}
+           if isinstance(child.tag, str) and (value := _int(child)) is not None}
     link, sched = sections.get("link"), sections.get("sched")
     return Summary(
-        source=root.get("src") or "?", received=time.time() if received is None else received,
-        started=int(root.get("tos") or 0), ops=ops,
+        source=(root.get("src") or "?")[:256],
+        received=time.time() if received is None else received,
+        started=_count(root.get("tos")) or 0, ops=ops,
         links=_int(link.find("num")) if link is not None else None,
         threads=_int(sched.find("threads")) if sched is not None else None,
         cpu_s=(_seconds(proc.find("usr")) + _seconds(proc.find("sys"))
@@ -147,43 +174,65 @@ def ops_between(before: dict[str, Summary], after: dict[str, Summary]) -> dict[s
     return total
 
 
-def _udp_ports(pids: list[int]) -> set[int]:
-    """The local ports of the UDP sockets of ``pids`` and what they forked."""
-    import psutil
+def _tree_pids(pids: list[int]) -> set[int]:
+    """``pids`` and every process they forked."""
+    return {process.pid for pid in pids for process in _tree(pid)}
 
-    ports: set[int] = set()
-    for pid in pids:
-        for process in _tree(pid):
-            try:
-                listing = getattr(process, "net_connections", None) or process.connections
-                ports.update(connection.laddr[1] for connection in listing(kind="udp")
-                             if connection.laddr)
-            except psutil.Error:
-                continue
-    return ports
+
+def _private_folder(user: str | None) -> str:
+    """A new folder for the listener's socket: this user's alone, except that
+    ``user`` (the one the server runs as, when this process is root) may pass
+    through it to the socket, never list or change it. Recorded like a server's
+    folder: a run killed before it removed it has it removed by the next start."""
+    from .orphans import server_directory
+
+    folder = server_directory("monitor")
+    if user is not None:
+        os.chmod(folder, 0o711)
+    return str(folder)
 
 
 class SummaryListener:
-    """Receives XRootD summary reports on ``address`` (``host:port``; port 0: a free
-    one) in a daemon thread and keeps each server's latest. Close it when done.
+    """Receives XRootD summary reports in a daemon thread and keeps each server's
+    latest. Close it when done. Two kinds:
 
-    ``senders``: the pids whose reports count (an embedded server's daemons, asked on
-    each new sender): a packet from any other process's socket (a co-tenant of this
-    host forging a report to pass or fail a step) is dropped. None (a remote storage's
-    stream): every sender counts, at most :data:`MAX_SOURCES` servers."""
+    - ``senders`` given (an embedded server's daemons, asked when an unknown process
+      sends): a Unix datagram socket in a private folder (:attr:`address` is its
+      path, which ``xrd.report`` takes), writable only by ``user`` (the one the
+      server runs as; None: this process's user), read with ``SO_PASSCRED``: each
+      packet carries the sending process's pid as the kernel saw it, and a packet of
+      any other process than the server's (and what it forked) is dropped. Nothing
+      another user can bind or reach: no port, no address to forge.
+    - else (a remote storage's stream): a UDP socket on ``address`` (``host:port``;
+      port 0: a free one); every sender counts, at most :data:`MAX_SOURCES` servers.
+
+    Either way at most :data:`MAX_PACKETS_PER_S` packets a second are read and each
+    at most :data:`PACKET_BYTES` long; what was refused (and when the rate was
+    reached: a flood) is counted, :meth:`refusals`, so that a step whose server
+    counters could not be taken says why."""
 
     def __init__(self, address: str = "127.0.0.1:0",
-                 senders: Callable[[], list[int]] | None = None) -> None:
+                 senders: Callable[[], list[int]] | None = None, *,
+                 user: str | None = None) -> None:
         self._senders = senders
-        #: sender (host, port) -> True: one of ``senders``' sockets; else when it was
-        #: last found not to be (``time.monotonic()``)
-        self._trusted: dict[tuple, bool | float] = {}
-        host, _, port = address.rpartition(":")
-        host = host.strip("[]") or "127.0.0.1"
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._socket = socket.socket(family, socket.SOCK_DGRAM)
-        self._socket.bind((host, int(port or 0)))
+        self._folder: str | None = None
+        if senders is not None:
+            self._socket = self._private_socket(user)
+        else:
+            host, _, port = address.rpartition(":")
+            host = host.strip("[]") or "127.0.0.1"
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            self._socket = socket.socket(family, socket.SOCK_DGRAM)
+            self._socket.bind((host, int(port or 0)))
         self._socket.settimeout(0.2)  # the thread looks whether it was closed
+        self._address = self._bound_address()
+        #: the server's processes as last looked up, and when (``time.monotonic()``)
+        self._allowed: set[int] = set()
+        self._looked = -math.inf
+        #: packets refused, by why: "sender" (not the server's process), "packet"
+        #: (not a summary, too long, a document type), "rate" (seconds the listener
+        #: stopped reading: more than MAX_PACKETS_PER_S packets came)
+        self._refused = {"sender": 0, "packet": 0, "rate": 0}
         self._latest: dict[str, Summary] = {}
         #: each server's reporting interval: the shortest seen between two reports (s)
         self._interval: dict[str, float] = {}
@@ -195,57 +244,105 @@ class SummaryListener:
                                         name="storagescale-summary-listener")
         self._thread.start()
 
-    @property
-    def address(self) -> str:
-        """``host:port`` as ``xrd.report`` takes it."""
+    def _private_socket(self, user: str | None) -> socket.socket:
+        self._folder = _private_folder(user)
+        path = os.path.join(self._folder, SOCKET_NAME)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            sock.bind(path)
+            os.chmod(path, 0o600)
+            if user is not None:
+                entry = pwd.getpwnam(user)
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+        except BaseException:
+            sock.close()
+            shutil.rmtree(self._folder, ignore_errors=True)
+            raise
+        return sock
+
+    def _bound_address(self) -> str:
+        if self._socket.family == socket.AF_UNIX:
+            return str(self._socket.getsockname())
         host, port = self._socket.getsockname()[:2]
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
+    @property
+    def address(self) -> str:
+        """Where a server sends its reports, as ``xrd.report`` takes it: the socket's
+        path, or ``host:port``."""
+        return self._address
+
+    def refusals(self) -> dict[str, int]:
+        """Packets refused so far, by why (see :meth:`__init__`)."""
+        with self._condition:
+            return dict(self._refused)
+
+    def _refuse(self, why: str) -> None:
+        with self._condition:
+            self._refused[why] += 1
+
     def _receive(self) -> None:
+        second, read = time.monotonic(), 0
         while not self._closed.is_set():
+            now = time.monotonic()
+            if now - second >= 1.0:
+                second, read = now, 0
+            elif read >= MAX_PACKETS_PER_S:  # a flood: nothing more read this second
+                self._refuse("rate")
+                if self._closed.wait(1.0 - (now - second)):
+                    return
+                continue
             try:
-                data, sender = self._socket.recvfrom(PACKET_BYTES)
+                data, ancillary, flags, _ = self._socket.recvmsg(
+                    PACKET_BYTES, socket.CMSG_SPACE(_CREDENTIALS.size))
             except TimeoutError:
                 continue
             except OSError:
                 return  # closed
-            if not self._from_server(sender):
-                continue
-            summary = parse_summary(data)
-            if summary is None:
-                continue
-            with self._condition:
-                if summary.source not in self._latest and len(self._latest) >= MAX_SOURCES:
-                    continue
-                last = self._latest.get(summary.source)
-                gap = summary.received - last.received if last is not None else 0.0
-                if gap > 0.2:  # two packets of one report, or a stray one: not an interval
-                    self._interval[summary.source] = min(
-                        gap, self._interval.get(summary.source, gap))
-                self._latest[summary.source] = summary
-                self._condition.notify_all()
+            read += 1
+            self._take(data, ancillary, flags)
 
-    def _from_server(self, sender: tuple) -> bool:
-        """Whether a packet from ``sender`` (host, port) is one of the servers'. A
-        sender found to be theirs stays so; one that is not is looked at again (the
-        server may have started since) until :data:`MAX_SOURCES` were seen."""
-        if self._senders is None:
+    def _take(self, data: bytes, ancillary: list, flags: int) -> None:
+        """One packet: its sender checked, then (bounded) parsed and kept."""
+        if self._senders is not None and not self._from_server(ancillary):
+            return self._refuse("sender")
+        summary = None if flags & socket.MSG_TRUNC else parse_summary(data)
+        if summary is None:
+            return self._refuse("packet")
+        with self._condition:
+            if summary.source not in self._latest and len(self._latest) >= MAX_SOURCES:
+                return None
+            last = self._latest.get(summary.source)
+            gap = summary.received - last.received if last is not None else 0.0
+            if gap > 0.2:  # two packets of one report, or a stray one: not an interval
+                self._interval[summary.source] = min(
+                    gap, self._interval.get(summary.source, gap))
+            self._latest[summary.source] = summary
+            self._condition.notify_all()
+        return None
+
+    def _from_server(self, ancillary: list) -> bool:
+        """Whether the packet's sender (its pid, as the kernel gives it with
+        ``SO_PASSCRED``) is one of the server's processes. The server's processes are
+        looked up again for an unknown pid, at most once per :data:`RECHECK_AFTER`."""
+        pid = next((_CREDENTIALS.unpack_from(payload)[0]
+                    for level, kind, payload in ancillary
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS
+                    and len(payload) >= _CREDENTIALS.size), None)
+        if pid is None or pid <= 0:
+            return False
+        if pid in self._allowed:
             return True
-        key, now = tuple(sender[:2]), time.monotonic()
-        known = self._trusted.get(key)
-        if known is True:
-            return True
-        if known is not None and now - known < RECHECK_AFTER:
-            return False  # a flood from one sender costs one look a second
-        if len(self._trusted) >= MAX_SOURCES:  # a flood of senders: keep the servers'
-            self._trusted = {known: True for known, ok in self._trusted.items() if ok is True}
+        now = time.monotonic()
+        if now - self._looked < RECHECK_AFTER:
+            return False
+        self._looked = now
         try:
-            pids = list(self._senders())
+            self._allowed = _tree_pids(list(self._senders() if self._senders else []))
         except Exception:  # noqa: BLE001 - a server being stopped: no report counts
-            pids = []
-        ours = bool(pids) and key[1] in _udp_ports(pids)
-        self._trusted[key] = True if ours else now
-        return ours
+            self._allowed = set()
+        return pid in self._allowed
 
     def latest(self) -> dict[str, Summary]:
         """Each server's latest report (empty: none came)."""
@@ -304,6 +401,9 @@ class SummaryListener:
         self._closed.set()
         self._socket.close()
         self._thread.join(timeout=2)
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
 
 
 def _sent_in_time(send: Callable[[int], None]) -> bool:
@@ -459,12 +559,16 @@ class ServerWatch:
         #: the load began (the bracket was entered), and the servers' count per operation
         self.entered = False
         self.per_operation = 1.0
+        #: the listener's refusals when the bracket was entered (see ``refused``)
+        self._refused_before: dict[str, int] = {}
 
     @contextmanager
     def bracket(self) -> Iterator[None]:
         """Around the load: the servers' reports at both ends, the processes sampled."""
         counter = COUNTERS.get(self.operation)
         self.entered = True
+        if self.listener is not None:
+            self._refused_before = self.listener.refusals()
         if self.listener is not None and counter:  # before the start: nothing else runs
             self.per_operation = self.listener.per_operation(
                 self.operation, self.door, counter, self.send)
@@ -481,6 +585,22 @@ class ServerWatch:
             if self.listener is not None and self.before:
                 self.after = self.listener.fresh(time.time())
 
+    def refused(self) -> str:
+        """What the listener refused since the bracket was entered, as a clause
+        (``""``: nothing): a flood, or packets not from the server."""
+        if self.listener is None:
+            return ""
+        now = self.listener.refusals()
+        gone = {why: now[why] - self._refused_before.get(why, 0) for why in now}
+        parts = [f"{gone['sender']} packet(s) from other processes than the server's"
+                 if gone.get("sender") else "",
+                 f"{gone['packet']} packet(s) that were no summary report"
+                 if gone.get("packet") else "",
+                 f"more than {MAX_PACKETS_PER_S} packets a second in {gone['rate']} "
+                 f"second(s) (a flood: it read no more then)" if gone.get("rate") else ""]
+        said = "; ".join(part for part in parts if part)
+        return f"; the listener refused {said}" if said else ""
+
     def _counters(self) -> tuple[dict[str, int], str]:
         """The requests the servers counted over the load, and why none ("")."""
         if self.listener is None or not self.entered:
@@ -489,7 +609,7 @@ class ServerWatch:
             return {}, (f"no summary report from the server within "
                         f"{self.listener.wait_limit():g} s at the load's "
                         f"{'start' if not self.before else 'end'} (listening on "
-                        f"{self.listener.address})")
+                        f"{self.listener.address}){self.refused()}")
         ops = ops_between(self.before, self.after)
         if not ops:
             return ops, "the server restarted during the step"
@@ -518,6 +638,7 @@ class ServerWatch:
             connections=connections, ops=ops,
             counted=counter if ops and per_operation and not note else "",
             per_operation=per_operation or 1.0, counters_note=note,
+            compare_with=counter if self.listener is not None and self.entered else "",
         )
 
 

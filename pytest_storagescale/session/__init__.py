@@ -192,9 +192,9 @@ class StorageRun:
 
     @functools.cached_property
     def baseline(self) -> Baseline | None:
-        """The earlier run to compare with (``--storage-baseline``), or None."""
-        path = self.settings.baseline_path()
-        return Baseline(path, main_door=self.main_door) if path is not None else None
+        """The earlier run(s) to compare with (``--storage-baseline``), or None."""
+        paths = self.settings.baseline_paths()
+        return Baseline(paths, main_door=self.main_door) if paths else None
 
     # -- doors -----------------------------------------------------------------------
     @property

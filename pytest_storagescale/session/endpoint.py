@@ -198,9 +198,12 @@ class EndpointUnderTest:
         if self._server is None:  # once: a bad driver option after the start starts none again
             if embedded_class(self.embedded_kind).reports_summary and self.listener is None:
                 from ..servers.monitor import SummaryListener
+                from ..servers.processes import unprivileged_user
 
-                # on loopback: the server reports to it, and only its daemons' reports count
-                self.listener = SummaryListener(senders=self._server_pids)
+                # a Unix socket only the server's user may write to; only packets its
+                # daemons sent (their pids, as the kernel gives them) count
+                self.listener = SummaryListener(senders=self._server_pids,
+                                                user=unprivileged_user())
             self._server = start_embedded(
                 self.embedded_kind, self.settings.embedded_login,
                 self.settings.embedded_version,
