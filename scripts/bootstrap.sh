@@ -21,7 +21,8 @@
 #     Debian-built bindings (python3-xrootd, python3-gfal2) are importable;
 #  3. the plugin itself (editable): demo with the extras the embedded xrootd and its
 #     root:// and davs:// doors need, check and all with the test extra (every extra);
-#  4. the xrootd driver's compiled client loop;
+#  4. the xrootd driver's compiled client loop, and the loopback-only library of the
+#     embedded servers (pytest_storagescale/servers/loopback.c);
 #  5. servers and all: the Allure command line (npm allure-commandline, runs on Java)
 #     into .tools/, to turn allure-results into the HTML report.
 # Re-running it is cheap: every step is skipped when already done.
@@ -50,9 +51,10 @@ CHECK_PACKAGES=(python3-gfal2)
 SERVER_PACKAGES=(gfal2 gfal2-plugin-file gfal2-plugin-http gfal2-plugin-xrootd python3-gfal2
                  chromium chromium-driver)
 # scripts/build-xrootd6.sh: XRootD 6.2.1 from source (--storage-embedded-version)
+# (patchelf: the built files' library search path set to the prefix's lib/ only)
 XROOTD6_BUILD_PACKAGES=(cmake make pkg-config libssl-dev zlib1g-dev uuid-dev libxml2-dev
                         libcurl4-openssl-dev libkrb5-dev libscitokens-dev libmacaroons-dev
-                        libjson-c-dev)
+                        libjson-c-dev patchelf)
 # installed without their recommends (Ceph's would add ceph-mgr and more)
 LEAN_SERVER_PACKAGES=("${XROOTD6_BUILD_PACKAGES[@]}"
           # make bench: h2load beside the engine
@@ -168,6 +170,9 @@ python_environment() {  # .venv/ with the plugin: demo without the test extras
     # the xrootd driver's compiled client loop, built once per machine (else before
     # the first step that uses it)
     run .venv/bin/python -m pytest_storagescale.drivers.native
+    # the library that keeps the embedded XRootD daemons on loopback (else built at the
+    # first server start)
+    run .venv/bin/python -m pytest_storagescale.servers.loopback
 }
 
 allure_command_line() {

@@ -39,6 +39,7 @@ from typing import ClassVar
 
 from ..errors import EndpointError
 from .family import EmbeddedServer
+from .loopback import preloaded
 from .orphans import server_directory
 from .processes import ServerProcess, free_port, log_tail, unprivileged_user
 from .xcache import XCacheProxy, plugin_library, plugin_path
@@ -477,7 +478,8 @@ class EmbeddedCephGateway(EmbeddedServer):
             self.conf.chmod(0o644)
             (d / "log").chmod(0o1777)  # librados' client log (sticky: no one removes
             # or replaces another's file, the daemons' logs written by this process)
-        env = {**os.environ, "CEPH_CONF": str(self.conf)}
+        # xrd.port binds every interface: the gateway on loopback only (loopback.c)
+        env = preloaded({**os.environ, "CEPH_CONF": str(self.conf)})
         last = ""
         for _ in range(3):  # a port picked free can be taken before xrootd binds it
             self.port = free_port()

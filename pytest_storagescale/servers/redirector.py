@@ -63,6 +63,7 @@ from pathlib import Path
 from ..drivers.grid import Location, located  # noqa: F401 - locate is the client's request
 from ..errors import EndpointError
 from .family import EmbeddedServer
+from .loopback import preloaded
 from .monitor import report_line
 from .orphans import server_directory
 from .processes import (
@@ -160,7 +161,8 @@ class ClusterNode:
         """Start the node's ``daemon`` (``cmsd`` or ``xrootd``; as ``user`` when root)."""
         command = [binary, "-c", str(self.config()), "-l", str(self.log(daemon)),
                    *(["-R", user] if user else [])]
-        group = ProcessGroup(command, cwd=self.directory, env=dict(os.environ),
+        # xrd.port binds every interface: both daemons on loopback only (loopback.c)
+        group = ProcessGroup(command, cwd=self.directory, env=preloaded(dict(os.environ)),
                              output=self.directory / f"{daemon}.out",
                              name=f"{self.name}'s {daemon}", log=self.log(daemon))
         setattr(self, daemon, group)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..errors import EndpointError
 from .family import EmbeddedServer
+from .loopback import preloaded
 from .orphans import server_directory
 from .processes import ServerProcess, free_port, log_tail, unprivileged_user
 from .xrootd import AREA, EmbeddedXRootD, xrootd_binary
@@ -207,7 +208,8 @@ class XCacheProxy:
                        *(["-R", user] if user else [])]
             self.process = subprocess.Popen(
                 command, cwd=self.directory, stdout=subprocess.DEVNULL,
-                stderr=subprocess.STDOUT, start_new_session=True)
+                stderr=subprocess.STDOUT, start_new_session=True,
+                env=preloaded(dict(os.environ)))  # on loopback only (loopback.c)
             self.watched = ServerProcess("xcache", self.process, (self.log_path,))
             last = self._wait_ready()
             if not last:

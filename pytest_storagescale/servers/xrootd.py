@@ -1,7 +1,9 @@
 """The embedded endpoint: a real ``xrootd`` server on free loopback ports.
 
 Started when no ``--storage-endpoint`` is given (and by the plugin's own tests). It
-lives in a private temporary directory, runs as an unprivileged user when the
+listens on loopback only (``xrd.port`` binds every interface and XRootD has no
+directive for the address: :mod:`.loopback` preloads a library that binds the
+wildcard to loopback instead). It lives in a private temporary directory, runs as an unprivileged user when the
 session is root (xrootd refuses to run as root), is ready when it answers a
 ``query config version`` (probed, never slept for), and is stopped and removed at
 the end.
@@ -51,6 +53,7 @@ from ..drivers.url import HTTPS_SCHEMES
 from ..errors import EndpointError, exit_text
 from ..redact import redact_url
 from .family import EmbeddedServer
+from .loopback import preloaded
 from .monitor import report_line
 from .orphans import server_directory
 from .processes import free_port, log_tail, unprivileged_user
@@ -346,7 +349,7 @@ class EmbeddedXRootD(EmbeddedServer):
         tpc = {"XRDTPC_CADIR": str(self.directory / "ca")} if (
             self.tpc and self.https and self.directory is not None) else {}
         own = self.release.environment() if self.release is not None else {}
-        return {**os.environ, **self._server_environment, **tpc, **own}
+        return preloaded({**os.environ, **self._server_environment, **tpc, **own})
 
     def trust(self, other_ca_dir: str | Path) -> None:
         """Trust the CA of ``other_ca_dir`` (a TPC peer's): :func:`trust_ca`."""
