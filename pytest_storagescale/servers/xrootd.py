@@ -3,10 +3,10 @@
 Started when no ``--storage-endpoint`` is given (and by the plugin's own tests). It
 listens on loopback only (``xrd.port`` binds every interface and XRootD has no
 directive for the address: :mod:`.loopback` preloads a library that binds the
-wildcard to loopback instead). It lives in a private temporary directory, runs as an unprivileged user when the
-session is root (xrootd refuses to run as root), is ready when it answers a
-``query config version`` (probed, never slept for), and is stopped and removed at
-the end.
+wildcard to loopback instead). It lives in a private temporary directory, runs as an
+unprivileged user when the session is root (xrootd refuses to run as root), is ready
+when it answers a ``query config version`` (probed, never slept for), and is stopped
+and removed at the end.
 
 Logins (``--storage-embedded-login``): ``unix`` (no security protocol configured:
 the login names the user), ``krb5`` (a throwaway MIT KDC; ``sec.protocol krb5`` with
