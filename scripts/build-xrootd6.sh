@@ -10,8 +10,18 @@
 # <key> is a hash of the version, the CMake options and the targets: a change of any
 # gives a new folder. A prefix without the marker is a broken or partial build (the
 # machine stopped, the build failed) and is built again from scratch; with the marker
-# the script does nothing. Run by scripts/bootstrap.sh servers|all (make test's
+# the script only checks the library search path of every ELF file (below) and
+# repairs it when needed. Run by scripts/bootstrap.sh servers|all (make test's
 # set-up); its build dependencies are installed there.
+#
+# The library search path: CMake gives the build tree's programs and libraries a
+# RUNPATH into the build tree with an empty element ([<work>/build/lib:], [$ORIGIN:]):
+# the build tree is deleted, and an empty element means the working directory, so
+# xrootd or xrdcp started from a folder where another user put a libz.so.1 would load
+# it. Every ELF file's RUNPATH is set to the prefix's lib/ only (patchelf), checked
+# before the marker is written; a build made by an older copy of this script is
+# repaired the same way the next time the script runs (its marker gets a runpath=
+# line), and the plugin refuses a prefix that still has such a path.
 #
 # The source is PyPI's xrootd==6.2.1 source distribution (pip download, kept in
 # the cache; its sha256 pinned, SDIST_SHA256: another file is refused): it holds the whole XRootD source, server included, but not the
@@ -53,15 +63,70 @@ KEY=$(printf '%s\n' "$VERSION" "${CMAKE_OPTIONS[*]}" "${TARGETS[*]}" | sha256sum
 PREFIX=$CACHE/xrootd-$VERSION-$KEY
 MARKER=$PREFIX/.storagescale-built
 if [ -n "$PRINT_PREFIX" ]; then echo "$PREFIX"; exit 0; fi
+run() { if [ -n "$DRY_RUN" ]; then echo "build-xrootd6 (dry run): $*"; else "$@"; fi; }
+elf_files() {  # the regular ELF files (programs, libraries, plug-ins) of bin/ and lib/
+    local file
+    { find "$PREFIX/bin" "$PREFIX/lib" -type f 2>/dev/null || true; } | sort | while read -r file; do
+        if [ "$(od -An -tx1 -N4 "$file" | tr -d ' \n')" = 7f454c46 ]; then
+            printf '%s\n' "$file"
+        fi
+    done
+}
+runpath_problems() {  # each ELF file whose RUNPATH/RPATH is not exactly $PREFIX/lib
+    local file paths
+    if ! command -v readelf >/dev/null; then
+        echo "readelf is missing (apt-get install binutils)"; return 0
+    fi
+    elf_files | while read -r file; do
+        paths=$(readelf -d "$file" | sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\]$/\2/p')
+        if [ -n "$paths" ] && [ "$paths" != "$PREFIX/lib" ]; then echo "$file: [$paths]"; fi
+    done
+}
+fix_runpath() {  # every ELF file's RUNPATH (when it has one) set to $PREFIX/lib only
+    local file left
+    if [ -z "$DRY_RUN" ] && ! command -v patchelf >/dev/null; then
+        echo "build-xrootd6: 'patchelf' is missing: run scripts/bootstrap.sh servers (it" \
+             "installs the build dependencies)" >&2
+        exit 1
+    fi
+    elf_files | while read -r file; do
+        if readelf -d "$file" | grep -E '\((RUNPATH|RPATH)\)' >/dev/null; then
+            run patchelf --set-rpath "$PREFIX/lib" "$file"
+        fi
+    done
+    [ -z "$DRY_RUN" ] || return 0
+    left=$(runpath_problems)
+    if [ -n "$left" ]; then
+        echo "build-xrootd6: the library search path is still wrong: $left" >&2
+        exit 1
+    fi
+}
 already_built() {
-    if [ -f "$MARKER" ]; then echo "build-xrootd6: XRootD $VERSION already built in $PREFIX"; exit 0; fi
+    [ -f "$MARKER" ] || return 0
+    local problems
+    problems=$(runpath_problems)
+    if [ -z "$problems" ]; then
+        echo "build-xrootd6: XRootD $VERSION already built in $PREFIX"; exit 0
+    fi
+    [ -n "${1:-}" ] || return 0  # repaired under the lock, below
+    echo "build-xrootd6: XRootD $VERSION in $PREFIX was built by an older copy of this" \
+         "script: its programs and libraries look for libraries in a folder that is gone" \
+         "and in the working directory; repairing (RUNPATH $PREFIX/lib):"
+    echo "$problems" | sed -n '1,5s/^/  /p'
+    fix_runpath
+    if [ -n "$DRY_RUN" ]; then echo "build-xrootd6 (dry run): nothing repaired"; exit 0; fi
+    grep -v '^runpath=' "$MARKER" >"$MARKER.tmp" || true
+    echo "runpath=$PREFIX/lib" >>"$MARKER.tmp"
+    mv "$MARKER.tmp" "$MARKER"
+    echo "build-xrootd6: XRootD $VERSION in $PREFIX repaired"
+    exit 0
 }
 already_built
 # one build at a time on a machine (two make test set-ups): the second waits, then finds it
 mkdir -p "$CACHE"
 exec 9>"$CACHE/xrootd-$VERSION.lock"
 flock 9
-already_built
+already_built repair
 
 SHARED=${STORAGESCALE_SHARED:-$CHECKOUT/../shared}
 [ -d "$SHARED/xrootd6/vendor" ] || SHARED=/work/shared
@@ -72,14 +137,13 @@ if [ ! -f "$VENDOR/inih/INIReader.h" ] || [ ! -f "$VENDOR/picojson/picojson.h" ]
          "STORAGESCALE_SHARED to the folder holding xrootd6/vendor)" >&2
     exit 1
 fi
-for tool in cmake make g++ pkg-config; do
+for tool in cmake make g++ pkg-config patchelf readelf; do
     command -v "$tool" >/dev/null || { echo "build-xrootd6: '$tool' is missing: run" \
         "scripts/bootstrap.sh servers (it installs the build dependencies)" >&2; exit 1; }
 done
 PYTHON=python3
 [ -x "$CHECKOUT/.venv/bin/python" ] && PYTHON=$CHECKOUT/.venv/bin/python
 
-run() { if [ -n "$DRY_RUN" ]; then echo "build-xrootd6 (dry run): $*"; else "$@"; fi; }
 logged() {  # logged FILE WHAT command...: its output into FILE; on failure FILE's tail
     local file=$1 what=$2
     shift 2
@@ -134,6 +198,8 @@ run cp -a "$WORK/build/bin/." "$PREFIX/bin/"
 run sh -c "cp -a '$WORK/build/lib/'*.so* '$PREFIX/lib/'"
 # RelWithDebInfo's debug sections are 9/10 of the size (110 MB -> ~11 MB): dropped
 run find "$PREFIX/bin" "$PREFIX/lib" -type f -exec strip --strip-debug {} +
+# the build tree's RUNPATH (the deleted build folder, the working directory): lib/ only
+fix_runpath
 if [ -z "$DRY_RUN" ]; then
     LD_LIBRARY_PATH=$PREFIX/lib "$PREFIX/bin/xrootd" -v 2>&1 | grep -q "v$VERSION" \
         || { echo "build-xrootd6: the built xrootd does not say v$VERSION" >&2; exit 1; }
@@ -143,6 +209,7 @@ if [ -z "$DRY_RUN" ]; then
         echo "key=$KEY"
         echo "cmake_options=${CMAKE_OPTIONS[*]}"
         echo "targets=${TARGETS[*]}"
+        echo "runpath=$PREFIX/lib"
         echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
         echo "build_seconds=$(( $(date +%s) - started ))"
         echo "size_bytes=$(du -sb "$PREFIX" | cut -f1)"

@@ -13,6 +13,13 @@ A release from a prefix runs with ``LD_LIBRARY_PATH`` on its own library folder,
 plug-ins named by their full path (``lib/libXrdHttp-6.so``), so that Debian's 5.5.3
 libraries, on the default search path, are never loaded beside it
 (:func:`foreign_libraries` checks a running server's ``/proc/PID/maps``).
+
+A prefix whose programs or libraries search for libraries where another user may put
+one is refused (:func:`search_path_problems`): a RUNPATH or RPATH element that is
+empty or relative (the working directory: a ``libz.so.1`` in the folder pytest was
+started from would run as this user) or a folder that does not exist (a deleted build
+tree, which anyone may create again). A 6.2.1 built by an older
+``scripts/build-xrootd6.sh`` had ``[<build tree>/lib:]``; the script repairs it.
 """
 
 from __future__ import annotations
@@ -193,6 +200,61 @@ def release_files(prefix: Path) -> list[Path]:
             *sorted(lib.glob("*.so*"))]
 
 
+def _elf_files(prefix: Path) -> list[Path]:
+    """The ELF files (programs, libraries, plug-ins) of ``prefix``'s ``bin/`` and library
+    folder, links left out (their targets are among them)."""
+    found = []
+    for folder in (prefix / "bin", library_folder(prefix)):
+        for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+            if path.is_symlink() or not path.is_file():
+                continue
+            with path.open("rb") as file:
+                if file.read(4) == b"\x7fELF":
+                    found.append(path)
+    return found
+
+
+_SEARCH_PATH = re.compile(r"\((RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[(.*)\]$")
+
+
+def search_path_problems(prefix: Path) -> list[str]:
+    """Each library search path element (RUNPATH, RPATH) of ``prefix``'s ELF files that
+    another user could fill: empty or relative (the working directory), or a folder
+    that does not exist (``$ORIGIN`` is the file's folder). Read with ``readelf -d``."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return [f"the library search paths of {prefix}'s programs cannot be checked: "
+                f"readelf is missing (apt-get install binutils)"]
+    problems = []
+    for path in _elf_files(prefix):
+        try:
+            done = subprocess.run([readelf, "-d", str(path)], capture_output=True, text=True,
+                                  timeout=30)
+        except subprocess.TimeoutExpired:
+            problems.append(f"{path}: readelf -d gave no answer within 30 s")
+            continue
+        for line in done.stdout.splitlines():
+            match = _SEARCH_PATH.search(line.strip())
+            if not match:
+                continue
+            for element in match.group(2).split(":"):
+                if why := _element_problem(element, path.parent):
+                    problems.append(f"{path}'s {match.group(1)} element '{element}' {why}")
+    return problems
+
+
+def _element_problem(element: str, origin: Path) -> str:
+    """Why a search path element is a door ("" when it is not)."""
+    if not element:
+        return "is empty: the working directory"
+    expanded = element.replace("${ORIGIN}", str(origin)).replace("$ORIGIN", str(origin))
+    if not expanded.startswith("/"):
+        return "is relative: a folder under the working directory"
+    if not Path(expanded).is_dir():
+        return "is a folder that does not exist (anyone who can create it could fill it)"
+    return ""
+
+
 def is_path(requested: str) -> bool:
     """Whether a ``--storage-embedded-version`` value names a folder, not a release."""
     return "/" in requested or requested.startswith(("~", "."))
@@ -211,22 +273,49 @@ def check_requested(requested: str, installed: str) -> str:
                 f"--storage-embedded-version {requested}: {problem}. Give the prefix of an "
                 f"XRootD installation (the folder holding bin/xrootd and lib/), or one of "
                 f"the releases {', '.join(offered(installed))}.")
+        if doors := search_path_problems(prefix):
+            raise StorageScaleUsageError(
+                f"--storage-embedded-version {requested}: {_doors(doors)}. Set the "
+                f"programs' and libraries' search path to the prefix's own library folder "
+                f"('patchelf --set-rpath {library_folder(prefix)} FILE', or build with "
+                f"CMAKE_INSTALL_RPATH set to it and install), or give another prefix.")
         return str(prefix)
     if requested == installed and installed:
         return requested
     if requested == BUILT_VERSION:
-        if built_prefix() is None:
+        built = built_prefix()
+        if built is None:
             raise StorageScaleUsageError(
                 f"--storage-embedded-version {requested}: XRootD {requested} is not built on "
                 f"this machine (no {cache_root()}/xrootd-{requested}-*/{MARKER}). Build it "
                 f"once with 'bash {BUILD_SCRIPT}' in the pytest-storagescale checkout "
                 f"(15-30 minutes; 'make setup' runs it), or leave the option out for the "
                 f"installed {installed or 'xrootd'}.")
+        if unsafe := _checked_build(built, (built / MARKER).stat().st_mtime_ns):
+            raise StorageScaleUsageError(
+                f"--storage-embedded-version {requested}: the build in {built} cannot be "
+                f"run safely (an older {BUILD_SCRIPT} left its build tree's search path in "
+                f"it): {_doors(unsafe)}. Run 'bash {BUILD_SCRIPT}' in the "
+                f"pytest-storagescale checkout once: it repairs the build in a few seconds "
+                f"('make setup' runs it).")
         return requested
     raise StorageScaleUsageError(
         f"--storage-embedded-version {requested}: the embedded xrootd offers "
         f"{', '.join(offered(installed))}, or the path of an XRootD installation prefix "
         f"(a site's own build). Pick one of those, or leave the option out.")
+
+
+@functools.cache
+def _checked_build(prefix: Path, marked: int) -> tuple[str, ...]:
+    """:func:`search_path_problems` of the built release, once per process and marker
+    (``marked``: its mtime; a repair rewrites it)."""
+    return tuple(search_path_problems(prefix))
+
+
+def _doors(problems: list[str] | tuple[str, ...]) -> str:
+    """The first problems, and how many more."""
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return "; ".join(problems[:3]) + more
 
 
 def offered(installed: str) -> tuple[str, ...]:
