@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from netns import NamespaceCluster  # noqa: E402
+from netns import NamespaceCluster, bridge_xrootd  # noqa: E402
 
 from pytest_storagescale.cluster import hosts as cluster_hosts  # noqa: E402
 from pytest_storagescale.cluster.coordinator import ClusterExecutor  # noqa: E402
@@ -40,7 +40,6 @@ from pytest_storagescale.drivers.registry import driver_spec  # noqa: E402
 from pytest_storagescale.load.engine import run_step  # noqa: E402
 from pytest_storagescale.load.operations import get_operation  # noqa: E402
 from pytest_storagescale.load.plan import StepPlan  # noqa: E402
-from pytest_storagescale.servers.xrootd import EmbeddedXRootD  # noqa: E402
 
 
 def raise_open_files() -> None:
@@ -109,7 +108,7 @@ def main() -> None:
     runs: dict[str, list[dict]] = {name: [] for name in configs}
     with tempfile.TemporaryDirectory() as scratch, \
             NamespaceCluster(4, Path(scratch), threads=1) as hosts, \
-            EmbeddedXRootD(https=False) as server:
+            bridge_xrootd(https=False) as server:
         url = f"root://{hosts.head}:{server.port}//storagescale"
         root = f"/storagescale/bench-{time.time_ns()}"
         driver_spec(url, writable_root=root).connect("bench", timeout=30).mkdir(root)

@@ -4,7 +4,13 @@
 (the root) namespace by a veth pair, on one private /24: the bridge is ``.1`` (the
 "head node": the Dask scheduler and the storage server listen there), host i is
 ``.(i+2)``. Each namespace runs a real ``dask worker`` process bound to its own
-address. Nothing leaves the namespaces and this machine's bridge.
+address. Nothing leaves the namespaces and this machine's bridge. Scheduler and
+workers speak mutual TLS only (``tls://``), on a certificate made for the cluster
+(files 0600 in a 0700 folder): this root-run cluster is no door for another local
+user while the tests run. This process finds its security registered for the address
+(``cluster.hosts.register_security``); a pytest started by a test gets it from the
+Dask config in its environment (:meth:`NamespaceCluster.dask_env`), as a site's
+scheduler would be reached.
 
 A host's link can be capped (``tc qdisc ... tbf``, both directions) to make a slow
 client host; a worker can be killed. :meth:`NamespaceCluster.stop` removes every
@@ -24,6 +30,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pytest_storagescale.cluster.hosts import NO_HTTP_ROUTES_ENV
 
 PYTHON = sys.executable
 #: the workers and the scheduler import this module (the tasks at its end)
@@ -96,6 +104,9 @@ class NamespaceCluster:
     subnet: ipaddress.IPv4Network | None = None
     scheduler: subprocess.Popen | None = None
     port: int = 0
+    #: the Dask security of a client of this cluster (once started)
+    security: object = None
+    tls_files: tuple[str, str] = ("", "")
     _made: list[tuple[str, str]] = field(default_factory=list)
 
     @property
@@ -110,14 +121,48 @@ class NamespaceCluster:
 
     @property
     def address(self) -> str:
-        return f"tcp://{self.head}:{self.port}"
+        return f"tls://{self.head}:{self.port}"
+
+    def _make_tls(self) -> None:
+        """The cluster's certificate (its own CA) and key, 0600 in a 0700 folder."""
+        from distributed.security import Security
+
+        material = Security.temporary().get_tls_config_for_role("worker")
+        folder = self.directory / "tls"
+        folder.mkdir(mode=0o700)
+        folder.chmod(0o700)
+        files = []
+        for name in ("cert", "key"):
+            path = folder / f"{name}.pem"
+            handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with open(handle, "w") as sink:
+                sink.write(material[name])
+            files.append(str(path))
+        cert, key = self.tls_files = (files[0], files[1])
+        self.security = Security(tls_ca_file=cert, tls_client_cert=cert, tls_client_key=key,
+                                 require_encryption=True)
+
+    def _tls_args(self) -> list[str]:
+        cert, key = self.tls_files
+        return ["--tls-ca-file", cert, "--tls-cert", cert, "--tls-key", key]
+
+    def dask_env(self) -> dict[str, str]:
+        """The Dask config, as environment variables, of a client of this cluster."""
+        cert, key = self.tls_files
+        return {"DASK_DISTRIBUTED__COMM__TLS__CA_FILE": cert,
+                "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": cert,
+                "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": key}
 
     def start(self, *, skew: dict[int, float] | None = None) -> NamespaceCluster:
         """Make the network, the scheduler and the workers (``skew``: host index ->
         seconds its worker adds to its reported clock, the test hook)."""
+        from pytest_storagescale.cluster.hosts import register_security
+
         try:
             self._network()
+            self._make_tls()
             self._start_scheduler()
+            register_security(self.address, self.security)
             for host in self.hosts:
                 self._start_worker(host, (skew or {}).get(host.index, 0.0))
             self.wait_for_workers(self.count)
@@ -157,9 +202,11 @@ class NamespaceCluster:
         log = self.directory / "scheduler.log"
         self.scheduler = subprocess.Popen(
             [PYTHON, "-m", "distributed.cli.dask_scheduler", "--host", self.head,
-             "--port", str(self.port), "--no-dashboard"],
+             "--port", str(self.port), "--protocol", "tls", "--no-dashboard",
+             "--dashboard-address", "127.0.0.1:0", *self._tls_args()],
             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
-            cwd=self.directory, env=dict(os.environ, PYTHONPATH=_python_path()))
+            cwd=self.directory, env=dict(os.environ, PYTHONPATH=_python_path(),
+                                         **NO_HTTP_ROUTES_ENV))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.scheduler.poll() is not None:
@@ -176,12 +223,13 @@ class NamespaceCluster:
         local = self.directory / f"worker-{host.name}"
         local.mkdir(exist_ok=True)
         environment = dict(os.environ, STORAGESCALE_TEST_CLOCK_SKEW_S=str(skew),
-                           PYTHONPATH=_python_path())
+                           PYTHONPATH=_python_path(), **NO_HTTP_ROUTES_ENV)
         host.worker = subprocess.Popen(
             ["ip", "netns", "exec", host.namespace, PYTHON, "-m",
              "distributed.cli.dask_worker", self.address, "--host", host.address,
              "--nthreads", str(self.threads), "--no-nanny", "--name", host.name,
-             "--no-dashboard", "--local-directory", str(local)],
+             "--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--local-directory",
+             str(local), *self._tls_args()],
             stdout=host.log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
             cwd=self.directory, env=environment)
 
@@ -197,7 +245,7 @@ class NamespaceCluster:
     def _wait_for_count(self, count: int, timeout: float = 60) -> None:
         from distributed import Client
 
-        with Client(self.address, timeout=30) as client:
+        with Client(self.address, timeout=30, security=self.security) as client:
             deadline = time.monotonic() + timeout
             while len(client.scheduler_info(n_workers=-1)["workers"]) != count:
                 if time.monotonic() > deadline:
@@ -207,7 +255,7 @@ class NamespaceCluster:
     def wait_for_workers(self, count: int, timeout: float = 120) -> None:
         from distributed import Client
 
-        with Client(self.address, timeout=30) as client:
+        with Client(self.address, timeout=30, security=self.security) as client:
             try:
                 client.wait_for_workers(count, timeout=timeout)
             except TimeoutError:
@@ -248,6 +296,10 @@ class NamespaceCluster:
 
     def stop(self) -> None:
         """Stop every process; remove the namespaces, veths and the bridge."""
+        from pytest_storagescale.cluster.hosts import forget_security
+
+        if self.port:
+            forget_security(self.address)
         for process in [h.worker for h in self.hosts] + [self.scheduler]:
             if process is not None and process.poll() is None:
                 process.kill()
@@ -321,3 +373,25 @@ def delete_left_behind(url: str, root: str, path: str) -> str:
             if time.time() > deadline:
                 return f"not deleted: {exc}"
             time.sleep(0.5)
+
+
+def bridge_xrootd(**kw):
+    """An embedded xrootd the namespace hosts reach on the bridge: it listens on every
+    interface (the embedded servers' loopback-only library turns a wildcard bind into
+    127.0.0.1, which a namespace cannot reach, and has no other address to bind), for
+    the cluster tests and benchmark only."""
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
+
+    try:
+        from pytest_storagescale.servers.loopback import library_path
+    except ImportError:  # a tree without the loopback-only library
+        return EmbeddedXRootD(**kw)
+
+    class BridgeXRootD(EmbeddedXRootD):
+        def _environment(self) -> dict[str, str]:
+            environment = super()._environment()
+            library = str(library_path())
+            kept = [e for e in environment.get("LD_PRELOAD", "").split() if e != library]
+            return {**environment, "LD_PRELOAD": " ".join(kept)}
+
+    return BridgeXRootD(**kw)

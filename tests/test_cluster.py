@@ -20,7 +20,13 @@ import time
 from pathlib import Path
 
 import pytest
-from netns import NamespaceCluster, delete_left_behind, netns_unavailable, write_and_hold
+from netns import (
+    NamespaceCluster,
+    bridge_xrootd,
+    delete_left_behind,
+    netns_unavailable,
+    write_and_hold,
+)
 
 from pytest_storagescale.cluster import hosts as cluster_hosts
 from pytest_storagescale.cluster.address import parse_cluster_address
@@ -162,9 +168,7 @@ def netns():
 @pytest.fixture(scope="module")
 def server(netns):
     """One embedded xrootd; it listens on every address, the bridge's too."""
-    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
-
-    with EmbeddedXRootD(https=False) as xrootd:
+    with bridge_xrootd(https=False) as xrootd:
         yield xrootd
 
 
@@ -386,10 +390,13 @@ def test_ls_scan(storage_load, storage_clients):
 """
 
 
-def test_suite_on_the_cluster_under_xdist(pytester, server, four_hosts):
+def test_suite_on_the_cluster_under_xdist(pytester, server, four_hosts, monkeypatch):
     """--storage-cluster with pytest -n 2: the header names the hosts and their clock
     offsets, every step's clients ran on the 4 hosts (per-host breakdown in the JSON and,
-    with -v, under the table), and the load steps never overlapped."""
+    with -v, under the table), and the load steps never overlapped. The scheduler is
+    a tls:// one, reached with the Dask config's TLS settings (as a site's is)."""
+    for name, value in four_hosts.dask_env().items():
+        monkeypatch.setenv(name, value)
     pytester.makepyfile(test_suite=CLUSTER_SUITE)
     folder = pytester.path / "thr" / "xrootd"
     folder.mkdir(parents=True)
@@ -575,7 +582,7 @@ def test_a_killed_writers_file_is_deleted_from_another_host(
     with _cluster(tmp_path_factory, 2) as cluster:
         url, root = run_root(cluster)
         path = f"{root}/left-behind.dat"
-        with Client(cluster.address, timeout=30) as client:
+        with Client(cluster.address, timeout=30, security=cluster.security) as client:
             workers = {info["name"]: address for address, info in
                        client.scheduler_info(n_workers=-1)["workers"].items()}
             refused = client.submit(write_and_hold, url, root, path, workers=[workers["ns0"]],

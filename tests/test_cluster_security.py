@@ -131,6 +131,38 @@ def test_the_local_recipe_lets_only_the_run_in(monkeypatch):
         cluster_hosts.disconnect("local:2")
 
 
+@pytest.mark.parametrize("certificate", ["none", "another"])
+def test_a_tls_scheduler_without_its_certificate_is_one_paragraph(monkeypatch, certificate):
+    """--storage-cluster tls://... (a site's scheduler) without the Dask config's client
+    certificate, or with one the cluster does not trust: one paragraph naming the
+    settings, not a traceback."""
+    import dask
+    from distributed import LocalCluster
+    from distributed.security import Security
+
+    from pytest_storagescale.errors import StorageScaleUsageError
+
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      security=Security.temporary(), dashboard_address=None,
+                      scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as cluster:
+        address = cluster.scheduler_address
+        settings = {}
+        if certificate == "another":
+            material = Security.temporary().get_tls_config_for_role("client")
+            settings = {"distributed.comm.tls.ca-file": material["ca_file"],
+                        "distributed.comm.tls.client.cert": material["cert"],
+                        "distributed.comm.tls.client.key": material["key"]}
+        try:
+            with dask.config.set(settings), pytest.raises(StorageScaleUsageError) as info:
+                cluster_hosts.connect(address)
+        finally:
+            cluster_hosts.disconnect(address)
+    text = str(info.value)
+    assert text.startswith(f"--storage-cluster {address}: ")
+    assert "distributed.comm.tls.client.cert" in text and "\n" not in text
+
+
 # -- the embedded CephFS: its daemons in a namespace of their own, its Dask cluster on TLS
 
 
@@ -228,6 +260,15 @@ def test_the_cephfs_dask_cluster_lets_only_the_run_in(cephfs):
     assert address.startswith(f"tls://{cephfs.layout.head}:")
     assert all(w.startswith("tls://") for w in workers), workers
     assert_no_pages(info)
+    # every socket they listen on: their own address or loopback (Dask's HTTP server
+    # takes *:8787 unless told)
+    scheduler = cephfs._daemon("dask-scheduler").process.pid
+    assert {a.rsplit(":", 1)[0] for a in listeners()[scheduler]} <= {
+        cephfs.layout.head, "127.0.0.1"}, listeners()[scheduler]
+    for host in cephfs.hosts:
+        pid = cephfs._daemon(f"dask-worker.{host.name}").process.pid
+        there = listeners(host.netns)[pid]
+        assert {a.rsplit(":", 1)[0] for a in there} <= {host.address, "127.0.0.1"}, there
     folder = cephfs.directory / DASK_TLS
     assert folder.stat().st_mode & 0o777 == 0o700 and folder.stat().st_uid == 0
     assert sorted((f.name, f.stat().st_mode & 0o777) for f in folder.iterdir()) == [

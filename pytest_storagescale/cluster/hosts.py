@@ -34,6 +34,11 @@ CLOCK_SKEW_ENV = "STORAGESCALE_TEST_CLOCK_SKEW_S"
 RECIPE_START_TIMEOUT = {"local": 120.0}
 JOBQUEUE_START_TIMEOUT = 1800.0
 _CONNECT_TIMEOUT = 30.0
+_TLS_HINT = ("Give this process the cluster's client certificate in the Dask config: "
+             "distributed.comm.tls.ca-file, distributed.comm.tls.client.cert and "
+             "distributed.comm.tls.client.key (e.g. $DASK_DISTRIBUTED__COMM__TLS__CA_FILE, "
+             "..._CLIENT__CERT, ..._CLIENT__KEY), the files the scheduler and workers were "
+             "started with (--tls-ca-file, --tls-cert, --tls-key).")
 _ROUNDS = 3
 
 
@@ -109,13 +114,19 @@ class ClusterConnection:
         try:
             self.client = Client(target, timeout=_CONNECT_TIMEOUT, set_as_default=False,
                                  security=security)
-        except OSError as exc:
+        except TypeError as exc:  # a tls:// address and no certificate to present
             self._close_cluster()
             raise StorageScaleUsageError(
+                f"--storage-cluster {address}: the scheduler speaks TLS and this process "
+                f"has no certificate to present ({exc}). {_TLS_HINT}") from None
+        except OSError as exc:
+            self._close_cluster()
+            hint = _TLS_HINT if "TLS" in str(exc) or str(address).startswith("tls") else (
+                "Start one ('dask scheduler' on the head node, 'dask worker "
+                "tcp://head:8786' on each client host) or fix the address.")
+            raise StorageScaleUsageError(
                 f"--storage-cluster {address}: no Dask scheduler answered within "
-                f"{_CONNECT_TIMEOUT:.0f} s ({exc}). Start one ('dask scheduler' on the "
-                f"head node, 'dask worker tcp://head:8786' on each client host) or fix the "
-                f"address.") from None
+                f"{_CONNECT_TIMEOUT:.0f} s ({exc}). {hint}") from None
         if address.recipe is not None:
             self._wait_for_hosts(address.hosts)
 
@@ -246,7 +257,10 @@ def _start_recipe(address: ClusterAddress) -> Any:
             return LocalCluster(n_workers=address.hosts, threads_per_worker=1,
                                 processes=True, host=LOOPBACK, protocol="tls://",
                                 security=run_security(), dashboard_address=None,
-                                worker_dashboard_address=None)
+                                worker_dashboard_address=None,
+                                # its page-less HTTP server on a free port (8787 may
+                                # be another cluster's)
+                                scheduler_kwargs={"dashboard_address": f"{LOOPBACK}:0"})
     import dask_jobqueue
 
     kind = address.recipe or ""

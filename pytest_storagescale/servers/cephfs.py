@@ -437,7 +437,7 @@ class EmbeddedCephFS(EmbeddedCephGateway):
         import socket
         import sys
 
-        from ..cluster.hosts import NO_HTTP_ROUTES_ENV, register_security
+        from ..cluster.hosts import LOOPBACK, NO_HTTP_ROUTES_ENV, register_security
 
         d = self.directory
         assert d is not None and self.hosts and self.layout is not None
@@ -452,7 +452,9 @@ class EmbeddedCephFS(EmbeddedCephGateway):
                **NO_HTTP_ROUTES_ENV, "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
         self._scheduler = self._spawn("dask-scheduler", [
             sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", head,
-            "--port", str(port), "--protocol", "tls", "--no-dashboard", *tls], env)
+            "--port", str(port), "--protocol", "tls", "--no-dashboard",
+            # its HTTP server (no pages) would take *:8787
+            "--dashboard-address", f"{LOOPBACK}:0", *tls], env)
         self._wait_for(lambda: self._listening(head, port), "the Dask scheduler did not "
                        "listen", "dask-scheduler")
         register_security(self._scheduler_address, self.cluster_security)
@@ -463,6 +465,7 @@ class EmbeddedCephFS(EmbeddedCephGateway):
             worker = (f"exec {sys.executable} -m distributed.cli.dask_worker "
                       f"{self._scheduler_address} --host {host.address} --nthreads 1 "
                       f"--no-nanny --name {host.name} --no-dashboard --local-directory {local} "
+                      f"--dashboard-address {LOOPBACK}:0 "
                       + " ".join(tls))
             bind = "" if host.index == 0 else f"mount --bind {host.mountpoint} {here} && "
             self._spawn(f"dask-worker.{host.name}", [
