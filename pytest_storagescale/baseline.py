@@ -24,41 +24,27 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 from .errors import StorageScaleUsageError
 from .records import BaselineComparison, RunInfo, StepRecord
+from .reporting.results import InputFileError, read_input_file
 
 
 class Baseline:
-    """The steps of one or several earlier runs, indexed for matching. Read and
-    checked when made, so a file of the wrong shape stops the session before any load
-    runs. The first run is *the* baseline (its steps are compared in the table and by
-    relative rules); the others (:attr:`more`) add their steps' window samples to the
-    gate's pool (:meth:`matches`)."""
+    """The steps of an earlier run, indexed for matching. Read and checked when
+    made, so a file of the wrong shape stops the session before any load runs."""
 
-    def __init__(self, path: Path | Sequence[Path], *, main_door: str | None = None) -> None:
-        paths = [path] if isinstance(path, Path) else list(path)
-        if not paths:
-            raise ValueError("a baseline needs at least one results file")
-        self.path = paths[0]
-        #: every run's results file, the first one's first
-        self.paths = paths
+    def __init__(self, path: Path, *, main_door: str | None = None) -> None:
+        self.path = path
         #: this run's main door (None: a step of any door matches a door-less step)
         self.main_door = main_door
-        self.run, steps, _ = read_results(self.path, "--storage-baseline")
+        self.run, steps, _ = read_results(path, "--storage-baseline")
         self.steps = {step.key: step for step in steps}
         #: each recovery probe's seconds since its overload ended, by step id
         self.since_fault = {step.step_id: since_fault(step, steps) for step in steps
                             if is_probe(step)}
-        #: the other baseline runs (``--storage-baseline`` given more than once)
-        self.more = [Baseline(other, main_door=main_door) for other in paths[1:]]
-
-    def matches(self, step: StepRecord, since: float | None = None) -> list[StepRecord]:
-        """The step's match in each baseline run that has it (the gate's pool)."""
-        found = [run.find(step, since) for run in (self, *self.more)]
-        return [base for base in found if base is not None]
 
     @property
     def version(self) -> str:
@@ -167,31 +153,90 @@ def _not_results(path: Path, source: str, what: str) -> StorageScaleUsageError:
     )
 
 
+#: a number a results file holds is at most this large in magnitude (bytes of a long
+#: run fit; a float of it is exact enough, and no conversion of it overflows)
+MAX_NUMBER = 1e18
+#: a time in a results file (``started``, ``ended``: seconds since 1970) is below this
+#: (the year 5138): a date is printed from it
+MAX_TIME = 1e11
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 is read as infinity
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
+def _constant(text: str) -> float:
+    raise ValueError(f"{text} is not a number of a results file")
+
+
+def _numbers(document: object) -> Iterable[float]:
+    """Every number in ``document``, walked without recursion."""
+    pending = [document]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            yield value
+
+
+def _check_numbers(document: dict) -> None:
+    """Numbers in range: every one at most :data:`MAX_NUMBER` in magnitude, the run's
+    and steps' times between 0 and :data:`MAX_TIME` (ValueError saying which)."""
+    for value in _numbers(document):
+        if abs(value) > MAX_NUMBER:
+            raise ValueError(f"the number {value:.3g} is out of range")
+    run = document.get("run")
+    times = [("run.started", run.get("started"))] if isinstance(run, dict) else []
+    for index, step in enumerate(document.get("steps") or ()):
+        times += [(f"steps[{index}].{key}", step.get(key)) for key in ("started", "ended")]
+    for where, value in times:
+        if value is not None and not (isinstance(value, int | float)
+                                      and 0 <= value < MAX_TIME):
+            raise ValueError(f"{where} = {value!r} is not a time (seconds since 1970)")
+
+
 def read_results(path: Path, source: str) -> tuple[RunInfo, list[StepRecord], dict]:
     """The run, its steps and the whole document of the results file ``path``, checked
-    when read: a file that is missing, not JSON or of another shape is one usage error
-    naming ``source`` (``--storage-baseline``, ``storagescale compare``) and the file.
-    A step without door ran over its run's main door."""
+    when read: a file that is missing, not a regular file (a FIFO, a device), larger
+    than :data:`~.reporting.results.MAX_INPUT_BYTES`, not JSON, nested too deep, of
+    another shape or with numbers out of range is one usage error naming ``source``
+    (``--storage-baseline``, ``storagescale compare``) and the file. A step without
+    door ran over its run's main door."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
+        data = read_input_file(path)
+    except InputFileError as exc:
         raise StorageScaleUsageError(
-            f"{source} {path}: cannot read it ({exc.strerror}). Give the JSON results "
-            f"file of an earlier run (--storage-results)."
+            f"{source} {path}: {exc}. Give the JSON results file of an earlier run "
+            f"(--storage-results)."
         ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    try:
+        document = json.loads(data.decode("utf-8"), parse_float=_finite,
+                              parse_constant=_constant)
+    except RecursionError:
+        raise _not_results(path, source, "its JSON is nested too deep to read") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise StorageScaleUsageError(
-            f"{source} {path}: not JSON ({exc}). Give the JSON results file of an earlier "
-            f"run (--storage-results)."
+            f"{source} {path}: not JSON ({str(exc)[:200]}). Give the JSON results file of "
+            f"an earlier run (--storage-results)."
         ) from None
     steps = document.get("steps") if isinstance(document, dict) else None
     if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
         raise _not_results(path, source, "no 'steps' list of step objects")
     try:
+        _check_numbers(document)
         run = RunInfo.from_json(document.get("run") or {})
         records = [StepRecord.from_json(step) for step in steps]
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise _not_results(path, source, f"a step it holds cannot be read ({exc})") from None
+    except RecursionError:
+        raise _not_results(path, source, "a step it holds is nested too deep") from None
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
+        raise _not_results(path, source,
+                           f"a step it holds cannot be read ({str(exc)[:200]})") from None
     for record in records:
         record.door = record.door or run.door
     return run, records, document

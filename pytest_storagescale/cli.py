@@ -1,11 +1,14 @@
 """The ``storagescale`` command (``[project.scripts]``): what is done with results
 files after the runs, without pytest.
 
-``storagescale compare A.json B.json ...`` prints the runs side by side
-(:mod:`.compare`); ``--html DIR`` writes the page with each scan's runs overlaid.
-Bad input (a missing or foreign file, one file only) is one paragraph on stderr and
-exit status 4, as pytest's usage errors; a comparison is exit status 0 whatever the
-runs' verdicts (the runs themselves gated).
+``storagescale compare A.json B.json ...`` prints the gate's verdict (the last run
+against the one before it), what changed, then the runs side by side (:mod:`.compare`);
+``--html DIR`` writes the same page with each scan's runs overlaid; ``--accept FILE``
+is the site's acceptance file of behaviour changes. It is a CI gate by itself: exit
+status 1 when it lists a regression (a behaviour change not accepted, a rate or latency
+regression, a failure of the later run), 0 when it lists none, 4 on bad input (a
+missing or foreign file, one file only, a bad acceptance file: one paragraph on
+stderr, as pytest's usage errors).
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from pathlib import Path
 
 from .errors import StorageScaleUsageError
 
-#: pytest's exit status for a usage error, which the command's bad input shares
-USAGE_ERROR = 4
+#: pytest's exit statuses the command shares: a gate that failed, bad input
+GATE_FAILED, USAGE_ERROR = 1, 4
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,25 +36,35 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     compare = commands.add_parser(
         "compare", help="runs side by side: the seeds-style table, one column group per run",
-        description="Print two or more runs side by side: per step succeeded (rate), p99, "
-                    "failed, hung and verdict of each run, the rate's change, and the steps "
-                    "and checks whose outcome changed. Give the earlier version first.")
+        description="Judge the last run against the one before it (exit status 1 when a "
+                    "behaviour change is not accepted, a step regressed or the later run "
+                    "failed; 0 otherwise; 4 on bad input), then print the runs side by "
+                    "side: per step succeeded (rate), p99, failed, hung and verdict of each "
+                    "run, the rate's change, and the steps and checks whose outcome "
+                    "changed. Give the earlier version first.")
     compare.add_argument("results", nargs="*", type=Path, metavar="RESULTS.json",
                          help="results files written with --storage-results")
     compare.add_argument("--html", type=Path, metavar="DIR",
                          help="also write DIR/index.html, each scan's runs overlaid")
+    compare.add_argument("--accept", type=Path, metavar="FILE",
+                         help="the site's acceptance file (TOML, [[accept]] tables): the "
+                              "behaviour changes it lists with a reason do not fail the gate")
     return top
 
 
 def compare_command(arguments: argparse.Namespace) -> int:
-    from .compare import load_runs, report_lines, write_page
+    from .compare import COMMAND, gate, load_runs, report_lines, write_page
+    from .reporting.behaviour import load_acceptance
 
+    acceptance = (load_acceptance(arguments.accept, f"{COMMAND} --accept")
+                  if arguments.accept is not None else None)
     runs = load_runs(list(arguments.results))
-    for line in report_lines(runs):
+    verdict = gate(runs, acceptance)
+    for line in report_lines(runs, verdict):
         print(line)
     if arguments.html is not None:
-        print(f"page: {write_page(arguments.html, runs)}")
-    return 0
+        print(f"page: {write_page(arguments.html, runs, verdict)}")
+    return 0 if verdict.passed else GATE_FAILED
 
 
 def main(argv: list[str] | None = None) -> int:

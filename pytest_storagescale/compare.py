@@ -18,6 +18,7 @@ runs overlaid (rate and p99 vs clients, :func:`~.reporting.plots.overlay_png`).
 from __future__ import annotations
 
 import html
+import re
 import string
 import time
 from collections.abc import Iterator
@@ -26,10 +27,12 @@ from pathlib import Path
 
 from .baseline import Baseline, is_probe, read_results
 from .errors import StorageScaleUsageError
+from .gate import GateVerdict, StepGate
 from .load.stats import SideResult
 from .records import RunInfo, StepRecord, Verdict
 from .redact import redact_html, redact_text
 from .reporting import plots
+from .reporting.behaviour import Acceptance, BehaviourGate, outcome_changes, step_changes
 from .reporting.html import _STYLE, _img
 from .reporting.table import format_derived, render, table_order
 from .units import format_change, format_rate, format_seconds
@@ -63,6 +66,11 @@ class ComparedRun:
     steps: list[StepRecord]
     tests: dict[str, TestResult] = field(default_factory=dict)
     verdict: str = ""
+    #: the file's step objects as written (what :class:`StepRecord` does not keep: the
+    #: statistical gate's ``gate`` key)
+    raw_steps: list[dict] = field(default_factory=list)
+    #: the file holds its tests' outcomes (a file of an earlier release does not)
+    tests_known: bool = False
 
     @property
     def title(self) -> str:
@@ -112,7 +120,9 @@ def load_runs(paths: list[Path]) -> list[ComparedRun]:
                  for test in (listed if isinstance(listed, list) else [])
                  if isinstance(test, dict)}
         runs.append(ComparedRun(path, letter, run, steps, tests,
-                                str(document.get("verdict") or _step_verdict(steps))))
+                                str(document.get("verdict") or _step_verdict(steps)),
+                                raw_steps=list(document["steps"]),
+                                tests_known=isinstance(listed, list)))
     return runs
 
 
@@ -338,8 +348,199 @@ def _is_load_test(nodeid: str, *runs: ComparedRun) -> bool:
     return any(step.test == nodeid for compared in runs for step in compared.steps)
 
 
-def report_lines(runs: list[ComparedRun]) -> list[str]:
-    """The whole comparison for the terminal: the table, the runs, what changed."""
+# -- the gate --------------------------------------------------------------------------------
+
+#: what a terminal would act on in a text from a results file: C0 and C1 control
+#: characters (ESC starts a control sequence), DEL, Unicode's direction overrides
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character written as its escape (``\\x1b``): what
+    a results file holds is shown, never acted on by the terminal."""
+    return _CONTROLS.sub(lambda match: (f"\\x{ord(match.group()):02x}"
+                                        if ord(match.group()) < 0x100
+                                        else f"\\u{ord(match.group()):04x}"), text)
+
+
+#: a step's own verdicts that mean it measured nothing the gate could judge
+UNMEASURED = (Verdict.ERROR, Verdict.INTERRUPTED)
+#: a test outcome that fails a run
+FAILING_OUTCOMES = ("failed", "error", "interrupted")
+
+
+@dataclass
+class Gate:
+    """``storagescale compare``'s verdict: the last run against the one before it.
+    It fails on a behaviour change the acceptance file does not list, on a rate or
+    latency regression (the statistical gate's ``regressed`` steps when the file holds
+    them, else the steps whose rules failed), and on the later run's own failures
+    (a failed check, a step that measured nothing): never green on a failed run."""
+
+    before: ComparedRun
+    after: ComparedRun
+    behaviour: BehaviourGate
+    regressions: list[str]
+    failures: list[str]
+    #: where the regressions come from
+    source: str
+    #: steps the statistical gate found inconclusive (they decide nothing)
+    inconclusive: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not (self.behaviour.blocking or self.regressions or self.failures)
+
+    def headline(self) -> str:
+        counts = [_count(len(self.behaviour.blocking), "behaviour change") + " not accepted",
+                  _count(len(self.regressions), "regression"),
+                  _count(len(self.failures), "failure") + f" of {self.after.letter}"]
+        return (f"gate: {'PASSED' if self.passed else 'FAILED'}: {self.after.title} against "
+                f"{self.before.title} ({', '.join(counts)})")
+
+    def lines(self) -> list[str]:
+        """The verdict, then what changed: behaviour changes first, then regressions,
+        then the later run's own failures, then what was accepted and the notes."""
+        behaviour = self.behaviour
+        lines = [self.headline()]
+        if not self.before.tests_known or not self.after.tests_known:
+            lines.append(f"  behaviour: not compared: {self._without_tests()} holds no "
+                         f"test outcomes (written before they were kept)")
+        blocking = behaviour.blocking
+        lines += [f"behaviour changes not accepted ({len(blocking)}; list each in an "
+                  f"acceptance file with a reason to accept it: --accept FILE):"
+                  if blocking else "behaviour changes not accepted: none"]
+        lines += [f"  {change.text()}" for change in blocking]
+        lines += [f"regressions ({self.source}):" if self.regressions else
+                  f"regressions ({self.source}): none"]
+        lines += [f"  {line}" for line in self.regressions]
+        if self.failures:
+            lines += [f"failures of {self.after.letter}:",
+                      *(f"  {line}" for line in self.failures)]
+        accepted = [change for change in behaviour.changes if change.accepted]
+        if accepted:
+            lines += [f"behaviour changes accepted by {behaviour.accept_file}:",
+                      *(f"  {change.text()}" for change in accepted)]
+        notes = [change for change in behaviour.changes if not change.fails]
+        if notes:
+            lines += ["behaviour notes (do not fail the gate):",
+                      *(f"  {change.text()}" for change in notes)]
+        if self.inconclusive:
+            lines += ["inconclusive (decide nothing either way):",
+                      *(f"  {line}" for line in self.inconclusive)]
+        return lines
+
+    def _without_tests(self) -> str:
+        return " and ".join(str(compared.path) for compared in (self.before, self.after)
+                            if not compared.tests_known)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' * (number != 1)}"
+
+
+def _check_outcomes(compared: ComparedRun, *others: ComparedRun) -> dict[str, str]:
+    """The outcomes of ``compared``'s checks (its load tests left out: their steps are
+    judged by their rules and the statistical gate)."""
+    return {nodeid: test.outcome for nodeid, test in compared.tests.items()
+            if not _is_load_test(nodeid, compared, *others)}
+
+
+def _statistical(compared: ComparedRun) -> dict[str, StepGate | None] | None:
+    """Each step's statistical gate (its ``gate`` key, :mod:`.gate`) by step id, None
+    for one whose key cannot be read; None when no step of the file holds one."""
+    found: dict[str, StepGate | None] = {}
+    for raw, step in zip(compared.raw_steps, compared.steps, strict=False):
+        data = raw.get("gate")
+        if not isinstance(data, dict):
+            continue
+        try:
+            step_gate = StepGate.from_json(data)
+            step_gate.short()  # its numbers can be written
+        except (TypeError, ValueError, AttributeError, OverflowError):
+            found[step.step_id] = None
+            continue
+        found[step.step_id] = step_gate
+    return found or None
+
+
+def gate(runs: list[ComparedRun], acceptance: Acceptance | None = None) -> Gate:
+    """The last run judged against the one before it."""
+    before, after = runs[-2], runs[-1]
+    changes = outcome_changes(_check_outcomes(before, after), _check_outcomes(after, before),
+                              {nodeid: test.cause for nodeid, test in after.tests.items()})
+    changes += step_changes(before.steps, after.steps)
+    acceptance = acceptance or Acceptance()
+    behaviour = BehaviourGate(str(before.path), tuple(acceptance.judge(changes)),
+                              str(acceptance.path or ""))
+    statistical = _statistical(after)
+    failures, notes = [], []
+    if statistical is None:
+        source = "the steps' rules"
+        regressions = [f"{step.title}: {step.verdict}: {'; '.join(step.violations)}"
+                       for step in after.steps if step.verdict is Verdict.FAIL]
+    else:
+        source = "the statistical gate: ratio to the baseline [95 % interval]"
+        regressions = []
+        for step in after.steps:
+            if step.step_id in statistical and statistical[step.step_id] is None:
+                regressions.append(f"{step.title}: its gate cannot be read")
+                continue
+            judged = statistical.get(step.step_id)
+            reason = f" ({judged.reason})" if judged is not None and judged.reason else ""
+            if judged is not None and judged.fails:
+                regressions.append(f"{step.title}: {judged.short()}{reason}")
+            elif step.verdict is Verdict.FAIL:
+                failures.append(f"{step.title}: {step.verdict}: {'; '.join(step.violations)}")
+            if judged is not None and judged.verdict is GateVerdict.INCONCLUSIVE:
+                notes.append(f"{step.title}: {judged.short()}{reason}")
+    failures += [f"{step.title}: {step.verdict}" + (f": {step.error}" if step.error else "")
+                 for step in after.steps if step.verdict in UNMEASURED]
+    blocking = {change.test for change in behaviour.blocking}
+    failures += [f"{nodeid}: {test.outcome}" + (
+                     f": {test.cause.splitlines()[0]}" if test.cause.strip() else "")
+                 for nodeid, test in after.tests.items()
+                 if test.outcome in FAILING_OUTCOMES and nodeid not in blocking
+                 and not _is_load_test(nodeid, after)]
+    return Gate(before, after, behaviour, regressions, failures, source, notes)
+
+
+def session_gate(baselines: list[Path], acceptance: Acceptance | None,
+                 tests: dict[str, str], causes: dict[str, str],
+                 steps: list[StepRecord]) -> BehaviourGate:
+    """A run's behaviour gate against its baselines (``--storage-baseline``): its
+    checks' outcomes (``tests``: node id -> outcome, load tests left out) against
+    those of the latest baseline that ran each, its load steps' error kinds and
+    throttling against the latest baseline's steps."""
+    before: dict[str, str] = {}
+    base_steps: list[StepRecord] = []
+    for path in baselines:
+        _, base_steps, document = read_results(path, "--storage-baseline")
+        listed = document.get("tests")
+        before.update({str(test.get("nodeid")): str(test.get("outcome", ""))
+                       for test in (listed if isinstance(listed, list) else [])
+                       if isinstance(test, dict) and test.get("kind") != "load"})
+    changes = outcome_changes(before, tests, causes) + step_changes(base_steps, steps)
+    acceptance = acceptance or Acceptance()
+    return BehaviourGate(", ".join(map(str, baselines)), tuple(acceptance.judge(changes)),
+                         str(acceptance.path or ""))
+
+
+def report_lines(runs: list[ComparedRun], verdict: Gate | None = None) -> list[str]:
+    """The whole comparison for the terminal: the gate's verdict and what changed
+    first (:meth:`Gate.lines`), then the table, the runs, each step and check whose
+    verdict or outcome changed from run to run. Every text from a results file is
+    printable (:func:`printable`) and without credentials."""
+    verdict = verdict if verdict is not None else gate(runs)
+    return [*_shown(verdict.lines()), "", *detail_lines(runs)]
+
+
+def _shown(lines: list[str]) -> list[str]:
+    return [printable(redact_text(line)) for line in lines]
+
+
+def detail_lines(runs: list[ComparedRun]) -> list[str]:
+    """Under the gate: the table, the runs, what changed from run to run."""
     rows = align(runs)
     lines = table_lines(runs, rows) if rows else ["(no load steps in these files)"]
     lines += ["", "runs:", *(f"  {compared.facts()}" for compared in runs)]
@@ -353,7 +554,7 @@ def report_lines(runs: list[ComparedRun]) -> list[str]:
     else:
         lines += ["", "checks whose outcome changed: not known (these results files do "
                   "not hold the tests' outcomes)"]
-    return [redact_text(line) for line in lines]
+    return _shown(lines)
 
 
 # -- the page --------------------------------------------------------------------------------
@@ -367,34 +568,53 @@ def scans_by_run(runs: list[ComparedRun]) -> dict[str, dict[str, list[StepRecord
     return grouped
 
 
-def page_html(runs: list[ComparedRun]) -> str:
-    lines = report_lines(runs)
-    title = " vs ".join(compared.title for compared in runs)
+def page_html(runs: list[ComparedRun], verdict: Gate | None = None) -> str:
+    """The page: the gate's verdict and what changed first, then each run's facts,
+    the table, and each scan's runs overlaid (left out, saying so, without
+    matplotlib)."""
+    verdict = verdict if verdict is not None else gate(runs)
+    title = " vs ".join(printable(compared.title) for compared in runs)
+    state = "passed" if verdict.passed else "failed"
+    changed = _shown(verdict.lines())
     parts = ["<!doctype html><html><head><meta charset='utf-8'>",
-             f"<title>storagescale compare: {html.escape(title)}</title>"
-             f"<style>{_STYLE} pre {{ font-size: 90%; }}</style></head><body>",
-             f"<h1>{html.escape(title)}</h1>",
+             f"<title>storagescale compare {state}: {html.escape(title)}</title>"
+             f"<style>{_STYLE} pre {{ font-size: 90%; white-space: pre-wrap; }}"
+             f"</style></head><body>",
+             f"<h1 class='verdict {state}'>gate {state.upper()}</h1>",
+             f"<p>{html.escape(title)}</p>",
+             "<h2>What changed</h2>",
+             f"<pre class='gate'>{html.escape(chr(10).join(changed[1:]))}</pre>",
              "<table class='facts'>" + "".join(
                  f"<tr><th>{html.escape(compared.letter)}</th>"
-                 f"<td>{html.escape(compared.facts())}</td></tr>" for compared in runs)
-             + "</table>",
-             "<h2>Steps, run by run</h2>", f"<pre>{html.escape(chr(10).join(lines))}</pre>"]
+                 f"<td>{html.escape(printable(compared.facts()))}</td></tr>"
+                 for compared in runs) + "</table>",
+             "<h2>Steps, run by run</h2>",
+             f"<pre>{html.escape(chr(10).join(detail_lines(runs)))}</pre>"]
     grouped = scans_by_run(runs)
-    if grouped:
+    if grouped and not plots.available():
+        parts.append(f"<p class='note'>{NO_PLOTS}</p>")
+    elif grouped:
         parts.append("<h2>Scans, runs overlaid</h2>")
-    for name, by_run in grouped.items():
-        parts += [f"<h3>{html.escape(name)}</h3>",
-                  _img(plots.overlay_png(name, by_run), f"scan {name}, runs overlaid")]
+        for name, by_run in grouped.items():
+            parts += [f"<h3>{html.escape(printable(name))}</h3>",
+                      _img(plots.overlay_png(name, by_run), f"scan {printable(name)}, runs "
+                                                             f"overlaid")]
     parts.append("</body></html>")
     return redact_html("\n".join(parts))
 
 
-def write_page(directory: Path, runs: list[ComparedRun]) -> Path:
-    """``DIR/index.html``: the comparison and each scan's runs overlaid."""
+#: said on the page when matplotlib is missing
+NO_PLOTS = ("Plots left out: matplotlib is not installed in this environment (install "
+            "pytest-storagescale[report] for the scans' overlays); the tables above are "
+            "complete.")
+
+
+def write_page(directory: Path, runs: list[ComparedRun], verdict: Gate | None = None) -> Path:
+    """``DIR/index.html``: the gate, the comparison and each scan's runs overlaid."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
         page = directory / "index.html"
-        page.write_text(page_html(runs), encoding="utf-8")
+        page.write_text(page_html(runs, verdict), encoding="utf-8")
     except OSError as exc:
         raise _bad(f"--html {directory}: cannot write the page there ({exc.strerror or exc}); "
                    f"give a folder you can write.") from None

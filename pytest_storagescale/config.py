@@ -87,13 +87,6 @@ def parse_choice(value: str, choices: tuple[str, ...], *, what: str) -> str:
     return normalized
 
 
-def parse_baselines(value: str | list[str]) -> tuple[str, ...]:
-    """Results files of earlier runs: the repeated ``--storage-baseline`` option's list,
-    or one per line (or separated by spaces) in the environment or ini file."""
-    parts = value if isinstance(value, list) else value.split()
-    return tuple(part for part in (str(p).strip() for p in parts) if part)
-
-
 def parse_executor(value: str) -> str:
     """One of the engine's executors (``threads``, ``processes``)."""
     from .load.executors import EXECUTORS  # light module: names and functions only
@@ -295,11 +288,16 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "'pytest-benchmark compare').",
     ),
     "storage_baseline": (
-        "--storage-baseline", parse_baselines, None,
+        "--storage-baseline", None, None,
         "JSON results of an earlier run (e.g. the previous storage version) to compare "
-        "each step with (the gate: docs/thresholds.md); repeatable: the runs are pooled, "
-        "their spread is the site's noise (ini: one per line). Relative rules such as "
-        "'rate_hz >= 0.9 * baseline' use the first.",
+        "each step with; relative rules such as 'rate_hz >= 0.9 * baseline' use it.",
+    ),
+    "storage_accept": (
+        "--storage-accept", lambda v: parse_accept(v), None,
+        "the site's acceptance file (TOML, [[accept]] tables of test, from, to, reason): "
+        "with --storage-baseline, a check whose outcome changed from the baseline's "
+        "(passed -> xfailed, passed -> failed, a new error kind or throttling of a load "
+        "step) fails the run unless this file lists the change with a reason.",
     ),
     "storage_executor": (
         "--storage-executor", parse_executor, "auto",
@@ -406,6 +404,14 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "xrootd reports to a listener on loopback without it.",
     ),
 }
+def parse_accept(value: str) -> Any:
+    """The acceptance file, read and checked now: a bad one is one usage error before
+    any test (:func:`~.reporting.behaviour.load_acceptance`)."""
+    from .reporting.behaviour import load_acceptance
+
+    return load_acceptance(Path(parse_text(value, what="--storage-accept")).expanduser())
+
+
 def _parse_listen_address(value: str) -> str:
     from .servers.monitor import parse_listen_address
 
@@ -413,8 +419,7 @@ def _parse_listen_address(value: str) -> str:
 
 
 #: options given several times on the command line (their values are lists)
-REPEATABLE = ("storage_driver_options", "storage_doors", "storage_tpc_peer",
-              "storage_baseline")
+REPEATABLE = ("storage_driver_options", "storage_doors", "storage_tpc_peer")
 #: options that are flags on the command line (no value)
 FLAGS = ("storage_clean_stale",)
 #: settings whose values are credentials or may hold them: the header shows no value
@@ -471,8 +476,9 @@ class Settings:
     results: str | None = None
     report: str | None = None
     benchmark_json: str | None = None
-    #: results files of earlier runs (``--storage-baseline``, repeatable)
-    baseline: tuple[str, ...] | None = None
+    baseline: str | None = None
+    #: the acceptance file, read and checked (:mod:`.reporting.behaviour`)
+    accept: Any = None
     executor: str = "auto"
     client_cpu_limit: float = 0.9
     embedded: str | None = None
@@ -567,13 +573,7 @@ class Settings:
         return self._user_path(self.report)
 
     def baseline_path(self) -> Path | None:
-        """The first baseline (the one relative rules read)."""
-        paths = self.baseline_paths()
-        return paths[0] if paths else None
-
-    def baseline_paths(self) -> list[Path]:
-        """Every baseline run's results file, in the order given."""
-        return [path for value in self.baseline or () if (path := self._user_path(value))]
+        return self._user_path(self.baseline)
 
     def header_lines(self, *, verbose: bool = False,
                      secret_options: Iterable[str] = ()) -> list[str]:

@@ -269,9 +269,11 @@ def _finite(value: float | None) -> float | None:
 
 
 def effect(metric: str, now: Sequence[float], base: Sequence[float], *, min_effect: float,
-           higher_is_better: bool, settings: GateSettings = GateSettings()) -> Effect:
+           higher_is_better: bool, settings: GateSettings = GateSettings(),
+           runs: Sequence[Sequence[float]] = ()) -> Effect:
     """The ratio mean(now) / mean(base) with its bootstrap interval, and its verdict
-    against ``min_effect`` (see the module's docstring)."""
+    against ``min_effect`` (see the module's docstring). ``runs``: ``base`` by baseline
+    run; with several, the interval is widened by their spread (:func:`run_spread`)."""
     import numpy as np
     from scipy.stats import bootstrap
 
@@ -303,6 +305,8 @@ def effect(metric: str, now: Sequence[float], base: Sequence[float], *, min_effe
                      float(result.confidence_interval.high))
         if not (math.isfinite(low) and math.isfinite(high)):
             return inconclusive(ratio)
+    lowest, highest = run_spread(runs)
+    low, high = low / highest, high / lowest
     if higher_is_better:
         worse, better = 1 - min_effect, 1 / (1 - min_effect)
         regressed, improved = high < worse, low > better
@@ -319,6 +323,23 @@ def effect(metric: str, now: Sequence[float], base: Sequence[float], *, min_effe
     else:
         verdict = GateVerdict.INCONCLUSIVE
     return Effect(metric, ratio, low, high, verdict, min_effect)
+
+
+def run_spread(runs: Sequence[Sequence[float]]) -> tuple[float, float]:
+    """The baseline runs' own spread: the lowest and highest run mean over the mean of
+    all their samples (1, 1 for fewer than two runs). The windows of one step know only
+    the noise within a step; runs of the same version on the same site differ by more
+    (on this project's loaded machine up to -74 % ... +175 % per 5 s step), and a
+    regression is only one beyond that: the ratio's interval is divided by these
+    bounds."""
+    means = [sum(run) / len(run) for run in runs if run]
+    pooled = [value for run in runs for value in run]
+    if len(means) < 2 or not pooled:
+        return 1.0, 1.0
+    center = sum(pooled) / len(pooled)
+    if center <= 0 or min(means) <= 0:
+        return 1.0, 1.0
+    return min(means) / center, max(means) / center
 
 
 def _latencies(samples: Sequence[WindowSample], key: str) -> list[float]:
@@ -371,13 +392,15 @@ def judge_samples(now: Sequence[WindowSample], bases: Sequence[Sequence[WindowSa
     effects = {
         "rate_hz": effect("rate_hz", [s.rate_hz for s in now], [s.rate_hz for s in pooled],
                           min_effect=settings.min_effect_rate, higher_is_better=True,
-                          settings=settings),
+                          settings=settings,
+                          runs=[[s.rate_hz for s in base] for base in bases]),
     }
     for key in ("p50_s", "p99_s"):  # p50 shown against p99's minimum effect, not judged
         mine, theirs = _latencies(now, key), _latencies(pooled, key)
         if mine and theirs:
             effects[key] = effect(key, mine, theirs, min_effect=settings.min_effect_p99,
-                                  higher_is_better=False, settings=settings)
+                                  higher_is_better=False, settings=settings,
+                                  runs=[_latencies(base, key) for base in bases])
     judged = [effects[name] for name in ("rate_hz", "p99_s") if name in effects]
     stall = stall_note(now, pooled)
     for wanted in (GateVerdict.REGRESSED, GateVerdict.INCONCLUSIVE, GateVerdict.IMPROVED,

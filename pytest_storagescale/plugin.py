@@ -9,7 +9,10 @@ fixtures in :mod:`.fixtures`, hook specs in :mod:`.hooks`, what a site's hooks a
 from __future__ import annotations
 
 import dataclasses
+import getpass
 import importlib.util
+import socket
+import sys
 
 import pytest
 
@@ -17,6 +20,7 @@ from . import extensions, fixtures
 from .cluster import breakdown_lines as cluster_breakdown_lines
 from .cluster import disconnect as cluster_disconnect
 from .cluster import header_lines as cluster_header_lines
+from .compare import session_gate
 from .config import FLAGS, OPTIONS, REPEATABLE, Settings
 from .drivers.grid import configure_xrootd_client
 from .drivers.registry import extra_hint
@@ -39,9 +43,10 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     storage_test_dir,
     storage_thresholds,
 )
-from .records import Verdict
-from .redact import redact_exception, redact_report
+from .records import ClientInfo, RunInfo, Verdict
+from .redact import redact_argv, redact_exception, redact_report
 from .reporting.allure_report import allure_dir, write_session_files
+from .reporting.behaviour import BehaviourGate
 from .reporting.benchmark_json import write_benchmark_json
 from .reporting.failures import fold_storage_skip, shorten_storage_failure
 from .reporting.html import write_report
@@ -50,10 +55,10 @@ from .reporting.outcomes import TestOutcomes
 from .reporting.progress import StepLines
 from .reporting.table import format_failures, format_table
 from .servers.orphans import STOPPED_ORPHANS
-from .session import WORKER_INPUT_KEY, Role, StorageRun, role_of
+from .session import WORKER_INPUT_KEY, Role, StorageRun, client_versions, role_of
 from .shipped import pyargs_folders
 from .stash import storage_run_key
-from .steps import client_host_lines, endpoint_driver, unmeasured_lines
+from .steps import client_host_lines, endpoint_driver
 
 #: a test using one of these needs the storage: the endpoint is checked before any test
 STORAGE_FIXTURES = frozenset({"storage_endpoint", "storage_load"})
@@ -64,6 +69,8 @@ PLUGIN_FIXTURES = frozenset(name for name, value in vars(fixtures).items()
 storage_used_key = pytest.StashKey[bool]()
 #: the endpoint's header lines were shown (else after collection, once storage is used)
 header_shown_key = pytest.StashKey[bool]()
+#: the behaviour gate's verdict against the baseline (said in the summary)
+behaviour_gate_key = pytest.StashKey[BehaviourGate]()
 
 MARKERS = (
     "storagescale_op(section): a load test of this thresholds section ([ops.<section>]); "
@@ -446,9 +453,20 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         report = run.settings.report_path()
         if run.owns_results:  # every test's outcome, for the report and the results
             outcomes: TestOutcomes = session.config.pluginmanager.getplugin(OUTCOMES)
+            gate = behaviour_gate(run, outcomes, ledger.steps)
+            if gate is not None:
+                session.config.stash[behaviour_gate_key] = gate
+                if not gate.passed and session.exitstatus == pytest.ExitCode.OK:
+                    # every test passed or is a known issue: the run fails all the same
+                    session.exitstatus = pytest.ExitCode.TESTS_FAILED
             summary = outcomes.summary(session.exitstatus)
-            ledger.results.finish(ledger.run, ledger.steps, summary.verdict,
-                                  [dataclasses.asdict(test) for test in summary.tests])
+            # written when a test ran, load steps or not: a run of checks alone is the
+            # baseline of the next (a run stopped before any test writes none)
+            info = ledger.run or (stepless_run_info(run) if summary.tests else None)
+            if info is not None:
+                ledger.results.finish(info, ledger.steps, summary.verdict,
+                                      [dataclasses.asdict(test) for test in summary.tests],
+                                      gate=gate.to_json() if gate is not None else None)
         if run.owns_results and report is not None:
             run.report_page = write_report(report, ledger.run, ledger.steps, summary)
         if run.owns_results and ledger.steps and ledger.run is not None:
@@ -462,6 +480,57 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         run.finish()  # clean-up errors and Ctrl-C are said in the summary, never raised
         if run.area.cleanup_interrupted:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
+
+
+def behaviour_gate(run: StorageRun, outcomes: TestOutcomes,
+                   steps: list) -> BehaviourGate | None:
+    """The run's behaviour against its baselines (None without ``--storage-baseline``):
+    its checks' outcomes and its load steps' error kinds and throttling, judged by the
+    site's acceptance file (:mod:`.reporting.behaviour`). A baseline that cannot be
+    read now (it was at collection) fails the gate, saying so."""
+    paths = [path for path in [run.settings.baseline_path()] if path is not None]
+    if not paths:
+        return None
+    tests = {test.nodeid: test.outcome for test in outcomes.tests.values()
+             if test.kind != "load"}
+    causes = {test.nodeid: test.cause for test in outcomes.tests.values()}
+    try:
+        return session_gate(paths, run.settings.accept, tests, causes, steps)
+    except StorageScaleUsageError as exc:
+        from .reporting.behaviour import Change
+
+        return BehaviourGate(", ".join(map(str, paths)), (Change(
+            str(paths[0]), "readable", "unreadable", fails=True, cause=str(exc)),))
+
+
+def stepless_run_info(run: StorageRun) -> RunInfo:
+    """The run's facts in the results file when no load step ran (checks only): what
+    is known without asking the storage again (its version once a thresholds file was
+    chosen for it, else the one given)."""
+    settings, endpoint = run.settings, run.endpoint
+    chosen = next(iter(run.resolved_thresholds().items()), None)
+    system = chosen[0] if chosen else (settings.system or "")
+    version = endpoint.version if chosen else (settings.version or "")
+    return RunInfo(
+        endpoint=endpoint.display, endpoint_id=endpoint.display,
+        embedded=endpoint.is_embedded, system=system, version=version,
+        version_source=endpoint.version_source if version else "",
+        thresholds_file=str(chosen[1].path) if chosen else "",
+        thresholds_reason=chosen[1].reason if chosen else "", run_id=run.run_id,
+        started=run.started, executor=settings.executor, driver=settings.driver,
+        client=ClientInfo(host=socket.gethostname(), user=getpass.getuser(),
+                          versions=client_versions(), argv=redact_argv(sys.argv[1:])),
+        scale=settings.scale)
+
+
+def _write_behaviour_gate(terminalreporter, config: pytest.Config) -> None:
+    """The run's behaviour against its baseline, failed or not (``gate: ...``)."""
+    gate = config.stash.get(behaviour_gate_key, None)
+    if gate is not None:
+        terminalreporter.section("storagescale gate", red=not gate.passed,
+                                 green=gate.passed)
+        for line in gate.lines():
+            terminalreporter.write_line(line)
 
 
 def _write_session_notes(terminalreporter, run) -> None:
@@ -489,9 +558,12 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if run is None:
         return
     _write_session_notes(terminalreporter, run)
+    _write_behaviour_gate(terminalreporter, config)
     info = run.ledger.run
-    if not run.ledger.steps or info is None:  # functional checks only: their report
-        if run.report_page is not None:      # still exists
+    if not run.ledger.steps or info is None:  # functional checks only: their results
+        if run.ledger.results.path is not None:  # and report still exist
+            terminalreporter.write_line(f"results: {run.ledger.results.path}")
+        if run.report_page is not None:
             terminalreporter.write_line(f"report: {run.report_page}")
         return
     terminalreporter.section("storagescale")
@@ -507,8 +579,6 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(line)
     for line in cluster_breakdown_lines(run.ledger.steps, config.option.verbose):
         terminalreporter.write_line(line)  # a cluster step's hosts (-v), lost hosts
-    for line in unmeasured_lines(run.ledger.steps):  # a check that could not run
-        terminalreporter.write_line(line, yellow=True)
     failures = format_failures(run.ledger.steps, info.door)
     if failures:
         terminalreporter.write_line("why:")

@@ -35,8 +35,14 @@ table.facts th, table.facts td, table.tests th, table.tests td { text-align: lef
 table.tests tr.failed td:first-child, table.tests tr.error td:first-child,
 table.tests tr.xpassed td:first-child { color: #b00; font-weight: bold; }
 table.tests tr.passed td:first-child { color: #070; }
-td.cause { white-space: pre-wrap; font-family: monospace; max-width: 60em; }
+td.cause { white-space: pre-wrap; font-family: monospace; overflow-wrap: anywhere; }
 table.tests td.cause { color: #222; font-weight: normal; }
+table.tests { table-layout: fixed; width: 100%; }
+table.tests th:nth-child(1) { width: 6em; }
+table.tests th:nth-child(2) { width: 7em; }
+table.tests th:nth-child(3) { width: 30%; }
+table.tests td { overflow-wrap: anywhere; vertical-align: top; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 img { max-width: 100%; }
 .steps { display: flex; flex-wrap: wrap; gap: 1em; }
 """

@@ -40,6 +40,16 @@ _COLOURS = (("tab:blue", "tab:orange", "tab:green", "tab:red"),
             ("tab:cyan", "tab:brown", "tab:olive", "tab:pink"))
 
 
+def available() -> bool:
+    """matplotlib can be imported (an environment without the ``report`` extra: the
+    pages say the plots are left out)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _pyplot():
     import matplotlib
 
@@ -47,6 +57,13 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def plain(text: object) -> str:
+    """``text`` as matplotlib shows it as written: a ``$`` would start mathtext (a step
+    name or version ``$x$`` drawn as math, ``$\\foo$`` a parse error that crashed the
+    page), so each is escaped (``\\$``, drawn as ``$``)."""
+    return str(text).replace("$", r"\$")
 
 
 def _png(figure: Any) -> bytes:
@@ -151,7 +168,7 @@ def timeline_figure(record: StepRecord) -> Any:
     end = timeline_seconds(record)
     edges, seconds = rate_bins(record), list(range(end + 1))
     for index, (name, side) in enumerate(series.items()):
-        prefix = f"{name} " if len(series) > 1 else ""
+        prefix = f"{plain(name)} " if len(series) > 1 else ""
         done, failed, busy, hung = _COLOURS[index % len(_COLOURS)]
         if edges:
             # baseline None: no edge down to 0 where the drawn seconds end
@@ -177,7 +194,7 @@ def timeline_figure(record: StepRecord) -> Any:
     rate_axes.set_xlabel("seconds since the step started")
     rate_axes.set_ylabel("operations per second")
     client_axes.set_ylabel("clients")
-    rate_axes.set_title(f"timeline: {record.title}")
+    rate_axes.set_title(plain(f"timeline: {record.title}"))
     handles, labels = rate_axes.get_legend_handles_labels()
     more_handles, more_labels = client_axes.get_legend_handles_labels()
     client_axes.legend(handles + more_handles, labels + more_labels, fontsize="small",
@@ -213,12 +230,12 @@ def ecdf_png(record: StepRecord) -> bytes:
     for name, side in record.sides.items():
         xs, ys = ecdf_points(side.histogram)
         if xs:
-            axes.step(xs, ys, where="post", label=name)
+            axes.step(xs, ys, where="post", label=plain(name))
     axes.set_xscale("log")
     axes.set_xlabel("latency (s)")
     axes.set_ylabel("fraction of operations")
     axes.set_ylim(0, 1.02)
-    axes.set_title(f"latency ECDF: {record.title}")
+    axes.set_title(plain(f"latency ECDF: {record.title}"))
     axes.grid(True, which="both", alpha=0.3)
     if axes.get_legend_handles_labels()[0]:
         axes.legend(fontsize="small")
@@ -257,7 +274,7 @@ def _draw_rate(axes: Any, steps: list[StepRecord], clients: list[float]) -> None
     if baseline:
         version = next(s.baseline.version for s in steps if s.baseline is not None)
         axes.plot(*zip(*baseline, strict=True), marker="x", linestyle=":", color="0.4",
-                  label=f"baseline ({version})")
+                  label=plain(f"baseline ({version})"))
     axes.set_ylabel("operations per second")
     axes.set_ylim(bottom=0)
     if any(s.total is not None and s.total.bytes for s in steps):
@@ -268,7 +285,7 @@ def _draw_rate(axes: Any, steps: list[StepRecord], clients: list[float]) -> None
         mb_axes.set_ylim(bottom=0)
         mb_axes.legend(loc="upper right", fontsize="small")
     axes.legend(loc="upper left", fontsize="small")
-    axes.set_title(f"scan: {steps[0].section}")
+    axes.set_title(plain(f"scan: {steps[0].section}"))
     axes.grid(True, alpha=0.3)
 
 
@@ -332,11 +349,13 @@ def overlay_figure(name: str, runs: dict[str, list[StepRecord]]) -> Any:
         steps = sorted(steps, key=lambda s: s.arrival_rate or s.clients)
         points = [s.arrival_rate or s.clients for s in steps]
         clients += points
-        rate_axes.plot(points, [s.metric("rate_hz") for s in steps], marker="o", label=title)
-        p99_axes.plot(points, [s.metric("p99_s") for s in steps], marker="o", label=title)
+        rate_axes.plot(points, [s.metric("rate_hz") for s in steps], marker="o",
+                       label=plain(title))
+        p99_axes.plot(points, [s.metric("p99_s") for s in steps], marker="o",
+                      label=plain(title))
     rate_axes.set_ylabel("operations per second")
     rate_axes.set_ylim(bottom=0)
-    rate_axes.set_title(f"scan: {name}")
+    rate_axes.set_title(plain(f"scan: {name}"))
     p99_axes.set_ylabel("p99 latency (s)")
     p99_axes.set_ylim(bottom=0)
     for axes in (rate_axes, p99_axes):
@@ -381,7 +400,7 @@ def hosts_png(record: StepRecord) -> bytes:
     plt = _pyplot()
     hosts = record.hosts
     figure, axes = plt.subplots(figsize=(7, 0.6 + 0.35 * max(len(hosts), 2)))
-    names = [f"{h.name} ({h.clients})" for h in hosts]
+    names = [plain(f"{h.name} ({h.clients})") for h in hosts]
     moved = any(h.bytes for h in hosts)
     values = [h.mb_s if moved else h.rate_hz for h in hosts]
     colours = ["tab:red" if h.lost else "tab:blue" for h in hosts]
@@ -392,6 +411,6 @@ def hosts_png(record: StepRecord) -> bytes:
     axes.invert_yaxis()
     axes.set_xlabel("MB/s" if moved else "operations per second")
     axes.set_ylabel("client host (clients)")
-    axes.set_title(f"per host: {record.title}")
+    axes.set_title(plain(f"per host: {record.title}"))
     axes.grid(True, axis="x", alpha=0.3)
     return _png(figure)

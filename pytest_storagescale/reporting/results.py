@@ -10,7 +10,8 @@ it finished::
                 "errors", "verdict", "violations", "checks", ...}],
      "verdict": "FAILED", "tests": [{"nodeid", "kind", "outcome", "cause"}]}
 
-(``verdict`` and ``tests`` are written when the session ends.)
+(``verdict``, ``tests`` and, with a baseline, ``behaviour_gate`` are written when the
+session ends, whether or not a load step ran: a run of checks alone writes them too.)
 (:meth:`RunInfo.to_json` and :meth:`StepRecord.to_json` define the keys.) NaN
 (nothing measured) and infinity (never recovered) are written as ``null``: strict
 JSON readers refuse them.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,54 @@ from typing import Any
 from ..errors import StorageScaleUsageError
 from ..records import FORMAT, RunInfo, StepRecord
 from ..redact import redact_text
+
+#: a results, baseline or acceptance file larger than this is refused, not read: a
+#: results file of a long run is a few MB (its steps' timelines and histograms)
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+
+
+class InputFileError(Exception):
+    """An input file (results, baseline, acceptance) that cannot be read as one: why,
+    in words (the caller names the file and the option)."""
+
+
+def read_input_file(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit``: a FIFO, a device
+    (``/dev/zero``), a folder or a socket is refused without blocking (opened
+    non-blocking, then ``fstat``), a larger file is refused after reading ``limit + 1``
+    bytes (``limit``: :data:`MAX_INPUT_BYTES`). Raises :class:`InputFileError` saying
+    why."""
+    limit = MAX_INPUT_BYTES if limit is None else limit
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InputFileError(f"cannot read it ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            kind = ("a folder" if stat.S_ISDIR(info.st_mode) else
+                    "a named pipe (FIFO)" if stat.S_ISFIFO(info.st_mode) else
+                    "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+                    else "a socket" if stat.S_ISSOCK(info.st_mode) else "not a regular file")
+            raise InputFileError(f"it is {kind}, not a regular file")
+        if info.st_size > limit:
+            raise InputFileError(f"it holds {info.st_size} bytes, more than the "
+                                 f"{limit // (1024 * 1024)} MiB read from such a file")
+        chunks, size = [], 0
+        while size <= limit:  # a file that grows while read stops at limit + 1 bytes
+            chunk = os.read(handle, min(1024 * 1024, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise InputFileError(f"it holds more than the {limit // (1024 * 1024)} MiB "
+                                 f"read from such a file")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise InputFileError(f"cannot read it ({exc.strerror or exc})") from None
+    finally:
+        os.close(handle)
 
 
 def _clean(value: Any) -> Any:
@@ -94,6 +144,8 @@ class ResultsFile:
         #: ``storagescale compare`` names the conformance checks that changed
         self.verdict: str | None = None
         self.tests: list[dict[str, str]] = []
+        #: the behaviour gate's verdict against the baseline (None: no baseline)
+        self.gate: dict[str, Any] | None = None
 
     def check_writable(self) -> None:
         """Fail at session start, not after the first 20-minute step, when the file
@@ -113,15 +165,18 @@ class ResultsFile:
                     "steps": [step.to_json() for step in steps]}
         if self.verdict is not None:
             document.update(verdict=self.verdict, tests=self.tests)
+        if self.gate is not None:
+            document["behaviour_gate"] = self.gate
         return document
 
-    def finish(self, run: RunInfo | None, steps: list[StepRecord], verdict: str,
-               tests: list[dict[str, str]]) -> None:
-        """Write the file once more at the session's end, with the run's ``verdict``
-        and every test's outcome (``{"nodeid", "kind", "outcome", "cause"}``)."""
-        self.verdict, self.tests = verdict, tests
-        if run is not None:
-            self.write(run, steps)
+    def finish(self, run: RunInfo, steps: list[StepRecord], verdict: str,
+               tests: list[dict[str, str]], gate: dict[str, Any] | None = None) -> None:
+        """Write the file once more at the session's end (load steps or none: a run of
+        checks alone is the next run's baseline), with the run's ``verdict``, every
+        test's outcome (``{"nodeid", "kind", "outcome", "cause"}``) and the behaviour
+        gate's verdict (``behaviour_gate``: :meth:`.behaviour.BehaviourGate.to_json`)."""
+        self.verdict, self.tests, self.gate = verdict, tests, gate
+        self.write(run, steps)
 
     def write(self, run: RunInfo, steps: list[StepRecord]) -> None:
         """Replace the file with ``run`` and every step so far (nothing without a path)."""

@@ -67,8 +67,25 @@ def derived_cell(step: StepRecord) -> str:
 
 
 def _change(step: StepRecord) -> str:
-    """The ``vs base`` cell: empty when the run was not compared with a baseline."""
-    return step.baseline.change_text() if step.baseline is not None else ""
+    """The ``vs base`` cell: the rate's change, then the gate's ratio with its 95 %
+    interval and verdict (``-49% rate 0.51 [0.50-0.52] regressed``); empty when the run
+    was not compared with a baseline."""
+    if step.baseline is None:
+        return ""
+    change = step.baseline.change_text()
+    return f"{change} {step.gate.short()}" if step.gate is not None else change
+
+
+def gate_note(steps: list[StepRecord]) -> list[str]:
+    """Under a table compared with a baseline: each step whose gate did not find it
+    unchanged or improved, with the gate's reason (a regression, or why the comparison
+    is inconclusive: never a silent pass)."""
+    lines = [f"gate: {step.title}: {step.gate.verdict}"
+             f"{f' ({step.gate.retest})' if step.gate.retest else ''}: {step.gate.reason}"
+             + (f"; {step.gate.stall}" if step.gate.stall else "")
+             for step in steps if step.gate is not None
+             and step.gate.verdict.value in ("regressed", "inconclusive")]
+    return lines
 
 
 def _side_name(step: StepRecord, side_name: str, several: bool) -> str:
@@ -192,12 +209,21 @@ SERVER_COLUMN = "server"
 
 
 def server_cell(step: StepRecord) -> str:
-    """``172359 req, CPU 45%``: the requests the server counted over the load and its
-    processes' CPU over the window (``saturated*`` above the limit); ``-``: unknown."""
+    """``106127 stat (254236 req, 2/stat), CPU 45%``: the step's operations as the
+    server counted them (its counter over what it counts per operation: XRootD 5 counts
+    a stat twice), beside the requests of every kind it counted over the load (logins,
+    warm-up and drain too), and its processes' CPU over the window (``saturated*``
+    above the limit); ``254236 req`` when its counters have none of the step's kind;
+    ``-``: unknown."""
     server = step.server
     if server is None:
         return "-"
-    parts = [] if server.requests is None else [f"{server.requests} req"]
+    parts = []
+    if server.requests is not None:
+        operations, name = server.operations, step.operation
+        parts.append(f"{server.requests} req" if operations is None else
+                     f"{operations:.0f} {name} ({server.requests} req, "
+                     f"{server.per_operation:g}/{name})")
     if not math.isnan(server.cpu):
         parts.append(f"CPU {server.cpu:.0%}" + (f" {SATURATED}" if step.server_saturated
                                                  else ""))
@@ -375,7 +401,8 @@ def format_table(steps: list[StepRecord], main_door: str = "") -> list[str]:
     steps = table_order(steps)
     note = saturation_note(steps)
     columns, per_step = table_rows(steps, main_door, client_column=bool(note))
-    return [*render([row for rows in per_step for row in rows], columns), *note]
+    return [*render([row for rows in per_step for row in rows], columns), *note,
+            *gate_note(steps)]
 
 
 def _limit(check: RuleCheck) -> str:
