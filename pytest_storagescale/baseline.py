@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .errors import StorageScaleUsageError
@@ -33,18 +33,33 @@ from .reporting.results import InputFileError, read_input_file
 
 
 class Baseline:
-    """The steps of an earlier run, indexed for matching. Read and checked when
-    made, so a file of the wrong shape stops the session before any load runs."""
+    """The steps of one or several earlier runs, indexed for matching. Read and
+    checked when made, so a file of the wrong shape stops the session before any load
+    runs. The first run is *the* baseline (its steps are compared in the table and by
+    relative rules); the others (:attr:`more`) add their steps' window samples to the
+    gate's pool (:meth:`matches`)."""
 
-    def __init__(self, path: Path, *, main_door: str | None = None) -> None:
-        self.path = path
+    def __init__(self, path: Path | Sequence[Path], *, main_door: str | None = None) -> None:
+        paths = [path] if isinstance(path, Path) else list(path)
+        if not paths:
+            raise ValueError("a baseline needs at least one results file")
+        self.path = paths[0]
+        #: every run's results file, the first one's first
+        self.paths = paths
         #: this run's main door (None: a step of any door matches a door-less step)
         self.main_door = main_door
-        self.run, steps, _ = read_results(path, "--storage-baseline")
+        self.run, steps, _ = read_results(self.path, "--storage-baseline")
         self.steps = {step.key: step for step in steps}
         #: each recovery probe's seconds since its overload ended, by step id
         self.since_fault = {step.step_id: since_fault(step, steps) for step in steps
                             if is_probe(step)}
+        #: the other baseline runs (``--storage-baseline`` given more than once)
+        self.more = [Baseline(other, main_door=main_door) for other in paths[1:]]
+
+    def matches(self, step: StepRecord, since: float | None = None) -> list[StepRecord]:
+        """The step's match in each baseline run that has it (the gate's pool)."""
+        found = [run.find(step, since) for run in (self, *self.more)]
+        return [base for base in found if base is not None]
 
     @property
     def version(self) -> str:

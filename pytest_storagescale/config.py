@@ -87,6 +87,13 @@ def parse_choice(value: str, choices: tuple[str, ...], *, what: str) -> str:
     return normalized
 
 
+def parse_baselines(value: str | list[str]) -> tuple[str, ...]:
+    """Results files of earlier runs: the repeated ``--storage-baseline`` option's list,
+    or one per line (or separated by spaces) in the environment or ini file."""
+    parts = value if isinstance(value, list) else value.split()
+    return tuple(part for part in (str(p).strip() for p in parts) if part)
+
+
 def parse_executor(value: str) -> str:
     """One of the engine's executors (``threads``, ``processes``)."""
     from .load.executors import EXECUTORS  # light module: names and functions only
@@ -288,9 +295,11 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "'pytest-benchmark compare').",
     ),
     "storage_baseline": (
-        "--storage-baseline", None, None,
+        "--storage-baseline", parse_baselines, None,
         "JSON results of an earlier run (e.g. the previous storage version) to compare "
-        "each step with; relative rules such as 'rate_hz >= 0.9 * baseline' use it.",
+        "each step with (the gate: docs/thresholds.md); repeatable: the runs are pooled, "
+        "their spread is the site's noise (ini: one per line). Relative rules such as "
+        "'rate_hz >= 0.9 * baseline' use the first.",
     ),
     "storage_accept": (
         "--storage-accept", lambda v: parse_accept(v), None,
@@ -419,7 +428,8 @@ def _parse_listen_address(value: str) -> str:
 
 
 #: options given several times on the command line (their values are lists)
-REPEATABLE = ("storage_driver_options", "storage_doors", "storage_tpc_peer")
+REPEATABLE = ("storage_driver_options", "storage_doors", "storage_tpc_peer",
+              "storage_baseline")
 #: options that are flags on the command line (no value)
 FLAGS = ("storage_clean_stale",)
 #: settings whose values are credentials or may hold them: the header shows no value
@@ -476,7 +486,8 @@ class Settings:
     results: str | None = None
     report: str | None = None
     benchmark_json: str | None = None
-    baseline: str | None = None
+    #: results files of earlier runs (``--storage-baseline``, repeatable)
+    baseline: tuple[str, ...] | None = None
     #: the acceptance file, read and checked (:mod:`.reporting.behaviour`)
     accept: Any = None
     executor: str = "auto"
@@ -573,7 +584,13 @@ class Settings:
         return self._user_path(self.report)
 
     def baseline_path(self) -> Path | None:
-        return self._user_path(self.baseline)
+        """The first baseline (the one relative rules read)."""
+        paths = self.baseline_paths()
+        return paths[0] if paths else None
+
+    def baseline_paths(self) -> list[Path]:
+        """Every baseline run's results file, in the order given."""
+        return [path for value in self.baseline or () if (path := self._user_path(value))]
 
     def header_lines(self, *, verbose: bool = False,
                      secret_options: Iterable[str] = ()) -> list[str]:

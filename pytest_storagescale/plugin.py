@@ -58,7 +58,7 @@ from .servers.orphans import STOPPED_ORPHANS
 from .session import WORKER_INPUT_KEY, Role, StorageRun, client_versions, role_of
 from .shipped import pyargs_folders
 from .stash import storage_run_key
-from .steps import client_host_lines, endpoint_driver
+from .steps import client_host_lines, endpoint_driver, unmeasured_lines
 
 #: a test using one of these needs the storage: the endpoint is checked before any test
 STORAGE_FIXTURES = frozenset({"storage_endpoint", "storage_load"})
@@ -488,7 +488,7 @@ def behaviour_gate(run: StorageRun, outcomes: TestOutcomes,
     its checks' outcomes and its load steps' error kinds and throttling, judged by the
     site's acceptance file (:mod:`.reporting.behaviour`). A baseline that cannot be
     read now (it was at collection) fails the gate, saying so."""
-    paths = [path for path in [run.settings.baseline_path()] if path is not None]
+    paths = run.settings.baseline_paths()
     if not paths:
         return None
     tests = {test.nodeid: test.outcome for test in outcomes.tests.values()
@@ -579,6 +579,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(line)
     for line in cluster_breakdown_lines(run.ledger.steps, config.option.verbose):
         terminalreporter.write_line(line)  # a cluster step's hosts (-v), lost hosts
+    for line in unmeasured_lines(run.ledger.steps):  # a check that could not run
+        terminalreporter.write_line(line, yellow=True)
     failures = format_failures(run.ledger.steps, info.door)
     if failures:
         terminalreporter.write_line("why:")
