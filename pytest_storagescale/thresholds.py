@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import functools
+import math
 import operator
 import re
 import tomllib
@@ -79,6 +80,12 @@ SECTION_KEYS = ("op", "clients", "expect", "operations", "tries", "min_operation
                 *GATE_KEYS, *DEFAULT_KEYS)
 #: an open-loop section's cap on requests in flight when it does not say
 DEFAULT_MAX_IN_FLIGHT = 100
+#: the offered rates an open loop takes (requests a second): one an hour at least, a
+#: million at most (more than any run's client hosts send; 1e308/s was printed whole)
+MIN_ARRIVAL_RATE, MAX_ARRIVAL_RATE = 1 / 3600, 1_000_000.0
+#: the largest whole number a section's count takes (``operations``, ``min_operations``,
+#: ``clients_per_host``); ``tries`` at most MAX_TRIES
+MAX_COUNT, MAX_TRIES = 10**9, 1000
 #: an offered rate: ``"500/s"``, ``"30/min"`` (or a number: per second)
 _RATE_RE = re.compile(r"\s*(\d+(?:\.\d+)?(?:e[-+]?\d+)?)\s*/\s*(s|min)\s*")
 #: keys of a recovery probe section (see ``StorageLoad.recovery``)
@@ -145,7 +152,14 @@ def parse_rule(text: str, *, sides: tuple[str, ...] = (), where: str = "rule") -
             f" On the right of the comparison: '<number> * baseline' (relative to a "
             f"baseline run, e.g. '{metric} {comparison} {number} * baseline') or "
             f"'<number> * <metric>' (another metric of the step)."))
-    return Rule(metric, comparison, float(number), text.strip(), relative, reference)
+    limit = float(number)
+    if not math.isfinite(limit):  # 1e400: no measurement reaches it, none exceeds it
+        raise ThresholdsError(
+            f"{where}: the number {number} in rule {text!r} is beyond what a float holds "
+            f"(about 1.8e308): a limit no measurement can reach or exceed makes a check "
+            f"that cannot fail. Write the limit the metric should meet, e.g. "
+            f"'rate_hz >= 4'.")
+    return Rule(metric, comparison, limit, text.strip(), relative, reference)
 
 
 def _check_metric(metric: str, text: str, sides: tuple[str, ...], where: str,
@@ -212,16 +226,23 @@ def parse_selector(value: Any, *, where: str) -> ClientSelector:
 
 
 def parse_rate(value: Any, *, where: str) -> float:
-    """An offered rate: ``"500/s"``, ``"30/min"``, or a number (per second); > 0."""
+    """An offered rate: ``"500/s"``, ``"30/min"``, or a number (per second), from
+    :data:`MIN_ARRIVAL_RATE` to :data:`MAX_ARRIVAL_RATE`."""
     rate = None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         rate = float(value)
     elif isinstance(value, str) and (m := _RATE_RE.fullmatch(value)):
         rate = float(m.group(1)) / (60.0 if m.group(2) == "min" else 1.0)
-    if rate is None or not rate > 0 or rate == float("inf"):
+    if rate is None or not rate > 0:
         raise ThresholdsError(
             f"{where}: cannot read arrival rate {value!r}. Write requests per second as "
             f"\"500/s\" (or per minute, \"30/min\"), more than 0.")
+    if not MIN_ARRIVAL_RATE <= rate <= MAX_ARRIVAL_RATE:  # inf and 1e308/s too
+        raise ThresholdsError(
+            f"{where}: arrival rate {value!r} is {'above' if rate > 1 else 'below'} what "
+            f"an open loop offers: from one request an hour (\"0.0167/min\") to "
+            f"{MAX_ARRIVAL_RATE:.0f} a second (\"{MAX_ARRIVAL_RATE:.0f}/s\"). Write the "
+            f"rate to offer, e.g. \"500/s\" or \"30/min\".")
     return rate
 
 
@@ -458,10 +479,13 @@ def _timing(name: str, value: Any, path: Path, key: str) -> float:
 
 
 def _whole_number(table: dict, name: str, default: int, minimum: int, path: Path,
-                  key: str, hint: str) -> int:
+                  key: str, hint: str, maximum: int = MAX_COUNT) -> int:
     value = table.get(name, default)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ThresholdsError(f"{_where(path, f'{key}.{name}')}: must be {hint}.")
+    if value > maximum:
+        raise ThresholdsError(f"{_where(path, f'{key}.{name}')}: {value} is more than "
+                              f"{maximum}; it must be {hint}.")
     return value
 
 
@@ -573,7 +597,7 @@ def _section(name: str, table: Any, path: Path, defaults: dict[str, float]) -> S
     )
     recovery = _recovery(table, path, key)
     tries = _whole_number(table, "tries", 1, 1, path, key,
-                          "a whole number of repetitions, e.g. tries = 10")
+                          "a whole number of repetitions, e.g. tries = 10", MAX_TRIES)
     min_operations = _whole_number(
         table, "min_operations", 1, 1, path, key, "a whole number of operations a step must "
         "complete for a verdict, e.g. min_operations = 100 (p99 needs at least 100)",

@@ -12,6 +12,8 @@ from .limits import check_duration
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+#: the largest byte size a plan may give (1 TiB): a bigger one is a typo or overflow
+MAX_BYTES = 2**40
 
 
 def parse_duration(value: str | float | int, *, what: str = "duration") -> float:
@@ -26,7 +28,7 @@ def parse_duration(value: str | float | int, *, what: str = "duration") -> float
                 f"500ms, 10s, 5m or 1h (a bare number means seconds)."
             )
         seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    if seconds <= 0:
+    if not seconds > 0:  # NaN (TOML's nan) too
         raise StorageScaleUsageError(f"{what}: {value!r} must be longer than zero, e.g. 10s.")
     check_duration(seconds, what=what, value=value)
     return seconds
@@ -47,9 +49,14 @@ def parse_byte_size(value: str | int, *, what: str = "size") -> int:
             "b": 1, "k": 10**3, "m": 10**6, "g": 10**9,
             "ki": 2**10, "mi": 2**20, "gi": 2**30,
         }[unit]
-        size = int(float(match.group(1)) * factor)
+        number = float(match.group(1)) * factor
+        size = int(number) if math.isfinite(number) else MAX_BYTES + 1
     if size < 0:
         raise StorageScaleUsageError(f"{what}: {value!r} must not be negative.")
+    if size > MAX_BYTES:
+        raise StorageScaleUsageError(
+            f"{what}: {value!r} is more than 1 TiB ({MAX_BYTES} bytes), which no operation "
+            f"of a load step is meant to move at once. Write e.g. 1MB, 10MiB or 4GiB.")
     return size
 
 

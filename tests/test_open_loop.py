@@ -297,3 +297,85 @@ def test_an_open_loop_scan_is_plotted_over_its_offered_rates(spec):
     assert list(achieved.get_xdata()) == [20.0, 40.0] == list(offered.get_ydata())
     assert "dropped" in [line.get_label() for line in error_axes.lines]
     assert error_axes.get_xlabel() == "offered rate (requests/s)"
+
+
+# -- numbers out of range (issue 31, item 14) -----------------------------------------
+@pytest.mark.parametrize(("rates", "message"), [
+    ('["1e308/s"]', "arrival rate '1e308/s' is above what an open loop offers"),
+    ("[1e308]", r"arrival rate 1e\+308 is above"),
+    ("[inf]", "arrival rate inf is above"),
+    ('["2000000/s"]', "arrival rate '2000000/s' is above"),
+    ('["0.00001/s"]', "arrival rate '0.00001/s' is below"),
+    ("[nan]", "cannot read arrival rate nan"),
+    ('["1e400/s"]', "arrival rate '1e400/s' is above"),
+])
+def test_an_arrival_rate_out_of_range_names_the_value_and_the_range(tmp_path, rates, message):
+    """``arrival_rate = ["1e308/s"]`` was accepted and the table printed a 309-digit
+    rate: a rate is from one an hour to a million a second, else one paragraph."""
+    from pytest_storagescale.errors import ThresholdsError
+    from pytest_storagescale.thresholds import load_thresholds
+
+    path = tmp_path / "t.toml"
+    path.write_text(ISSUE_EXAMPLE.replace('["20/s", "40/s"]', rates))
+    with pytest.raises(ThresholdsError, match=message) as raised:
+        load_thresholds(path)
+    assert "[ops.stat].arrival_rate" in str(raised.value)
+    assert "1000000 a second" in str(raised.value) or "cannot read" in str(raised.value)
+
+
+def test_the_bounds_themselves_are_taken(tmp_path):
+    from pytest_storagescale.thresholds import load_thresholds
+
+    path = tmp_path / "t.toml"
+    path.write_text(ISSUE_EXAMPLE.replace('["20/s", "40/s"]', '["1000000/s", "0.0167/min"]'))
+    assert load_thresholds(path).sections["stat"].arrival_rates == (1_000_000.0, 0.0167 / 60)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (('"failed == 0"', '"failed <= 1e400"'), "the number 1e400 in rule 'failed <= 1e400' "
+                                             "is beyond what a float holds"),
+    (('"failed == 0"', '"rate_hz >= 1e999 * baseline"'), "beyond what a float holds"),
+    (('duration = "1s"', "duration = nan"), "nan must be longer than zero"),
+    (('duration = "1s"', "duration = inf"), "longer than 7 days"),
+    (("[ops.ls]\nclients = [2]", "[ops.ls]\nclients = [2]\nentries = 1000000000000"),
+     "1000000000000 is more than 1000000"),
+    (("[ops.ls]\nclients = [2]", "[ops.ls]\nclients = [2]\ntries = 1000000"),
+     "tries: 1000000 is more than 1000"),
+    (("[ops.ls]\nclients = [2]", "[ops.ls]\nclients = [2]\noperations = 10000000000000"),
+     "operations: 10000000000000 is more than 1000000000"),
+    (("[ops.ls]\nclients = [2]", '[ops.get]\nclients = [2]\nfile_size = "' + "9" * 400 + 'G"'),
+     "is more than 1 TiB"),
+    (("[ops.ls]\nclients = [2]", '[ops.get]\nclients = [2]\nfile_size = "2048GiB"'),
+     "'2048GiB' is more than 1 TiB"),
+])
+def test_other_plan_numbers_out_of_range_are_one_paragraph(tmp_path, change, message):
+    """The sweep of a plan's numbers: a rule's limit beyond a float (a check that cannot
+    fail), a NaN or infinite duration, counts and sizes no step is meant to have (an
+    overflow was an OverflowError traceback) are each one paragraph naming the key."""
+    from pytest_storagescale.errors import StorageScaleUsageError
+    from pytest_storagescale.thresholds import load_thresholds
+
+    path = tmp_path / "t.toml"
+    path.write_text(ISSUE_EXAMPLE.replace(*change))
+    with pytest.raises(StorageScaleUsageError, match=message):
+        load_thresholds(path)
+
+
+def test_a_rate_out_of_range_stops_the_run_once_before_any_load(pytester):
+    """Through the plugin: one paragraph, exit 4, no test ran; under xdist the workers'
+    one clean collection error (as every bad thresholds file there, see
+    test_plugin.py's test_bad_thresholds_under_xdist_is_one_clean_collection_error)."""
+    pytester.makepyfile(test_suite=OPEN_SUITE)
+    folder = pytester.path / "thr" / "xrootd"
+    folder.mkdir(parents=True)
+    (folder / "any.toml").write_text(ISSUE_EXAMPLE.replace('["20/s", "40/s"]', '["1e308/s"]'))
+    for extra in ([], ["-n", "2"]):
+        result = pytester.runpytest_subprocess(
+            "--storage-endpoint=memory://rates/area", "--storage-version=1.0",
+            "--storage-thresholds=thr", "-p", "no:cacheprovider", *extra)
+        said = result.stdout.str() + result.stderr.str()
+        assert result.ret == 4 if not extra else result.ret != 0, said
+        paragraph = "arrival rate '1e308/s' is above what an open loop offers"
+        assert (result.stderr if not extra else result.stdout).str().count(paragraph) == 1
+        assert "Traceback" not in said and "1000000000000000000000" not in said
+        assert " passed" not in said

@@ -44,6 +44,8 @@ ENTRY_POINT_GROUP = "pytest_storagescale.operations"
 #: ``bytes``: a size (``"10MB"``, ``4096``, 0 allowed); ``count``: a whole number >= 1;
 #: ``flag``: true or false; ``choice``: one of the declared strings
 PARAM_KINDS = ("bytes", "count", "flag", "choice")
+#: the largest ``count`` a section gives an operation (entries, files its set-up makes)
+MAX_PARAM_COUNT = 1_000_000
 
 
 @functools.lru_cache(maxsize=8)
@@ -89,6 +91,10 @@ class Param:
         if self.kind == "count":
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise StorageScaleUsageError(f"{what}: {value!r} must be a positive whole number.")
+            if value > MAX_PARAM_COUNT:  # files a set-up makes: 10**12 never ends
+                raise StorageScaleUsageError(
+                    f"{what}: {value} is more than {MAX_PARAM_COUNT}; a step's set-up makes "
+                    f"that many entries before it measures. Write e.g. 10 or 1000.")
             return value
         if self.kind == "flag":
             if not isinstance(value, bool):
