@@ -143,8 +143,9 @@ system_packages() {
     esac
 }
 
-python_environment() {  # .venv/ with the plugin: demo without the test extras
-    local spec='.[xrootd,http,servers]' stamp=.venv/.storagescale-installed
+python_environment() {  # .venv/ with the plugin: demo without the test extras (with
+    # matplotlib, the report extra: make upgrade-demo ends with compare --html)
+    local spec='.[xrootd,http,servers,report]' stamp=.venv/.storagescale-installed
     case "$PART" in demo|upgrade) ;; *) spec='.[test]'; stamp=.venv/.storagescale-installed-test ;; esac
     if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import XRootD' 2>/dev/null; then
         echo "bootstrap: creating .venv from $SYSTEM_PYTHON (with system site-packages)"

@@ -28,6 +28,7 @@ from __future__ import annotations
 import io
 import itertools
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,11 +60,19 @@ def _pyplot():
     return plt
 
 
+#: control characters (C0, DEL, C1, direction overrides): no glyph, written as escapes
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
 def plain(text: object) -> str:
     """``text`` as matplotlib shows it as written: a ``$`` would start mathtext (a step
     name or version ``$x$`` drawn as math, ``$\\foo$`` a parse error that crashed the
-    page), so each is escaped (``\\$``, drawn as ``$``)."""
-    return str(text).replace("$", r"\$")
+    page), so each is escaped (``\\$``, drawn as ``$``); a control character from a
+    results file is written as its escape (``\\x1b``)."""
+    shown = _CONTROLS.sub(lambda match: f"\\x{ord(match.group()):02x}"
+                          if ord(match.group()) < 0x100 else f"\\u{ord(match.group()):04x}",
+                          str(text))
+    return shown.replace("$", r"\$")
 
 
 def _png(figure: Any) -> bytes:
