@@ -436,9 +436,25 @@ def _reason(e: Effect) -> str:
                                f"({bound})",
         GateVerdict.IMPROVED: f"{name} {interval}: better beyond the minimum effect",
         GateVerdict.UNCHANGED: f"{name} {interval}: within the minimum effect ({bound})",
-        GateVerdict.INCONCLUSIVE: f"{name} {interval}: straddles the minimum effect "
-                                  f"({bound}); more windows or baseline runs would decide",
+        GateVerdict.INCONCLUSIVE: _straddled(e, name, interval, bound),
     }[e.verdict]
+
+
+def _straddled(e: Effect, name: str, interval: str, bound: str) -> str:
+    """Which bound an inconclusive interval crosses: the regression's (it may be
+    slower by the minimum effect) or only the improvement's (not slower by it, not
+    shown to be better)."""
+    if e.low is None or e.high is None:
+        return f"{name} {interval}: no interval"
+    m = e.min_effect
+    worse = 1 - m if e.metric == "rate_hz" else 1 + m
+    crosses_worse = e.low < worse < e.high
+    if crosses_worse:
+        return (f"{name} {interval}: straddles the minimum effect ({bound}); more windows "
+                f"or baseline runs would decide")
+    return (f"{name} {interval}: not {bound} (no regression), but not shown within "
+            f"the minimum effect either (the interval crosses {1 / worse:.2f} on the "
+            f"other side)")
 
 
 @dataclass(frozen=True)

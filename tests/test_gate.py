@@ -414,3 +414,18 @@ def test_the_baseline_runs_own_spread_widens_the_interval():
     assert both.low is not None and both.low < 0.85 < both.high
     assert gate_module.run_spread([[1.0, 1.0], [3.0, 3.0]]) == (0.5, 1.5)
     assert gate_module.run_spread([[1.0, 2.0]]) == (1.0, 1.0)
+
+
+def test_an_inconclusive_reason_names_the_bound_it_crosses():
+    """An interval above the regression bound that crosses the improvement's: no
+    regression, said so, not 'straddles the minimum effect'."""
+    now = [0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.0, 1.1, 1.2]
+    up = effect("rate_hz", now, [1.0] * 10, min_effect=0.15, higher_is_better=True)
+    assert up.verdict is GateVerdict.INCONCLUSIVE
+    assert up.low is not None and up.high is not None and 0.85 < up.low < 1 / 0.85 < up.high
+    assert gate_module._reason(up).endswith(
+        "not 15% lower (no regression), but not shown within the minimum effect either "
+        "(the interval crosses 1.18 on the other side)")
+    down = effect("rate_hz", [x * 0.8 for x in now], [1.0] * 10, min_effect=0.15,
+                  higher_is_better=True)
+    assert "straddles the minimum effect (15% lower)" in gate_module._reason(down)
