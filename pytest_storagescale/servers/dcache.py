@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from ..drivers.grid import LOGIN_PROTOCOLS, credential_environment_kept
 from ..errors import EndpointError, StorageScaleUsageError
-from ..redact import register_url
+from ..redact import register_secret, register_url
 from .family import EmbeddedServer
 from .orphans import server_directory
 from .postgres import PostgresCluster
@@ -73,11 +73,32 @@ TARBALL = re.compile(r"dcache-(\d+(?:\.\d+)+)\.tar\.gz")
 PACKAGES = ("openjdk-17-jre-headless", "postgresql")
 #: the environment variable naming the distribution cache (else the user cache's)
 DIST_VARIABLE = "STORAGESCALE_DCACHE_DIST"
+#: the ZooKeeper login of the domain (SASL DIGEST-MD5; a session without it is refused)
+ZOOKEEPER_USER = "dcache"
+#: the ZooKeeper server's JVM options: SASL required of every session, no admin server
+#: (Jetty on 8080), of the four-letter commands only ``ruok`` (its readiness probe)
+_ZOOKEEPER_SERVER = (
+    "-Xmx128m",
+    "-Dzookeeper.authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider",
+    "-Dzookeeper.enforce.auth.enabled=true",
+    "-Dzookeeper.enforce.auth.schemes=sasl",
+    "-Dzookeeper.admin.enableServer=false",
+    "-Dzookeeper.4lw.commands.whitelist=ruok",
+)
+#: ZooKeeper's log: warnings and errors on its console (its own log file)
+_ZOOKEEPER_LOGBACK = """<configuration>
+  <appender name="console" class="ch.qos.logback.core.ConsoleAppender">
+    <encoder><pattern>%d{ISO8601} %-5level %logger{36} - %msg%n</pattern></encoder>
+  </appender>
+  <root level="WARN"><appender-ref ref="console"/></root>
+</configuration>
+"""
 #: what runs the domain in the foreground (sourced from the release's own scripts)
 _RUN_DOMAIN = """#!/bin/sh
 # The dCache domain $2 of the release in $1, in the foreground: what bin/dcache start
 # runs under its restart daemon (share/lib/services-daemon.sh, domainStart).
 set -e
+umask 077
 DCACHE_HOME=$1
 DCACHE_CLASSPATH=${DCACHE_HOME}/share/classes/*
 DCACHE_DEFAULTS=${DCACHE_HOME}/share/defaults
@@ -160,6 +181,11 @@ class EmbeddedDCache(EmbeddedServer):
         self.watched: ServerProcess | None = None
         self.ports: dict[str, int] = {}
         self.password = ""
+        #: the embedded ZooKeeper's SASL password (a registered secret)
+        self.zookeeper_password = ""
+        #: ZooKeeper's own JVM (dCache's embedded one takes no login: see _start_zookeeper)
+        self.zookeeper: subprocess.Popen | None = None
+        self.zookeeper_watched: ServerProcess | None = None
         self.authority: ThrowawayCA | None = None
         self.host_certificate: CertificateFiles | None = None
         self.user_certificate: CertificateFiles | None = None
@@ -280,6 +306,8 @@ class EmbeddedDCache(EmbeddedServer):
 
     def server_processes(self) -> list[ServerProcess]:
         watched = [self.watched] if self.watched is not None else []
+        if self.zookeeper_watched is not None:
+            watched.append(self.zookeeper_watched)
         if self.database is not None and self.database.watched is not None:
             watched.append(self.database.watched)
         return watched
@@ -399,6 +427,9 @@ class EmbeddedDCache(EmbeddedServer):
         conf = etc / "dcache.conf"  # the database's password: for this user only
         conf.touch(mode=0o600)
         conf.chmod(0o600)
+        tmp = d / "tmp"  # the JVM's java.io.tmpdir (the SRM door's Jetty folder): the run's
+        tmp.mkdir(mode=0o700)
+        jaas = self._write_zookeeper_login()
         conf.write_text("\n".join([
             f"dcache.layout={LAYOUT}",
             f"dcache.paths.grid-security={d / 'grid-security'}",
@@ -406,6 +437,13 @@ class EmbeddedDCache(EmbeddedServer):
             "dcache.enable.space-reservation=false",
             f"dcache.java.memory.heap={HEAP}",
             f"dcache.java.memory.direct={DIRECT_MEMORY}",
+            # no compiled copy of the configuration (var/config/cache held the
+            # database password 19 times, 0644): each tool compiles it afresh
+            "dcache.config.cache=false",
+            # the domain's ZooKeeper client logs in (a later -D wins over dCache's
+            # own -Dzookeeper.sasl.client=false); the JVM's temporary files are the run's
+            f"dcache.java.options.extra=-Djava.io.tmpdir={tmp} -Dzookeeper.sasl.client=true",
+            f"dcache.authn.jaas.config={jaas}",
             "dcache.net.listen=127.0.0.1",
             f"dcache.net.wan.port.min={wan}",
             f"dcache.net.wan.port.max={wan + WAN_PORTS - 1}",
@@ -423,7 +461,6 @@ class EmbeddedDCache(EmbeddedServer):
         ]))
         layout = [
             f"[{DOMAIN}]",
-            f"[{DOMAIN}/zookeeper]", f"zookeeper.net.port={p['zookeeper']}",
             *(f"[{DOMAIN}/{service}]" for service in (
                 "pnfsmanager", "cleaner-disk", "poolmanager", "billing", "gplazma",
                 "pinmanager")),
@@ -456,8 +493,22 @@ class EmbeddedDCache(EmbeddedServer):
             "session requisite   authzdb\n")
         (etc / "multi-mapfile").write_text(
             f'dn:"{self.user_certificate.subject}" username:{USER}\n')
-        (etc / "htpasswd").write_text(f"{USER}:{apr1_hash(self.password)}\n")
+        write_private(etc / "htpasswd", f"{USER}:{apr1_hash(self.password)}\n")
         (d / "run-domain.sh").write_text(_RUN_DOMAIN)
+
+    def _write_zookeeper_login(self) -> Path:
+        """The JAAS file (0600) of the embedded ZooKeeper's one SASL user, read by its
+        server side and by the domain's client: no session without it (any local user
+        reaches the loopback port)."""
+        assert self.directory is not None
+        secret = secrets.token_urlsafe(18)  # letters, digits, - and _: no quoting
+        register_secret(secret)
+        self.zookeeper_password = secret
+        return write_private(self.directory / "zookeeper.jaas", (
+            "Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+            f'  user_{ZOOKEEPER_USER}="{secret}";\n}};\n'
+            "Client {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+            f'  username="{ZOOKEEPER_USER}"\n  password="{secret}";\n}};\n'))
 
     def _dcache(self, *arguments: str, stdin: str | None = None, timeout: float = 300) -> str:
         """``bin/dcache`` (or another of the release's commands) with the session's
@@ -466,7 +517,7 @@ class EmbeddedDCache(EmbeddedServer):
         command = arguments if arguments[0].startswith("bin/") else ("bin/dcache", *arguments)
         done = subprocess.run([str(self.home / command[0]), *command[1:]], input=stdin,
                               capture_output=True, text=True, timeout=timeout,
-                              cwd=self.home, env=self._environment())
+                              cwd=self.home, env=self._environment(), umask=0o077)
         if done.returncode != 0:
             raise EndpointError(
                 f"the embedded dCache's set-up: '{' '.join(command)}' failed "
@@ -496,16 +547,61 @@ class EmbeddedDCache(EmbeddedServer):
         assert self.home is not None
         environment = {key: value for key, value in os.environ.items()
                        if not key.startswith(("X509_", "DCACHE_"))}
-        return {**environment, "DCACHE_HOME": str(self.home), "LC_ALL": "C"}
+        from .loopback import preloaded  # the pools' movers bind *: loopback.c binds 127.0.0.1
+
+        return preloaded({**environment, "DCACHE_HOME": str(self.home), "LC_ALL": "C"})
+
+    def _start_zookeeper(self) -> None:
+        """ZooKeeper in a JVM of its own, from the release's jar, requiring a SASL login
+        of every session (the JAAS file's ``Server`` section). dCache's embedded
+        ZooKeeper service cannot: its ``ZooKeeperCell`` overrides ``configureSaslLogin``
+        with nothing ("Use a non-embedded ZooKeeper if you want security", read at the
+        11.2 source), and its nodes have the open ACL, so any local user reaching its
+        loopback port could create and delete nodes under /dcache. Returns once it
+        answers ``ruok``."""
+        assert self.directory is not None and self.home is not None
+        folder = self.directory / "zookeeper"
+        folder.mkdir(mode=0o700)
+        (folder / "logback.xml").write_text(_ZOOKEEPER_LOGBACK)
+        port = self.ports["zookeeper"]
+        (folder / "zoo.cfg").write_text("\n".join([
+            "tickTime=2000", f"dataDir={folder / 'data'}", f"clientPort={port}",
+            "clientPortAddress=127.0.0.1", "maxClientCnxns=100", ""]))
+        java = shutil.which("java") or "java"
+        log = folder / "zookeeper.log"
+        with open(log, "ab") as stream:
+            self.zookeeper = subprocess.Popen(
+                [java, *_ZOOKEEPER_SERVER, f"-Djava.io.tmpdir={self.directory / 'tmp'}",
+                 f"-Djava.security.auth.login.config={self.directory / 'zookeeper.jaas'}",
+                 f"-Dlogback.configurationFile={folder / 'logback.xml'}",
+                 "-cp", str(self.home / "share" / "classes" / "*"),
+                 "org.apache.zookeeper.server.ZooKeeperServerMain", str(folder / "zoo.cfg")],
+                cwd=folder, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True,
+                env=self._environment(), umask=0o077)
+        self.zookeeper_watched = ServerProcess("ZooKeeper", self.zookeeper, (log,))
+        deadline = time.monotonic() + min(self.startup_timeout, 120)
+        while time.monotonic() < deadline:
+            try:
+                code = self.zookeeper.wait(timeout=0.5)  # the pause between probes
+                raise EndpointError(f"the embedded dCache's ZooKeeper exited with code {code}. "
+                                    f"Log tail:\n{log_tail(log, 20)}")
+            except subprocess.TimeoutExpired:
+                pass
+            if _ruok(port):
+                return
+        raise EndpointError(f"the embedded dCache's ZooKeeper did not answer on 127.0.0.1:"
+                            f"{port} within {min(self.startup_timeout, 120):.0f} s. Log tail:\n"
+                            f"{log_tail(log, 20)}")
 
     def _launch(self) -> None:
         assert self.directory is not None and self.home is not None
+        self._start_zookeeper()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 ["/bin/sh", str(self.directory / "run-domain.sh"), str(self.home), DOMAIN],
                 cwd=self.home, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, env=self._environment())
+                start_new_session=True, env=self._environment(), umask=0o077)
         self.watched = ServerProcess("dCache domain JVM", self.process, (self.log_path,))
 
     # -- readiness -------------------------------------------------------------------
@@ -636,6 +732,11 @@ class EmbeddedDCache(EmbeddedServer):
                     pass
                 process.wait(timeout=10)
         self.process = None
+        if self.zookeeper_watched is not None:
+            self.zookeeper_watched.stopping()
+        if self.zookeeper is not None:
+            _end(self.zookeeper)
+            self.zookeeper = None
         if self.database is not None:
             self.database.stop()
             self.database = None
@@ -673,6 +774,46 @@ def free_port_block(size: int) -> int:
                 probe.close()
     raise EndpointError(f"no {size} consecutive free ports on 127.0.0.1 between "
                         f"{low} and {high} for the dCache domain and its pools' movers")
+
+
+def _ruok(port: int) -> bool:
+    """ZooKeeper answers ``imok`` to ``ruok`` on ``port``."""
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as probe:
+            probe.sendall(b"ruok")
+            return probe.recv(16) == b"imok"
+    except OSError:
+        return False
+
+
+def _end(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL to its process group (a session leader: the group is its)."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def write_private(path: Path, text: str) -> Path:
+    """``text`` into the new file ``path``, 0600 from its creation (a secret's file)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+    with os.fdopen(descriptor, "w") as stream:
+        stream.write(text)
+    return path
 
 
 def apr1_hash(password: str) -> str:

@@ -29,9 +29,9 @@ from pathlib import Path
 
 #: the mode bits a member may not carry
 _SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
-#: the most members a release tarball may hold (dCache 10.2/11.2: ~690)
+#: the most members a release tarball may hold (dCache 10.2.25: 768, 11.2.5: 792)
 MAX_MEMBERS = 20_000
-#: the most bytes its members may hold unpacked (dCache 10.2/11.2: ~180 MiB)
+#: the most bytes its members may hold unpacked (dCache 10.2.25: 192 MiB, 11.2.5: 187 MiB)
 MAX_BYTES = 1 << 30
 #: links followed in one path before it counts as a loop (Linux's own limit)
 MAX_LINK_HOPS = 40
@@ -71,10 +71,10 @@ def _bound_problem(member: tarfile.TarInfo, count: int, total: int) -> str:
     with it) is read ("" when it is not)."""
     if count > MAX_MEMBERS:
         return (f"makes it hold more than {MAX_MEMBERS:,} members (a dCache release has "
-                f"about 700)")
+                f"about 800)")
     if total > MAX_BYTES:
         return (f"makes it hold more than {MAX_BYTES >> 20:,} MiB unpacked (a dCache "
-                f"release holds about 180 MiB): a compression bomb, or not a release")
+                f"release holds about 190 MiB): a compression bomb, or not a release")
     return ""
 
 
