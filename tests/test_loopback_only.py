@@ -260,3 +260,25 @@ def test_the_ceph_gateway_listens_on_loopback_only(outside_addresses):
                              outside_addresses)
     finally:
         server.stop()
+
+
+def test_the_embedded_dcache_listens_on_loopback_only(embedded_dcache, outside_addresses):
+    """dCache's doors, ZooKeeper and PostgreSQL are told 127.0.0.1; its pools' movers
+    bind the wildcard (no dCache setting binds them: docs/servers.md), so its JVMs run
+    with the library too. After a file went through a pool's mover (a PUT and a GET over
+    WebDAV, each redirected to the pool), every listening socket of its processes is on
+    loopback, the movers' among them, and none takes a connection from outside."""
+    from pytest_storagescale.drivers.registry import driver_spec
+    from pytest_storagescale.servers.dcache import AREA, LAN_PORTS, WAN_PORTS
+
+    server = embedded_dcache
+    davs = driver_spec(server.url_for("davs"), driver="http", options={"ca_dir": server.ca_dir},
+                       writable_root=AREA).connect("loopback", timeout=30)
+    davs.put(f"{AREA}/loopback-only", b"through a mover\n")
+    assert davs.read(f"{AREA}/loopback-only", 0, 16) == b"through a mover\n"
+    pids = server.server_pids()
+    movers = range(server.ports["wan"], server.ports["wan"] + WAN_PORTS + LAN_PORTS)
+    mover_ports = {port for _, port in listening(pids) if port in movers}
+    assert mover_ports, f"no mover listens in {movers} after a transfer"
+    assert_loopback_only(pids, {server.ports["webdav"], server.ports["xrootd"], *mover_ports},
+                         outside_addresses)
