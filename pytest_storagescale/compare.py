@@ -404,8 +404,10 @@ class Gate:
         behaviour = self.behaviour
         lines = [self.headline()]
         if not self.before.tests_known or not self.after.tests_known:
-            lines.append(f"  behaviour: not compared: {self._without_tests()} holds no "
-                         f"test outcomes (written before they were kept)")
+            missing = self._without_tests()
+            lines.append(f"  behaviour: not compared: {' and '.join(missing)} "
+                         f"hold{'s' * (len(missing) == 1)} no test outcomes (written "
+                         f"before they were kept)")
         blocking = behaviour.blocking
         lines += [f"behaviour changes not accepted ({len(blocking)}; list each in an "
                   f"acceptance file with a reason to accept it: --accept FILE):"
@@ -430,9 +432,9 @@ class Gate:
                       *(f"  {line}" for line in self.inconclusive)]
         return lines
 
-    def _without_tests(self) -> str:
-        return " and ".join(str(compared.path) for compared in (self.before, self.after)
-                            if not compared.tests_known)
+    def _without_tests(self) -> list[str]:
+        return [str(compared.path) for compared in (self.before, self.after)
+                if not compared.tests_known]
 
 
 def _count(number: int, noun: str) -> str:

@@ -471,3 +471,68 @@ def test_a_run_matches_its_recovery_probe_by_time_not_number(pytester, tmp_path)
     relative = next(check for check in judged["checks"] if check["relative"])
     assert relative["passed"] is True and relative["baseline"] == pytest.approx(
         probe["rate_hz"])
+
+
+# -- the gate: compare as the CI gate by itself (issue 32 parts 3 and 6) -------------------
+
+def _gated(tmp_path: Path, verdicts: dict[int, str]) -> list[str]:
+    """Two files of a stat scan at 5, 50 and 200 clients; the later one's steps carry
+    the statistical gate's verdict (``gate`` key, gate.py's contract) per clients."""
+    from pytest_storagescale.gate import Effect, GateVerdict, StepGate
+
+    files = []
+    for name in "ab":
+        steps = [dataclasses.replace(record("stat", c), step_id=f"s{c}") for c in verdicts]
+        path = _results(tmp_path / f"{name}.json", steps, "5.5.3" if name == "a" else "6.2.1")
+        document = json.loads(path.read_text())
+        document["tests"] = []  # outcomes kept (none): the behaviour part is compared
+        if name == "b":
+            for step in document["steps"]:
+                verdict = GateVerdict(verdicts[step["clients"]])
+                ratio = 0.41 if verdict is GateVerdict.REGRESSED else 0.95
+                step["gate"] = StepGate(verdict, "window means", {"rate_hz": Effect(
+                    "rate_hz", ratio, ratio - 0.04, ratio + 0.04 if ratio < 0.9 else 1.2,
+                    verdict, 0.15)}, metric="rate_hz", retest="confirmed"
+                    if verdict is GateVerdict.REGRESSED else None).to_json()
+        path.write_text(json.dumps(document))
+        files.append(str(path))
+    return files
+
+
+def test_compare_fails_on_a_regression_of_the_statistical_gate_naming_its_interval(
+        tmp_path, capsys):
+    files = _gated(tmp_path, {5: "unchanged", 50: "regressed", 200: "inconclusive"})
+    capsys.readouterr()
+    assert cli.main(["compare", *files]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("gate: FAILED: B: xrootd 6.2.1 against A: xrootd 5.5.3 (0 behaviour "
+                      "changes not accepted, 1 regression, 0 failures of B)")
+    assert out[1] == "behaviour changes not accepted: none"
+    assert out[2] == "regressions (the statistical gate: ratio to the baseline [95 % interval]):"
+    assert out[3] == ("  stat at 50 clients: rate 0.41 [0.37-0.45] regressed (confirmed) "
+                      "(window means)")
+    assert out[4] == "inconclusive (decide nothing either way):"
+    assert out[5].startswith("  stat at 200 clients: rate 0.95 [0.91-1.20] inconclusive")
+    # the same files with nothing regressed: exit 0, the verdict says so
+    files = _gated(tmp_path, {5: "unchanged", 50: "improved", 200: "unchanged"})
+    assert cli.main(["compare", *files]) == 0
+    assert capsys.readouterr().out.startswith("gate: PASSED: B: xrootd 6.2.1 against A")
+
+
+def test_compare_fails_on_a_failure_of_the_later_run_even_unchanged(tmp_path, capsys):
+    """A check that failed in both runs changed nothing, yet the later run failed: the
+    gate is never green on a failed run."""
+    files = []
+    for name in "ab":
+        path = _results(tmp_path / f"{name}.json", [record()], name)
+        document = json.loads(path.read_text())
+        document["tests"] = [{"nodeid": "t.py::test_checksum", "kind": "functional",
+                              "outcome": "failed", "cause": "wrong adler32"}]
+        path.write_text(json.dumps(document))
+        files.append(str(path))
+    capsys.readouterr()
+    assert cli.main(["compare", *files]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("(0 behaviour changes not accepted, 0 regressions, 1 failure "
+                           "of B)")
+    assert "  t.py::test_checksum: failed: wrong adler32" in out
