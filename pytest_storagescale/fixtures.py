@@ -52,6 +52,8 @@ from .thresholds import SectionPlan, ThresholdSet, select_thresholds
 
 #: the ``user_properties`` key by which a test report says a step finished
 STEP_PROPERTY = "storagescale_step"
+#: the test's property (JUnit XML) giving each compared step's gate (gate.py)
+GATE_PROPERTY = "storagescale_gate"
 #: deadline of a functional test's requests when no hang timeout is set
 CLIENT_TIMEOUT = 60.0
 
@@ -417,6 +419,9 @@ class StorageLoad:
         # the report says a step finished; whoever owns the results (this process or
         # the xdist controller, see plugin.StepCollector) reads it from the step log
         self._request.node.user_properties.append((STEP_PROPERTY, outcome.record.step_id))
+        if outcome.record.gate is not None:  # a JUnit <property> per step compared
+            self._request.node.user_properties.append(
+                (GATE_PROPERTY, f"{outcome.record.title}: {outcome.record.gate.short()}"))
 
     def _raise_for(self, outcome: StepOutcome, check: bool) -> None:
         record = outcome.record

@@ -280,10 +280,12 @@ def gate_run(pytester):
         args = ["--storage-endpoint=memory://gate/area", "--storage-version=1.0",
                 "--storage-thresholds=thr", f"--storage-results={name}.json",
                 "-p", "no:cacheprovider", f"--storage-driver-option=latency={latency}",
+                f"--junitxml={name}.xml",
                 *(f"--storage-baseline={base}" for base in baselines)]
         result = pytester.runpytest(*args)
         [step] = json.loads((pytester.path / f"{name}.json").read_text())["steps"]
         return result, step
+    run.path = pytester.path  # type: ignore[attr-defined]
     return run
 
 
@@ -315,6 +317,9 @@ def test_a_slower_storage_fails_the_gate_and_the_same_one_does_not(gate_run, ste
     assert gate["high"] < 0.85 or gate["effects"]["p99_s"]["low"] > 1.25
     assert step["verdict"] == "fail" and len(step["windows"]) == WINDOWS
     assert step["client_probe"] == {"before_mb_s": 500.0, "after_mb_s": 500.0}
+    junit = (gate_run.path / "slow.xml").read_text()  # JUnit: a property per step
+    assert '<property name="storagescale_gate" value="stat at 4 clients: rate ' in junit
+    assert "regressed (confirmed)" in junit
     same, step = gate_run("same", "0.02", "a.json", "b.json")
     same.assert_outcomes(passed=1)
     assert step["gate"]["verdict"] in ("unchanged", "inconclusive", "improved")
@@ -429,3 +434,14 @@ def test_an_inconclusive_reason_names_the_bound_it_crosses():
     down = effect("rate_hz", [x * 0.8 for x in now], [1.0] * 10, min_effect=0.15,
                   higher_is_better=True)
     assert "straddles the minimum effect (15% lower)" in gate_module._reason(down)
+
+
+def test_the_csv_holds_the_gate():
+    from pytest_storagescale.reporting.table import GATE_CSV, csv_rows
+
+    gate = judge_samples(windows(500, 0.05, seed=8), baselines(8))
+    header, row = csv_rows([_step(-0.5, gate)])
+    cells = dict(zip(header, row, strict=True))
+    assert tuple(header[header.index("rate_change") + 1:][:5]) == GATE_CSV
+    assert cells["gate_verdict"] == "regressed" and cells["gate_metric"] == "rate_hz"
+    assert float(cells["gate_low"]) < float(cells["gate_ratio"]) < float(cells["gate_high"])

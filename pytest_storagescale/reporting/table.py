@@ -297,13 +297,15 @@ def csv_rows(steps: list[StepRecord], main_door: str = "") -> list[list[str]]:
     header = ["op", *([DOOR_COLUMN] if with_door else []), "clients", "succeeded", "rate_hz",
               "mb_s", "failed", "hung", *counts, "p50_s", "p99_s",
               *(OPEN_LOOP_CSV if with_open else []), *derived,
-              *(["rate_change"] if with_baseline else []), "client_cpu", "client_saturated",
+              *(["rate_change", *GATE_CSV] if with_baseline else []), "client_cpu",
+              "client_saturated",
               *(SERVER_CSV if with_server else []), "verdict"]
     rows = [header]
     for step in steps:
         door = [step.door or ""] if with_door else []
         change = ([_number(step.baseline.rate_change if step.baseline is not None
-                           and step.baseline.matched else None)] if with_baseline else [])
+                           and step.baseline.matched else None), *_gate_numbers(step)]
+                  if with_baseline else [])
         sides = step.sides or {"": None}
         for index, (name, side) in enumerate(sides.items()):
             numbers = (_side_numbers(side, counts) if side is not None
@@ -316,6 +318,19 @@ def csv_rows(steps: list[StepRecord], main_door: str = "") -> list[list[str]]:
                          *(_server_numbers(step, index) if with_server else []),
                          str(step.verdict)])
     return rows
+
+
+#: the CSV's columns of the gate against the baseline (gate.py), when compared: the
+#: deciding metric, its ratio this run / baseline, the 95 % interval and the verdict
+GATE_CSV = ("gate_metric", "gate_ratio", "gate_low", "gate_high", "gate_verdict")
+
+
+def _gate_numbers(step: StepRecord) -> list[str]:
+    gate = step.gate
+    if gate is None:
+        return [""] * len(GATE_CSV)
+    return [gate.metric or "", _number(gate.ratio), _number(gate.low), _number(gate.high),
+            gate.verdict.value]
 
 
 #: the CSV's columns of the server's side, when a step has one
