@@ -51,7 +51,7 @@ from .reporting.benchmark_json import write_benchmark_json
 from .reporting.failures import fold_storage_skip, shorten_storage_failure
 from .reporting.html import write_report
 from .reporting.outcomes import PLUGIN_NAME as OUTCOMES
-from .reporting.outcomes import TestOutcomes
+from .reporting.outcomes import TestOutcomes, note_fixed_known_issue
 from .reporting.progress import StepLines
 from .reporting.table import format_failures, format_table
 from .servers.orphans import STOPPED_ORPHANS
@@ -283,10 +283,11 @@ class SecretRedaction:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """A test the storage's answer failed: one paragraph instead of a traceback; its
-    skip folded with those of the same reason."""
+    skip folded with those of the same reason; a known issue that passed says so."""
     outcome = yield
     shorten_storage_failure(item, call, outcome.get_result())
     fold_storage_skip(item, outcome.get_result())
+    note_fixed_known_issue(outcome.get_result())
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

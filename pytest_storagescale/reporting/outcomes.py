@@ -65,6 +65,24 @@ class RunSummary:
                          if self.counts.get(name)) or "no tests"
 
 
+#: how a known issue's reason begins (a suite's ``[known_issues]`` entry: a strict
+#: expected failure, see ``suites/conformance/checks.py``)
+KNOWN_ISSUE = "known issue of "
+#: what a known issue that passed adds to pytest's ``[XPASS(strict)] <reason>``: only
+#: there, so an XFAIL's reason reads as the known issue it is
+FIXED_NOTE = " -- the storage now passes it: remove the entry from [known_issues]"
+
+
+def note_fixed_known_issue(report: pytest.TestReport) -> None:
+    """A known issue the storage passed (pytest fails it as ``[XPASS(strict)] known
+    issue of ...``) says it is fixed and what to do about its entry."""
+    text = report.longrepr
+    if (report.failed and isinstance(text, str)
+            and text.startswith(f"[XPASS(strict)] {KNOWN_ISSUE}")
+            and not text.endswith(FIXED_NOTE)):
+        report.longrepr = text + FIXED_NOTE
+
+
 def kind_of(report: pytest.TestReport) -> str:
     """``load`` (a ``storagescale_op`` test), ``conformance`` (a check of the
     conformance suite: its class or module says so) or ``functional``."""

@@ -210,8 +210,7 @@ class KnownIssues:
             key = f"{check}[{door}]" if f"{check}[{door}]" in thresholds.known_issues else check
             request.applymarker(pytest.mark.xfail(strict=True, reason=(
                 f"known issue of {thresholds.system} {', '.join(thresholds.versions)} "
-                f"({thresholds.path} [known_issues] {key!r}): {reason}. Reported "
-                f"XPASS(strict): the storage now passes it; remove the entry")))
+                f"({thresholds.path} [known_issues] {key!r}): {reason}")))
             return
 
 

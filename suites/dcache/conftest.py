@@ -113,5 +113,4 @@ def _functional_known_issue(request: pytest.FixtureRequest) -> None:
     if reason is not None:
         request.applymarker(pytest.mark.xfail(strict=True, reason=(
             f"known issue of {thresholds.system} {', '.join(thresholds.versions)} "
-            f"({thresholds.path} [known_issues] {check!r}): {reason}. Reported "
-            f"XPASS(strict): the storage now passes it; remove the entry")))
+            f"({thresholds.path} [known_issues] {check!r}): {reason}")))
