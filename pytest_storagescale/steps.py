@@ -285,17 +285,26 @@ def not_comparable(record: StepRecord) -> str | None:
     """Why an open-loop step measured its client host or nothing comparable, or None:
     its schedule was not kept (:attr:`StepRecord.schedule_missed`), or its door achieved
     less than :data:`~.gate.ACHIEVED_SHARE` of the offered rate with no failure and no
-    hang to say why (requests neither completed, failed nor hung in the window)."""
+    hang to say why, more than a tenth of the requests scheduled in the window neither
+    completed, failed, hung nor were dropped in it (still in flight at its end: the
+    window is shorter than the door's answers). Requests dropped at the cap on requests
+    in flight are a measurement (the door did not keep up): the rules judge them."""
     total = record.total
-    if not record.arrival_rate or total is None:
+    if not record.arrival_rate or total is None or total.open_loop is None:
         return None
     if record.schedule_missed:
         return record.schedule_text()
     achieved, offered = total.rate_hz, record.arrival_rate
-    if achieved < ACHIEVED_SHARE * offered and not (total.failed or total.hung):
-        return (f"the door achieved {achieved:.3g}/s of the {offered:g}/s offered, with no "
-                f"failure or hang to say why: requests neither completed, failed nor hung "
-                f"in the window; this step says nothing on the storage's rate")
+    scheduled = total.open_loop.scheduled
+    unaccounted = scheduled - (total.succeeded + total.failed + total.hung + total.throttled
+                               + total.dropped)
+    if (achieved < ACHIEVED_SHARE * offered and not (total.failed or total.hung)
+            and unaccounted > 0.1 * scheduled):
+        return (f"the door achieved {achieved:.3g}/s of the {offered:g}/s offered: "
+                f"{unaccounted} of the {scheduled} requests scheduled in the window neither "
+                f"completed, failed, hung nor were dropped in it (still in flight at its "
+                f"end): the window is shorter than the door's answers, so the step says "
+                f"nothing on its rate; raise duration")
     return None
 
 
@@ -487,6 +496,12 @@ def retest(run: StorageRun, request: StepRequest, record: StepRecord, section: S
     assert gate is not None
     again = plan_step(run, request, section, thresholds=thresholds, door=door)
     measure(run, again, progress, clients_per_host=section.clients_per_host)
+    if again.verdict is Verdict.INTERRUPTED:  # Ctrl-C ends the session, as ever
+        record.gate = replace(gate, retest="interrupted")
+        record.verdict = Verdict.INTERRUPTED
+        record.error = (f"interrupted (Ctrl-C) while measuring the regressed step again; "
+                        f"its first measurement: {gate.reason}")
+        return
     second = gate_step(run, again, section, _since_fault(run, record)) \
         if again.result is not None and again.verdict is not Verdict.INTERRUPTED else None
     if second is not None and second.fails:

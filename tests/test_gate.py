@@ -276,13 +276,13 @@ def gate_run(pytester):
     (folder / "t.toml").write_text(PLAN)
     pytester.makepyfile(test_suite=SUITE)
 
-    def run(name: str, latency: str, *baselines: str):
+    def run(name: str, latency: str, *baselines: str, **inline):
         args = ["--storage-endpoint=memory://gate/area", "--storage-version=1.0",
                 "--storage-thresholds=thr", f"--storage-results={name}.json",
                 "-p", "no:cacheprovider", f"--storage-driver-option=latency={latency}",
                 f"--junitxml={name}.xml",
                 *(f"--storage-baseline={base}" for base in baselines)]
-        result = pytester.runpytest(*args)
+        result = pytester.runpytest(*args, **inline)
         [step] = json.loads((pytester.path / f"{name}.json").read_text())["steps"]
         return result, step
     run.path = pytester.path  # type: ignore[attr-defined]
@@ -353,14 +353,16 @@ def test_a_baseline_of_an_earlier_release_is_inconclusive(gate_run, pytester):
 # -- where people look: the table, and the open loop's own trouble ------------------------
 
 def _step(rate_change: float | None = None, gate: StepGate | None = None, *, server=None,
-          succeeded: int = 100, arrival_rate: float = 0.0, failed: int = 0):
+          succeeded: int = 100, arrival_rate: float = 0.0, failed: int = 0,
+          dropped: int = 0):
     from pytest_storagescale.load.stats import LATENCIES, OpenLoopResult, SideResult, StepResult
     from pytest_storagescale.records import BaselineComparison, StepRecord, Verdict
 
     side = SideResult(clients=2, duration_s=10.0, succeeded=succeeded, failed=failed, hung=0,
                       bytes=0, latency_s={key: 0.01 for key in LATENCIES}, errors={},
                       error_examples={}, timeline={},
-                      open_loop=OpenLoopResult(offered_hz=arrival_rate, scheduled=200)
+                      open_loop=OpenLoopResult(offered_hz=arrival_rate, scheduled=200,
+                                               dropped=dropped)
                       if arrival_rate else None)
     result = StepResult(operation="stat", clients=2, started=0.0, ended=10.0, duration_s=10.0,
                         warmup_s=0.0, sides={"stat": side})
@@ -401,8 +403,12 @@ def test_an_open_loop_step_that_achieved_far_less_than_offered_is_not_comparable
     from pytest_storagescale.steps import not_comparable
 
     why = not_comparable(_step(succeeded=20, arrival_rate=20.0))
-    assert why is not None and why.startswith("the door achieved 2/s of the 20/s offered")
+    assert why is not None and why.startswith(
+        "the door achieved 2/s of the 20/s offered: 180 of the 200 requests scheduled in "
+        "the window neither completed, failed, hung nor were dropped in it")
     assert not_comparable(_step(succeeded=190, arrival_rate=20.0)) is None  # kept up
+    # dropped at the cap: the door did not keep up, a measurement the rules judge
+    assert not_comparable(_step(succeeded=20, arrival_rate=20.0, dropped=175)) is None
     # failures say why: the rules judge the step
     assert not_comparable(_step(succeeded=20, arrival_rate=20.0, failed=5)) is None
     assert not_comparable(_step(succeeded=20)) is None  # a closed loop
@@ -445,3 +451,26 @@ def test_the_csv_holds_the_gate():
     assert tuple(header[header.index("rate_change") + 1:][:5]) == GATE_CSV
     assert cells["gate_verdict"] == "regressed" and cells["gate_metric"] == "rate_hz"
     assert float(cells["gate_low"]) < float(cells["gate_ratio"]) < float(cells["gate_high"])
+
+
+def test_ctrl_c_while_a_regressed_step_is_measured_again_ends_the_session(gate_run,
+                                                                           steady_host,
+                                                                           monkeypatch):
+    """The second measurement interrupted (as Ctrl-C leaves it): the session stops, the
+    step is 'interrupted', its gate says so (a retest is never a place Ctrl-C is lost)."""
+    from pytest_storagescale.records import Verdict
+
+    gate_run("a", "0.02")[0].assert_outcomes(passed=1)
+    real, calls = steady_host.measure, []
+
+    def measure(run, record, *args, **kwargs):
+        real(run, record, *args, **kwargs)
+        calls.append(record.step_id)
+        if len(calls) == 2:
+            record.verdict = Verdict.INTERRUPTED
+    monkeypatch.setattr(steady_host, "measure", measure)
+    result, step = gate_run("slow", "0.08", "a.json", no_reraise_ctrlc=True)
+    assert len(calls) == 2
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert step["verdict"] == "interrupted" and step["gate"]["retest"] == "interrupted"
+    assert step["error"].startswith("interrupted (Ctrl-C) while measuring the regressed step")
