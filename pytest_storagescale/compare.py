@@ -593,9 +593,17 @@ def page_html(runs: list[ComparedRun], verdict: Gate | None = None) -> str:
              "<h2>Steps, run by run</h2>",
              f"<pre>{html.escape(chr(10).join(detail_lines(runs)))}</pre>"]
     grouped = scans_by_run(runs)
-    if grouped and not plots.available():
+    forest = forest_rows(runs[-1])
+    if (grouped or forest) and not plots.available():
         parts.append(f"<p class='note'>{NO_PLOTS}</p>")
-    elif grouped:
+        grouped, forest = {}, []
+    if forest:  # under what changed: each step's ratio and interval, the verdict's colour
+        after_changes = next(index for index, part in enumerate(parts)
+                             if part.startswith("<pre class='gate'>")) + 1
+        parts.insert(after_changes, _img(
+            plots.forest_png(forest), f"the gate: {runs[-1].letter} / {runs[-2].letter} per "
+                                      f"step, 95 % intervals"))
+    if grouped:
         parts.append("<h2>Scans, runs overlaid</h2>")
         for name, by_run in grouped.items():
             parts += [f"<h3>{html.escape(printable(name))}</h3>",
@@ -603,6 +611,32 @@ def page_html(runs: list[ComparedRun], verdict: Gate | None = None) -> str:
                                                              f"overlaid")]
     parts.append("</body></html>")
     return redact_html("\n".join(parts))
+
+
+def forest_rows(compared: ComparedRun) -> list[tuple[str, float, float, float, str, float]]:
+    """The statistical gate's effects of ``compared``'s steps (rate and p99 of each
+    step that holds a ``gate`` with an interval): label, ratio, low, high, verdict and
+    the bound it was judged against (:func:`~.reporting.plots.forest_figure`)."""
+    rows = []
+    judged = _statistical(compared) or {}
+    for step in compared.steps:
+        step_gate = judged.get(step.step_id)
+        if step_gate is None:
+            continue
+        for metric, name in (("rate_hz", "rate"), ("p99_s", "p99")):
+            effect = step_gate.effects.get(metric)
+            if effect is None or None in (effect.ratio, effect.low, effect.high):
+                continue
+            values = [effect.ratio, effect.low, effect.high]
+            if not all(isinstance(v, int | float) and 0 < v < 1e6 for v in values):
+                continue  # nothing a log axis can draw
+            ratio, low, high = (float(v or 0.0) for v in values)
+            effect_size = effect.min_effect if isinstance(effect.min_effect, int | float) \
+                and 0 <= effect.min_effect < 1 else 0.0
+            bound = 1 - effect_size if metric == "rate_hz" else 1 + effect_size
+            rows.append((f"{printable(step.title)} ({name})", ratio, low, high,
+                         str(effect.verdict), bound))
+    return rows
 
 
 #: said on the page when matplotlib is missing

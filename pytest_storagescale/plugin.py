@@ -51,7 +51,7 @@ from .reporting.benchmark_json import write_benchmark_json
 from .reporting.failures import fold_storage_skip, shorten_storage_failure
 from .reporting.html import write_report
 from .reporting.outcomes import PLUGIN_NAME as OUTCOMES
-from .reporting.outcomes import TestOutcomes, note_fixed_known_issue
+from .reporting.outcomes import RunSummary, TestOutcomes, note_fixed_known_issue
 from .reporting.progress import StepLines
 from .reporting.table import format_failures, format_table
 from .servers.orphans import STOPPED_ORPHANS
@@ -453,23 +453,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         ledger = run.ledger
         report = run.settings.report_path()
         if run.owns_results:  # every test's outcome, for the report and the results
-            outcomes: TestOutcomes = session.config.pluginmanager.getplugin(OUTCOMES)
-            gate = behaviour_gate(run, outcomes, ledger.steps)
-            if gate is not None:
-                session.config.stash[behaviour_gate_key] = gate
-                if not gate.passed and session.exitstatus == pytest.ExitCode.OK:
-                    # every test passed or is a known issue: the run fails all the same
-                    session.exitstatus = pytest.ExitCode.TESTS_FAILED
-            summary = outcomes.summary(session.exitstatus)
-            # written when a test ran, load steps or not: a run of checks alone is the
-            # baseline of the next (a run stopped before any test writes none)
-            info = ledger.run or (stepless_run_info(run) if summary.tests else None)
-            if info is not None:
-                ledger.results.finish(info, ledger.steps, summary.verdict,
-                                      [dataclasses.asdict(test) for test in summary.tests],
-                                      gate=gate.to_json() if gate is not None else None)
+            summary = _finish_results(session, run)
         if run.owns_results and report is not None:
-            run.report_page = write_report(report, ledger.run, ledger.steps, summary)
+            run.report_page = write_report(report, ledger.run, ledger.steps, summary,
+                                           session.config.stash.get(behaviour_gate_key, None))
         if run.owns_results and ledger.steps and ledger.run is not None:
             benchmark_json = run.settings.benchmark_json_path()
             if benchmark_json is not None:
@@ -481,6 +468,27 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         run.finish()  # clean-up errors and Ctrl-C are said in the summary, never raised
         if run.area.cleanup_interrupted:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
+
+
+def _finish_results(session: pytest.Session, run: StorageRun) -> RunSummary:
+    """The behaviour gate (a failed one makes the exit status 1), the run's summary,
+    and the results file written when a test ran, load steps or not: a run of checks
+    alone is the baseline of the next (a run stopped before any test writes none)."""
+    ledger = run.ledger
+    outcomes: TestOutcomes = session.config.pluginmanager.getplugin(OUTCOMES)
+    gate = behaviour_gate(run, outcomes, ledger.steps)
+    if gate is not None:
+        session.config.stash[behaviour_gate_key] = gate
+        if not gate.passed and session.exitstatus == pytest.ExitCode.OK:
+            # every test passed or is a known issue: the run fails all the same
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    summary = outcomes.summary(session.exitstatus)
+    info = ledger.run or (stepless_run_info(run) if summary.tests else None)
+    if info is not None:
+        ledger.results.finish(info, ledger.steps, summary.verdict,
+                              [dataclasses.asdict(test) for test in summary.tests],
+                              gate=gate.to_json() if gate is not None else None)
+    return summary
 
 
 def behaviour_gate(run: StorageRun, outcomes: TestOutcomes,

@@ -93,7 +93,7 @@ def test_a_behaviour_change_fails_the_run_until_the_site_accepts_it(pytester, ch
     monkeypatch.setenv("SCALE_V2", "1")
     # every test passed or is a known issue (xfailed): the run fails all the same
     changed = _run(pytester, checks, "2.0", "--storage-baseline=base.json",
-                   "--storage-results=b.json")
+                   "--storage-results=b.json", "--storage-report=report")
     changed.assert_outcomes(passed=1, xfailed=1, skipped=1)
     assert changed.ret == 1
     text = "\n".join(changed.outlines)
@@ -104,6 +104,12 @@ def test_a_behaviour_change_fails_the_run_until_the_site_accepts_it(pytester, ch
     # passed -> skipped is a note, not a failure
     notes = text.split("notes (do not fail the gate):")[1]
     assert "test_checks.py::test_bad_logins: passed -> skipped" in notes
+    # the HTML report: FAILED, then the baseline and the change, before the tests
+    page = (pytester.path / "report" / "index.html").read_text()
+    assert page.index("<h1 class='verdict failed'>FAILED</h1>") < page.index(
+        "<h2>Against the baseline</h2><p class='gate failed'>gate: 1 behaviour change not "
+        "accepted") < page.index("test_prepare_stage: passed -&gt; xfailed") < page.index(
+        "<h2>Tests</h2>")
     document = json.loads((pytester.path / "b.json").read_text())
     assert document["verdict"] == "FAILED"
     gate = document["behaviour_gate"]

@@ -22,6 +22,7 @@ from test_reporting_units import RUN, record, side
 from test_xrootd6 import _built
 
 from pytest_storagescale import cli
+from pytest_storagescale import compare as compare_module
 from pytest_storagescale.baseline import Baseline
 from pytest_storagescale.compare import detail_lines, load_runs, report_lines
 from pytest_storagescale.records import BaselineComparison, Verdict
@@ -536,3 +537,24 @@ def test_compare_fails_on_a_failure_of_the_later_run_even_unchanged(tmp_path, ca
     assert out[0].endswith("(0 behaviour changes not accepted, 0 regressions, 1 failure "
                            "of B)")
     assert "  t.py::test_checksum: failed: wrong adler32" in out
+
+
+def test_the_page_draws_the_gate_as_a_forest_of_ratios_with_intervals(tmp_path):
+    files = _gated(tmp_path, {5: "unchanged", 50: "regressed", 200: "inconclusive"})
+    runs = load_runs([Path(name) for name in files])
+    rows = compare_module.forest_rows(runs[-1])
+    assert [(label, verdict) for label, *_, verdict, _ in rows] == [
+        ("stat at 5 clients (rate)", "unchanged"), ("stat at 50 clients (rate)", "regressed"),
+        ("stat at 200 clients (rate)", "inconclusive")]
+    assert rows[1][1:4] == pytest.approx((0.41, 0.37, 0.45)) and rows[1][5] == pytest.approx(
+        0.85)
+    figure = plots.forest_figure(rows)
+    (axes,) = figure.axes
+    assert axes.get_xscale() == "log"
+    assert [t.get_text() for t in axes.get_yticklabels()] == [
+        "stat at 5 clients (rate): unchanged", "stat at 50 clients (rate): regressed",
+        "stat at 200 clients (rate): inconclusive"]
+    page = compare_module.page_html(runs)
+    # the forest comes right under what changed, before the facts and the table
+    assert page.index("<h1 class='verdict failed'>gate FAILED</h1>") < page.index(
+        'alt="the gate: B / A per step, 95 % intervals"') < page.index("Steps, run by run")

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..records import RunInfo, StepRecord
 from ..redact import redact_html, redact_text
 from . import plots
+from .behaviour import BehaviourGate
 from .outcomes import RunSummary
 from .table import csv_rows, format_failures, saturation_note, table_order, table_rows
 
@@ -128,15 +129,27 @@ def tests_html(summary: RunSummary) -> str:
             f"<th>cause</th></tr>{rows}</table>")
 
 
+def gate_html(gate: BehaviourGate | None) -> list[str]:
+    """The behaviour gate against the baseline, under the verdict (nothing without a
+    baseline): its headline, then each change, the blocking ones first."""
+    if gate is None:
+        return []
+    state = "passed" if gate.passed else "failed"
+    return [f"<h2>Against the baseline</h2><p class='gate {state}'>"
+            f"{html.escape(gate.headline())}</p>",
+            f"<pre>{html.escape(chr(10).join(gate.lines()[1:]))}</pre>"]
+
+
 def write_report(directory: Path, run: RunInfo | None, steps: list[StepRecord],
-                 summary: RunSummary) -> Path:
+                 summary: RunSummary, gate: BehaviourGate | None = None) -> Path:
     """Write ``index.html`` and ``table.csv`` into ``directory``; return the page. The
-    page states the run's verdict first (``summary``: pytest's exit status), then every
-    test, failures first with their causes, then the load steps (``run`` is None when
-    no step ran)."""
+    page states the run's verdict first (``summary``: pytest's exit status), its
+    baseline and behaviour gate (``gate``: None without a baseline), then every test,
+    failures first with their causes, then the load steps (``run`` is None when no
+    step ran)."""
     directory.mkdir(parents=True, exist_ok=True)
     steps = table_order(steps)  # as the terminal's table: by test, then concurrency
-    parts = [*_head(run, summary), "<h2>Tests</h2>", tests_html(summary)]
+    parts = [*_head(run, summary), *gate_html(gate), "<h2>Tests</h2>", tests_html(summary)]
     main_door = run.door if run is not None else ""
     if steps:
         parts += ["<h2>Load steps</h2>", table_html(steps, main_door)]

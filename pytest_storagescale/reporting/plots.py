@@ -423,3 +423,38 @@ def hosts_png(record: StepRecord) -> bytes:
     axes.set_title(plain(f"per host: {record.title}"))
     axes.grid(True, axis="x", alpha=0.3)
     return _png(figure)
+
+
+# -- the gate's effects ----------------------------------------------------------------------
+
+#: a verdict's colour in the forest plot
+_VERDICT_COLOURS = {"regressed": "tab:red", "improved": "tab:green", "unchanged": "0.35",
+                    "inconclusive": "tab:orange"}
+
+
+def forest_figure(rows: Sequence[tuple[str, float, float, float, str, float]]) -> Any:
+    """The statistical gate's effects of a run against its baseline, one row per step
+    and metric (``label, ratio, low, high, verdict, bound``): the ratio as a dot, its
+    95 % interval as a bar coloured by the verdict, the minimum effect it was judged
+    against (``bound``: 0.85 for a rate, 1.25 for a p99) as a red tick, and 1 (no
+    change) as a line. Ratios on a logarithmic axis: half and double are as far."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(8, 0.9 + 0.32 * max(len(rows), 2)))
+    for index, (_, ratio, low, high, verdict, bound) in enumerate(rows):
+        colour = _VERDICT_COLOURS.get(verdict, "0.35")
+        axes.plot([low, high], [index, index], color=colour, linewidth=3,
+                  solid_capstyle="butt")
+        axes.plot([ratio], [index], marker="o", color=colour)
+        axes.plot([bound], [index], marker="|", markersize=14, color="tab:red")
+    axes.axvline(1.0, color="0.5", linewidth=1)
+    axes.set_yticks(range(len(rows)), [plain(f"{row[0]}: {row[4]}") for row in rows],
+                    fontsize="small")
+    axes.invert_yaxis()
+    axes.set_xscale("log")
+    axes.set_xlabel("this run / baseline (95 % interval; red tick: the minimum effect)")
+    axes.grid(True, axis="x", which="both", alpha=0.3)
+    return figure
+
+
+def forest_png(rows: Sequence[tuple[str, float, float, float, str, float]]) -> bytes:
+    return _png(forest_figure(rows))
