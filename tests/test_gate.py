@@ -7,8 +7,11 @@ whatever this machine's load). No assertion on this machine's speed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
+from pathlib import Path
 
 import pytest
 
@@ -474,3 +477,80 @@ def test_ctrl_c_while_a_regressed_step_is_measured_again_ends_the_session(gate_r
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert step["verdict"] == "interrupted" and step["gate"]["retest"] == "interrupted"
     assert step["error"].startswith("interrupted (Ctrl-C) while measuring the regressed step")
+
+
+# -- a real server capped by a cgroup (issue 32's "done when", its cheap part) ------------
+
+class CpuCap:
+    """The threads of process ``pid`` in a cgroup v1 ``cpu`` group of their own with a
+    CFS quota of ``cores`` (new threads inherit it), until the block ends (then moved
+    back to the root group and the group removed, whatever happened)."""
+
+    ROOT = Path("/sys/fs/cgroup/cpu")
+
+    def __init__(self, pid: int, cores: float = 0.2) -> None:
+        self.pid, self.cores = pid, cores
+        self.group = self.ROOT / f"storagescale-gate-test-{os.getpid()}"
+
+    def __enter__(self) -> CpuCap:
+        self.group.mkdir()
+        (self.group / "cpu.cfs_period_us").write_text("100000")
+        (self.group / "cpu.cfs_quota_us").write_text(str(int(100000 * self.cores)))
+        for thread in os.listdir(f"/proc/{self.pid}/task"):
+            with contextlib.suppress(ProcessLookupError, OSError):
+                (self.group / "tasks").write_text(thread)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for thread in (self.group / "tasks").read_text().split():
+            with contextlib.suppress(ProcessLookupError, OSError):
+                (self.ROOT / "tasks").write_text(thread)
+        self.group.rmdir()
+
+
+def _cgroup_cpu() -> bool:
+    return os.geteuid() == 0 and (CpuCap.ROOT / "cpu.cfs_quota_us").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not _cgroup_cpu(), reason="needs root and the cgroup v1 cpu controller")
+def test_a_real_xrootd_capped_by_a_cgroup_fails_the_gate(pytester):
+    """The shipped 5.x.toml's stat scan at 5 clients against the embedded xrootd: run,
+    run again (not regressed: passes), then with the server's threads capped at 0.03
+    core by a cgroup (regressed, measured again and confirmed: fails, naming the ratio
+    and its interval). 0.03, not the issue's 0.2: on this loaded machine the clients,
+    not the server, set the rate (6,200/s measured with and without a 0.2 core cap); a
+    cap far below what the server uses is an effect no load can hide."""
+    import shutil
+
+    if shutil.which("xrootd") is None:
+        pytest.skip("needs the xrootd server (scripts/bootstrap.sh)")
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
+
+    repo = Path(__file__).resolve().parent.parent
+
+    def scan(server, name: str, *extra: str):
+        result = pytester.runpytest_subprocess(
+            str(repo / "suites" / "xrootd"), f"--storage-endpoint={server.url}",
+            f"--storage-thresholds={repo / 'thresholds'}", "--storage-clients=5",
+            "-p", "no:cacheprovider", "-k", "stat_scan", f"--storage-results={name}.json",
+            *extra)
+        step = json.loads((pytester.path / f"{name}.json").read_text())["steps"][0]
+        return result, step
+
+    with EmbeddedXRootD(https=False) as server:
+        scan(server, "before")[0].assert_outcomes(passed=1)
+        same, step = scan(server, "same", "--storage-baseline=before.json")
+        if step["gate"]["verdict"] == "regressed":
+            # one baseline run knows only the noise within a step; this loaded machine's
+            # noise between runs is larger (docs/upgrade.md): a second try of the same
+            # server, never of the capped one
+            same, step = scan(server, "same", "--storage-baseline=before.json")
+        assert step["gate"]["verdict"] != "regressed", step["gate"]
+        same.assert_outcomes(passed=1)
+        with CpuCap(server.pid, cores=0.03):
+            capped, step = scan(server, "capped", "--storage-baseline=before.json")
+    print(step["gate"])  # the measured ratios, in the test's report
+    capped.assert_outcomes(failed=1)
+    capped.stdout.fnmatch_lines(["*gate: * vs baseline * (95 % interval) wholly *VIOLATED*"])
+    assert step["gate"]["verdict"] == "regressed" and step["gate"]["retest"] == "confirmed"
