@@ -11,10 +11,11 @@ import psutil
 
 
 def dcache_processes(server) -> list[int]:
-    """The JVM and the PostgreSQL server and backends of ``server``."""
+    """The domain's JVM, ZooKeeper's and the PostgreSQL server and backends of ``server``."""
     assert server.process is not None and server.database is not None
+    assert server.zookeeper is not None
     leader = psutil.Process(server.database.process.pid)
-    return [server.process.pid, leader.pid,
+    return [server.process.pid, server.zookeeper.pid, leader.pid,
             *(child.pid for child in leader.children(recursive=True))]
 
 

@@ -39,7 +39,8 @@ from pytest_storagescale.servers.dcache import EmbeddedDCache
 server = EmbeddedDCache()
 server.requested_version = sys.argv[1] or None
 server.start()
-print(server.process.pid, server.database.process.pid, server.directory, flush=True)
+print(server.process.pid, server.database.process.pid, server.zookeeper.pid, server.directory,
+      flush=True)
 os._exit(0)  # dies without stopping it, as a killed pytest would
 """
 
@@ -189,13 +190,13 @@ def test_a_dcache_whose_pytest_was_killed_is_reaped(dcache_release):
     left = subprocess.run([sys.executable, "-c", LEAVE_A_DCACHE, dcache_release],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert left.returncode == 0, left.stderr[-2000:]
-    jvm, postgres, directory = left.stdout.split()
-    jvm_pid, postgres_pid = int(jvm), int(postgres)
-    assert not gone(jvm_pid) and not gone(postgres_pid), "nothing left running to reap"
+    jvm, postgres, zookeeper, directory = left.stdout.split()
+    pids = {int(jvm), int(postgres), int(zookeeper)}  # ZooKeeper: a JVM of its own
+    assert not any(gone(pid) for pid in pids), "nothing left running to reap"
     stopped = [orphan for orphan in stop_orphaned_servers() if orphan.directory == directory]
     assert len(stopped) == 1
-    assert {jvm_pid, postgres_pid} <= set(stopped[0].killed)
-    assert gone(jvm_pid) and gone(postgres_pid)
+    assert pids <= set(stopped[0].killed)
+    assert all(gone(pid) for pid in pids)
     assert not Path(directory).exists()
 
 
