@@ -16,7 +16,7 @@ from pytest_storagescale.drivers.grid import XROOTD_CLIENT_DEFAULTS
 #: what a run without storage must not import (allure: with allure-pytest disabled,
 #: whose own plugin imports it)
 HEAVY = ("XRootD", "gfal2", "pycurl", "cryptography", "matplotlib", "distributed", "dask",
-         "allure")
+         "allure", "scipy", "numpy")
 
 #: at the session's end (the plugin's configuration and collection are done), in each
 #: process (state.json; an xdist worker's state-gw0.json...): the heavy modules
@@ -162,7 +162,10 @@ def test_a_missing_library_is_named_with_its_extra(pytester, tmp_path, module, o
 
 def test_the_test_extra_holds_every_other_extra():
     """``make test`` installs ``.[test]``: every extra's library, so no test is skipped
-    for a missing one; the base install is the three libraries every run loads."""
+    for a missing one; the base install is the three libraries every run loads, and
+    scipy, which the gate against a baseline imports when it judges a step (a gate
+    cannot be an extra that is missing: a run with --storage-baseline would have no
+    verdict to give)."""
     import tomllib
     from pathlib import Path
 
@@ -171,4 +174,4 @@ def test_the_test_extra_holds_every_other_extra():
     for name, requirements in extras.items():
         assert set(requirements) <= set(extras["test"]), name
     assert [r.split(">")[0] for r in project["project"]["dependencies"]] == [
-        "pytest", "hdrhistogram", "psutil"]
+        "pytest", "hdrhistogram", "psutil", "scipy"]
