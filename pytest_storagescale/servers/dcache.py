@@ -23,8 +23,15 @@ fails at start makes the domain exit instead of restarting quietly), its heap bo
 ones picked at start. Readiness is probed on each door, never slept for: a real
 ``PUT`` through the WebDAV door (the pools come up after the doors), a ``stat`` of
 the test area over xrootd and over SRM. The version is the WebDAV door's own report
-(its ``Server:`` header). A killed pytest leaves nothing behind: the JVM and
-PostgreSQL work in the recorded directory (:mod:`.orphans`).
+(its ``Server:`` header). A killed pytest leaves nothing behind: the JVMs and
+PostgreSQL work in the recorded directory (:mod:`.orphans`), the JVMs' temporary files
+(the SRM door's Jetty folder) too (``java.io.tmpdir``).
+
+Another local user reads no secret of it and opens no ZooKeeper session: the release
+folder is 0700 with no compiled configuration cache (``var/config/cache`` held the
+database password), the files holding a password are 0600, and ZooKeeper runs in a JVM
+of its own that requires a SASL login (:meth:`EmbeddedDCache._start_zookeeper`: dCache's
+embedded ZooKeeper service cannot).
 """
 
 from __future__ import annotations
