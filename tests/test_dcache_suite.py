@@ -50,7 +50,7 @@ NOT_PASSED = {
     "test_readv_repeated_chunk[root]": ("xfail", "[known_issues] 'readv_repeated_chunk[root]'"),
     "test_overwrite[root]": ("xfail", "[known_issues] 'overwrite'"),
     "test_overwrite[davs]": ("xfail", "[known_issues] 'overwrite'"),
-    "test_persist_on_close[davs]": ("skip", "kXR_posc; this door speaks davs://"),
+    "test_persist_on_close[davs]": ("skip", "not an XRootD door: persist-on-close"),
 }
 CONFORMANCE_CHECKS = 17
 #: suites/dcache/test_dcache_behaviour.py's checks by door: XRootD 5.5 accepts the

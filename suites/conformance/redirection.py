@@ -109,8 +109,8 @@ def redirector_of(door: Door, folder: str, embedded_redirector: bool) -> Redirec
     one (a failure on the embedded cluster, which must be)."""
     endpoint = door.spec.endpoint
     if not (door.is_xrootd and hasattr(door.spec.driver_class, "locate")):
-        pytest.skip(f"{door.name} door: redirection is XRootD's (kXR_locate, kXR_redirect); "
-                    f"this door speaks {door.scheme}://")
+        # one reason for every door it skips (the test id names the door): one line
+        pytest.skip("not an XRootD door: redirection is XRootD's (kXR_locate, kXR_redirect)")
     door.client("conformance-env").close()  # the door's credentials in the environment
     port = endpoint.port or 1094
     try:

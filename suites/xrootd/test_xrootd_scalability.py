@@ -95,11 +95,14 @@ def _auth_scan(login: str, storage_endpoint, storage_load) -> None:
     if session != login:
         how = (f"the session logs in with {session}" if session else
                "the session does not force a security protocol (the server picks it)")
+        # one reason for every scan this session cannot run (its login is in the test's
+        # name), so that pytest's -rs says them on one line with their count
         pytest.skip(
-            f"the {login} authentication-rate scan needs {login} logins and {how}: run "
-            f"'pytest suites/xrootd --storage-embedded-login {login}', or force it with "
-            f"--storage-driver-option security_protocol={driver.login_protocols[login]} and "
-            f"its credential")
+            f"an authentication-rate scan needs the login it measures (its name says "
+            f"which) and {how}: run 'pytest suites/xrootd --storage-embedded-login LOGIN' "
+            f"({', '.join(driver.login_protocols)}), or force it with --storage-driver-option "
+            f"security_protocol={'|'.join(driver.login_protocols.values())} and its "
+            f"credential")
     storage_load.run()
 
 
