@@ -171,13 +171,35 @@ def test_a_member_claiming_more_than_the_bound_is_refused_from_its_header(tmp_pa
         _member(f"{TOP}/bin/dcache", data=b"#!/bin/sh\n", mode=0o755), (info, b"\0" * 512)])
     with pytest.raises(StorageScaleUsageError) as usage:
         EmbeddedDCache.check_version(str(tarball))
-    assert f"member {info.name!r} makes it hold more than 1,024 MiB unpacked" in str(
-        usage.value), usage.value
+    # a tarball of 1 KB may hold 64 MiB (the floor of 20 times its size)
+    assert (f"member {info.name!r} makes it hold more than 64 MiB unpacked, 20 times the "
+            f"tarball's size") in str(usage.value), usage.value
     run = tmp_path / "run"
     run.mkdir()
-    with pytest.raises(EndpointError, match="more than 1,024 MiB unpacked"):
+    with pytest.raises(EndpointError, match="more than 64 MiB unpacked"):
         EmbeddedDCache()._unpack(tarball, run / "dist")
     assert not (run / "dist").exists()  # a refused release is not left behind
+
+
+def test_a_tarball_may_grow_twenty_times_its_size(tmp_path):
+    """The unpacked bound is at most 20 times the tarball's size (dCache's: 1.2), so a
+    bomb's first large member is refused at its header, before its data is
+    decompressed; a release's size stays within it."""
+    assert tarballs.byte_bound(_tarball(tmp_path / "small.tar.gz", [])) == 64 << 20
+    big = tmp_path / "big.tar.gz"
+    with open(big, "wb") as stream:
+        stream.truncate(10 << 20)  # only its size counts here
+    assert tarballs.byte_bound(big) == 200 << 20
+    stream_path = tmp_path / "huge.tar.gz"
+    with open(stream_path, "wb") as stream:
+        stream.truncate(170 << 20)  # a dCache tarball's size: the 1 GiB bound applies
+    assert tarballs.byte_bound(stream_path) == tarballs.MAX_BYTES
+    zeros = _tarball(tmp_path / "dcache-11.2.5.tar.gz",
+                     [_member(f"{TOP}/share/zero", data=bytes(80 << 20))])
+    assert zeros.stat().st_size < 1 << 20
+    with pytest.raises(StorageScaleUsageError, match=r"member '.*/zero' makes it hold more "
+                                                     r"than 64 MiB unpacked, 20 times"):
+        EmbeddedDCache.check_version(str(zeros))
 
 
 def test_a_compression_bomb_stops_at_the_bound_not_at_its_end(monkeypatch, tmp_path):

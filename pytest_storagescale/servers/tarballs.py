@@ -14,9 +14,11 @@ or to one above it (``.``, ``..``, ``../..`` inside the tree) is refused too: no
 release holds one, and such a link turns a lexical path check into a wrong one.
 
 A tarball is bounded (a gzip bomb): at most :data:`MAX_MEMBERS` members and
-:data:`MAX_BYTES` unpacked, judged from each member's header before its data is read,
-so a refused bomb costs the decompression of at most :data:`MAX_BYTES`. A refused
-tarball names its member; an unreadable or truncated one says so.
+:func:`byte_bound` unpacked (:data:`MAX_BYTES`, and no more than :data:`MAX_RATIO` times
+its compressed size: a release of jars barely compresses), judged from each member's
+header before its data is read, so a bomb is refused at the header of its first large
+member, before decompressing it. A refused tarball names its member; an unreadable or
+truncated one says so.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ _SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 MAX_MEMBERS = 20_000
 #: the most bytes its members may hold unpacked (dCache 10.2.25: 192 MiB, 11.2.5: 187 MiB)
 MAX_BYTES = 1 << 30
+#: the most a tarball may grow when unpacked, times its compressed size (dCache 11.2.5:
+#: 1.2; a gzip bomb: ~1000), and the bound below which the ratio is not applied
+MAX_RATIO, RATIO_FLOOR = 20, 64 << 20
+#: the stream's read size stays tarfile's 10 KiB: each read decompresses all it read
+#: at once (no bound), and 1 MiB of a bomb is ~1 GiB
 #: links followed in one path before it counts as a loop (Linux's own limit)
 MAX_LINK_HOPS = 40
 
@@ -66,15 +73,24 @@ def member_problem(member: tarfile.TarInfo) -> str:
     return ""
 
 
-def _bound_problem(member: tarfile.TarInfo, count: int, total: int) -> str:
+def byte_bound(tarball: Path) -> int:
+    """The most bytes ``tarball``'s members may hold: :data:`MAX_BYTES`, and at most
+    :data:`MAX_RATIO` times its size (but not below :data:`RATIO_FLOOR`)."""
+    return min(MAX_BYTES, max(RATIO_FLOOR, MAX_RATIO * os.path.getsize(tarball)))
+
+
+def _bound_problem(member: tarfile.TarInfo, count: int, total: int, bound: int) -> str:
     """Why the tarball is too large once ``member`` (the ``count``-th, ``total`` bytes
     with it) is read ("" when it is not)."""
     if count > MAX_MEMBERS:
         return (f"makes it hold more than {MAX_MEMBERS:,} members (a dCache release has "
                 f"about 800)")
-    if total > MAX_BYTES:
-        return (f"makes it hold more than {MAX_BYTES >> 20:,} MiB unpacked (a dCache "
-                f"release holds about 190 MiB): a compression bomb, or not a release")
+    if total > bound:
+        limit = (f"{MAX_RATIO} times the tarball's size" if bound < MAX_BYTES
+                 else "the bound for a release")
+        return (f"makes it hold more than {bound >> 20:,} MiB unpacked, {limit} (a dCache "
+                f"release holds about 190 MiB in a 170 MB tarball): a compression bomb, or "
+                f"not a release")
     return ""
 
 
@@ -114,11 +130,12 @@ def first_problem(tarball: Path) -> str:
     and every member's folder resolved through the tree's final links."""
     members: dict[str, tarfile.TarInfo] = {}
     try:
+        bound = byte_bound(tarball)
         with tarfile.open(tarball, "r|gz") as archive:
             total = 0
             for count, member in enumerate(archive, start=1):
                 total += max(member.size, 0)
-                why = member_problem(member) or _bound_problem(member, count, total)
+                why = member_problem(member) or _bound_problem(member, count, total, bound)
                 if why:
                     return f"member {member.name!r} {why}"
                 members[_clean(member.name)] = member
@@ -158,13 +175,14 @@ def unpack(tarball: Path, target: Path) -> str:
 
 
 def _unpack(tarball: Path, folder: str) -> str:
+    bound = byte_bound(tarball)
     with tarfile.open(tarball, "r|gz") as archive:
         if hasattr(tarfile, "data_filter"):  # a Python that has it applies it too
             setattr(archive, "extraction_filter", tarfile.data_filter)  # noqa: B010
         total = 0
         for count, member in enumerate(archive, start=1):
             total += max(member.size, 0)
-            why = member_problem(member) or _bound_problem(member, count, total)
+            why = member_problem(member) or _bound_problem(member, count, total, bound)
             if not why and not _inside(os.path.join(folder, member.name), folder):
                 why = "leads out of the release folder through a link unpacked before it"
             if not why and member.issym() and not _inside(os.path.join(
