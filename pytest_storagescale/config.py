@@ -409,8 +409,9 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "--storage-server-monitor", lambda v: _parse_listen_address(v), None,
         "host:port to listen on for a remote storage's XRootD summary monitoring (its "
         "servers' 'xrd.report HOST:PORT every 10s all sync'): each step then shows the "
-        "requests the servers counted beside the clients' (server_ops). The embedded "
-        "xrootd reports to a listener on loopback without it.",
+        "requests the servers counted beside the clients' (server_ops); UDP, every "
+        "sender counts: listen where only the servers reach. The embedded xrootd "
+        "reports to a private Unix socket without it.",
     ),
 }
 def parse_accept(value: str) -> Any:
