@@ -462,8 +462,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             if benchmark_json is not None:
                 write_benchmark_json(benchmark_json, ledger.run, ledger.steps)
             allure_results = allure_dir(session.config)
-            if allure_results is not None:
-                write_session_files(allure_results, ledger.run)
+            if allure_results is not None:  # the overview names the verdict and baseline
+                write_session_files(allure_results, ledger.run, _run_verdict(
+                    run, summary, session.config.stash.get(behaviour_gate_key, None)))
     finally:
         run.finish()  # clean-up errors and Ctrl-C are said in the summary, never raised
         if run.area.cleanup_interrupted:
@@ -489,6 +490,18 @@ def _finish_results(session: pytest.Session, run: StorageRun) -> RunSummary:
                               [dataclasses.asdict(test) for test in summary.tests],
                               gate=gate.to_json() if gate is not None else None)
     return summary
+
+
+def _run_verdict(run: StorageRun, summary: RunSummary,
+                 gate: BehaviourGate | None) -> dict[str, str]:
+    """The run's verdict, its baseline and behaviour gate, for Allure's overview."""
+    found = {"run.verdict": f"{summary.verdict} ({summary.counts_text})"}
+    baselines = run.settings.baseline_paths()
+    if baselines:
+        found["run.baseline"] = ", ".join(map(str, baselines))
+    if gate is not None:
+        found["run.behaviour_gate"] = gate.headline()
+    return found
 
 
 def behaviour_gate(run: StorageRun, outcomes: TestOutcomes,

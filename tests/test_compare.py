@@ -397,9 +397,19 @@ def test_the_upgrade_flow_on_the_two_real_versions(pytester):
     script = Path(sys.executable).with_name("storagescale")
     done = subprocess.run([str(script), "compare", "before.json", "after.json"],
                           cwd=pytester.path, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
     print(done.stdout)  # the real comparison, in the test's report
     lines = done.stdout.splitlines()
+    # the gate's verdict first: exit 1 exactly when the later run's step regressed (the
+    # GSI collapse, unless the client host was too busy to tell) or failed
+    later = json.loads((pytester.path / "after.json").read_text())["steps"]
+    failed = any((step.get("gate") or {}).get("verdict") == "regressed"
+                 or step["verdict"] in ("fail", "error") for step in later)
+    assert done.returncode == (1 if failed else 0), done.stderr
+    assert lines[0].startswith(f"gate: {'FAILED' if failed else 'PASSED'}: B: xrootd "
+                               f"{BUILT_VERSION} against A: xrootd 5.5.3")
+    if failed:
+        assert any(line.startswith("  auth_gsi") for line in lines[:lines.index("")])
+    lines = lines[lines.index("") + 1:]  # the table under the gate
     assert lines[0].split() == ["A:", "xrootd", "5.5.3", "B:", "xrootd", BUILT_VERSION]
     row = next(line for line in lines if line.startswith("auth_gsi"))
     assert row.split()[1] == "1"

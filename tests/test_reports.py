@@ -66,9 +66,17 @@ def _results(directory: Path) -> dict[str, dict]:
 def test_allure_results_and_stable_history(pytester):
     first = _run_suite(pytester, "--alluredir=first")
     first.assert_outcomes(passed=4)
-    second = _run_suite(pytester, "--alluredir=second")
+    second = _run_suite(pytester, "--alluredir=second", "--storage-results=second.json")
     second.assert_outcomes(passed=4)
     a, b = _results(pytester.path / "first"), _results(pytester.path / "second")
+    # the overview's Environment names the run's verdict (and a baseline's gate)
+    third = _run_suite(pytester, "--alluredir=third", "--storage-baseline=second.json")
+    assert third.ret in (0, 1)  # the load steps' gate on a busy machine decides
+    environment = (pytester.path / "third" / "environment.properties").read_text()
+    verdict = "PASSED (4 passed)" if third.ret == 0 else "FAILED"
+    assert f"run.verdict={verdict}" in environment, environment
+    assert f"run.baseline={pytester.path / 'second.json'}" in environment
+    assert "run.behaviour_gate=gate\\: no behaviour change against" in environment
     step = a["test_stat_scan[c3]"]
     parameters = {p["name"]: p for p in step["parameters"]}
     assert parameters["op"]["value"] == "'stat'" and parameters["clients"]["value"] == "3"
@@ -86,6 +94,7 @@ def test_allure_results_and_stable_history(pytester):
         assert a[name]["historyId"] == b[name]["historyId"], name
     environment = (pytester.path / "first" / "environment.properties").read_text()
     assert "storage.system=xrootd" in environment and "client.pytest=" in environment
+    assert "run.verdict=PASSED (4 passed)" in environment and "run.baseline" not in environment
     categories = json.loads((pytester.path / "first" / "categories.json").read_text())
     assert [c["name"] for c in categories][:2] == ["Hung clients", "Threshold violations"]
 

@@ -184,10 +184,14 @@ def attach_step(record: StepRecord, run: RunInfo, scan: list[StepRecord], *,
                       f"hung vs clients)", allure.attachment_type.PNG)
 
 
-def write_session_files(directory: Path, run: RunInfo) -> None:
-    """``environment.properties`` and ``categories.json`` (once, by the results owner)."""
+def write_session_files(directory: Path, run: RunInfo,
+                        verdict: dict[str, str] | None = None) -> None:
+    """``environment.properties`` and ``categories.json`` (once, by the results owner).
+    ``verdict``: what the overview's Environment names first (``run.verdict``,
+    ``run.baseline``, ``run.behaviour_gate``)."""
     directory.mkdir(parents=True, exist_ok=True)
     properties = {
+        **(verdict or {}),
         "storage.system": run.system,
         "storage.version": run.version,
         "storage.endpoint": run.endpoint,
