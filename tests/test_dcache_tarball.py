@@ -236,3 +236,23 @@ def test_links_are_followed_through_the_whole_tarball():
     assert tarballs.resolve("top/a/b/c/../../..", links) is None
     assert tarballs.resolve("top/loop/x", links) is None  # a loop: refused
     assert tarballs.resolve("top/abs", {"top/abs": "/etc"}) is None
+
+
+def test_a_header_too_large_stops_the_stream_at_the_bound(monkeypatch, tmp_path):
+    """tarfile reads a pax header's data whole before the member it describes is
+    seen: the decompressed stream itself is bounded (bound lowered here to 1 MiB of
+    data and 1 MiB of headers), so an 8 MiB pax header stops at 2 MiB, at the option's
+    check and at the unpack."""
+    monkeypatch.setattr(tarballs, "RATIO_FLOOR", 1 << 20)
+    monkeypatch.setattr(tarballs, "HEADER_ROOM", 1 << 20)
+    pax, _ = _member(f"{TOP}/share/x", kind=tarfile.XHDTYPE)
+    pax.size = 8 << 20
+    tarball = _header_only(tmp_path / "dcache-11.2.5.tar.gz", [
+        _member(f"{TOP}/bin/dcache", data=b"#!/bin/sh\n", mode=0o755),
+        (pax, b"1" * (8 << 20)), _member(f"{TOP}/share/x")])
+    with pytest.raises(StorageScaleUsageError, match=r"not a dCache distribution tarball: "
+                                                     r"it unpacks to more than 2 MiB"):
+        EmbeddedDCache.check_version(str(tarball))
+    target = tmp_path / "dist"
+    target.mkdir()
+    assert unpack(tarball, target).startswith("it unpacks to more than 2 MiB")

@@ -23,6 +23,9 @@ truncated one says so.
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import io
 import os
 import posixpath
 import stat
@@ -38,8 +41,9 @@ MAX_BYTES = 1 << 30
 #: the most a tarball may grow when unpacked, times its compressed size (dCache 11.2.5:
 #: 1.2; a gzip bomb: ~1000), and the bound below which the ratio is not applied
 MAX_RATIO, RATIO_FLOOR = 20, 64 << 20
-#: the stream's read size stays tarfile's 10 KiB: each read decompresses all it read
-#: at once (no bound), and 1 MiB of a bomb is ~1 GiB
+#: what a tarball's stream may hold beyond its members' data: headers (tarfile reads
+#: a pax or GNU long-name header's data whole, before the member it describes is seen)
+HEADER_ROOM = 32 << 20
 #: links followed in one path before it counts as a loop (Linux's own limit)
 MAX_LINK_HOPS = 40
 
@@ -77,6 +81,45 @@ def byte_bound(tarball: Path) -> int:
     """The most bytes ``tarball``'s members may hold: :data:`MAX_BYTES`, and at most
     :data:`MAX_RATIO` times its size (but not below :data:`RATIO_FLOOR`)."""
     return min(MAX_BYTES, max(RATIO_FLOOR, MAX_RATIO * os.path.getsize(tarball)))
+
+
+class TooLarge(OSError):
+    """The decompressed stream passed its bound."""
+
+
+class _Bounded(io.RawIOBase):
+    """A tarball's decompressed stream (gzip's reader, which decompresses as much as
+    asked, not a whole compressed chunk) that raises :class:`TooLarge` past ``limit``
+    bytes, whatever part of tarfile reads it."""
+
+    def __init__(self, tarball: Path, limit: int) -> None:
+        super().__init__()
+        self.stream = gzip.open(tarball, "rb")
+        self.limit, self.total = limit, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        data = self.stream.read(min(len(buffer), 1 << 20))
+        self.total += len(data)
+        if self.total > self.limit:
+            raise TooLarge(f"it unpacks to more than {self.limit >> 20:,} MiB (a compression "
+                           f"bomb, or not a release)")
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self.stream.close()
+        super().close()
+
+
+@contextlib.contextmanager
+def _members(tarball: Path, bound: int):
+    """``tarball`` as a tarfile stream whose decompressed bytes are bounded."""
+    with _Bounded(tarball, bound + HEADER_ROOM) as raw, \
+            tarfile.open(fileobj=io.BufferedReader(raw), mode="r|") as archive:
+        yield archive
 
 
 def _bound_problem(member: tarfile.TarInfo, count: int, total: int, bound: int) -> str:
@@ -131,7 +174,7 @@ def first_problem(tarball: Path) -> str:
     members: dict[str, tarfile.TarInfo] = {}
     try:
         bound = byte_bound(tarball)
-        with tarfile.open(tarball, "r|gz") as archive:
+        with _members(tarball, bound) as archive:
             total = 0
             for count, member in enumerate(archive, start=1):
                 total += max(member.size, 0)
@@ -139,6 +182,8 @@ def first_problem(tarball: Path) -> str:
                 if why:
                     return f"member {member.name!r} {why}"
                 members[_clean(member.name)] = member
+    except TooLarge as exc:
+        return str(exc)
     except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
         return f"it cannot be read as a gzip tar ({exc})"
     links = {name: member.linkname for name, member in members.items() if member.issym()}
@@ -169,6 +214,8 @@ def unpack(tarball: Path, target: Path) -> str:
     folder = os.path.realpath(target)
     try:
         why = _unpack(tarball, folder)
+    except TooLarge as exc:
+        return str(exc)
     except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
         return f"it cannot be read as a gzip tar ({exc})"
     return why or _links_leaving(folder)
@@ -176,7 +223,7 @@ def unpack(tarball: Path, target: Path) -> str:
 
 def _unpack(tarball: Path, folder: str) -> str:
     bound = byte_bound(tarball)
-    with tarfile.open(tarball, "r|gz") as archive:
+    with _members(tarball, bound) as archive:
         if hasattr(tarfile, "data_filter"):  # a Python that has it applies it too
             setattr(archive, "extraction_filter", tarfile.data_filter)  # noqa: B010
         total = 0
