@@ -159,6 +159,22 @@ def storage_endpoint(request: pytest.FixtureRequest) -> StorageEndpoint:
     return StorageEndpoint(run, run.area.path)
 
 
+@pytest.fixture(autouse=True)
+def _storagescale_checks_share_the_endpoint(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test of the storage that runs no load (a functional or conformance check)
+    holds the endpoint shared with the other checks: no load test of the session
+    runs its steps meanwhile, and a check waits for the one that does (a load test
+    takes it alone at its first step, :meth:`StorageLoad._hold_endpoint`). Not named
+    ``storage_*``: autouse, it must not count as a test using the storage."""
+    names = set(request.fixturenames)
+    run = request.config.stash.get(storage_run_key, None)
+    if run is None or "storage_endpoint" not in names or "storage_load" in names:
+        yield
+        return
+    with run.ledger.shared():
+        yield
+
+
 @pytest.fixture(scope="session")
 def storage_settings(request: pytest.FixtureRequest):
     """The session's resolved options (``--storage-*`` > environment > ini > default)."""
@@ -316,6 +332,8 @@ class StorageLoad:
         self.thresholds = thresholds if thresholds is not None else \
             self._run.thresholds(system)
         self.outcomes: list[StepOutcome] = []
+        #: the endpoint held alone from the test's first step to its end
+        self._holding = False
 
     @property
     def door(self) -> Door:
@@ -387,6 +405,7 @@ class StorageLoad:
         plan = self.section_plan(section)
         clients = (clients or plan.max_in_flight or 1) if rate else self.clients_for(clients)
         _usable(self._run)
+        self._hold_endpoint()
         request = StepRequest(test=self.nodeid, system=self._system, section=section,
                               clients=clients, overrides=overrides, label=label, side=side,
                               door=self.door_name, arrival_rate=rate)
@@ -405,6 +424,23 @@ class StorageLoad:
             raise KeyboardInterrupt(f"{outcome.record.title}: {outcome.record.error}")
         self._raise_for(outcome, check)
         return outcome.record
+
+    def _hold_endpoint(self) -> None:
+        """From the test's first step to its end, the endpoint is this test's alone
+        (:meth:`~.session.ledger.StepLedger.lock`): no other worker's step or check
+        comes between a multi-step test's steps (a recovery test's overload and its
+        probes) or beside them."""
+        if self._holding:
+            return
+        hold = self._run.ledger.lock()
+        hold.__enter__()
+        self._holding = True
+
+        def release() -> None:
+            self._holding = False
+            hold.__exit__(None, None, None)
+
+        self._request.node.addfinalizer(release)
 
     def _report(self, outcome: StepOutcome) -> None:
         if allure_dir(self._request.config) is not None:

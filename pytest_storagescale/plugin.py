@@ -27,6 +27,7 @@ from .drivers.registry import extra_hint
 from .errors import StorageScaleUsageError
 from .fixtures import (  # noqa: F401 - fixtures are registered by import
     STEP_PROPERTY,
+    _storagescale_checks_share_the_endpoint,
     marker_arg,
     parametrize_load_doors,
     storage_arrival_rate,
@@ -56,6 +57,7 @@ from .reporting.progress import StepLines
 from .reporting.table import format_failures, format_table
 from .servers.orphans import STOPPED_ORPHANS
 from .session import WORKER_INPUT_KEY, Role, StorageRun, client_versions, role_of
+from .session.stopping import TermAsInterrupt, xdist_worker_pids
 from .shipped import pyargs_folders
 from .stash import storage_run_key
 from .steps import client_host_lines, endpoint_driver, unmeasured_lines
@@ -69,6 +71,9 @@ PLUGIN_FIXTURES = frozenset(name for name, value in vars(fixtures).items()
 storage_used_key = pytest.StashKey[bool]()
 #: the endpoint's header lines were shown (else after collection, once storage is used)
 header_shown_key = pytest.StashKey[bool]()
+#: SIGTERM as Ctrl-C for the session, and the xdist workers it is passed on to
+sigterm_key = pytest.StashKey[TermAsInterrupt]()
+xdist_nodes_key = pytest.StashKey[list]()
 #: the behaviour gate's verdict against the baseline (said in the summary)
 behaviour_gate_key = pytest.StashKey[BehaviourGate]()
 
@@ -137,6 +142,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if run.owns_results:  # a worker's reports tell the controller a step is logged
         config.pluginmanager.register(StepCollector(run, config), "storagescale-step-collector")
         config.pluginmanager.register(TestOutcomes(run), OUTCOMES)  # the HTML's verdict
+    # SIGTERM (timeout, a CI runner's cancel) ends the session as Ctrl-C does; the
+    # xdist controller passes it on to its workers (those pytest_configure_node saw)
+    nodes: list = []
+    config.stash[xdist_nodes_key] = nodes
+    config.stash[sigterm_key] = sigterm = TermAsInterrupt(lambda: xdist_worker_pids(nodes))
+    sigterm.install()
 
 
 def storage_asked(settings: Settings) -> bool:
@@ -200,6 +211,7 @@ def pytest_configure_node(node) -> None:
     run: StorageRun = node.config.stash[storage_run_key]
     used = node.config.stash.get(storage_used_key, False)
     node.workerinput[WORKER_INPUT_KEY] = run.shared_info(deferred=not used)
+    node.config.stash.get(xdist_nodes_key, []).append(node)  # SIGTERM goes on to it
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -220,6 +232,9 @@ def pytest_xdist_node_collection_finished(node, ids) -> None:
             reporter.write_line(line)
 
 
+#: after Ctrl-C or SIGTERM, how long the xdist controller waits for the steps its
+#: workers are stopping (their clients' report, a probe before the clean-up: seconds)
+STOP_GRACE = 8.0
 #: a step begun on an xdist worker that died before it finished
 LOST_WORKER = ("the xdist worker {worker} was lost mid-step (it crashed or was killed "
                "while running {test}): what it measured is lost; xdist replaced it")
@@ -447,6 +462,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             # never finished is an error naming its process (interrupted after Ctrl-C)
             run.ledger.sync()
             if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+                # an xdist worker stopping its step (SIGTERM passed on, or Ctrl-C)
+                # logs it with what it measured within a few seconds
+                run.ledger.settle(STOP_GRACE)
                 run.ledger.lose(None, INTERRUPTED_STEP, Verdict.INTERRUPTED)
             else:
                 run.ledger.lose(None, UNFINISHED_STEP)
@@ -466,6 +484,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                 write_session_files(allure_results, ledger.run, _run_verdict(
                     run, summary, session.config.stash.get(behaviour_gate_key, None)))
     finally:
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED:  # a frozen storage: no wait
+            run.area.session_interrupted = True
         run.finish()  # clean-up errors and Ctrl-C are said in the summary, never raised
         if run.area.cleanup_interrupted:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
@@ -615,6 +635,9 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    sigterm = config.stash.get(sigterm_key, None)
+    if sigterm is not None:
+        sigterm.restore()
     run = config.stash.get(storage_run_key, None)
     if run is not None:
         run.finish()

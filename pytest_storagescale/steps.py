@@ -43,6 +43,7 @@ from .load.operations import get_operation
 from .load.plan import StepPlan, StepProgress
 from .records import RuleCheck, RunInfo, StepRecord, Verdict, all_passed
 from .session import Door, StorageRun
+from .session.stopping import stop_cause
 from .thresholds import SectionPlan, ThresholdSet, evaluate
 
 #: derives metrics (``mix_ratio``) from a measured step and earlier ones
@@ -264,7 +265,7 @@ def measure(run: StorageRun, record: StepRecord,
     except StepInterrupted as interrupted:
         record.result = interrupted.result
         record.verdict = Verdict.INTERRUPTED
-        record.error = (f"interrupted (Ctrl-C) after {interrupted.result.duration_s:.3g} s "
+        record.error = (f"interrupted ({stop_cause()}) after {interrupted.result.duration_s:.3g} s "
                         f"of measurement; the clients were stopped and the step cleaned up")
     record.started, record.ended = record.result.started, record.result.ended
     record.cleanup_error = record.result.cleanup_error

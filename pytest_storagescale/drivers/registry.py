@@ -16,8 +16,10 @@ else builds clients from.
 from __future__ import annotations
 
 import importlib
+import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..errors import StorageScaleUsageError
@@ -115,10 +117,25 @@ def start_early_drivers() -> None:
                 entry.start_early = False  # not installed or broken: said when asked for
 
 
+@contextmanager
+def kept_signal_mask() -> Iterator[None]:
+    """The calling thread's signal mask as it was before the block: importing gfal2
+    (its Globus plugins) leaves every asynchronous signal blocked in the importing
+    thread, pytest's main thread, so that Ctrl-C and SIGTERM reached only the threads
+    started before it, and none of a client process spawned after it, which inherits
+    the mask (issue 31: an interrupted step kept nothing it measured)."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 def _import(name: str, entry: _Entry) -> type[Driver]:
     module_name, _, class_name = str(entry.target).partition(":")
     try:
-        cls = getattr(importlib.import_module(module_name), class_name)
+        with kept_signal_mask():
+            cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:
         needs = f"needs {entry.install_hint}" if entry.install_hint else "cannot be imported"
         raise StorageScaleUsageError(

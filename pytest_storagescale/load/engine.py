@@ -50,6 +50,9 @@ from .stats import ClientUsage, SideAccumulator, SideResult, StepResult
 #: the watchdog waits this much longer than the native timeout, so that a library
 #: that keeps its timeouts reports its own error first
 WATCHDOG_MARGIN = 2.0
+#: after Ctrl-C or SIGTERM, how long the storage may take to answer the probe before
+#: the step's clean-up (seconds): a frozen storage is left to the session's end
+INTERRUPT_PROBE = 1.0
 #: the failure classes after which the next step's clients log in afresh
 LOST_CONNECTION_CLASSES = frozenset({"unreachable"})
 
@@ -98,10 +101,12 @@ def service_deadline(plan: StepPlan) -> float:
     return plan.client_timeout + WATCHDOG_MARGIN
 
 
-def probe(watch: RequestWatch, plan: StepPlan, why: str) -> None:
-    """One ``stat`` of the step's parent directory, answered within ``hang_timeout``
-    (any answer, a refusal too); else :class:`DeadlineExceeded` saying ``why`` the
-    probe was sent."""
+def probe(watch: RequestWatch, plan: StepPlan, why: str,
+          deadline: float | None = None) -> None:
+    """One ``stat`` of the step's parent directory, answered within ``deadline``
+    (default ``hang_timeout``; any answer, a refusal too); else
+    :class:`DeadlineExceeded` saying ``why`` the probe was sent."""
+    deadline = plan.hang_timeout if deadline is None else min(deadline, plan.hang_timeout)
     parent = posixpath.dirname(plan.workdir.rstrip("/")) or "/"
 
     def stat() -> None:
@@ -111,10 +116,11 @@ def probe(watch: RequestWatch, plan: StepPlan, why: str) -> None:
             pass  # an answer: the set-up reports a refusal with its own words
 
     try:
-        run_bounded(stat, watch, plan.hang_timeout, "probe")
+        run_bounded(stat, watch, deadline, "probe")
     except DeadlineExceeded as exc:
         exc.message = (f"the storage did not answer a probe (stat) within "
-                       f"{plan.hang_timeout:g} s {why}; the step was not run")
+                       f"{deadline:g} s {why}"
+                       f"{'; the step was not run' if why.startswith('before') else ''}")
         exc.args = (str(exc),)
         raise
 
@@ -152,7 +158,8 @@ def _run(plan: StepPlan, execute, keep_workdir: bool,
         finally:
             operation.cleanup(context)
         hung = interrupted is None and any(a.hung for a in accumulators.values())
-        cleanup_error = None if keep_workdir else _clean(watch, plan, hung)
+        cleanup_error = None if keep_workdir else _clean(watch, plan, hung,
+                                                         interrupted is not None)
     finally:
         coordinator.close()
     if crashed is not None:
@@ -164,12 +171,16 @@ def _run(plan: StepPlan, execute, keep_workdir: bool,
     return result
 
 
-def _clean(watch: RequestWatch, plan: StepPlan, hung: bool) -> str | None:
+def _clean(watch: RequestWatch, plan: StepPlan, hung: bool,
+           interrupted: bool = False) -> str | None:
     """Remove the step's directory, every request bounded; after a step whose clients
     hung, only when the storage answers a probe (else the session's clean-up at the
-    end removes it)."""
+    end removes it); after Ctrl-C or SIGTERM, only when it answers one within
+    :data:`INTERRUPT_PROBE` (a frozen storage must not hold up the exit)."""
     try:
-        if hung:
+        if interrupted:
+            probe(watch, plan, "after the step was interrupted", INTERRUPT_PROBE)
+        elif hung:
             probe(watch, plan, "after the step's clients hung")
         return run_bounded(lambda: cleanup_tree(watch.driver, plan.workdir,
                                                 created=watch.driver.created), watch,

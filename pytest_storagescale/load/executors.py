@@ -32,7 +32,7 @@ from multiprocessing import connection as mp_connection
 from typing import Any
 
 from ..errors import StorageError, exit_text
-from .clients import LoadInterrupted, Progress, run_clients
+from .clients import INTERRUPT_DRAIN, MEASURE_TICK, LoadInterrupted, Progress, run_clients
 from .plan import ClientAssignment, StepClock, StepPlan, StepProgress
 from .stats import ClientUsage, CpuMeter, SideAccumulator, usable_cores
 
@@ -43,9 +43,11 @@ _PROCESS_GRACE = 10.0
 _START_TIMEOUT = 120.0
 #: from the last login to the start of the threads executor's step (seconds)
 _START_LEAD = 0.05
-#: after Ctrl-C, how long the processes may take to send what they measured (their
-#: clients get INTERRUPT_DRAIN of it to finish the requests in flight)
-_INTERRUPT_WAIT = 1.0
+#: after Ctrl-C, how long the processes may take to send what they measured: their
+#: clients get INTERRUPT_DRAIN to finish the requests in flight, and a process sees the
+#: signal at its coordinator's next tick (MEASURE_TICK) when another of its threads took
+#: it; 1 s lost the whole report of a step against a remote server (issue 31)
+_INTERRUPT_WAIT = INTERRUPT_DRAIN + MEASURE_TICK + 1.5
 #: what stops a client process's clients: Ctrl-C from the terminal, or the parent
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -142,6 +144,9 @@ class _Child:
     usage: ClientUsage | None = None
     #: its own error, the step's: message and error class
     failure: tuple[str, str] | None = None
+    #: it was stopped (a signal to it or to its process group) and sent what it
+    #: measured until then: the step was interrupted, whoever stopped it
+    interrupted: bool = False
 
 
 def _stop_once(signum: int, frame: Any) -> None:
@@ -170,6 +175,9 @@ def _process_main(plan: StepPlan, context: dict[str, Any], share: list[ClientAss
     what its clients measured so far as ``interrupted``."""
     for number in _STOP_SIGNALS:  # even when started with SIGINT ignored
         signal.signal(number, _stop_once)
+    # and not blocked: a process inherits the mask of the thread that spawned it (a
+    # client library may have blocked them there)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     def start() -> StepClock:  # its clients have logged in: the parent's common clock
         connection.send("ready")
         return connection.recv()
@@ -286,6 +294,7 @@ def _receive(child: _Child, accumulators: Accumulators) -> None:
         child.failure = (payload, *usage)
         child.share = []
         return
+    child.interrupted = kind == "interrupted"
     for side, wire in payload.items():
         accumulators[side].merge_wire(wire)
     if usage and usage[0] is not None:
@@ -317,6 +326,8 @@ def _collect(plan: StepPlan, clock: StepClock, children: list[_Child],
             break
         for connection in mp_connection.wait(waiting, timeout=min(1.0, deadline - time.time())):
             _receive(by_connection[connection], accumulators)
+        if any(child.interrupted for child in children):
+            return accumulators  # the step ends now (run_processes stops the others)
         state = _summed(plan, clock, [c for c in children if not c.finished])
         if progress is not None and state is not None:
             progress(state)
@@ -407,6 +418,11 @@ def run_processes(plan: StepPlan, context: dict[str, Any], progress: Progress | 
         accumulators.update(
             (a.side, SideAccumulator(clock.seconds)) for a in plan.assignments())
         _collect(plan, clock, children, progress, accumulators)
+        if any(child.interrupted for child in children):
+            # stopped by a signal this process did not take (SIGTERM to the client
+            # process, or Ctrl-C to a process group whose pytest ignores SIGINT): the
+            # step ends as interrupted with what was measured, never as a whole step
+            raise KeyboardInterrupt
         if (crash := _crashed(plan, children)) is not None:
             raise crash
         for child in children:

@@ -21,7 +21,7 @@ import pytest
 #: the plugin's name in pytest's plugin manager
 PLUGIN_NAME = "storagescale-test-outcomes"
 #: failures first, then what did not run as asked, then the rest
-ORDER = ("failed", "error", "xpassed", "skipped", "xfailed", "passed")
+ORDER = ("failed", "error", "interrupted", "xpassed", "skipped", "xfailed", "passed")
 #: a cause is one paragraph: at most this many lines and characters
 CAUSE_LINES, CAUSE_CHARS = 12, 2000
 #: pytest's exit status, as the report's verdict
@@ -135,10 +135,17 @@ class TestOutcomes:
     def __init__(self, run: Any) -> None:
         self.run = run  # the session's StorageRun: run id, start, endpoint
         self.tests: dict[str, TestOutcome] = {}
+        #: tests whose set-up passed and whose call has not been reported: one still
+        #: there at an interrupted session's end was stopped mid-test (Ctrl-C, SIGTERM)
+        self._running: set[str] = set()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         outcome = _outcome(report)
         known = self.tests.get(report.nodeid)
+        if report.when == "setup" and outcome == "passed":
+            self._running.add(report.nodeid)
+        elif report.when == "call" or outcome != "passed":
+            self._running.discard(report.nodeid)
         if outcome == "passed" and report.when != "call":
             if known is None:  # a passed set-up: the call says more
                 self.tests[report.nodeid] = TestOutcome(report.nodeid, kind_of(report),
@@ -152,6 +159,11 @@ class TestOutcomes:
     def summary(self, exit_status: int) -> RunSummary:
         """The verdict (pytest's exit status: FAILED when a test failed or errored,
         whatever its kind) and every test, failures first."""
+        if int(exit_status) == int(pytest.ExitCode.INTERRUPTED):
+            for nodeid in self._running & set(self.tests):  # its call never ended
+                self.tests[nodeid] = TestOutcome(
+                    nodeid, self.tests[nodeid].kind, "interrupted",
+                    "interrupted (Ctrl-C or SIGTERM) while it ran")
         tests = sorted(self.tests.values(),
                        key=lambda t: (ORDER.index(t.outcome) if t.outcome in ORDER
                                       else len(ORDER)))

@@ -41,6 +41,8 @@ from xml.etree import ElementTree
 from ..drivers import xmlsafe
 from ..load.server_usage import ServerUsage
 
+#: after Ctrl-C or SIGTERM, how long the servers' last report is waited for (s)
+INTERRUPTED_REPORT_WAIT = 1.0
 #: how often the embedded xrootd reports (seconds; ``xrd.report ... every``)
 REPORT_EVERY = 1
 #: the ``xrd.report`` line of an embedded xrootd reporting to ``address``
@@ -577,13 +579,17 @@ class ServerWatch:
         if self.pids:
             self.sampler = ProcessSampler(self.pids)
             self.sampler.start()
+        wait = None  # the listener's own limit
         try:
             yield
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: a frozen server must not hold
+            wait = INTERRUPTED_REPORT_WAIT  # up the exit for its report
+            raise
         finally:
             if self.sampler is not None:
                 self.sampler.stop()
             if self.listener is not None and self.before:
-                self.after = self.listener.fresh(time.time())
+                self.after = self.listener.fresh(time.time(), wait)
 
     def refused(self) -> str:
         """What the listener refused since the bracket was entered, as a clause

@@ -148,6 +148,9 @@ class ProcessGroup:
         if not reaped:
             if not self.watched.ended.is_set():
                 os.kill(self.pid, signal.SIGTERM)  # not reaped: this pid is the leader's
+                # a frozen (SIGSTOPped) server acts on SIGTERM only once continued: else
+                # the whole grace is waited for (issue 31: Ctrl-C took 14-24 s)
+                os.kill(self.pid, signal.SIGCONT)
                 self.watched.ended.wait(grace)
             self._kill_group()
             try:

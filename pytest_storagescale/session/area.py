@@ -99,6 +99,9 @@ class RunArea:
         self.door_checks: dict[str, str | None] = {}
         #: Ctrl-C ended the clean-up at the end (the summary says what is left)
         self.cleanup_interrupted = False
+        #: the session was stopped (Ctrl-C, SIGTERM): the clean-up at the end first asks
+        #: the storage for an answer within INTERRUPT_PROBE (a frozen one is left)
+        self.session_interrupted = False
 
     @property
     def path(self) -> str:
@@ -307,14 +310,25 @@ class RunArea:
         below it, once its owner record is checked again (this user's, this run id;
         no file older than the run's start on the storage's clock, which it names);
         the storage's refusal or what was left, as text."""
-        from ..drivers.watch import RequestWatch, run_bounded
-        from ..load.engine import remove_created, run_generated
+        from ..drivers.watch import DeadlineExceeded, RequestWatch, run_bounded
+        from ..load.engine import INTERRUPT_PROBE, remove_created, run_generated
 
         try:
             driver = self.endpoint.driver_spec(path).connect("cleanup", timeout=self.timeout)
         except StorageError as exc:
             return str(exc)
         watch = RequestWatch(driver)
+        if self.session_interrupted and path == self.path:
+            try:  # any answer will do; none within seconds: the exit must not wait
+                run_bounded(lambda: _exists(driver, path), watch, INTERRUPT_PROBE, "probe")
+            except DeadlineExceeded:
+                driver.close()
+                return (f"the storage did not answer within {INTERRUPT_PROBE:g} s after the "
+                        f"session was stopped: {path} is left on {self.endpoint.display} "
+                        f"with its owner file; a later run on this host with "
+                        f"--storage-clean-stale removes it, or remove it by hand")
+            except StorageError:
+                pass  # an answer: the clean-up below says what it could not remove
 
         def remove() -> str | None:
             owner = read_owner(driver, path)

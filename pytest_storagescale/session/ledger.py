@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import functools
 import json
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import IO
 
 from ..records import RunInfo, StepRecord, Verdict
 from ..reporting.results import ResultsFile, json_text
@@ -66,6 +68,73 @@ def private_folder(path: Path) -> Path:
     return path
 
 
+class EndpointLock:
+    """Who may use the endpoint now, across the session's processes: an flock on
+    ``load.lock`` in the shared folder, exclusive for a load test (all its steps:
+    a recovery test's overload and probe, a mixed test's three steps, with nothing
+    of the session's between or beside them) and shared for functional checks
+    (they run together, never during a load test's steps).
+
+    Re-entrant within the process: a hold inside a hold costs nothing, a shared hold
+    becomes exclusive for an exclusive one inside it and shared again after it.
+    Writers are not starved: both kinds pass a turnstile (``turnstile.lock``,
+    exclusive, held only while waiting for ``load.lock``), so a load test waiting
+    for the checks in progress keeps new checks out until it had its turn. A
+    process never waits for the turnstile while it holds ``load.lock`` (a shared
+    hold is released before it asks for an exclusive one), so two holders cannot
+    wait for each other."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._handle: IO[str] | None = None
+        #: the holds of this process, innermost last: True for an exclusive one
+        self._holds: list[bool] = []
+
+    @property
+    def mode(self) -> str | None:
+        """``exclusive``, ``shared`` or None (not held by this process)."""
+        if not self._holds:
+            return None
+        return "exclusive" if any(self._holds) else "shared"
+
+    @contextmanager
+    def hold(self, *, exclusive: bool) -> Iterator[None]:
+        before = self.mode
+        wanted = "exclusive" if exclusive or before == "exclusive" else "shared"
+        if wanted != before:
+            self._take(wanted)
+        self._holds.append(wanted == "exclusive")
+        try:
+            yield
+        finally:
+            self._holds.pop()
+            if self.mode != wanted:
+                self._give_back(self.mode)
+
+    def _take(self, mode: str) -> None:
+        if self._handle is None:
+            private_folder(self.folder)
+            self._handle = open(self.folder / "load.lock", "w")  # noqa: SIM115 - held
+        else:  # shared -> exclusive: let go first (no waiting while holding it)
+            fcntl.flock(self._handle, fcntl.LOCK_UN)
+        with open(self.folder / "turnstile.lock", "w") as turnstile:
+            fcntl.flock(turnstile, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(self._handle,
+                            fcntl.LOCK_EX if mode == "exclusive" else fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+    def _give_back(self, mode: str | None) -> None:
+        assert self._handle is not None
+        if mode == "shared":  # exclusive -> shared: a downgrade waits for no one
+            fcntl.flock(self._handle, fcntl.LOCK_SH)
+            return
+        fcntl.flock(self._handle, fcntl.LOCK_UN)
+        self._handle.close()
+        self._handle = None
+
+
 class StepLedger:
     """The session's shared step log, its lock and (for the owner) the results."""
 
@@ -85,9 +154,29 @@ class StepLedger:
         return self.shared_dir / "steps.jsonl"
 
     def lock(self) -> AbstractContextManager[None]:
-        """Hold the endpoint: one load step at a time across all xdist workers of the
-        session (an flock on a file in the shared folder)."""
-        return self._flock("load.lock")
+        """Hold the endpoint alone: one load test at a time across all xdist workers
+        of the session, and no functional check of theirs meanwhile (re-entrant in
+        this process: a test's steps inside it take it again for free)."""
+        return self.endpoint_lock.hold(exclusive=True)
+
+    def shared(self) -> AbstractContextManager[None]:
+        """Hold the endpoint with the other functional checks: no load step of the
+        session runs meanwhile (re-entrant; inside :meth:`lock`, nothing more)."""
+        return self.endpoint_lock.hold(exclusive=False)
+
+    @functools.cached_property
+    def endpoint_lock(self) -> EndpointLock:
+        return EndpointLock(self.shared_dir)
+
+    def settle(self, seconds: float) -> None:
+        """Owner: wait up to ``seconds`` for the steps begun elsewhere (an xdist worker
+        stopping after SIGTERM or Ctrl-C) to be logged as finished, with what they
+        measured, before :meth:`lose` records the rest as lost."""
+        deadline = time.monotonic() + seconds
+        self.sync()
+        while self._begun and time.monotonic() < deadline:
+            time.sleep(0.1)
+            self.sync()
 
     @contextmanager
     def _flock(self, name: str) -> Iterator[None]:
