@@ -34,7 +34,8 @@ def stop_leaves_no_jvm_and_no_postgres(server) -> None:
     ready = {door: round(seconds, 1) for door, seconds in server.door_seconds.items()}
     print(f"dCache {server.version}: set-up {server.setup_seconds:.1f} s, doors ready "
           f"{ready} s after the JVM started, all ready {server.start_seconds:.1f} s after "
-          f"start(); at the stop: JVM RSS {server.rss_bytes() >> 20} MiB, PostgreSQL RSS "
+          f"start(); at the stop: JVM RSS {server.rss_bytes() >> 20} MiB, ZooKeeper's JVM "
+          f"{server.zookeeper_rss_bytes() >> 20} MiB, PostgreSQL RSS "
           f"{server.database_rss_bytes() >> 20} MiB")
     began = time.monotonic()
     server.stop()

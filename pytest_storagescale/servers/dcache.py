@@ -328,6 +328,15 @@ class EmbeddedDCache(EmbeddedServer):
         except psutil.Error:
             return 0
 
+    def zookeeper_rss_bytes(self) -> int:
+        """Resident memory of ZooKeeper's JVM."""
+        import psutil
+
+        try:
+            return psutil.Process(self.zookeeper.pid).memory_info().rss if self.zookeeper else 0
+        except psutil.Error:
+            return 0
+
     def database_rss_bytes(self) -> int:
         return self.database.rss_bytes() if self.database is not None else 0
 
