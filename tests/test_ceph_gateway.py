@@ -159,3 +159,15 @@ def test_ceph_suite_on_the_gateway(ceph_gateway, pytester):
     assert page.count('alt="latency ECDF ') >= len(steps)
     # the run directory and every step's objects are gone from the pool
     assert [name for name in pool_objects(ceph_gateway) if "storagescale-run-" in name] == []
+
+
+@pytest.mark.slow_server
+def test_the_gateways_key_is_readable_by_its_user_alone(ceph_gateway):
+    """Issue 31: the gateway's keyring (rwx on the pool) was written with the umask's
+    0644 in a folder made 0755 for the gateway's user: any local user could read it.
+    It is made 0600 (then given to that user)."""
+    import stat as stat_module
+
+    keyring = next((ceph_gateway.directory / "gateway").glob("ceph.client.*.keyring"))
+    assert "key = " in keyring.read_text()
+    assert stat_module.S_IMODE(keyring.stat().st_mode) == 0o600

@@ -322,8 +322,14 @@ class EmbeddedCephGateway(EmbeddedServer):
         self.ceph("osd", "pool", "create", POOL, str(self.pg_num), str(self.pg_num))
         self.ceph("osd", "pool", "application", "enable", POOL, "xrootd")
         keyring = d / "gateway" / f"ceph.client.{GATEWAY_USER}.keyring"
-        keyring.write_text(self.ceph("auth", "get-or-create", f"client.{GATEWAY_USER}",
-                                     "mon", "allow r", "osd", f"allow rwx pool={POOL}"))
+        key = self.ceph("auth", "get-or-create", f"client.{GATEWAY_USER}",
+                        "mon", "allow r", "osd", f"allow rwx pool={POOL}")
+        # 0600 from its creation (the folder above is made 0755 for the gateway's user,
+        # who is given the file): any local user read the key with the umask's 0644
+        descriptor = os.open(keyring, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                             0o600)
+        with os.fdopen(descriptor, "w") as stream:
+            stream.write(key)
 
     def _start_mon_and_osds(self) -> None:
         """The monitor and the OSDs on :attr:`address`, up and answering."""
