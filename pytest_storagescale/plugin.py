@@ -579,6 +579,9 @@ def _write_session_notes(terminalreporter, run) -> None:
     """What went wrong around the tests: a run directory left behind, the embedded
     server dead mid-run, stale run directories and orphaned embedded servers of
     earlier sessions."""
+    if run.stand_in:  # where the verdict is read, whatever -q hides
+        terminalreporter.write_line(f"storagescale: NOT the system the suite is named "
+                                    f"after: {run.stand_in}", red=True, bold=True)
     if run.cleanup_error:
         terminalreporter.write_line(
             f"storagescale: could not remove this run's directory {run.run_id}: "
@@ -593,6 +596,13 @@ def _write_session_notes(terminalreporter, run) -> None:
             f"storagescale: stopped an embedded server left by a dead run: "
             f"{orphan.describe()}", yellow=True)
     STOPPED_ORPHANS.clear()  # said once (pytester runs many sessions in one process)
+
+
+def run_label(info) -> str:
+    """``dcache 11.2.5``; a stand-in's: ``dcache suite against apache-2.4.71 (not dcache)``."""
+    if info.stand_in:
+        return f"{info.system} suite against {info.version} (not {info.system})"
+    return f"{info.system} {info.version}"
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
@@ -610,7 +620,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         return
     terminalreporter.section("storagescale")
     terminalreporter.write_line(
-        f"storagescale: {info.system} {info.version} at {info.endpoint}"
+        f"storagescale: {run_label(info)} at {info.endpoint}"
         f" (version {info.version_source or 'given'})"
     )
     scale = f"; plan scale {info.scale:g}" if info.scale != 1 else ""

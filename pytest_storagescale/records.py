@@ -555,6 +555,10 @@ class RunInfo:
     driver_options: tuple[str, ...] = ()
     #: the endpoint's own door (the load steps' default); "" in older results
     door: str = ""
+    #: the server that stood in for the system under test, when a suite ran against
+    #: another (suites/dcache without a dCache distribution: the Apache WebDAV door);
+    #: "" when the storage was the system's own
+    stand_in: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -565,6 +569,7 @@ class RunInfo:
             "started": self.started, "executor": self.executor, "driver": self.driver,
             "client": self.client.to_json(), "scale": self.scale,
             "driver_options": list(self.driver_options), "door": self.door,
+            **({"stand_in": self.stand_in} if self.stand_in else {}),
         }
 
     @classmethod
@@ -578,5 +583,5 @@ class RunInfo:
             client=ClientInfo.from_json(data.get("client") or {}),
             scale=float(data.get("scale") or 1.0),
             driver_options=tuple(data.get("driver_options") or ()),
-            door=str(data.get("door") or ""),
+            door=str(data.get("door") or ""), stand_in=str(data.get("stand_in") or ""),
         )

@@ -143,9 +143,10 @@ system_packages() {
     esac
 }
 
-python_environment() {  # .venv/ with the plugin: demo without the test extras (with
+python_environment() {  # .venv/ with the plugin: demo without the test extras (with pytest-xdist:
+    # the README's `pytest -n N suites/<system>` runs after `make demo`; with
     # matplotlib, the report extra: make upgrade-demo ends with compare --html)
-    local spec='.[xrootd,http,servers,report]' stamp=.venv/.storagescale-installed
+    local spec='.[xrootd,http,servers,report,xdist]' stamp=.venv/.storagescale-installed
     case "$PART" in demo|upgrade) ;; *) spec='.[test]'; stamp=.venv/.storagescale-installed-test ;; esac
     if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import XRootD' 2>/dev/null; then
         echo "bootstrap: creating .venv from $SYSTEM_PYTHON (with system site-packages)"

@@ -139,6 +139,12 @@ def _probe_apart(url: str, options: dict[str, str]) -> str:
     return done.stdout.strip()
 
 
+#: how long a start may take before the server is given up (seconds): a start takes
+#: about a second, but on a machine at load 13-20 (a shared CI runner) 30 s was not
+#: enough (issue 31 #15); a server that exits is said at once, whatever this is
+START_TIMEOUT = 120.0
+
+
 class EmbeddedXRootD(EmbeddedServer):
     """A throwaway xrootd serving ``root://127.0.0.1:<port>//storagescale``.
 
@@ -176,7 +182,7 @@ class EmbeddedXRootD(EmbeddedServer):
         starting it: its ``xrootd -v``."""
         return release(check_requested(requested, cls.installed_version())).version
 
-    def __init__(self, *, extra_config: str = "", startup_timeout: float = 30.0,
+    def __init__(self, *, extra_config: str = "", startup_timeout: float = START_TIMEOUT,
                  https: bool = True, login: str = "unix", tpc: bool = True) -> None:
         super().__init__(login=login)
         self.extra_config = extra_config

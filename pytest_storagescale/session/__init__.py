@@ -114,6 +114,8 @@ class StorageRun:
         self.collection_errors: list[str] = []
         self.cleanup_error: str | None = None
         self.report_page: Path | None = None
+        #: set by a suite that ran against a stand-in for its system (RunInfo.stand_in)
+        self.stand_in = ""
 
     @property
     def is_worker(self) -> bool:
@@ -240,7 +242,7 @@ class StorageRun:
                               versions=client_versions(),
                               argv=redact_argv(sys.argv[1:])),
             scale=self.settings.scale, driver_options=endpoint.option_names,
-            door=self.main_door,
+            door=self.main_door, stand_in=self.stand_in,
         )
 
     # -- the end -------------------------------------------------------------------

@@ -51,12 +51,33 @@ def _dcache_available(config: pytest.Config) -> bool:
     return bool(given or embedded_class("dcache").available_versions())
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    """Say why the suite's own server is the Apache door, not a dCache."""
+#: what the results and the summary say when the suite met no dCache
+STAND_IN = ("suites/dcache ran against the embedded Apache WebDAV door (mod_dav), not a "
+            "dCache: no dCache distribution in the cache; its verdict says nothing about "
+            "dCache. Fill the cache with scripts/dcache-dist.sh (or make servers), or give "
+            "--storage-embedded dcache --storage-embedded-version PATH, or "
+            "--storage-endpoint of your door")
+
+
+def _on_apache(config: pytest.Config) -> bool:
     run = storage_run(config)
     settings = run.settings if run is not None else None
-    if settings is None or settings.endpoint is not None or settings.embedded != "webdav" \
-            or settings.source("embedded") != "the suite's conftest":
+    return not (settings is None or settings.endpoint is not None
+                or settings.embedded != "webdav"
+                or settings.source("embedded") != "the suite's conftest")
+
+
+@pytest.hookimpl(trylast=True)  # after the plugin's: the run exists
+def pytest_configure(config: pytest.Config) -> None:
+    """The run says, in its results and summary, that Apache stood in for dCache."""
+    run = storage_run(config)
+    if run is not None and _on_apache(config):
+        run.stand_in = STAND_IN
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Say why the suite's own server is the Apache door, not a dCache."""
+    if not _on_apache(config):
         return []
     return ["storagescale: suites/dcache runs against the Apache WebDAV door: no dCache "
             "distribution (scripts/dcache-dist.sh fills the cache; --storage-embedded "
