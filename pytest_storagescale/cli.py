@@ -49,6 +49,9 @@ def parser() -> argparse.ArgumentParser:
     compare.add_argument("--accept", type=Path, metavar="FILE",
                          help="the site's acceptance file (TOML, [[accept]] tables): the "
                               "behaviour changes it lists with a reason do not fail the gate")
+    from .tree import add_parser as add_tree_parser  # storagescale tree write|verify
+
+    add_tree_parser(commands, _Parser)
     return top
 
 
@@ -70,7 +73,7 @@ def compare_command(arguments: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         arguments = parser().parse_args(argv)
-        return compare_command(arguments)
+        return getattr(arguments, "handler", compare_command)(arguments)
     except StorageScaleUsageError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return USAGE_ERROR
