@@ -516,16 +516,18 @@ def session_gate(baselines: list[Path], acceptance: Acceptance | None,
     throttling against the latest baseline's steps."""
     before: dict[str, str] = {}
     base_steps: list[StepRecord] = []
+    known = False
     for path in baselines:
         _, base_steps, document = read_results(path, "--storage-baseline")
         listed = document.get("tests")
+        known = known or isinstance(listed, list)
         before.update({str(test.get("nodeid")): str(test.get("outcome", ""))
                        for test in (listed if isinstance(listed, list) else [])
                        if isinstance(test, dict) and test.get("kind") != "load"})
     changes = outcome_changes(before, tests, causes) + step_changes(base_steps, steps)
     acceptance = acceptance or Acceptance()
     return BehaviourGate(", ".join(map(str, baselines)), tuple(acceptance.judge(changes)),
-                         str(acceptance.path or ""))
+                         str(acceptance.path or ""), outcomes_known=known)
 
 
 def report_lines(runs: list[ComparedRun], verdict: Gate | None = None) -> list[str]:

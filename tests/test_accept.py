@@ -234,3 +234,16 @@ def test_an_acceptance_file_is_read_bounded(tmp_path):
     with pytest.raises(StorageScaleUsageError, match="a device, not a regular file"):
         load_acceptance(Path("/dev/zero"))
     assert Acceptance().judge([]) == []
+
+
+def test_a_baseline_without_test_outcomes_says_they_were_not_compared(pytester, checks):
+    """A results file of an earlier release holds no ``tests``: not 'no change'."""
+    _run(pytester, checks, "1.0", "--storage-results=base.json").assert_outcomes(passed=3)
+    document = json.loads((pytester.path / "base.json").read_text())
+    del document["tests"]
+    (pytester.path / "old.json").write_text(json.dumps(document))
+    result = _run(pytester, checks, "1.0", "--storage-baseline=old.json")
+    assert result.ret == 0
+    assert (f"gate: no load step's behaviour changed against {pytester.path / 'old.json'}; "
+            "the checks' outcomes were not compared (the baseline holds none: written "
+            "before they were kept)") in result.outlines

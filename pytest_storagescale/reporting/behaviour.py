@@ -266,6 +266,9 @@ class BehaviourGate:
     baseline: str
     changes: tuple[Change, ...]
     accept_file: str = ""
+    #: the baseline holds its tests' outcomes (a results file of an earlier release
+    #: does not: the checks' outcomes are then not compared, only load steps')
+    outcomes_known: bool = True
 
     @property
     def blocking(self) -> list[Change]:
@@ -285,6 +288,10 @@ class BehaviourGate:
         if accepted:
             return (f"gate: {accepted} behaviour change{'s' * (accepted != 1)} against "
                     f"{self.baseline}, each accepted by {self.accept_file}")
+        if not self.outcomes_known:
+            return (f"gate: no load step's behaviour changed against {self.baseline}; the "
+                    f"checks' outcomes were not compared (the baseline holds none: written "
+                    f"before they were kept)")
         return f"gate: no behaviour change against {self.baseline}"
 
     def lines(self) -> list[str]:
@@ -308,4 +315,5 @@ class BehaviourGate:
     def to_json(self) -> dict[str, Any]:
         return {"verdict": "passed" if self.passed else "failed", "baseline": self.baseline,
                 "accept_file": self.accept_file or None,
+                "outcomes_compared": self.outcomes_known,
                 "changes": [change.to_json() for change in self.changes]}
