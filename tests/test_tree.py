@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 import uuid
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -293,3 +295,47 @@ def test_a_checksum_in_another_form_is_changed(tmp_path, capsys):
     assert code == 1
     assert (f"changed    one byte.bin: memory: adler32 {reported['adler32'].rjust(8, '0')}, "
             f"was {reported['adler32']}") in out.out
+
+
+# -- an upgrade in place: XRootD 5.5.3 writes, 6.2.1 serves the same data directory ----
+@pytest.fixture
+def kept_data():
+    """A data directory outside any server's own folder (the server's user is given it)."""
+    folder = Path(tempfile.mkdtemp(prefix="storagescale-inplace-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.integration
+def test_xrootd_upgrade_in_place_keeps_every_file(kept_data, tmp_path, capsys):
+    """Write the tree through 5.5.3 (root:// and davs://), stop it, start 6.2.1 on the
+    same data directory, verify through both of its doors: every file is there and the
+    same; then a file removed on disk is named ``missing`` by the new release too."""
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
+    from pytest_storagescale.servers.xrootd_releases import BUILT_VERSION, built_prefix
+
+    if built_prefix() is None:
+        pytest.skip(f"XRootD {BUILT_VERSION} is not built on this machine: run "
+                    f"'bash scripts/build-xrootd6.sh' (make setup runs it)")
+    manifest = tmp_path / "tree.json"
+    old = EmbeddedXRootD(data_directory=kept_data)
+    with old:
+        assert old.version == "5.5.3"
+        code, out = _write(capsys, [old.url, old.https_url], manifest,
+                           "--driver-option", f"ca_dir={old.ca_dir}")
+        assert code == 0, out
+    folder = kept_data / "storagescale" / _folder(manifest)
+    assert (folder / MARKER).is_file()  # the old server's stop() kept the data
+    new = EmbeddedXRootD(data_directory=kept_data)
+    new.requested_version = BUILT_VERSION
+    with new:
+        assert new.version == BUILT_VERSION
+        urls, ca = [new.url, new.https_url], f"ca_dir={new.ca_dir}"
+        code, out = _verify(capsys, urls, manifest, "--driver-option", ca)
+        assert code == 0, out.out
+        assert "through 2 door(s)" in out.out
+        (folder / "nested" / "adler32 leading zeros.bin").unlink()
+        code, out = _verify(capsys, urls, manifest, "--driver-option", ca)
+    assert code == 1
+    assert "missing    nested/adler32 leading zeros.bin: root: not found; davs: not found" \
+        in out.out

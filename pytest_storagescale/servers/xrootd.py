@@ -183,8 +183,13 @@ class EmbeddedXRootD(EmbeddedServer):
         return release(check_requested(requested, cls.installed_version())).version
 
     def __init__(self, *, extra_config: str = "", startup_timeout: float = START_TIMEOUT,
-                 https: bool = True, login: str = "unix", tpc: bool = True) -> None:
+                 https: bool = True, login: str = "unix", tpc: bool = True,
+                 data_directory: Path | None = None) -> None:
         super().__init__(login=login)
+        #: a data directory kept across servers (an upgrade in place: one release
+        #: writes, the next one serves the same files); given to the server's user,
+        #: never removed by stop(). None: ``data/`` in the server's own directory
+        self.kept_data = data_directory
         self.extra_config = extra_config
         self.https = https
         #: third-party copy offered (ofs.tpc, and XrdHttpTPC on the davs door)
@@ -288,7 +293,7 @@ class EmbeddedXRootD(EmbeddedServer):
             "\n".join([
                 "all.export /",
                 f"xrd.port {self.port}",
-                f"oss.localroot {d / 'data'}",
+                f"oss.localroot {self.kept_data or d / 'data'}",
                 f"all.adminpath {d / 'admin'}",
                 f"all.pidpath {d / 'run'}",
                 "xrootd.chksum adler32",
@@ -438,7 +443,8 @@ class EmbeddedXRootD(EmbeddedServer):
         self.directory = server_directory(self.kind)
         for sub in ("data", "admin", "run"):
             (self.directory / sub).mkdir()
-        (self.directory / "data" / AREA.strip("/")).mkdir()
+        data = self.kept_data or self.directory / "data"
+        (data / AREA.strip("/")).mkdir(exist_ok=self.kept_data is not None)
         if self.tls:
             self._make_certificates()
         user = unprivileged_user()
@@ -456,7 +462,8 @@ class EmbeddedXRootD(EmbeddedServer):
         if user:
             entry = pwd.getpwnam(user)
             private = (self.client_directory, self.directory / "kerberos")
-            for path in [self.directory, *self.directory.rglob("*")]:
+            kept = [self.kept_data, *self.kept_data.rglob("*")] if self.kept_data else []
+            for path in [self.directory, *self.directory.rglob("*"), *kept]:
                 if not any(path == top or top in path.parents for top in private):
                     os.chown(path, entry.pw_uid, entry.pw_gid)
         last_error = ""
