@@ -9,6 +9,9 @@ status 1 when it lists a regression (a behaviour change not accepted, a rate or 
 regression, a failure of the later run), 0 when it lists none, 4 on bad input (a
 missing or foreign file, one file only, a bad acceptance file: one paragraph on
 stderr, as pytest's usage errors).
+
+``storagescale tree write|verify`` writes a seeded tree of files before an upgrade and
+checks it after (:mod:`.tree`; exit 0, 1 naming each bad file, 4 on bad input).
 """
 
 from __future__ import annotations
