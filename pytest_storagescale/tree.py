@@ -66,8 +66,8 @@ TREE_PREFIX = "storagescale-tree-"
 ALGORITHMS = ("adler32", "md5")
 #: the larger files' total by default
 DEFAULT_SIZE = 4 * 2**20
-#: the most ``--size`` takes: the tree is a check, not a load
-MAX_SIZE = 2 * 2**30
+#: the most ``--size`` takes: the tree is a check, not a load (and is built in memory)
+MAX_SIZE = 256 * 2**20
 #: the largest read of one request
 READ_CHUNK = 2**20
 #: the largest marker file read
@@ -552,13 +552,12 @@ def _verify_file(door: Door, path: str, entry: dict[str, Any],
         finding.worse("changed", f"{scheme}: size {info.size}, was {entry['size']}")
         return
     try:
-        content = _read_back(door, path, entry["size"])
+        length, local = _read_back(door, path, entry["size"])
     except StorageError as exc:
         finding.worse("unreadable", f"{scheme}: read: {exc}")
         return
-    local = local_checksums(content)
-    if len(content) != entry["size"] or any(local[a] != entry[a] for a in ALGORITHMS):
-        finding.worse("corrupted", f"{scheme}: content read back ({len(content)} bytes, "
+    if length != entry["size"] or any(local[a] != entry[a] for a in ALGORITHMS):
+        finding.worse("corrupted", f"{scheme}: content read back ({length} bytes, "
                                    f"adler32 {local['adler32']}) differs from the tree's "
                                    f"(adler32 {entry['adler32']})")
     for algorithm in ALGORITHMS:
@@ -591,20 +590,21 @@ def _compare_checksum(door: Door, path: str, algorithm: str, content: str,
         finding.worse("changed", f"{scheme}: {algorithm} {now}, was {before}")
 
 
-def _read_back(door: Door, path: str, size: int) -> bytes:
-    """The content, in chunks of at most :data:`READ_CHUNK`, never beyond ``size`` + 1
-    bytes (one more than expected shows a file that grew)."""
-    parts, offset = [], 0
+def _read_back(door: Door, path: str, size: int) -> tuple[int, dict[str, str]]:
+    """The length and checksums of the content read back, in reads of at most
+    :data:`READ_CHUNK` bytes, never beyond ``size`` + 1 bytes (one more than expected
+    shows a file that grew between the stat and the read)."""
+    adler, md5, offset = 1, hashlib.md5(), 0
     while offset <= size:
         want = min(READ_CHUNK, size + 1 - offset)
-        chunk = door.driver.read(path, offset, want)
+        chunk = door.driver.read(path, offset, want)[:want]
         if not chunk:
             break
-        parts.append(chunk[:want])
-        offset += len(chunk[:want])
+        adler, offset = zlib.adler32(chunk, adler), offset + len(chunk)
+        md5.update(chunk)
         if len(chunk) < want:
             break
-    return b"".join(parts)
+    return offset, {"adler32": f"{adler:08x}", "md5": md5.hexdigest()}
 
 
 # -- the command line -------------------------------------------------------------
@@ -651,6 +651,16 @@ def add_parser(commands: Any, parser_class: type[argparse.ArgumentParser]) -> No
 
 
 def tree_command(arguments: argparse.Namespace) -> int:
+    try:
+        return _tree_command(arguments)
+    except KeyboardInterrupt:
+        print("storagescale tree: interrupted (Ctrl-C): nothing more was asked of the "
+              "storage; a tree being written is left as it is, without a manifest, and a "
+              "verify gave no verdict.", file=sys.stderr)
+        return 130
+
+
+def _tree_command(arguments: argparse.Namespace) -> int:
     from .units import parse_byte_size
 
     if not 0 < arguments.timeout <= 3600:
@@ -663,7 +673,8 @@ def tree_command(arguments: argparse.Namespace) -> int:
         if size > MAX_SIZE:
             raise StorageScaleUsageError(
                 f"storagescale tree write --size {arguments.size}: at most {MAX_SIZE} bytes "
-                f"(2 GiB): the tree is a check, not a load. Write e.g. --size 100MB.")
+                f"(256 MiB; the tree is built in memory): the tree is a check, not a load. "
+                f"Write e.g. --size 100MB.")
         if not 0 <= arguments.seed < 2**63:
             raise StorageScaleUsageError(
                 f"storagescale tree write --seed {arguments.seed}: give a number from 0 to "

@@ -177,6 +177,7 @@ def test_manifest_of_another_tree_is_refused(tmp_path, capsys):
     (["nosuch://host/area"], "no driver serves nosuch://"),
     (["--timeout", "0"], "--timeout 0"),
     (["--size", "lots"], "'lots' is not a size"),
+    (["--size", "300MiB"], "at most 268435456 bytes"),
     (["--seed", "-1"], "--seed -1"),
     (["--driver-option", "novalue"], "'novalue' is not KEY=VALUE"),
 ])
@@ -339,3 +340,39 @@ def test_xrootd_upgrade_in_place_keeps_every_file(kept_data, tmp_path, capsys):
     assert code == 1
     assert "missing    nested/adler32 leading zeros.bin: root: not found; davs: not found" \
         in out.out
+
+
+def test_a_tree_folder_gone_is_every_entry_missing(tmp_path, capsys):
+    url, manifest = _memory_url(), tmp_path / "tree.json"
+    assert _write(capsys, [url], manifest, "--size", "0")[0] == 0
+    client, root = _client(url, _folder(manifest))
+    client.remove_tree(root, not_before=0)
+    code, out = _verify(capsys, [url], manifest)
+    assert code == 1
+    record = json.loads(manifest.read_text())
+    entries = len(record["tree"]["files"]) + len(record["tree"]["directories"])
+    assert f": {entries} missing" in out.out.splitlines()[0]
+    assert "missing    (tree folder): memory: not found" in out.out
+
+
+def test_no_credential_of_the_url_is_written_or_printed(tmp_path, capsys):
+    store = f"tree-{uuid.uuid4().hex[:8]}"
+    url, manifest = f"memory://alice:s3cr3tpw@{store}/area", tmp_path / "tree.json"
+    code, out = _write(capsys, [url], manifest, "--size", "0")
+    assert code == 0, out
+    code, verified = _verify(capsys, [url], manifest, "-v")
+    assert code == 0
+    for text in (manifest.read_text(), out.out, out.err, verified.out, verified.err):
+        assert "s3cr3tpw" not in text
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
+    from pytest_storagescale import tree
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tree, "verify_tree", interrupted)
+    code, out = _verify(capsys, [_memory_url()], tmp_path / "m.json")
+    assert code == 130
+    assert out.err.startswith("storagescale tree: interrupted (Ctrl-C)") and "Traceback" not in out.err
