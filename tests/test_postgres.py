@@ -36,7 +36,8 @@ def cluster():
         shutil.rmtree(parent, ignore_errors=True)
 
 
-def _psql(database: PostgresCluster, user: str, password: str = "") -> subprocess.CompletedProcess:
+def _psql(database: PostgresCluster, user: str, password: str = "",
+          name: str = "chimera") -> subprocess.CompletedProcess:
     """A client over loopback's TCP port, as another local user's would connect."""
     environment = {key: value for key, value in os.environ.items()
                    if not key.startswith("PG")}
@@ -44,15 +45,29 @@ def _psql(database: PostgresCluster, user: str, password: str = "") -> subproces
         environment["PGPASSWORD"] = password
     return subprocess.run(
         [str(database.bin_dir / "psql"), "-X", "-w", "-h", "127.0.0.1", "-p",
-         str(database.port), "-U", user, "-d", "chimera", "-At", "-c", "SELECT 1"],
+         str(database.port), "-U", user, "-d", name, "-At", "-c", "SELECT 1"],
         capture_output=True, text=True, timeout=30, env=environment)
 
 
 def test_a_co_tenant_cannot_log_in_over_loopback(cluster):
-    for user in ("postgres", "dcache"):
-        done = _psql(cluster, user)
-        assert done.returncode != 0 and "password" in done.stderr, (user, done.stderr)
-    assert _psql(cluster, "postgres", "wrong").returncode != 0
+    done = _psql(cluster, "dcache")
+    assert done.returncode != 0 and "password" in done.stderr, done.stderr
+    done = _psql(cluster, "postgres", "wrong")
+    assert done.returncode != 0 and "no pg_hba.conf entry" in done.stderr, done.stderr
+
+
+def test_only_the_servers_role_to_its_own_databases_over_loopback(cluster):
+    """Issue 31: initdb's rules let any role with a password reach any database over
+    loopback; now only the server's role, to its own databases (another role with a
+    password, the role to the 'postgres' database: no rule)."""
+    cluster.sql("CREATE ROLE other LOGIN PASSWORD 'other-secret';")
+    try:
+        done = _psql(cluster, "other", "other-secret")
+        assert done.returncode != 0 and "no pg_hba.conf entry" in done.stderr, done.stderr
+        done = _psql(cluster, "dcache", cluster.password, name="postgres")
+        assert done.returncode != 0 and "no pg_hba.conf entry" in done.stderr, done.stderr
+    finally:
+        cluster.sql("DROP ROLE other;")
 
 
 def test_the_servers_role_logs_in_with_its_password_never_printed(cluster):

@@ -198,6 +198,32 @@ class PostgresCluster:
         register_secret(self.password)
         self.sql(f"CREATE ROLE {owner} LOGIN PASSWORD '{self.password}';\n"
                  + "".join(f"CREATE DATABASE {name} OWNER {owner};\n" for name in names))
+        self._allow_only(owner, names)
+
+    def _allow_only(self, owner: str, names: tuple[str, ...]) -> None:
+        """``pg_hba.conf`` of two rules: the superuser over the Unix socket in the
+        private folder, ``owner`` to its own databases over loopback with its password
+        (initdb's allowed every role to every database over loopback, and replication);
+        returns once the server applies them (a loopback login as the superuser meets
+        no rule), never after a sleep."""
+        hba = self.data_dir / "pg_hba.conf"
+        with open(hba, "w") as stream:  # in place: the cluster's user keeps it, 0600
+            stream.write(f"# pytest-storagescale: nothing else may log in\n"
+                         f"local all {SUPERUSER} trust\n"
+                         f"host {','.join(names)} {owner} 127.0.0.1/32 scram-sha-256\n")
+        self.sql("SELECT pg_reload_conf();")
+        psql = str(self.bin_dir / "psql")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            done = subprocess.run(
+                [psql, "-X", "-w", "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER,
+                 "-d", names[0], "-c", "SELECT 1"], capture_output=True, text=True,
+                timeout=30, env={**os.environ, "LC_ALL": "C", "PGPASSWORD": ""})
+            if "no pg_hba.conf entry" in done.stderr:
+                return
+            time.sleep(0.1)  # the postmaster reloads on its SIGHUP, in its own time
+        raise EndpointError("the private PostgreSQL cluster did not apply its pg_hba.conf "
+                            "within 30 s")
 
     def rotate_password(self, owner: str) -> str:
         """A new password for ``owner`` (a registered secret), and every open session
