@@ -8,8 +8,8 @@ Unix socket outside that folder). PostgreSQL refuses to run as root: a root sess
 runs it as ``postgres`` (Debian's) or the family's unprivileged user. The cluster is
 for tests, and no fsync (a crash loses the run's
 data, which the run removes anyway). Its port on loopback is any local user's to
-reach: a connection there needs a password (scram), which only the server's own role
-has (:meth:`PostgresCluster.create_databases`, registered as a secret); the superuser
+reach: only the server's own role logs in there, to its own databases, with a password
+(scram; :meth:`PostgresCluster.create_databases`, registered as a secret); the superuser
 logs in only over the Unix socket in the private folder (``trust`` there). Readiness
 is a real connection (``pg_isready``), never a sleep.
 """
