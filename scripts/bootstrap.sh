@@ -57,8 +57,9 @@ XROOTD6_BUILD_PACKAGES=(cmake make pkg-config libssl-dev zlib1g-dev uuid-dev lib
                         libjson-c-dev patchelf)
 # installed without their recommends (Ceph's would add ceph-mgr and more)
 LEAN_SERVER_PACKAGES=("${XROOTD6_BUILD_PACKAGES[@]}"
-          # make bench: h2load beside the engine
-          nghttp2-client
+          # make bench: h2load beside the engine; stress-ng loads the machine while
+          # benchmarks/bench_gate.py calibrates the gate (--stress N)
+          nghttp2-client stress-ng
           # the embedded family (--storage-embedded): logins, WebDAV, GridFTP, Ceph
           krb5-kdc krb5-admin-server krb5-user xrootd-scitokens-plugins libscitokens0
           globus-proxy-utils voms-clients apache2 globus-gridftp-server-progs
