@@ -308,6 +308,14 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "(passed -> xfailed, passed -> failed, a new error kind or throttling of a load "
         "step) fails the run unless this file lists the change with a reason.",
     ),
+    "storage_compare_with": (
+        "--storage-compare-with", lambda v: parse_compare_with(v), None,
+        "paired comparison, both sides in one session: the second side B, a release of "
+        "the embedded server (e.g. 6.2.1 beside the embedded 5.5.3) or the URL of a second "
+        "storage's test area of the same kind (root://host:1095//data/test). Each closed-"
+        "loop step is measured on both in alternating windows (A B B A) and judged B / A "
+        "by the gate (docs/upgrade.md 'Paired: both versions in one run').",
+    ),
     "storage_executor": (
         "--storage-executor", parse_executor, "auto",
         "how clients run: auto (default: threads while the clients fit in one process, "
@@ -422,6 +430,26 @@ def parse_accept(value: str) -> Any:
     return load_acceptance(Path(parse_text(value, what="--storage-accept")).expanduser())
 
 
+def parse_compare_with(value: str) -> str:
+    """``--storage-compare-with``: a URL with a scheme and a path, or a release name
+    (checked against the embedded server's releases once the session knows its kind:
+    :func:`.paired.check_compare_with`)."""
+    text = parse_text(value, what="--storage-compare-with")
+    if "://" in text:
+        scheme, _, rest = text.partition("://")
+        if not re.fullmatch(r"[a-z][a-z0-9+.-]*", scheme) or "/" not in rest.strip("/"):
+            raise StorageScaleUsageError(
+                f"--storage-compare-with {text!r}: not a storage URL with a test-area path. "
+                f"Give the second side's test area, e.g. root://127.0.0.1:1095//data/test, "
+                f"or a release of the embedded server, e.g. 6.2.1.")
+    elif not re.fullmatch(r"[0-9][0-9A-Za-z.+~_-]*", text) and not text.startswith("/"):
+        raise StorageScaleUsageError(
+            f"--storage-compare-with {text!r}: neither a storage URL nor a release. Give a "
+            f"release of the embedded server (e.g. 6.2.1), an installation prefix, or the "
+            f"URL of the second side's test area (e.g. root://127.0.0.1:1095//data/test).")
+    return text
+
+
 def _parse_listen_address(value: str) -> str:
     from .servers.monitor import parse_listen_address
 
@@ -445,7 +473,9 @@ def register_credentials(values: dict[str, Any]) -> None:
     files) is taken out of every text this process prints or stores (redact.py)."""
     doors = values.get("storage_doors") or {}
     peers = values.get("storage_tpc_peer") or ()
+    compared = values.get("storage_compare_with")
     for url in (values.get("storage_endpoint"), *doors.values(),
+                *([compared] if compared and "://" in compared else []),
                 *(peers.splitlines() if isinstance(peers, str) else peers)):
         register_url(str(url).strip() if url else None)
     register_driver_options(values.get("storage_driver_options") or {}, ("token",))
@@ -491,6 +521,8 @@ class Settings:
     baseline: tuple[str, ...] | None = None
     #: the acceptance file, read and checked (:mod:`.reporting.behaviour`)
     accept: Any = None
+    #: the second side of a paired comparison (:mod:`.paired`): a release or a URL
+    compare_with: str | None = None
     executor: str = "auto"
     client_cpu_limit: float = 0.9
     embedded: str | None = None

@@ -44,6 +44,8 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     storage_test_dir,
     storage_thresholds,
 )
+from .paired import check_compare_with
+from .paired import finish as finish_paired
 from .records import ClientInfo, RunInfo, Verdict
 from .redact import redact_argv, redact_exception, redact_report
 from .reporting.allure_report import allure_dir, write_session_files
@@ -167,6 +169,7 @@ def use_storage(config: pytest.Config) -> None:
     if run.deferred:  # the controller starts the embedded server once told
         run.note_storage_collected()
     run.endpoint.check()
+    check_compare_with(run)
     check_extras(config, run)
 
 
@@ -486,6 +489,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     finally:
         if session.exitstatus == pytest.ExitCode.INTERRUPTED:  # a frozen storage: no wait
             run.area.session_interrupted = True
+        finish_paired(run)  # side B's run directory and server (--storage-compare-with)
         run.finish()  # clean-up errors and Ctrl-C are said in the summary, never raised
         if run.area.cleanup_interrupted:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
@@ -650,5 +654,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         sigterm.restore()
     run = config.stash.get(storage_run_key, None)
     if run is not None:
+        finish_paired(run)
         run.finish()
     cluster_disconnect()  # a recipe's batch jobs or local workers stop with the session

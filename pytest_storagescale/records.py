@@ -197,6 +197,10 @@ class StepRecord:
     gate: StepGate | None = None
     #: the client host's speed around the step (:func:`~.gate.probe_client_host`)
     probe: HostProbe | None = None
+    #: a paired step's both sides (``--storage-compare-with``: :mod:`~.paired`'s
+    #: ``PairedResult.to_json``: side B named, the order of the runs, each side's rate,
+    #: p50, p99 and windows); None: measured on one side
+    paired: dict[str, Any] | None = None
 
     # -- reading ---------------------------------------------------------------
     @property
@@ -445,6 +449,8 @@ class StepRecord:
             document["gate"] = self.gate.to_json()
         if self.probe is not None:
             document["client_probe"] = self.probe.to_json()
+        if self.paired is not None:
+            document["paired"] = self.paired
         if self.hosts:
             document["lost"] = self.lost
             document["hosts"] = [host.to_json() for host in self.hosts]
@@ -486,6 +492,7 @@ class StepRecord:
             else None,
             probe=HostProbe.from_json(data["client_probe"])
             if isinstance(data.get("client_probe"), dict) else None,
+            paired=data["paired"] if isinstance(data.get("paired"), dict) else None,
         )
 
 
@@ -559,6 +566,9 @@ class RunInfo:
     #: another (suites/dcache without a dCache distribution: the Apache WebDAV door);
     #: "" when the storage was the system's own
     stand_in: str = ""
+    #: side B of a paired comparison (``--storage-compare-with``): its endpoint and
+    #: version; "" when the run measured one side
+    compare_with: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -570,6 +580,7 @@ class RunInfo:
             "client": self.client.to_json(), "scale": self.scale,
             "driver_options": list(self.driver_options), "door": self.door,
             **({"stand_in": self.stand_in} if self.stand_in else {}),
+            **({"compare_with": self.compare_with} if self.compare_with else {}),
         }
 
     @classmethod
@@ -584,4 +595,5 @@ class RunInfo:
             scale=float(data.get("scale") or 1.0),
             driver_options=tuple(data.get("driver_options") or ()),
             door=str(data.get("door") or ""), stand_in=str(data.get("stand_in") or ""),
+            compare_with=str(data.get("compare_with") or ""),
         )

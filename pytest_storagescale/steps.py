@@ -41,6 +41,7 @@ from .load.engine import StepInterrupted, run_step
 from .load.executors import isolates_clients, planned_processes
 from .load.operations import get_operation
 from .load.plan import StepPlan, StepProgress
+from .paired import measure_paired, side_b
 from .records import RuleCheck, RunInfo, StepRecord, Verdict, all_passed
 from .session import Door, StorageRun
 from .session.stopping import stop_cause
@@ -230,12 +231,15 @@ def server_watch(run: StorageRun, record: StepRecord):
 
 def measure(run: StorageRun, record: StepRecord,
             progress: Callable[[StepProgress], None] | None, *,
-            clients_per_host: int = 0) -> None:
+            clients_per_host: int = 0, section: SectionPlan | None = None) -> None:
     """Run the step's plan (``record.plan``) on the engine, holding the endpoint; fill
-    ``record``."""
+    ``record``. With ``--storage-compare-with`` a closed-loop step is measured on both
+    sides in alternation (:mod:`.paired`; ``section`` gives the gate's minimum
+    effects): ``record.result`` is side B's, ``record.paired`` both sides'."""
     plan = record.plan
     assert plan is not None, "measure() takes a record from plan_step()"
-    watch = server_watch(run, record)
+    paired = paired_side(run, record)
+    watch = server_watch(run, record) if paired is None else None
     observe = watch.bracket if watch is not None else None
     try:
         with run.ledger.lock():
@@ -247,6 +251,14 @@ def measure(run: StorageRun, record: StepRecord,
                 record.result = run_cluster_step(cluster, plan, progress,
                                                  clients_per_host=clients_per_host,
                                                  observe=observe)
+            elif paired is not None:
+                both = measure_paired(
+                    run, plan, paired, progress=progress, executor=run.settings.executor,
+                    door_timeout=run.door(record.door).timeout,
+                    settings=_gate_settings(section))
+                record.result, record.paired = both.b, both.to_json()
+                record.gate = both.gate
+                record.baseline = both.comparison(run.endpoint.version)
             else:
                 record.result = run_step(plan, executor=run.settings.executor,
                                          progress=progress, observe=observe)
@@ -272,6 +284,31 @@ def measure(run: StorageRun, record: StepRecord,
     if watch is not None:  # CPU over the measured window, the counters over the load
         measure_from = record.result.started + record.result.warmup_s
         record.server = watch.usage(measure_from, measure_from + record.result.duration_s)
+
+
+def paired_side(run: StorageRun, record: StepRecord):
+    """Side B of a paired comparison for this step (:func:`.paired.side_b`), or None:
+    no ``--storage-compare-with``, an open-loop step or a cluster's (measured on A
+    alone, as without the option)."""
+    if record.arrival_rate or getattr(run.settings, "cluster", None):
+        return None
+    return side_b(run)
+
+
+def _gate_settings(section: SectionPlan | None) -> GateSettings:
+    if section is None:
+        return GateSettings()
+    return GateSettings(min_effect_rate=section.min_effect_rate,
+                        min_effect_p99=section.min_effect_p99)
+
+
+def step_run_info(run: StorageRun, system: str, thresholds: ThresholdSet) -> RunInfo:
+    """The run's info; with ``--storage-compare-with``, naming side B."""
+    info = run.run_info(system, thresholds)
+    side = side_b(run)
+    if side is None:
+        return info
+    return replace(info, compare_with=f"{side.display} (version {side.endpoint.version})")
 
 
 def _probed(run: StorageRun) -> bool:
@@ -315,14 +352,15 @@ def gate_step(run: StorageRun, record: StepRecord, section: SectionPlan,
     baseline (an open-loop step that is :func:`not_comparable` is ``inconclusive`` even
     then)."""
     why = not_comparable(record)
+    if record.paired is not None:  # judged B / A as it was measured (measure())
+        return record.gate
     baseline = run.baseline
     if baseline is None:
         return StepGate(GateVerdict.INCONCLUSIVE, why) if why else None
     bases = baseline.matches(record, since)
     if not bases:
         return None  # a step the baseline does not have: 'new'
-    settings = GateSettings(min_effect_rate=section.min_effect_rate,
-                            min_effect_p99=section.min_effect_p99)
+    settings = _gate_settings(section)
     return judge_samples(record.windows, [base.windows for base in bases], settings=settings,
                          host_slowdown=host_slowdown(record.probe,
                                                      [base.probe for base in bases]),
@@ -466,7 +504,7 @@ def judge_step(run: StorageRun, record: StepRecord, section: SectionPlan, *,
     baseline = run.baseline
     since = _since_fault(run, record) if baseline is not None else None
     base = baseline.find(record, since) if baseline is not None else None
-    if baseline is not None:
+    if baseline is not None and record.paired is None:  # paired: side A is its baseline
         record.baseline = baseline.compare(record, since)
     if not (judge(record) if callable(judge) else judge):
         record.verdict = Verdict.INFO
@@ -496,7 +534,7 @@ def retest(run: StorageRun, request: StepRequest, record: StepRecord, section: S
     gate = record.gate
     assert gate is not None
     again = plan_step(run, request, section, thresholds=thresholds, door=door)
-    measure(run, again, progress, clients_per_host=section.clients_per_host)
+    measure(run, again, progress, clients_per_host=section.clients_per_host, section=section)
     if again.verdict is Verdict.INTERRUPTED:  # Ctrl-C ends the session, as ever
         record.gate = replace(gate, retest="interrupted")
         record.verdict = Verdict.INTERRUPTED
@@ -529,8 +567,8 @@ def run_load_step(run: StorageRun, request: StepRequest, *, judge: Judge = True,
     section = section_plan(thresholds, request.section)
     record = plan_step(run, request, section, thresholds=thresholds, door=door)
     # logged as begun: a process killed mid-step (an xdist worker) still leaves its step
-    run.ledger.begin(run.run_info(request.system, thresholds), record)
-    measure(run, record, progress, clients_per_host=section.clients_per_host)
+    run.ledger.begin(step_run_info(run, request.system, thresholds), record)
+    measure(run, record, progress, clients_per_host=section.clients_per_host, section=section)
     if record.verdict is not Verdict.INTERRUPTED:
         judge_step(run, record, section, judge=judge, derive=derive)
         if record.gate is not None and record.gate.fails:
@@ -541,6 +579,6 @@ def run_load_step(run: StorageRun, request: StepRequest, *, judge: Judge = True,
         # the table's note and the JSON
         warnings.warn(StorageScaleWarning(f"{record.title} ({record.verdict}): "
                                           + UNMEASURED.format(why=why)), stacklevel=2)
-    run_info = run.run_info(request.system, thresholds)
+    run_info = step_run_info(run, request.system, thresholds)
     run.ledger.append(run_info, record)
     return StepOutcome(record, thresholds, run_info)

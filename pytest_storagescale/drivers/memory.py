@@ -28,6 +28,10 @@ Driver options (strings, so that they reach spawned client processes too):
 - ``version``: what :meth:`~pytest_storagescale.drivers.base.Driver.version` answers
   (default ``memory``).
 
+The same options in the URL's query (``memory://slow/storagescale?latency=0.004``)
+apply to that URL's clients only, over the driver options: two stores of one session
+can differ (the sides of a paired comparison, ``--storage-compare-with``).
+
 Failures and hangs apply to load clients only, never to the session's service
 connections, so a step can always be prepared and cleaned up. A test can also make a
 store stall (:func:`stall`, :func:`resume`: every load request waits meanwhile) and
@@ -43,7 +47,7 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import (
     EndpointError,
@@ -189,7 +193,10 @@ class MemoryDriver(Driver):
         self._store = _store(endpoint.host)
         with self._store.lock:  # the store's test area exists, as a real storage's does
             self._make_dirs(endpoint.path, "mkdir")
-        self._faults = Faults.parse(self.options)
+        # the URL's query (memory://slow/area?latency=0.004) adds options of its own
+        # store: two stores of one session can differ (a paired comparison's sides)
+        self._faults = Faults.parse({**self.options,
+                                     **dict(parse_qsl(urlsplit(endpoint.url).query))})
         #: only load clients get failures and hangs
         self._load_client = self.client_id.startswith(_CLIENT_PREFIX)
         self._requests = 0

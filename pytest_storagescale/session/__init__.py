@@ -11,7 +11,8 @@ system and the baseline. It starts nothing until a test needs it.
 Under pytest-xdist there are three roles (:class:`Role`): a plain session does
 everything; the controller owns the embedded server, the run directory's removal and
 the results; each worker uses the controller's endpoint and run id (``shared``) and
-takes the load lock around every step, so that steps never overlap in time.
+holds the endpoint alone from a load test's first step to its end (its functional
+checks hold it shared), so that load tests never overlap in time nor with checks.
 """
 
 from __future__ import annotations

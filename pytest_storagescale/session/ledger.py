@@ -1,4 +1,5 @@
-"""The step ledger: one load step at a time, and every finished step in one place.
+"""The step ledger: one load test at a time (:class:`EndpointLock`), and every
+finished step in one place.
 
 Each process appends its finished steps to the session's shared log
 (``steps.jsonl`` in the shared folder, under an flock). That log is the one path a

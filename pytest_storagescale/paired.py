@@ -1,0 +1,321 @@
+"""Paired comparison, both sides in one session (``--storage-compare-with``).
+
+Side A is the session's storage (the embedded server, or ``--storage-endpoint``);
+side B is a second one of the same kind: another release of the embedded server
+(``--storage-compare-with 6.2.1``, started beside A with the same settings) or the
+URL of a second storage's test area (``--storage-compare-with
+root://127.0.0.1:1095//data/test``), with its own run directory made, marked and
+removed as A's is (:class:`~.session.area.RunArea`).
+
+A closed-loop step is measured on both sides in alternating short runs, A B B A
+(:data:`PAIRS` pairs; each side measures the step's duration in all, cut in
+``PAIRS`` runs of ``duration / PAIRS`` s), each a complete engine run
+(:func:`~.load.engine.run_step`: its own warm-up, set-up and clean-up, count and
+time bounds) with its own per-window samples, so that what the machine does to one
+side during the step it does to the other. Each side's runs are joined into one
+result (:func:`joined`: counts added, histograms merged, windows kept in order); B's
+is the step's result (its rules judge B, the candidate), A's and both sides'
+windows are the step's ``paired`` record. The gate (:func:`~.gate.judge_samples`)
+then judges B's windows against A's as a baseline of one run: the ratio B / A of
+rate, p50 and p99 with a bootstrap interval, and the four-valued verdict. While it
+is ``inconclusive`` (an interval straddling the minimum effect), another pair of
+runs (B A, then A B ...) is added, until each side has measured
+:data:`BUDGET` times the step's duration; then it stays ``inconclusive``, said.
+
+Not paired (measured on A alone, as without the option): open-loop steps (one offered
+rate spread over two storages would not be the rate a site asked for), steps of a
+cluster (``--storage-cluster``). The server counters' check (the servers' count of a
+step's operations against its clients') does not run on a paired step. Under xdist
+(``-n``) each worker that runs a load step starts its own side B (a second embedded
+server per worker): run paired comparisons without ``-n``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from hdrh.histogram import HdrHistogram
+
+from .errors import StorageScaleUsageError
+from .gate import GateSettings, StepGate, WindowSample, judge_samples
+from .load.engine import StepInterrupted, run_step
+from .load.plan import StepPlan, StepProgress
+from .load.stats import OpenLoopResult, SideResult, StepResult, latency_summary, new_histogram
+from .records import BaselineComparison
+
+if TYPE_CHECKING:
+    from .session import StorageRun
+    from .session.area import RunArea
+    from .session.doors import Door
+    from .session.endpoint import EndpointUnderTest
+
+__all__ = ["BUDGET", "PAIRS", "SideB", "check_compare_with", "finish", "joined",
+           "measure_paired", "side_b"]
+
+#: the first round of runs per side (A B B A: each side ``PAIRS`` runs)
+PAIRS = 2
+#: an inconclusive step gets more pairs until each side measured this many times the
+#: step's duration
+BUDGET = 2.0
+#: the shortest run of one side (a shorter step gets fewer, longer runs)
+MIN_RUN_S = 0.5
+
+_KEY = "_storagescale_side_b"
+
+
+@dataclass
+class SideB:
+    """The second side: what ``--storage-compare-with`` named, its endpoint and this
+    run's directory on it."""
+
+    text: str
+    endpoint: EndpointUnderTest
+    area: RunArea
+
+    @property
+    def display(self) -> str:
+        return self.endpoint.display
+
+    def door(self, timeout: float) -> Door:
+        from .session.doors import Door
+
+        run_dir = self.area.ensure()
+        resolved = self.endpoint.resolved
+        return Door(resolved.main_door, resolved.driver_spec(run_dir), run_dir, timeout)
+
+
+def _settings_b(run: StorageRun):
+    settings = run.settings
+    text = settings.compare_with
+    assert text
+    source = settings.source("storage_compare_with")
+    if "://" in text:
+        return settings.with_value("endpoint", text, source)
+    if settings.endpoint:
+        raise StorageScaleUsageError(
+            f"--storage-compare-with {text}: a release names a second embedded server, but "
+            f"side A is --storage-endpoint {run.endpoint.display}. Give side B as the URL "
+            f"of the second storage's test area (e.g. root://host:1095//data/test), or run "
+            f"side A on the embedded server (no --storage-endpoint).")
+    return settings.with_value("embedded_version", text, source)
+
+
+def check_compare_with(run: StorageRun) -> None:
+    """A bad ``--storage-compare-with`` is one usage error before any load: a release
+    the embedded server does not offer, a release beside a remote endpoint, a URL no
+    driver takes or of another kind than side A."""
+    settings = run.settings
+    if not settings.compare_with:
+        return
+    text = settings.compare_with
+    from .session.endpoint import EndpointUnderTest
+
+    if "://" in text:
+        a_scheme = (run.endpoint.protocol if run.endpoint.is_embedded
+                    else urlsplit(settings.endpoint or "").scheme)
+        b_scheme = urlsplit(text).scheme
+        if a_scheme != b_scheme:
+            raise StorageScaleUsageError(
+                f"--storage-compare-with {text}: side B speaks {b_scheme}://, side A "
+                f"{a_scheme}://. A paired comparison measures the same operations over the "
+                f"same kind of door: give side B's {a_scheme}:// URL.")
+    b = EndpointUnderTest(_settings_b(run))
+    try:
+        b.check()
+    except StorageScaleUsageError as exc:
+        raise StorageScaleUsageError(f"--storage-compare-with {text}: {exc}") from None
+    if getattr(settings, "cluster", None):
+        raise StorageScaleUsageError(
+            f"--storage-compare-with {text} with --storage-cluster: the paired comparison "
+            f"runs its clients here. Leave one of the two options out.")
+
+
+def side_b(run: StorageRun) -> SideB | None:
+    """The second side, made at its first use (its embedded server started, its run
+    directory made); None without ``--storage-compare-with``."""
+    if not run.settings.compare_with:
+        return None
+    side = run.__dict__.get(_KEY)
+    if side is None:
+        from .session.area import RunArea
+        from .session.endpoint import EndpointUnderTest
+
+        endpoint = EndpointUnderTest(_settings_b(run))
+        area = RunArea(endpoint, run.run_id, run.shared_dir / "compare-with" / "run-dir-used",
+                       run.ledger.lock, owner_pid=run.area.owner_pid, started=run.started)
+        side = SideB(run.settings.compare_with, endpoint, area)
+        run.__dict__[_KEY] = side
+        endpoint.first_contact()
+    return side
+
+
+def finish(run: StorageRun) -> None:
+    """Remove side B's run directory and stop its embedded server (idempotent); what
+    its storage refused to remove is added to the run's ``cleanup_error``."""
+    side = run.__dict__.pop(_KEY, None)
+    if side is None:
+        return
+    try:
+        note = side.area.remove()
+        if note:
+            run.cleanup_error = "; ".join(filter(None, [run.cleanup_error,
+                                                        f"side B: {note}"]))
+    finally:
+        side.endpoint.stop()
+
+
+def pairs_order(count: int) -> list[str]:
+    """A B B A A B B A ...: ``count`` runs per side, each pair mirrored from the last."""
+    order: list[str] = []
+    for index in range(count):
+        order.extend("AB" if index % 2 == 0 else "BA")
+    return order
+
+
+def _joined_side(parts: list[SideResult]) -> SideResult:
+    histogram = new_histogram()
+    for part in parts:
+        if part.histogram:
+            histogram.add(HdrHistogram.decode(part.histogram.encode("ascii")))
+    windows: list[WindowSample] = []
+    offset = 0.0
+    for part in parts:
+        windows.extend(replace(w, start_s=w.start_s + offset) for w in part.windows)
+        offset += part.duration_s
+    timeline: dict[str, list[int]] = {}
+    for part in parts:
+        for key, values in part.timeline.items():
+            timeline.setdefault(key, []).extend(values)
+    open_parts = [p.open_loop for p in parts if p.open_loop]
+    return SideResult(
+        clients=max(p.clients for p in parts),
+        duration_s=sum(p.duration_s for p in parts),
+        succeeded=sum(p.succeeded for p in parts), failed=sum(p.failed for p in parts),
+        hung=sum(p.hung for p in parts), bytes=sum(p.bytes for p in parts),
+        latency_s=latency_summary(histogram),
+        errors=dict(sum((Counter(p.errors) for p in parts), Counter())),
+        error_examples={k: v for p in parts for k, v in p.error_examples.items()},
+        timeline=timeline, histogram=histogram.encode().decode("ascii"),
+        throttled=sum(p.throttled for p in parts),
+        redirects=sum(p.redirects for p in parts),
+        door_seconds=sum(p.door_seconds for p in parts),
+        warmup_operations=sum(p.warmup_operations for p in parts),
+        drain_operations=sum(p.drain_operations for p in parts),
+        open_loop=OpenLoopResult.merged(open_parts) if open_parts else None,
+        windows=windows)
+
+
+def joined(parts: list[StepResult]) -> StepResult:
+    """Runs of one side one after the other as one result: counts added over the
+    measured windows (the rate is the succeeded operations over the summed windows),
+    latency histograms merged, per-window samples kept in order (their ``start_s``
+    counted over the joined windows); the first run's start, the last one's end."""
+    assert parts, "joined() takes at least one run"
+    names = list(parts[0].sides)
+    first, last = parts[0], parts[-1]
+    cleanup = [p.cleanup_error for p in parts if p.cleanup_error]
+    return StepResult(
+        operation=first.operation, clients=first.clients, started=first.started,
+        ended=last.ended, duration_s=sum(p.duration_s for p in parts),
+        warmup_s=first.warmup_s,
+        sides={name: _joined_side([p.sides[name] for p in parts if name in p.sides])
+               for name in names},
+        cleanup_error="; ".join(cleanup) or None,
+        interrupted=any(p.interrupted for p in parts))
+
+
+@dataclass
+class PairedResult:
+    """Both sides of a paired step: each side's joined result, the order the runs
+    were made in, the gate B / A."""
+
+    side_b: str
+    a: StepResult
+    b: StepResult
+    order: list[str]
+    gate: StepGate | None = None
+
+    def comparison(self, version_a: str) -> BaselineComparison:
+        """Side A as the step's baseline (the table's ``vs base``: B's rate change
+        against A's, then the gate's ratio B / A with its interval and verdict)."""
+        a, b = self.a.total, self.b.total
+        return BaselineComparison(
+            file="side A (paired)", version=version_a, matched=True, rate_hz=a.rate_hz,
+            rate_change=(b.rate_hz / a.rate_hz - 1) if a.rate_hz > 0 else None,
+            p99_s=_finite(a.latency_s.get("p99")), failed=a.failed, hung=a.hung)
+
+    def to_json(self) -> dict[str, Any]:
+        def side(result: StepResult) -> dict[str, Any]:
+            total = result.total
+            return {"rate_hz": total.rate_hz, "succeeded": total.succeeded,
+                    "failed": total.failed, "hung": total.hung,
+                    "duration_s": result.duration_s,
+                    "p50_s": _finite(total.latency_s.get("p50")),
+                    "p99_s": _finite(total.latency_s.get("p99")),
+                    "windows": [w.to_json() for w in total.windows]}
+        return {"side_b": self.side_b, "order": "".join(self.order),
+                "a": side(self.a), "b": side(self.b)}
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or value != value else float(value)
+
+
+def measure_paired(run: StorageRun, plan: StepPlan, side: SideB, *, settings: GateSettings,
+                   progress: Callable[[StepProgress], None] | None,
+                   executor: str, door_timeout: float) -> PairedResult:
+    """Measure ``plan`` on side A (as planned) and on side B (the same plan over B's
+    door, in this run's directory there) in alternating runs, then judge B / A (see
+    the module's docstring). :class:`~.load.engine.StepInterrupted` (Ctrl-C) carries
+    the side being measured's partial result; the clients are stopped as ever."""
+    door_b = side.door(door_timeout)
+    step_name = plan.workdir.rstrip("/").rsplit("/", 1)[-1]
+    count = max(1, min(PAIRS, int(plan.duration // MIN_RUN_S)))
+    run_s = plan.duration / count
+    runs: dict[str, list[StepResult]] = {"A": [], "B": []}
+    order: list[str] = []
+
+    def one(which: str) -> None:
+        index = len(runs[which])
+        if which == "A":
+            sub = replace(plan, duration=run_s, workdir=f"{plan.workdir}-a{index}")
+        else:
+            sub = replace(plan, duration=run_s, driver=door_b.spec,
+                          workdir=door_b.path(f"{step_name}-b{index}"))
+        try:
+            runs[which].append(run_step(sub, executor=executor, progress=progress))
+        except StepInterrupted as interrupted:
+            runs[which].append(interrupted.result)
+            raise StepInterrupted(joined(runs["B"] or runs["A"])) from None
+        order.append(which)
+
+    for which in pairs_order(count):
+        one(which)
+    result = PairedResult(side.display, joined(runs["A"]), joined(runs["B"]), order)
+    result.gate = _judge(result, settings)
+    began = time.monotonic()
+    budget_runs = int(BUDGET * count)
+    while (result.gate is not None and result.gate.verdict.value == "inconclusive"
+           and len(runs["A"]) < budget_runs
+           and time.monotonic() - began < BUDGET * plan.duration * 4 + 60):
+        pair = "BA" if (len(order) // 2) % 2 == 0 else "AB"
+        for which in pair:
+            one(which)
+        result = PairedResult(side.display, joined(runs["A"]), joined(runs["B"]), order)
+        result.gate = _judge(result, settings)
+    if result.gate is not None and result.gate.verdict.value == "inconclusive":
+        result.gate = replace(result.gate, reason=(
+            f"{result.gate.reason} (after {len(runs['A'])} runs per side, "
+            f"{result.a.duration_s:.3g} s of B and of A: the budget of {BUDGET:g}x the "
+            f"step's duration)"))
+    return result
+
+
+def _judge(result: PairedResult, settings: GateSettings) -> StepGate:
+    gate = judge_samples(result.b.total.windows, [result.a.total.windows], settings=settings)
+    return replace(gate, reason=f"B/A paired ({''.join(result.order)}): {gate.reason}")

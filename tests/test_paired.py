@@ -1,0 +1,141 @@
+"""Paired comparison, both sides in one session (``--storage-compare-with``,
+pytest_storagescale/paired.py, issue 32 part 1): each closed-loop step measured on
+side A and side B in alternating runs (A B B A ...), judged B / A by the gate. End to
+end on two memory stores, side B slowed by its URL's ``latency`` (sleeps: the rate
+follows the latency whatever this machine's load), and on two real embedded xrootd
+5.5.3, B's threads capped by a cgroup. No assertion on this machine's speed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_storagescale.load.stats import WINDOWS
+from pytest_storagescale.paired import joined, pairs_order
+
+PLAN = """
+[storage]
+system = "xrootd"
+versions = ["*"]
+
+[defaults]
+duration = "1s"
+warmup = "0.2s"
+hang_timeout = "30s"
+
+[ops.stat]
+clients = [4]
+
+[[ops.stat.expect]]
+rules = ["failed == 0"]
+"""
+
+SUITE = """
+import pytest
+
+@pytest.mark.storagescale_op("stat")
+def test_stat(storage_load, storage_clients):
+    storage_load.run()
+"""
+
+
+@pytest.fixture
+def paired_run(pytester):
+    folder = pytester.path / "thr" / "xrootd"
+    folder.mkdir(parents=True)
+    (folder / "t.toml").write_text(PLAN)
+    pytester.makepyfile(test_suite=SUITE)
+
+    def run(name: str, side_b: str, *extra: str):
+        result = pytester.runpytest(
+            "--storage-endpoint=memory://side-a/area", "--storage-version=1.0",
+            "--storage-thresholds=thr", f"--storage-results={name}.json",
+            "-p", "no:cacheprovider", "--storage-driver-option=latency=0.02",
+            f"--storage-compare-with={side_b}", *extra)
+        path = pytester.path / f"{name}.json"
+        document = json.loads(path.read_text()) if path.exists() else None
+        return result, document
+    return run
+
+
+def test_the_order_alternates_and_mirrors():
+    assert "".join(pairs_order(2)) == "ABBA"
+    assert "".join(pairs_order(4)) == "ABBAABBA"
+
+
+def test_a_side_twice_slower_regressed(paired_run):
+    """Side B at 40 ms a request (URL option) against A at 20 ms: half the rate, twice
+    the latency; the step fails on the gate B / A, measured again and confirmed; both
+    sides' windows and side B's name are in the JSON."""
+    result, document = paired_run("slow", "memory://side-b/area?latency=0.04")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*gate: *vs baseline * (95 % interval) wholly*VIOLATED*"])
+    [step] = document["steps"]
+    gate = step["gate"]
+    assert gate["verdict"] == "regressed" and gate["retest"] == "confirmed", gate
+    assert gate["reason"].startswith("B/A paired (ABBA)")
+    assert gate["effects"]["rate_hz"]["high"] < 0.85 or gate["effects"]["p99_s"]["low"] > 1.25
+    paired = step["paired"]
+    assert paired["order"] == "ABBA" and paired["side_b"].startswith("memory://side-b")
+    assert len(paired["a"]["windows"]) == len(paired["b"]["windows"]) == 2 * WINDOWS
+    assert paired["b"]["rate_hz"] < paired["a"]["rate_hz"]
+    # the step's own result is side B's
+    assert step["succeeded"] == paired["b"]["succeeded"]
+    assert document["run"]["compare_with"].startswith("memory://side-b/area")
+    # the table's vs base column shows the paired gate
+    result.stdout.fnmatch_lines(["*rate 0.* regressed (confirmed)*"])
+
+
+def test_identical_sides_are_never_regressed(paired_run):
+    """Both sides at 20 ms: not regressed (unchanged, or inconclusive after the extra
+    windows, said), the test passes."""
+    result, document = paired_run("same", "memory://side-b/area?latency=0.02")
+    result.assert_outcomes(passed=1)
+    [step] = document["steps"]
+    assert step["gate"]["verdict"] in ("unchanged", "inconclusive", "improved"), step["gate"]
+    order = step["paired"]["order"]
+    assert order.startswith("ABBA") and order.count("A") == order.count("B")
+
+
+@pytest.mark.parametrize("value, said", [
+    ("9.9.9", "9.9.9"),
+    ("root://", "not a storage URL"),
+    ("not a release!", "neither a storage URL nor a release"),
+    ("root://127.0.0.1:1095//data/test", "side B speaks root://, side A memory://"),
+])
+def test_a_bad_value_is_one_paragraph_exit_4(paired_run, value, said):
+    result, document = paired_run("bad", value)
+    assert result.ret == 4
+    text = result.stderr.str() + result.stdout.str()
+    assert said in text and "Traceback" not in text
+    assert text.count("--storage-compare-with") >= 1
+    assert document is None  # before any load
+
+
+def test_runs_of_one_side_join_in_order():
+    from pytest_storagescale.gate import WindowSample
+    from pytest_storagescale.load.stats import LATENCIES, SideResult, StepResult
+
+    def part(start: float, ops: int) -> StepResult:
+        side = SideResult(clients=2, duration_s=1.0, succeeded=ops, failed=1, hung=0,
+                          bytes=0, latency_s={k: 0.01 for k in LATENCIES}, errors={"x": 1},
+                          error_examples={}, timeline={},
+                          windows=[WindowSample(0.0, 0.5, ops // 2),
+                                   WindowSample(0.5, 0.5, ops - ops // 2)])
+        return StepResult(operation="stat", clients=2, started=start, ended=start + 1.2,
+                          duration_s=1.0, warmup_s=0.2, sides={"stat": side})
+
+    both = joined([part(10.0, 10), part(20.0, 30)])
+    total = both.total
+    assert (total.succeeded, total.failed, total.errors) == (40, 2, {"x": 2})
+    assert total.duration_s == both.duration_s == 2.0 and total.rate_hz == 20.0
+    assert [w.start_s for w in total.windows] == [0.0, 0.5, 1.0, 1.5]
+    assert [w.operations for w in total.windows] == [5, 5, 15, 15]
+    assert (both.started, both.ended) == (10.0, 21.2)
+
+
+def _cgroup_cpu() -> bool:
+    from tests.test_gate import _cgroup_cpu as available
+
+    return available()
