@@ -1,0 +1,89 @@
+"""The gate's calibration harness (benchmarks/bench_gate.py, issue 32 part 4): its
+mechanics, not this machine's speed. The injected regression (a SIGSTOP duty cycle)
+stops the process it is given and leaves it running at the block's end; the load
+(stress-ng) is gone at the block's end; bad options are exit 4 before any load; the
+dry run prints the plan and tries the injections on a process of no importance."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "benchmarks" / "bench_gate.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_gate", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_gate", module)  # its dataclasses look it up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+
+
+def test_the_duty_cycle_stops_the_process_and_leaves_it_running():
+    bench = _bench()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        seen = set()
+        with bench.DutyCycle(sleeper.pid, stopped_s=0.05, period_s=0.1) as cycle:
+            deadline = time.monotonic() + 5
+            while "T" not in seen and time.monotonic() < deadline:
+                seen.add(_state(sleeper.pid))
+                time.sleep(0.005)
+        assert "T" in seen  # stopped during the block
+        assert cycle.stopped_share is not None and 0 < cycle.stopped_share < 1
+        time.sleep(0.05)
+        assert _state(sleeper.pid) != "T"  # continued at its end
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    with pytest.raises(ValueError, match="within the period"):
+        bench.DutyCycle(1, stopped_s=0.2, period_s=0.1)
+
+
+@pytest.mark.skipif(shutil.which("stress-ng") is None,
+                    reason="needs stress-ng (scripts/bootstrap.sh all)")
+def test_the_load_is_gone_at_the_blocks_end():
+    bench = _bench()
+    with bench.Stress(1, limit_s=60) as stress:
+        time.sleep(0.3)
+        process = stress._process
+        assert process is not None and process.poll() is None
+    assert process.poll() is not None
+    group = subprocess.run(["pgrep", "-g", str(process.pid)], capture_output=True, text=True)
+    assert group.stdout.strip() == ""
+
+
+def test_bad_options_are_exit_4_before_any_load():
+    result = subprocess.run([sys.executable, str(SCRIPT), "--p99-stop-ms", "50",
+                             "--p99-period-ms", "40", "--pairs", "0", "--stress", "0"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 4
+    assert "--pairs 0: must be above 0" in result.stderr
+    assert "--p99-stop-ms must be above 0 and below --p99-period-ms" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_the_dry_run_prints_the_plan_and_tries_the_injections():
+    result = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--dry-run",
+                             "--stress", "0"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "plan: 3 pairs at most" in out and "stat at 5 clients, 2 s steps" in out
+    assert "pair 2: baseline x3, then rate , p99 , A/A" in out
+    for kind in ("rate", "p99"):
+        line = next(line for line in out.splitlines()
+                    if line.startswith(f"{kind} injection tried"))
+        assert line.endswith("its state after: S")  # running (asleep), not stopped
