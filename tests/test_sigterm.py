@@ -179,7 +179,10 @@ def test_sigterm_to_the_xdist_controller_stops_its_workers(tmp_path):
     _assert_interrupted(tmp_path, output, child.returncode, serial=False)
     assert exited_s < SLACK + 10, f"pytest ended {exited_s:.1f} s after SIGTERM:\n{output}"
     assert servers, below
-    left = {pid: name for pid, name in below.items() if _alive(pid)}
+    deadline = time.monotonic() + 10  # multiprocessing's resource tracker ends at EOF
+    while (left := {pid: name for pid, name in below.items() if _alive(pid)}) and \
+            time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not left, f"left running after the controller's exit: {left}"
 
 
