@@ -333,8 +333,12 @@ def test_the_gate_fails_a_slower_server_and_passes_the_same_one(pytester):
             same = _stat_scan(pytester, server, "same", "--storage-baseline=before.json")
         same.assert_outcomes(passed=1)
         assert (_gate(pytester, "same") or {}).get("verdict") != "regressed"
-        with DutyCycle(server.pid):
-            slower = _stat_scan(pytester, server, "slower", "--storage-baseline=before.json")
+        for _ in range(3):  # a client host much busier than at the baseline: inconclusive
+            with DutyCycle(server.pid):
+                slower = _stat_scan(pytester, server, "slower",
+                                    "--storage-baseline=before.json")
+            if (_gate(pytester, "slower") or {}).get("verdict") != "inconclusive":
+                break
     slower.assert_outcomes(failed=1)
     slower.stdout.fnmatch_lines(["*stat step at 5 clients broke its thresholds*",
                                  "*gate: * vs baseline * (95 % interval) wholly *VIOLATED*"])
