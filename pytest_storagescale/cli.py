@@ -55,6 +55,9 @@ def parser() -> argparse.ArgumentParser:
     from .tree import add_parser as add_tree_parser  # storagescale tree write|verify
 
     add_tree_parser(commands, _Parser)
+    from .history.command import add_parser as add_history_parser  # storagescale history
+
+    add_history_parser(commands, _Parser)
     return top
 
 

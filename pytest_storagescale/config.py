@@ -294,6 +294,12 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "also write the steps in pytest-benchmark's JSON format (for "
         "'pytest-benchmark compare').",
     ),
+    "storage_history": (
+        "--storage-history", lambda v: parse_history(v), None,
+        "append the run (run info, verdicts, every step's figures and per-window "
+        "samples) to this history: a SQLite file (made 0600) or a postgresql://USER:"
+        "PASSWORD@HOST/DB URL; read it with 'storagescale history' (docs/history.md).",
+    ),
     "storage_baseline": (
         "--storage-baseline", parse_baselines, None,
         "JSON results of an earlier run (e.g. the previous storage version) to compare "
@@ -450,6 +456,23 @@ def parse_compare_with(value: str) -> str:
     return text
 
 
+#: the history targets' URL schemes (:mod:`.history.store`); else a SQLite file's path
+HISTORY_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
+
+
+def parse_history(value: str) -> str:
+    """``--storage-history``: a SQLite file's path or a URL of :data:`HISTORY_SCHEMES`
+    (checked by its form; the database is opened at session start)."""
+    text = parse_text(value, what="--storage-history")
+    scheme, sep, rest = text.partition("://")
+    if sep and (scheme.lower() not in HISTORY_SCHEMES or not rest.strip("/")):
+        raise StorageScaleUsageError(
+            f"--storage-history {redact_url(text)!r}: not a history this release keeps. "
+            f"Give a SQLite file's path (e.g. --storage-history=history.sqlite), "
+            f"sqlite:///PATH, or postgresql://USER:PASSWORD@HOST:PORT/DATABASE.")
+    return text
+
+
 def _parse_listen_address(value: str) -> str:
     from .servers.monitor import parse_listen_address
 
@@ -478,6 +501,7 @@ def register_credentials(values: dict[str, Any]) -> None:
                 *([compared] if compared and "://" in compared else []),
                 *(peers.splitlines() if isinstance(peers, str) else peers)):
         register_url(str(url).strip() if url else None)
+    register_url(values.get("storage_history"))
     register_driver_options(values.get("storage_driver_options") or {}, ("token",))
     for name in ("storage_token_readonly", "storage_token_expired"):
         register_file(values.get(name))
@@ -517,6 +541,8 @@ class Settings:
     results: str | None = None
     report: str | None = None
     benchmark_json: str | None = None
+    #: the history of runs (:mod:`.history`): a SQLite file or a database URL
+    history: str | None = None
     #: results files of earlier runs (``--storage-baseline``, repeatable)
     baseline: tuple[str, ...] | None = None
     #: the acceptance file, read and checked (:mod:`.reporting.behaviour`)
@@ -649,7 +675,7 @@ def _shown(name: str, value: Any, secret_options: tuple[str, ...] = ()) -> str:
     if name in SECRET_SETTINGS and isinstance(value, dict):
         return ", ".join(f"{key}=***" if secret_option(key, secret_options) else
                          f"{key}={option}" for key, option in value.items())
-    if name == "storage_endpoint":
+    if name in ("storage_endpoint", "storage_history"):
         return redact_url(str(value))
     if name == "storage_doors" and isinstance(value, dict):
         return ", ".join(f"{door}={redact_url(url)}" for door, url in value.items())

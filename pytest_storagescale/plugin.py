@@ -44,6 +44,7 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     storage_test_dir,
     storage_thresholds,
 )
+from .history import check_session_target, record_run
 from .paired import check_compare_with
 from .paired import finish as finish_paired
 from .records import ClientInfo, RunInfo, Verdict
@@ -78,6 +79,8 @@ sigterm_key = pytest.StashKey[TermAsInterrupt]()
 xdist_nodes_key = pytest.StashKey[list]()
 #: the behaviour gate's verdict against the baseline (said in the summary)
 behaviour_gate_key = pytest.StashKey[BehaviourGate]()
+#: what became of the run in --storage-history (appended, or why not)
+history_line_key = pytest.StashKey[str]()
 
 MARKERS = (
     "storagescale_op(section): a load test of this thresholds section ([ops.<section>]); "
@@ -448,6 +451,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if run is None or not run.owns_results:
         return
     run.check_outputs()
+    if run.settings.history is not None:  # made when new; a newer schema: exit 4
+        check_session_target(run.settings.history, run.settings.invocation_path)
     if run.role is Role.CONTROLLER and run.settings.endpoint and (
             not session.config.option.collectonly):
         run.check_endpoint()
@@ -513,6 +518,10 @@ def _finish_results(session: pytest.Session, run: StorageRun) -> RunSummary:
         ledger.results.finish(info, ledger.steps, summary.verdict,
                               [dataclasses.asdict(test) for test in summary.tests],
                               gate=gate.to_json() if gate is not None else None)
+        if run.settings.history is not None:  # the controller only (owns_results)
+            session.config.stash[history_line_key] = record_run(
+                run.settings.history, run.settings.invocation_path,
+                ledger.results.document(info, ledger.steps))
     return summary
 
 
@@ -609,12 +618,19 @@ def run_label(info) -> str:
     return f"{info.system} {info.version}"
 
 
+def _write_history(terminalreporter, config: pytest.Config) -> None:
+    """What became of the run in ``--storage-history``."""
+    if history_line_key in config.stash:
+        terminalreporter.write_line(config.stash[history_line_key])
+
+
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     run = config.stash.get(storage_run_key, None)
     if run is None:
         return
     _write_session_notes(terminalreporter, run)
     _write_behaviour_gate(terminalreporter, config)
+    _write_history(terminalreporter, config)
     info = run.ledger.run
     if not run.ledger.steps or info is None:  # functional checks only: their results
         if run.ledger.results.path is not None:  # and report still exist
