@@ -16,6 +16,7 @@ from pathlib import Path
 import matplotlib.pyplot  # noqa: F401 - loaded before pytester's snapshot of sys.modules
 import pytest
 import sqlalchemy
+import sqlalchemy.dialects.postgresql  # noqa: F401 - before pytester's snapshot (no re-import)
 
 from pytest_storagescale import cli
 from pytest_storagescale.history import SCHEMA_VERSION, HistoryError, open_history
@@ -94,6 +95,18 @@ def test_runs_of_a_suite_fill_the_history_and_the_command_reads_it(pytester, cap
         "clients-xrootd_stat_door=memory.png", "xrootd_stat_clients=1_door=memory.png",
         "xrootd_stat_clients=2_door=memory.png"]
     assert "data:image/png;base64," in (pytester.path / "page" / "index.html").read_text()
+
+
+def test_under_xdist_only_the_controller_writes_the_run(pytester):
+    _suite(pytester)
+    result = _run(pytester, "1.0", "--storage-history=runs.sqlite", "-n", "2")
+    result.assert_outcomes(passed=2)
+    history = open_history(str(pytester.path / "runs.sqlite"), create=False)
+    try:
+        assert history.run_count() == 1
+        assert sorted(step.clients for step in history.history_steps()) == [1, 2]
+    finally:
+        history.close()
 
 
 def test_a_newer_schema_is_refused_before_any_step(pytester, capsys):
