@@ -11,8 +11,13 @@ interrupted step and the embedded servers are stopped.
 On an xdist controller the handler sends SIGTERM on to the workers first: they are
 its children, running the steps, and a SIGTERM sent to the controller alone (``kill
 PID``, as ``timeout --foreground`` does) would otherwise leave them to xdist's own
-shutdown, which waits for the test in progress. A handler the user (or another
-plugin) installed before pytest's configuration is kept as it is.
+shutdown, which waits for the test in progress. A terminal's Ctrl-C is not passed
+on: it reaches the workers' client processes (one process group), whose interrupted
+report ends each worker's step with what it measured; passed on as well, the
+worker's stop raced the client's report and lost it. Only the first SIGTERM acts; a
+second one (``timeout`` signals the process group, and the controller passes it on)
+is ignored. A handler the user (or another plugin) installed before pytest's
+configuration is kept as it is.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ class TermAsInterrupt:
         self._workers = workers
         self._previous: Any = None
         self.installed = False
+        #: the first SIGTERM came: the stop is under way
+        self.stopping = False
 
     def install(self) -> None:
         """Take SIGTERM, unless a handler other than the default is set or this is not
@@ -54,7 +61,9 @@ class TermAsInterrupt:
         if previous not in (signal.SIG_DFL, None):
             return  # the user's, or another plugin's: theirs to decide
         self._previous = previous
+        RECEIVED.clear()  # a new session (pytester runs many in one process)
         signal.signal(signal.SIGTERM, self._handle)
+
         # a client library may have left it blocked in this thread (issue 31)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
         self.installed = True
@@ -65,13 +74,22 @@ class TermAsInterrupt:
             self.installed = False
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if self.stopping:
+            # the stop is under way (bounded): a second SIGTERM, e.g. ``timeout``'s to
+            # the process group on top of the controller's, must not cut the wait for
+            # what the clients measured
+            return
+        self.stopping = True
         RECEIVED.add("SIGTERM")
+        self._stop_workers()
+        raise KeyboardInterrupt(SIGTERM_TEXT)
+
+    def _stop_workers(self) -> None:
         for pid in self._workers() if self._workers is not None else []:
             try:
                 os.kill(pid, signal.SIGTERM)
             except OSError:  # ended already
                 pass
-        raise KeyboardInterrupt(SIGTERM_TEXT)
 
 
 def xdist_worker_pids(nodes: list[Any]) -> list[int]:
