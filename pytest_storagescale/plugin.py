@@ -647,6 +647,10 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     terminalreporter.write_line(
         f"              thresholds: {info.thresholds_file} ({info.thresholds_reason}){scale}"
     )
+    if info.compare_with:  # paired (--storage-compare-with): whose figures the rows are
+        terminalreporter.write_line(
+            f"              paired: each row is side B, {info.compare_with}; vs base is "
+            f"B / side A (the endpoint above), measured in alternating runs (A B B A)")
     for line in format_table(run.ledger.steps, info.door):
         terminalreporter.write_line(line)
     for line in cluster_breakdown_lines(run.ledger.steps, config.option.verbose):
