@@ -36,6 +36,7 @@ file_size = "1kB"
 SUITE = """
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
