@@ -300,6 +300,12 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "samples) to this history: a SQLite file (made 0600) or a postgresql://USER:"
         "PASSWORD@HOST/DB URL; read it with 'storagescale history' (docs/history.md).",
     ),
+    "storage_pushgateway": (
+        "--storage-pushgateway", lambda v: parse_pushgateway(v), None,
+        "push each step's figures (rate, p50/p99, failed, hung, throttled, dropped, "
+        "verdict) as Prometheus metrics to this Pushgateway at the session's end, e.g. "
+        "http://127.0.0.1:9091 (docs/history.md).",
+    ),
     "storage_baseline": (
         "--storage-baseline", parse_baselines, None,
         "JSON results of an earlier run (e.g. the previous storage version) to compare "
@@ -473,6 +479,17 @@ def parse_history(value: str) -> str:
     return text
 
 
+def parse_pushgateway(value: str) -> str:
+    """``--storage-pushgateway``: an http(s) URL of a Pushgateway (host, optional port)."""
+    text = parse_text(value, what="--storage-pushgateway")
+    scheme, sep, rest = text.partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        raise StorageScaleUsageError(
+            f"--storage-pushgateway {redact_url(text)!r}: not a Pushgateway URL. Give "
+            f"http://HOST:PORT or https://HOST:PORT, e.g. http://127.0.0.1:9091.")
+    return text
+
+
 def _parse_listen_address(value: str) -> str:
     from .servers.monitor import parse_listen_address
 
@@ -502,6 +519,7 @@ def register_credentials(values: dict[str, Any]) -> None:
                 *(peers.splitlines() if isinstance(peers, str) else peers)):
         register_url(str(url).strip() if url else None)
     register_url(values.get("storage_history"))
+    register_url(values.get("storage_pushgateway"))
     register_driver_options(values.get("storage_driver_options") or {}, ("token",))
     for name in ("storage_token_readonly", "storage_token_expired"):
         register_file(values.get(name))
@@ -543,6 +561,8 @@ class Settings:
     benchmark_json: str | None = None
     #: the history of runs (:mod:`.history`): a SQLite file or a database URL
     history: str | None = None
+    #: the Pushgateway the steps' figures are pushed to (:mod:`.history.prometheus`)
+    pushgateway: str | None = None
     #: results files of earlier runs (``--storage-baseline``, repeatable)
     baseline: tuple[str, ...] | None = None
     #: the acceptance file, read and checked (:mod:`.reporting.behaviour`)
@@ -675,7 +695,7 @@ def _shown(name: str, value: Any, secret_options: tuple[str, ...] = ()) -> str:
     if name in SECRET_SETTINGS and isinstance(value, dict):
         return ", ".join(f"{key}=***" if secret_option(key, secret_options) else
                          f"{key}={option}" for key, option in value.items())
-    if name in ("storage_endpoint", "storage_history"):
+    if name in ("storage_endpoint", "storage_history", "storage_pushgateway"):
         return redact_url(str(value))
     if name == "storage_doors" and isinstance(value, dict):
         return ", ".join(f"{door}={redact_url(url)}" for door, url in value.items())

@@ -44,7 +44,7 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     storage_test_dir,
     storage_thresholds,
 )
-from .history import check_session_target, record_run
+from .history import check_session_target, keep_run
 from .paired import check_compare_with
 from .paired import finish as finish_paired
 from .records import ClientInfo, RunInfo, Verdict
@@ -79,8 +79,8 @@ sigterm_key = pytest.StashKey[TermAsInterrupt]()
 xdist_nodes_key = pytest.StashKey[list]()
 #: the behaviour gate's verdict against the baseline (said in the summary)
 behaviour_gate_key = pytest.StashKey[BehaviourGate]()
-#: what became of the run in --storage-history (appended, or why not)
-history_line_key = pytest.StashKey[str]()
+#: what became of the run in --storage-history and --storage-pushgateway (or why not)
+history_lines_key = pytest.StashKey[list[str]]()
 
 MARKERS = (
     "storagescale_op(section): a load test of this thresholds section ([ops.<section>]); "
@@ -518,10 +518,8 @@ def _finish_results(session: pytest.Session, run: StorageRun) -> RunSummary:
         ledger.results.finish(info, ledger.steps, summary.verdict,
                               [dataclasses.asdict(test) for test in summary.tests],
                               gate=gate.to_json() if gate is not None else None)
-        if run.settings.history is not None:  # the controller only (owns_results)
-            session.config.stash[history_line_key] = record_run(
-                run.settings.history, run.settings.invocation_path,
-                ledger.results.document(info, ledger.steps))
+        session.config.stash[history_lines_key] = keep_run(  # the controller only
+            run.settings, ledger.results.document(info, ledger.steps))
     return summary
 
 
@@ -619,9 +617,9 @@ def run_label(info) -> str:
 
 
 def _write_history(terminalreporter, config: pytest.Config) -> None:
-    """What became of the run in ``--storage-history``."""
-    if history_line_key in config.stash:
-        terminalreporter.write_line(config.stash[history_line_key])
+    """What became of the run in ``--storage-history`` and ``--storage-pushgateway``."""
+    for line in config.stash.get(history_lines_key, []):
+        terminalreporter.write_line(line)
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:

@@ -68,7 +68,9 @@ LEAN_SERVER_PACKAGES=("${XROOTD6_BUILD_PACKAGES[@]}"
           ceph-mds ceph-fuse
           # the embedded dCache (--storage-embedded dcache): its namespace's PostgreSQL;
           # maven (and java 17) for scripts/dcache-dist.sh
-          postgresql maven)
+          postgresql maven
+          # --storage-pushgateway's tests: a real Pushgateway and Prometheus on loopback
+          prometheus prometheus-pushgateway)
 # commands that may come from elsewhere on the machine (a JDK, nodesource's node):
 # their Debian packages are installed only when the command is missing
 command -v java >/dev/null || SERVER_PACKAGES+=(default-jre-headless)

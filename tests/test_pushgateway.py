@@ -1,0 +1,145 @@
+"""``--storage-pushgateway``: a run's steps pushed to a real Pushgateway (Debian's
+prometheus-pushgateway) that a real Prometheus scrapes, both started here on loopback;
+the last run's stat rate per version answered by Prometheus's HTTP API."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from test_history import _run, _suite
+
+pytestmark = pytest.mark.integration
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - loopback
+        return answer.read()
+
+
+def _ready(url: str, process: subprocess.Popen, deadline_s: float = 60) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"{process.args[0]} exited {process.returncode}")
+        try:
+            _get(url)
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"{url} not ready in {deadline_s} s")
+
+
+@pytest.fixture
+def monitoring(tmp_path):
+    """A Pushgateway and a Prometheus scraping it every second, on loopback."""
+    for command in ("prometheus", "prometheus-pushgateway"):
+        if shutil.which(command) is None:
+            pytest.skip(f"{command} is not installed (scripts/bootstrap.sh servers installs it)")
+    gateway_port, prometheus_port = _free_port(), _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: pushgateway\n"
+        "    honor_labels: true\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{gateway_port}']}}]\n")
+    log = (tmp_path / "monitoring.log").open("wb")
+    processes = [
+        # Debian's default persistence file is shared (/var/lib/prometheus): the test's own
+        subprocess.Popen(["prometheus-pushgateway",
+                          f"--web.listen-address=127.0.0.1:{gateway_port}",
+                          f"--persistence.file={tmp_path / 'pushgateway.data'}"],
+                         stdout=log, stderr=log, start_new_session=True),
+        subprocess.Popen(["prometheus", f"--config.file={config}",
+                          f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                          f"--web.listen-address=127.0.0.1:{prometheus_port}"],
+                         stdout=log, stderr=log, start_new_session=True),
+    ]
+    try:
+        _ready(f"http://127.0.0.1:{gateway_port}/-/ready", processes[0])
+        _ready(f"http://127.0.0.1:{prometheus_port}/-/ready", processes[1])
+        yield f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{prometheus_port}"
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        log.close()
+
+
+def _query(prometheus: str, query: str) -> list[dict]:
+    answer = json.loads(_get(f"{prometheus}/api/v1/query?"
+                             f"{urllib.parse.urlencode({'query': query})}"))
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
+def test_prometheus_answers_the_last_runs_stat_rate_per_version(pytester, monitoring):
+    gateway, prometheus = monitoring
+    _suite(pytester)
+    for version in ("1.0", "2.0"):
+        result = _run(pytester, version, f"--storage-pushgateway={gateway}",
+                      f"--storage-results=r{version}.json")
+        result.assert_outcomes(passed=2)
+        result.stdout.fnmatch_lines([f"pushgateway: 2 steps pushed to {gateway}"])
+    pushed = _get(f"{gateway}/metrics").decode()
+    assert 'storagescale_step_verdict{clients="1",door="memory"' in pushed
+    rates = {(step["clients"]): step["rate_hz"]
+             for step in json.loads((pytester.path / "r2.0.json").read_text())["steps"]}
+    query = 'storagescale_step_rate_hz{storage="xrootd",operation="stat",clients="1"}'
+    deadline, found = time.monotonic() + 60, []
+    while time.monotonic() < deadline and len(found) < 2:
+        found = _query(prometheus, query)
+        time.sleep(0.5)
+    by_version = {item["metric"]["version"]: float(item["value"][1]) for item in found}
+    assert set(by_version) == {"1.0", "2.0"}, found
+    assert by_version["2.0"] == pytest.approx(rates[1]), (pushed, rates)  # as measured
+
+
+def test_an_unreachable_gateway_is_said_and_the_run_keeps_its_status(pytester):
+    _suite(pytester)
+    result = _run(pytester, "1.0", f"--storage-pushgateway=http://127.0.0.1:{_free_port()}")
+    result.assert_outcomes(passed=2)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["storagescale: Pushgateway NOT pushed to http://127.0.0.1:*"])
+
+
+@pytest.mark.parametrize("value", ["ftp://host", "127.0.0.1:9091", "http://"])
+def test_a_bad_gateway_url_is_exit_4(pytester, value):
+    _suite(pytester)
+    result = _run(pytester, "1.0", f"--storage-pushgateway={value}")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*--storage-pushgateway*not a Pushgateway URL*"])
+
+
+def test_the_metrics_file_of_a_run(tmp_path: Path):
+    """The registry as Prometheus's text format: labels and figures of each step."""
+    from prometheus_client import generate_latest
+    from test_history import _document
+
+    from pytest_storagescale.history.prometheus import registry_of
+
+    text = generate_latest(registry_of(_document(1, "10.2.1", 500.0, 0.02))).decode()
+    labels = 'clients="50",door="root",operation="ls",storage="dcache",version="10.2.1"'
+    assert f"storagescale_step_rate_hz{{{labels}}} 500.0" in text
+    assert f"storagescale_step_p99_seconds{{{labels}}} 0.02" in text
+    assert ('storagescale_step_verdict{clients="50",door="root",operation="ls",'
+            'storage="dcache",verdict="pass",version="10.2.1"} 1.0') in text
