@@ -94,6 +94,7 @@ def _settings_b(run: StorageRun):
     text = settings.compare_with
     assert text
     source = settings.source("storage_compare_with")
+    settings = settings.with_value("version", None, "default")  # side A's, not B's
     if "://" in text:
         return settings.with_value("endpoint", text, source)
     if settings.endpoint:
@@ -149,8 +150,12 @@ def side_b(run: StorageRun) -> SideB | None:
         area = RunArea(endpoint, run.run_id, run.shared_dir / "compare-with" / "run-dir-used",
                        run.ledger.lock, owner_pid=run.area.owner_pid, started=run.started)
         side = SideB(run.settings.compare_with, endpoint, area)
-        run.__dict__[_KEY] = side
-        endpoint.first_contact()
+        run.__dict__[_KEY] = side  # finish() stops what was started, whatever happens
+    try:  # once each (an unusable side B stays so: the same paragraph again)
+        side.endpoint.first_contact()
+        side.area.ensure()
+    except StorageScaleUsageError as exc:  # EndpointError too: one paragraph, exit 4
+        raise type(exc)(f"--storage-compare-with {side.text} (side B): {exc}") from None
     return side
 
 

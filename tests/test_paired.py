@@ -190,3 +190,14 @@ def test_two_real_xrootd_paired_the_capped_one_regressed(pytester):
     capped.assert_outcomes(failed=1)
     assert step["gate"]["verdict"] == "regressed" and step["gate"]["retest"] == "confirmed"
     assert step["paired"]["b"]["rate_hz"] < step["paired"]["a"]["rate_hz"]
+
+
+def test_a_side_b_that_cannot_be_used_is_one_paragraph_before_any_load(paired_run):
+    """Side B's own options refused at its first contact (before any test): exit 4,
+    naming the option and side B."""
+    result, document = paired_run("bad-b", "memory://side-b/area?latency=-1")
+    assert result.ret == 4
+    text = result.stderr.str() + result.stdout.str()
+    assert "--storage-compare-with memory://side-b/area?latency=-1 (side B): memory driver " \
+           "option latency='-1'" in text, text
+    assert "Traceback" not in text and document is None
