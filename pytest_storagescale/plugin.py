@@ -45,7 +45,7 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     storage_thresholds,
 )
 from .history import check_session_target, keep_run
-from .paired import check_compare_with
+from .paired import check_compare_with, side_b
 from .paired import finish as finish_paired
 from .records import ClientInfo, RunInfo, Verdict
 from .redact import redact_argv, redact_exception, redact_report
@@ -440,6 +440,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if run.role is Role.SINGLE and not config.option.collectonly and any(
             STORAGE_FIXTURES & set(getattr(item, "fixturenames", ())) for item in items):
         run.check_endpoint()  # once, here (the xdist controller: at session start)
+        side_b(run)  # --storage-compare-with: side B started and checked before any load
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -645,10 +646,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     terminalreporter.write_line(
         f"              thresholds: {info.thresholds_file} ({info.thresholds_reason}){scale}"
     )
-    if info.compare_with:  # paired (--storage-compare-with): whose figures the rows are
-        terminalreporter.write_line(
-            f"              paired: each row is side B, {info.compare_with}; vs base is "
-            f"B / side A (the endpoint above), measured in alternating runs (A B B A)")
+    _write_paired(terminalreporter, info)
     for line in format_table(run.ledger.steps, info.door):
         terminalreporter.write_line(line)
     for line in cluster_breakdown_lines(run.ledger.steps, config.option.verbose):
@@ -664,6 +662,15 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(f"results: {run.ledger.results.path}")
     if run.report_page is not None:
         terminalreporter.write_line(f"report: {run.report_page}")
+
+
+def _write_paired(terminalreporter, info: RunInfo) -> None:
+    """Under the header of a paired run (``--storage-compare-with``): whose figures
+    the rows are."""
+    if info.compare_with:
+        terminalreporter.write_line(
+            f"              paired: each row is side B, {info.compare_with}; vs base is "
+            f"B / side A (the endpoint above), measured in alternating runs (A B B A)")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
