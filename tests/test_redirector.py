@@ -78,10 +78,13 @@ def test_the_cluster_is_a_manager_and_two_data_servers(cluster):
         for daemon in (node.xrootd, node.cmsd):
             process = psutil.Process(daemon.pid)
             assert str(node.directory) in " ".join(process.cmdline())
-            if os.geteuid() == 0:  # xrootd -R: the effective user, who owns the directory
-                owner = os.stat(node.directory).st_uid
+            if os.geteuid() == 0:  # xrootd -R: the effective user, who owns the data
+                owner = os.stat(node.data).st_uid
                 assert process.uids().effective == owner != 0
                 assert pwd.getpwuid(owner).pw_name in ("xrootd", "nobody")
+                # the folder and the configuration read as root stay root's
+                assert os.stat(node.directory).st_uid == 0
+                assert os.stat(node.directory / "node.cfg").st_uid == 0
 
 
 def test_a_file_written_through_the_manager_is_located_and_read(cluster, area):

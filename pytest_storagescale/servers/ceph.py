@@ -44,6 +44,7 @@ from .orphans import server_directory
 from .processes import ServerProcess, free_port, log_tail, unprivileged_user
 from .xcache import XCacheProxy, plugin_library, plugin_path
 from .xrootd import xrootd_binary, xrootd_version
+from .xrootd_releases import write_own_file
 
 #: the pool the gateway stores into (``xrootd@<pool>``)
 POOL = "storagescale"
@@ -454,7 +455,8 @@ class EmbeddedCephGateway(EmbeddedServer):
         d = self.directory
         assert d is not None
         config = d / "gateway" / "xrootd.cfg"
-        config.write_text("\n".join([
+        # the gateway's user owns its folder: a link there is replaced, never followed
+        write_own_file(config, "\n".join([
             "all.export /",
             "all.export *",  # the pool:name form
             f"xrd.port {self.port}",

@@ -100,7 +100,10 @@ class ProcessGroup:
 
     def __init__(self, command: list[str], *, cwd: Path, env: dict[str, str],
                  output: Path, name: str = "", log: Path | None = None) -> None:
-        with open(output, "ab") as stream:
+        # the output's folder may be the server's user's: a link there is not followed
+        descriptor = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o644)
+        with os.fdopen(descriptor, "ab") as stream:
             self.process = subprocess.Popen(command, cwd=cwd, env=env, stdout=stream,
                                             stderr=subprocess.STDOUT, start_new_session=True)
         #: the leader, watched for a death mid-run (``log``: the daemon's own log)

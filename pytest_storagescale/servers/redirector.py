@@ -75,6 +75,7 @@ from .processes import (
     unprivileged_user,
 )
 from .xrootd import AREA, INSTALL_HINT, xrootd_binary, xrootd_version
+from .xrootd_releases import write_own_file
 
 #: the manager's delays (``cms.delay``, seconds; the least that worked, see above):
 #: ``startup`` until it serves (default 90; 1 is the least it takes), ``lookup`` how
@@ -89,6 +90,11 @@ CMS_CLIENT_WAITS = ("cms.conwait 1",)
 CMS_SPACE = "linger 0 recalc 15 min 10m 20m"
 #: how long the manager may take to see a data server (re)subscribe
 READY_TIMEOUT = 60.0
+
+
+#: what a node's daemons write: the only folders of its directory its user owns when
+#: the session is root
+NODE_WRITES = ("admin", "run", "data", "log")
 
 
 class ClusterNode:
@@ -111,7 +117,7 @@ class ClusterNode:
         #: where its xrootd sends its summary monitoring ("" none: the cluster's
         #: ``report_to``)
         self.report_to = ""
-        for sub in ("admin", "run", "data", "data" + AREA):
+        for sub in (*NODE_WRITES, "data" + AREA):
             (directory / sub).mkdir(parents=True, exist_ok=True)
 
     @property
@@ -124,7 +130,7 @@ class ClusterNode:
         return self.directory / "data"
 
     def log(self, daemon: str) -> Path:
-        return self.directory / f"{daemon}.log"
+        return self.directory / "log" / f"{daemon}.log"
 
     def config(self) -> Path:
         d = self.directory
@@ -153,17 +159,17 @@ class ClusterNode:
             ]
         if self.report_to:  # the xrootd's requests (its cmsd has none of its own)
             lines += ["if exec xrootd", report_line(self.report_to), "fi"]
-        path = d / "node.cfg"
-        path.write_text("\n".join([*lines, ""]))
-        return path
+        # root's folder (the daemons read it as root): a link is replaced, not followed
+        return write_own_file(d / "node.cfg", "\n".join([*lines, ""]))
 
     def launch(self, daemon: str, user: str | None, binary: str) -> None:
         """Start the node's ``daemon`` (``cmsd`` or ``xrootd``; as ``user`` when root)."""
         command = [binary, "-c", str(self.config()), "-l", str(self.log(daemon)),
                    *(["-R", user] if user else [])]
         # xrd.port binds every interface: both daemons on loopback only (loopback.c)
-        group = ProcessGroup(command, cwd=self.directory, env=preloaded(dict(os.environ)),
-                             output=self.directory / f"{daemon}.out",
+        group = ProcessGroup(command, cwd=self.directory / "run",
+                             env=preloaded(dict(os.environ)),
+                             output=self.directory / "log" / f"{daemon}.out",
                              name=f"{self.name}'s {daemon}", log=self.log(daemon))
         setattr(self, daemon, group)
 
@@ -316,8 +322,15 @@ class EmbeddedXRootDCluster(EmbeddedServer):
             return
         assert self.directory is not None
         entry = pwd.getpwnam(self._user)
-        for path in [self.directory, *self.directory.rglob("*")]:
-            os.chown(path, entry.pw_uid, entry.pw_gid)
+        # the daemons start as root and read their configuration before they drop: the
+        # folders and configurations stay root's, the user owns only what it writes
+        for node in self._nodes():
+            for folder in (self.directory, node.directory):
+                os.chown(folder, -1, entry.pw_gid)
+                folder.chmod(0o750)
+            for sub in NODE_WRITES:
+                for path in [node.directory / sub, *(node.directory / sub).rglob("*")]:
+                    os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
 
     def _start_node(self, node: ClusterNode, *, same_ports: bool = False) -> None:
         """Start ``node``'s cmsd, then (once it answers) its xrootd, on free ports (or its

@@ -35,6 +35,7 @@ from .loopback import preloaded
 from .orphans import server_directory
 from .processes import ServerProcess, free_port, log_tail, unprivileged_user
 from .xrootd import AREA, EmbeddedXRootD, xrootd_binary
+from .xrootd_releases import write_own_file
 
 #: memory the cache keeps blocks in while they are written to its disk
 CACHE_RAM = "1g"  # the least pfc accepts; a limit, not an allocation
@@ -113,6 +114,10 @@ def cache_access(cinfo_files: list[Path]) -> CacheAccess:
     return CacheAccess(accesses, hit * 1024, miss * 1024, bypass * 1024)
 
 
+#: what the caching door writes: the only folders its user owns when the session is root
+SERVER_WRITES = ("admin", "run", "cache", "log")
+
+
 class XCacheProxy:
     """One caching door (``pss`` + ``pfc``) on a free port in ``directory``, in front
     of the xrootd on ``127.0.0.1:origin_port``."""
@@ -139,7 +144,7 @@ class XCacheProxy:
 
     @property
     def log_path(self) -> Path:
-        return self.directory / "xcache.log"
+        return self.directory / "log" / "xcache.log"
 
     def cached_bytes(self) -> int:
         """Bytes of file data on the cache's disk now (without its ``.cinfo`` files)."""
@@ -173,8 +178,8 @@ class XCacheProxy:
 
     def _config(self) -> Path:
         d = self.directory
-        config = d / "xcache.cfg"
-        config.write_text("\n".join([
+        config = d / "xcache.cfg"  # root's folder: a link there is replaced, not followed
+        write_own_file(config, "\n".join([
             # read-only: XRootD 5.5's pfc refuses writes (write-through came in 5.8)
             "all.export /",
             f"xrd.port {self.port}",
@@ -194,20 +199,25 @@ class XCacheProxy:
         return config
 
     def start(self) -> XCacheProxy:
-        for sub in ("admin", "run", "cache"):
+        # xrootd starts as root and reads its configuration before it drops: the folder
+        # and the configuration stay root's, its user owns only what it writes
+        for sub in SERVER_WRITES:
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
         user = unprivileged_user()
         if user:
             entry = pwd.getpwnam(user)
-            for path in [self.directory, *self.directory.rglob("*")]:
-                os.chown(path, entry.pw_uid, entry.pw_gid)
+            os.chown(self.directory, -1, entry.pw_gid)
+            self.directory.chmod(0o750)
+            for sub in SERVER_WRITES:
+                for path in [self.directory / sub, *(self.directory / sub).rglob("*")]:
+                    os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
         last = ""
         for _ in range(3):  # a port picked free can be taken before xrootd binds it
             self.port = free_port()
             command = [xrootd_binary(), "-c", str(self._config()), "-l", str(self.log_path),
                        *(["-R", user] if user else [])]
             self.process = subprocess.Popen(
-                command, cwd=self.directory, stdout=subprocess.DEVNULL,
+                command, cwd=self.directory / "run", stdout=subprocess.DEVNULL,
                 stderr=subprocess.STDOUT, start_new_session=True,
                 env=preloaded(dict(os.environ)))  # on loopback only (loopback.c)
             self.watched = ServerProcess("xcache", self.process, (self.log_path,))

@@ -8,6 +8,13 @@ unprivileged user when the session is root (xrootd refuses to run as root), is r
 when it answers a ``query config version`` (probed, never slept for), and is stopped
 and removed at the end.
 
+Run as root, xrootd starts as root and drops to its user (``-R``) after it read its
+configuration and loaded its program's libraries: the directory (0750, group the
+user's), the configuration, the CA folder and a copied release stay root's; the user
+owns only what the server writes (:data:`SERVER_WRITES`, the login's caches) and the
+host key. The configuration is written as a new file renamed over the old one, never
+through a link (:func:`.xrootd_releases.write_own_file`).
+
 Logins (``--storage-embedded-login``): ``unix`` (no security protocol configured:
 the login names the user), ``krb5`` (a throwaway MIT KDC; ``sec.protocol krb5`` with
 a service keytab), ``gsi`` (``sec.protocol gsi`` with the throwaway CA, a host
@@ -57,7 +64,14 @@ from .loopback import preloaded
 from .monitor import report_line
 from .orphans import server_directory
 from .processes import free_port, log_tail, unprivileged_user
-from .xrootd_releases import XRootDRelease, check_requested, foreign_libraries, offered, release
+from .xrootd_releases import (
+    XRootDRelease,
+    check_requested,
+    foreign_libraries,
+    offered,
+    release,
+    write_own_file,
+)
 
 if TYPE_CHECKING:  # .credentials loads cryptography: imported where a server makes them
     from .credentials import CertificateFiles, KerberosRealm, ThrowawayCA, TokenIssuer
@@ -74,6 +88,11 @@ AREA = "/storagescale"
 #: run at once
 TPC_TTL = (60, 300)
 TPC_TRANSFERS = 16
+#: what the server writes, the only folders of its directory its user owns when the
+#: session is root: the directory itself, the configuration, the release's copy, the
+#: CA folder and the credentials stay root's (xrootd starts as root, reads them and
+#: runs the release's program and libraries before it drops to its user)
+SERVER_WRITES = ("data", "admin", "run", "log")
 
 
 def xrootd_binary() -> str:
@@ -283,13 +302,16 @@ class EmbeddedXRootD(EmbeddedServer):
     @property
     def log_path(self) -> Path:
         assert self.directory is not None
-        return self.directory / "xrootd.log"
+        return self.directory / "log" / "xrootd.log"
 
     def _write_config(self) -> Path:
+        """``xrootd.cfg`` in the server's folder, root's (a link is replaced, never
+        followed: :func:`.xrootd_releases.write_own_file`)."""
         assert self.directory is not None
         d = self.directory
         config = d / "xrootd.cfg"
-        config.write_text(
+        write_own_file(
+            config,
             "\n".join([
                 "all.export /",
                 f"xrd.port {self.port}",
@@ -308,7 +330,7 @@ class EmbeddedXRootD(EmbeddedServer):
                 *([report_line(self.report_to)] if self.report_to else []),
                 self.extra_config,
                 "",
-            ])
+            ]),
         )
         return config
 
@@ -441,31 +463,27 @@ class EmbeddedXRootD(EmbeddedServer):
         self.release = release(self.requested_version)
         self.binary, self.version = self.release.binary, self.release.version
         self.directory = server_directory(self.kind)
-        for sub in ("data", "admin", "run"):
+        user = unprivileged_user()
+        entry = pwd.getpwnam(user) if user else None
+        if entry is not None:  # root's folder, which the server's user enters and reads
+            os.chown(self.directory, -1, entry.pw_gid)
+            self.directory.chmod(0o750)
+        for sub in SERVER_WRITES:
             (self.directory / sub).mkdir()
         data = self.kept_data or self.directory / "data"
         (data / AREA.strip("/")).mkdir(exist_ok=self.kept_data is not None)
         if self.tls:
             self._make_certificates()
-        user = unprivileged_user()
-        if user:  # the release's files within the reach of the user it runs as
+        if user:  # the release's files within the reach of the user it runs as, root's
             self.release = self.release.copied_to(self.directory / "release")
             self.binary = self.release.binary
-        if user:  # the login's daemons (the KDC) run as the user too: let it in now
-            entry = pwd.getpwnam(user)
-            os.chown(self.directory, entry.pw_uid, entry.pw_gid)
         try:
             self._prepare_login(user)
         except Exception:
             self.stop()
             raise
-        if user:
-            entry = pwd.getpwnam(user)
-            private = (self.client_directory, self.directory / "kerberos")
-            kept = [self.kept_data, *self.kept_data.rglob("*")] if self.kept_data else []
-            for path in [self.directory, *self.directory.rglob("*"), *kept]:
-                if not any(path == top or top in path.parents for top in private):
-                    os.chown(path, entry.pw_uid, entry.pw_gid)
+        if entry is not None:
+            self._hand_writable(entry)
         last_error = ""
         for _ in range(3):  # a port picked free can be taken before xrootd binds it
             self.port = free_port()
@@ -479,13 +497,30 @@ class EmbeddedXRootD(EmbeddedServer):
         self.stop()
         raise EndpointError(f"the embedded xrootd did not start: {last_error}. Log tail:\n{tail}")
 
+    def _hand_writable(self, entry: pwd.struct_passwd) -> None:
+        """Give the server's user what it writes (:data:`SERVER_WRITES`, the login's
+        caches, a kept data folder) and the host key it reads; the rest stays root's.
+        Links are given, never followed (a kept data folder is the user's already)."""
+        assert self.directory is not None
+        mine = [self.directory / sub for sub in (*SERVER_WRITES, "rcache", "cache")]
+        for top in [*mine, *([self.kept_data] if self.kept_data else [])]:
+            if not top.exists():
+                continue
+            for path in [top, *top.rglob("*")]:
+                os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+        if self.host_certificate is not None:
+            os.chown(self.host_certificate.key, entry.pw_uid, entry.pw_gid,
+                     follow_symlinks=False)
+
     def _launch(self, user: str | None) -> None:
-        """Start xrootd on this server's ports and files (as ``user`` when root)."""
+        """Start xrootd on this server's ports and files (as ``user`` when root), in its
+        ``run/`` folder (it writes a ``.lock`` in its working directory)."""
+        assert self.directory is not None
         command = [self.binary, "-c", str(self._write_config()), "-l", str(self.log_path)]
         if user:
             command += ["-R", user]
         self.process = subprocess.Popen(
-            command, cwd=self.directory, stdout=subprocess.DEVNULL,
+            command, cwd=self.directory / "run", stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT, start_new_session=True,
             env=self._environment(),
         )

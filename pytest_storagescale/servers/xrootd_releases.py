@@ -30,11 +30,12 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EndpointError, StorageScaleUsageError
-from .site_paths import control_problem
+from .site_paths import control_problem, others_control
 
 #: the release the project's set-up builds
 BUILT_VERSION = "6.2.1"
@@ -93,11 +94,19 @@ class XRootDRelease:
         return f"{name}.so"
 
     def copied_to(self, folder: Path) -> XRootDRelease:
-        """This release for a server that drops root's rights: itself when everyone
-        may read its library folder, else its libraries, ``xrootd`` and ``xrdcp``
-        copied into ``folder`` (a cache under ``/root``, mode 0700, is out of reach of
-        the user xrootd switches to before it loads its plug-ins)."""
-        if self.lib_dir is None or reachable_by_all(Path(self.lib_dir)):
+        """This release for a server that starts as root and drops to another user:
+        itself when every user may read its library folder and no other user may
+        change its files (:func:`.site_paths.others_control`), else its libraries,
+        ``xrootd`` and ``xrdcp`` copied into ``folder``, a new folder this user keeps
+        (a cache under ``/root``, mode 0700, is out of reach of the user xrootd switches
+        to before it loads its plug-ins). The copy is this user's, 0755 folders and no
+        file writable by group or others: root runs ``xrootd`` and loads its libraries
+        before it drops, so the server's user must not be able to change them."""
+        if self.lib_dir is None:
+            return self
+        prefix = Path(self.binary).parent.parent
+        if reachable_by_all(Path(self.lib_dir)) and not others_control(
+                *release_files(prefix)):
             return self
         (folder / "bin").mkdir(parents=True)
         shutil.copytree(self.lib_dir, folder / "lib", symlinks=True)
@@ -105,8 +114,9 @@ class XRootDRelease:
             source = Path(self.binary).with_name(name)
             if source.is_file():
                 shutil.copy2(source, folder / "bin" / name)
-        for path in (folder, folder / "bin", folder / "lib"):
-            path.chmod(0o755)
+        for path in [folder, *folder.rglob("*")]:
+            if not path.is_symlink():
+                path.chmod(0o755 if path.is_dir() else path.stat().st_mode & 0o755)
         return XRootDRelease(str(folder / "bin" / "xrootd"), str(folder / "lib"), self.version)
 
     def program(self, name: str, folder: Path) -> str:
@@ -117,9 +127,9 @@ class XRootDRelease:
         if self.lib_dir is None:
             return command
         script = folder / f"{name}-{self.version}"
-        script.write_text(f'#!/bin/sh\nLD_LIBRARY_PATH={shlex.quote(self.lib_dir)}"${{LD_LIBRARY_PATH:+:'
-                          f'$LD_LIBRARY_PATH}}" exec {shlex.quote(command)} "$@"\n')
-        script.chmod(0o755)
+        write_own_file(script, f'#!/bin/sh\nLD_LIBRARY_PATH={shlex.quote(self.lib_dir)}'
+                               f'"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" exec '
+                               f'{shlex.quote(command)} "$@"\n', 0o755)
         return str(script)
 
     def environment(self) -> dict[str, str]:
@@ -128,6 +138,25 @@ class XRootDRelease:
             return {}
         earlier = os.environ.get("LD_LIBRARY_PATH")
         return {"LD_LIBRARY_PATH": self.lib_dir + (f":{earlier}" if earlier else "")}
+
+
+def write_own_file(path: Path, text: str, mode: int = 0o644) -> Path:
+    """``text`` into ``path`` as a file of this user with ``mode``: written to a new
+    file beside it (``O_EXCL | O_NOFOLLOW``), then renamed over ``path``, so that a
+    link found at ``path`` is replaced, never followed (root rewrites the embedded
+    xrootd's configuration at each restart)."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.partial")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(descriptor, "w") as stream:
+            stream.write(text)
+            os.fchmod(stream.fileno(), mode)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return path
 
 
 def reachable_by_all(folder: Path) -> bool:
