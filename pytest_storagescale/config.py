@@ -306,6 +306,12 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "verdict) as Prometheus metrics to this Pushgateway at the session's end, e.g. "
         "http://127.0.0.1:9091 (docs/history.md).",
     ),
+    "storage_openmetrics": (
+        "--storage-openmetrics", None, None,
+        "write each step's figures (the metrics --storage-pushgateway pushes) to this "
+        "OpenMetrics text file at the session's end, e.g. for node_exporter's textfile "
+        "collector (docs/history.md).",
+    ),
     "storage_baseline": (
         "--storage-baseline", parse_baselines, None,
         "JSON results of an earlier run (e.g. the previous storage version) to compare "
@@ -563,6 +569,8 @@ class Settings:
     history: str | None = None
     #: the Pushgateway the steps' figures are pushed to (:mod:`.history.prometheus`)
     pushgateway: str | None = None
+    #: the OpenMetrics text file of the steps' figures (:mod:`.history.prometheus`)
+    openmetrics: str | None = None
     #: results files of earlier runs (``--storage-baseline``, repeatable)
     baseline: tuple[str, ...] | None = None
     #: the acceptance file, read and checked (:mod:`.reporting.behaviour`)
@@ -655,6 +663,9 @@ class Settings:
 
     def results_path(self) -> Path | None:
         return self._user_path(self.results)
+
+    def openmetrics_path(self) -> Path | None:
+        return self._user_path(self.openmetrics)
 
     def benchmark_json_path(self) -> Path | None:
         return self._user_path(self.benchmark_json)

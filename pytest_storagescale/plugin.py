@@ -44,7 +44,8 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     storage_test_dir,
     storage_thresholds,
 )
-from .history import check_session_target, keep_run
+from .history import check_outputs as check_history_outputs
+from .history import keep_run
 from .paired import check_compare_with, side_b
 from .paired import finish as finish_paired
 from .records import ClientInfo, RunInfo, Verdict
@@ -452,8 +453,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if run is None or not run.owns_results:
         return
     run.check_outputs()
-    if run.settings.history is not None:  # made when new; a newer schema: exit 4
-        check_session_target(run.settings.history, run.settings.invocation_path)
+    check_history_outputs(run.settings)  # a newer schema, an unwritable file: exit 4
     if run.role is Role.CONTROLLER and run.settings.endpoint and (
             not session.config.option.collectonly):
         run.check_endpoint()

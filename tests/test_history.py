@@ -301,3 +301,21 @@ def test_a_history_in_a_real_postgresql(tmp_path, capsys):
     finally:
         database.stop()
         shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_the_openmetrics_file_of_a_run(pytester):
+    _suite(pytester)
+    (pytester.path / "afile").write_text("")
+    result = _run(pytester, "1.0", "--storage-openmetrics=afile/steps.prom")
+    assert result.ret == 4  # a folder that is a file: said before any step
+    result.stderr.fnmatch_lines(["*--storage-openmetrics*cannot be written there*"])
+    assert "passed" not in result.stdout.str()
+    result = _run(pytester, "1.0", "--storage-openmetrics=out/steps.prom")  # out/ made
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([f"openmetrics: {pytester.path / 'out' / 'steps.prom'}"])
+    text = (pytester.path / "out" / "steps.prom").read_text()
+    assert text.endswith("# EOF\n")
+    for clients in (1, 2):
+        line = (f'storagescale_step_rate_hz{{clients="{clients}",door="memory",'
+                f'operation="stat",storage="xrootd",version="1.0"}} ')
+        assert re.search(f"^{re.escape(line)}[1-9]", text, re.MULTILINE), text

@@ -143,3 +143,25 @@ def test_the_metrics_file_of_a_run(tmp_path: Path):
     assert f"storagescale_step_p99_seconds{{{labels}}} 0.02" in text
     assert ('storagescale_step_verdict{clients="50",door="root",operation="ls",'
             'storage="dcache",verdict="pass",version="10.2.1"} 1.0') in text
+
+
+def test_the_grafana_dashboard_queries_only_metrics_the_plugin_pushes():
+    """docs/examples/grafana-storagescale.json: every metric its queries name is one
+    registry_of makes (a renamed metric breaks this test, not a site's board)."""
+    import re
+
+    from test_history import _document
+
+    from pytest_storagescale.history.prometheus import LABELS, registry_of
+
+    board = json.loads((Path(__file__).parent.parent / "docs" / "examples" /
+                        "grafana-storagescale.json").read_text())
+    exported = {family.name for family in registry_of(_document(1, "1.0", 10.0, 0.1)).collect()}
+    queries = [target["expr"] for panel in board["panels"] for target in panel["targets"]]
+    queries += [item["query"]["query"] for item in board["templating"]["list"]
+                if isinstance(item.get("query"), dict)]
+    named = {name for query in queries for name in re.findall(r"storagescale_step_\w+", query)}
+    assert named and named <= exported, named - exported
+    for query in queries:
+        for label in re.findall(r"(\w+)=~?\"", query):
+            assert label in LABELS, (label, query)

@@ -23,14 +23,31 @@ from .store import (
 )
 
 __all__ = [
-    "SCHEMA_VERSION", "History", "HistoryError", "check_session_target", "open_history",
-    "keep_run", "record_run",
+    "SCHEMA_VERSION", "History", "HistoryError", "check_outputs", "check_session_target",
+    "keep_run", "open_history", "record_run",
 ]
+
+
+def check_outputs(settings: Any) -> None:
+    """At session start, before any load: the history opens (made when new) with a
+    schema this release reads, the OpenMetrics file can be written (else exit 4)."""
+    if settings.history is not None:
+        check_session_target(settings.history, settings.invocation_path)
+    from ..errors import StorageScaleUsageError
+    from ..session import unwritable_file
+
+    reason = unwritable_file(settings.openmetrics_path())
+    if reason is not None:
+        raise StorageScaleUsageError(
+            f"--storage-openmetrics {settings.openmetrics_path()}: the OpenMetrics file "
+            f"cannot be written there: {reason}. Give a file in a folder you can write, "
+            f"e.g. --storage-openmetrics=results/storagescale.prom.")
 
 
 def keep_run(settings: Any, document: Mapping[str, Any]) -> list[str]:
     """At the session's end, on the process that owns the results: the run appended to
-    ``--storage-history`` and pushed to ``--storage-pushgateway``; a line for each."""
+    ``--storage-history``, pushed to ``--storage-pushgateway``, written to
+    ``--storage-openmetrics``; a line for each."""
     lines = []
     if settings.history is not None:
         lines.append(record_run(settings.history, settings.invocation_path, document))
@@ -38,4 +55,8 @@ def keep_run(settings: Any, document: Mapping[str, Any]) -> list[str]:
         from .prometheus import push_run
 
         lines.append(push_run(settings.pushgateway, document))
+    if settings.openmetrics_path() is not None:
+        from .prometheus import write_openmetrics
+
+        lines.append(write_openmetrics(settings.openmetrics_path(), document))
     return lines

@@ -12,7 +12,9 @@ stand side by side for a query such as
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ..redact import redact_text, redact_url
@@ -58,6 +60,25 @@ def registry_of(document: Mapping[str, Any]) -> Any:
                 gauges[name].labels(**labels).set(value)
         verdicts.labels(**labels, verdict=str(step.get("verdict") or "")).set(1)
     return registry
+
+
+def write_openmetrics(path: Path, document: Mapping[str, Any]) -> str:
+    """The run's steps as an OpenMetrics text file at ``path`` (replaced whole: a
+    temporary file renamed); the line that says so, or why not."""
+    try:
+        from prometheus_client.openmetrics.exposition import generate_latest
+    except ImportError:
+        return ("storagescale: OpenMetrics file NOT written: prometheus_client is not "
+                "installed (pip install 'pytest-storagescale[prometheus]')")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_bytes(generate_latest(registry_of(document)))
+        os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        return f"storagescale: OpenMetrics file NOT written to {path}: {exc.strerror or exc}"
+    return f"openmetrics: {path}"
 
 
 def push_run(url: str, document: Mapping[str, Any]) -> str:
