@@ -319,3 +319,20 @@ def test_the_openmetrics_file_of_a_run(pytester):
         line = (f'storagescale_step_rate_hz{{clients="{clients}",door="memory",'
                 f'operation="stat",storage="xrootd",version="1.0"}} ')
         assert re.search(f"^{re.escape(line)}[1-9]", text, re.MULTILINE), text
+
+
+def test_a_history_that_cannot_take_the_run_at_the_end_is_said(tmp_path):
+    """The database became unusable between session start and end: one line, no
+    traceback, the URL's password not in it."""
+    from pytest_storagescale.history import record_run
+
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'other.sqlite'}")
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text("CREATE TABLE storagescale_runs (id INTEGER)"))
+    engine.dispose()
+    line = record_run(str(tmp_path / "other.sqlite"), tmp_path, _document(1, "1", 1.0, 1.0))
+    assert line.startswith("storagescale: history NOT written: ") and "no schema" in line
+    line = record_run("postgresql://u:s3cretpassw0rd@127.0.0.1:9/h", tmp_path,
+                      _document(1, "1", 1.0, 1.0))
+    assert line.startswith("storagescale: history NOT written: ")
+    assert "s3cretpassw0rd" not in line and "127.0.0.1:9/h" in line
