@@ -151,6 +151,8 @@ def _slug(text: str) -> str:
 
 def series_figure(series: Series) -> Any:
     """Rate and p99 over the runs, a colour per version, change points as lines."""
+    from matplotlib.ticker import MaxNLocator
+
     from ..reporting.plots import _pyplot, plain
 
     plt = _pyplot()
@@ -173,6 +175,7 @@ def series_figure(series: Series) -> Any:
     p99_axes.set_ylabel("p99 latency (s)")
     p99_axes.set_ylim(bottom=0)
     p99_axes.set_xlabel("run (oldest first)")
+    p99_axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     for axes in (rate_axes, p99_axes):
         axes.legend(fontsize="small", title="version")
         axes.grid(True, alpha=0.3)
