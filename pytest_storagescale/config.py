@@ -303,7 +303,7 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
     "storage_pushgateway": (
         "--storage-pushgateway", lambda v: parse_pushgateway(v), None,
         "push each step's figures (rate, p50/p99, failed, hung, throttled, dropped, "
-        "verdict) as Prometheus metrics to this Pushgateway at the session's end, e.g. "
+        "verdict) as Prometheus metrics to this Pushgateway at the end of each step, e.g. "
         "http://127.0.0.1:9091 (docs/history.md).",
     ),
     "storage_openmetrics": (

@@ -44,8 +44,8 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     storage_test_dir,
     storage_thresholds,
 )
+from .history import StepPusher, keep_run
 from .history import check_outputs as check_history_outputs
-from .history import keep_run
 from .paired import check_compare_with, side_b
 from .paired import finish as finish_paired
 from .records import ClientInfo, RunInfo, Verdict
@@ -263,6 +263,7 @@ class StepCollector:
     def __init__(self, run: StorageRun, config: pytest.Config) -> None:
         self.run = run
         self.step_lines = StepLines(config)
+        self.pusher = StepPusher(run.settings.pushgateway)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -273,6 +274,7 @@ class StepCollector:
                 if name != STEP_PROPERTY
             ]
             new = self.run.ledger.sync()
+            self.pusher.step_ended(self.run.ledger)  # --storage-pushgateway, per step
         self.step_lines.report(report, new)
 
     @pytest.hookimpl(optionalhook=True)

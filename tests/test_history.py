@@ -17,6 +17,7 @@ import matplotlib.pyplot  # noqa: F401 - loaded before pytester's snapshot of sy
 import pytest
 import sqlalchemy
 import sqlalchemy.dialects.postgresql  # noqa: F401 - before pytester's snapshot (no re-import)
+import sqlalchemy.dialects.postgresql.psycopg  # noqa: F401 - the same
 
 from pytest_storagescale import cli
 from pytest_storagescale.history import SCHEMA_VERSION, HistoryError, open_history

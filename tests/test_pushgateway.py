@@ -114,6 +114,31 @@ def test_prometheus_answers_the_last_runs_stat_rate_per_version(pytester, monito
     assert by_version["2.0"] == pytest.approx(rates[1]), (pushed, rates)  # as measured
 
 
+SEEN_BEFORE_THE_SECOND_STEP = """
+import os
+import urllib.request
+
+def pytest_runtest_setup(item):
+    if item.name.endswith("[c2]"):  # the 1-client step ended, the 2-client one not begun
+        with urllib.request.urlopen(os.environ["H9_GATEWAY"] + "/metrics", timeout=10) as r:
+            open("seen.txt", "w").write(r.read().decode())
+"""
+
+
+def test_each_step_is_pushed_when_it_ends(pytester, monitoring, monkeypatch):
+    gateway, _ = monitoring
+    _suite(pytester)
+    pytester.makeconftest(SEEN_BEFORE_THE_SECOND_STEP)
+    monkeypatch.setenv("H9_GATEWAY", gateway)
+    result = _run(pytester, "1.0", f"--storage-pushgateway={gateway}")
+    result.assert_outcomes(passed=2)
+    seen = (pytester.path / "seen.txt").read_text()
+    assert 'storagescale_step_rate_hz{clients="1",door="memory"' in seen, seen
+    assert 'clients="2"' not in seen
+    assert 'storagescale_step_rate_hz{clients="2",door="memory"' in _get(
+        f"{gateway}/metrics").decode()
+
+
 def test_an_unreachable_gateway_is_said_and_the_run_keeps_its_status(pytester):
     _suite(pytester)
     result = _run(pytester, "1.0", f"--storage-pushgateway=http://127.0.0.1:{_free_port()}")

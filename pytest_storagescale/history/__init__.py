@@ -24,8 +24,27 @@ from .store import (
 
 __all__ = [
     "SCHEMA_VERSION", "History", "HistoryError", "check_outputs", "check_session_target",
-    "keep_run", "open_history", "record_run",
+    "StepPusher", "keep_run", "open_history", "record_run",
 ]
+
+
+class StepPusher:
+    """``--storage-pushgateway`` at the end of each step (on the process that owns the
+    results): the run's steps so far pushed; after a push that failed, none until the
+    session's end (whose push is said in the summary), so an unreachable gateway costs
+    one deadline, not one per step."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self.failed = False
+
+    def step_ended(self, ledger: Any) -> None:
+        if self.url is None or self.failed or ledger.run is None or not ledger.steps:
+            return
+        from .prometheus import push_run
+
+        line = push_run(self.url, ledger.results.document(ledger.run, ledger.steps))
+        self.failed = not line.startswith("pushgateway:")
 
 
 def check_outputs(settings: Any) -> None:

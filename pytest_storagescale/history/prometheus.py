@@ -1,5 +1,6 @@
-"""Each step's figures as Prometheus metrics, pushed to a Pushgateway at the session's
-end (``--storage-pushgateway URL``), through ``prometheus_client``.
+"""Each step's figures as Prometheus metrics, pushed to a Pushgateway at the end of each
+step and of the session (``--storage-pushgateway URL``), or written as an OpenMetrics
+text file (``--storage-openmetrics PATH``), through ``prometheus_client``.
 
 Gauges ``storagescale_step_<figure>`` (:data:`FIGURES`) labelled ``storage``,
 ``version``, ``operation``, ``door``, ``clients``; ``storagescale_step_verdict`` is 1

@@ -358,7 +358,10 @@ def open_history(target: str, *, base: Path = Path("."), create: bool = True) ->
     history = History(engine, str(target))
     try:
         history.check_schema(create=create)
-    except sqlalchemy.exc.SQLAlchemyError as exc:
+    except HistoryError:
+        history.close()
+        raise
+    except Exception as exc:  # noqa: BLE001 - SQLAlchemy's, or the driver's unwrapped
         history.close()
         reason = redact_text(str(getattr(exc, "orig", None) or exc).strip().splitlines()[0])
         raise HistoryError(f"history {shown(target)}: the database cannot be used: {reason}. "
@@ -388,14 +391,12 @@ def check_session_target(target: str, base: Path) -> None:
 def record_run(target: str, base: Path, document: Mapping[str, Any]) -> str:
     """Append the run of ``document`` at the session's end: the line that says so (or
     why it was not: the run's results are kept in the results file either way)."""
-    from sqlalchemy.exc import SQLAlchemyError
-
     try:
         with opened(target, base=base, create=True) as history:
             run = history.append(document)
     except HistoryError as exc:
         return f"storagescale: history NOT written: {exc}"
-    except SQLAlchemyError as exc:
+    except Exception as exc:  # noqa: BLE001 - the database's errors: said, never raised
         reason = redact_text(str(getattr(exc, "orig", None) or exc).strip().splitlines()[0])
         return f"storagescale: history NOT written to {shown(target)}: {reason}"
     return f"history: run {run} appended to {shown(target)}"
