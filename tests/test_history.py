@@ -337,3 +337,17 @@ def test_a_history_that_cannot_take_the_run_at_the_end_is_said(tmp_path):
                       _document(1, "1", 1.0, 1.0))
     assert line.startswith("storagescale: history NOT written: ")
     assert "s3cretpassw0rd" not in line and "127.0.0.1:9/h" in line
+
+
+def test_the_header_shows_the_history_url_without_its_password():
+    from pytest_storagescale.config import Setting, Settings
+
+    settings = Settings.from_values({
+        "storage_history": Setting("postgresql://ci:s3cretpassw0rd@db.example/runs",
+                                   "--storage-history"),
+        "storage_pushgateway": Setting("http://u:s3cretpassw0rd@127.0.0.1:9091",
+                                       "--storage-pushgateway")})
+    lines = [line for line in settings.header_lines()
+             if line.startswith(("storage_history", "storage_pushgateway"))]
+    assert len(lines) == 2 and all("s3cretpassw0rd" not in line for line in lines), lines
+    assert "db.example/runs (from --storage-history)" in lines[0]
