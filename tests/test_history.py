@@ -366,3 +366,22 @@ def test_real_runs_with_a_slowed_release_name_its_first_run(pytester, capsys):
         section = out.split(f"xrootd stat clients={clients} door=memory")[1].split("\n\n")[0]
         assert re.search(r"change point: rate_hz moved 0\.[3-6]\dx .* at run 4 \(\S+, "
                          r"version 1\.1\): WORSE", section), section
+
+
+@pytest.mark.parametrize("module, option, extra, message", [
+    ("sqlalchemy", "--storage-history=runs.sqlite", "history", "needs SQLAlchemy"),
+    ("prometheus_client", "--storage-pushgateway=http://127.0.0.1:9", "prometheus",
+     "Pushgateway NOT pushed"),
+])
+def test_a_missing_library_is_named_with_its_extra(pytester, module, option, extra, message):
+    """SQLAlchemy hidden: exit 4 before any step; prometheus_client hidden: said at the
+    end, the run's status kept."""
+    _suite(pytester)
+    pytester.makeconftest(f"import sys\nsys.modules[{module!r}] = None  # not installed\n")
+    result = pytester.runpytest_subprocess(
+        "--storage-endpoint=memory://missing/area", "--storage-thresholds=thr",
+        "--storage-version=1.0", "-p", "no:cacheprovider", option)
+    text = result.stdout.str() + result.stderr.str()
+    assert message in text and f"pip install 'pytest-storagescale[{extra}]'" in text, text
+    assert result.ret == (4 if module == "sqlalchemy" else 0)
+    assert "Traceback" not in text
