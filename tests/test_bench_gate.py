@@ -29,7 +29,11 @@ def _bench():
 
 
 def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    """The process's state letter ('' when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return ""
 
 
 def test_the_duty_cycle_stops_the_process_and_leaves_it_running():
@@ -87,3 +91,42 @@ def test_the_dry_run_prints_the_plan_and_tries_the_injections():
         line = next(line for line in out.splitlines()
                     if line.startswith(f"{kind} injection tried"))
         assert line.endswith("its state after: S")  # running (asleep), not stopped
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("stress-ng") is None or shutil.which("xrootd") is None,
+                    reason="needs stress-ng and the xrootd server (scripts/bootstrap.sh all)")
+def test_sigterm_stops_the_load_and_the_server():
+    """SIGTERM in the middle of a run: exit 130, stress-ng and the server gone."""
+    import signal
+
+    run = subprocess.Popen([sys.executable, str(SCRIPT), "--quick", "--pairs", "1",
+                            "--stress", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        stress: list[str] = []
+        deadline = time.monotonic() + 60
+        while not stress and time.monotonic() < deadline and run.poll() is None:
+            stress = subprocess.run(["pgrep", "-P", str(run.pid), "-x", "stress-ng"],
+                                    capture_output=True, text=True).stdout.split()
+            time.sleep(0.1)
+        assert stress, "stress-ng did not start"
+        time.sleep(2)  # the server started, a step under way
+        children = subprocess.run(["pgrep", "-P", str(run.pid)], capture_output=True,
+                                  text=True).stdout.split()
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 130, err
+    assert "interrupted: the load stopped" in err
+    # stress-ng and the server gone; multiprocessing's resource tracker ends once it
+    # reads EOF, which may take it a few seconds on a busy machine
+    deadline = time.monotonic() + 15
+    left = children
+    while left and time.monotonic() < deadline:
+        left = [pid for pid in left if _state(int(pid)) not in ("", "Z")]
+        time.sleep(0.1)
+    assert not left, left
