@@ -39,6 +39,7 @@ import argparse
 import json
 import math
 import os
+import select
 import shutil
 import signal
 import statistics
@@ -68,6 +69,7 @@ pid, stopped, period, limit, parent = (int(sys.argv[1]), float(sys.argv[2]),
 done = []
 signal.signal(signal.SIGTERM, lambda *_: done.append(1))
 signal.signal(signal.SIGINT, lambda *_: done.append(1))
+print("ready", flush=True)
 try:
     os.nice(-10)
 except OSError:
@@ -111,6 +113,11 @@ class DutyCycle:
             [sys.executable, "-c", _CYCLE, str(self.pid), str(self.stopped_s),
              str(self.period_s), str(self.limit_s), str(os.getpid())],
             stdout=subprocess.PIPE, text=True, start_new_session=True)
+        # its handlers are set before it says so: a stop right after the start (a busy
+        # host starts Python slowly) still ends with its share printed
+        assert self._process.stdout is not None
+        if select.select([self._process.stdout], [], [], 30.0)[0]:
+            self._process.stdout.readline()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -156,6 +163,15 @@ class Stress:
                 break
             except subprocess.TimeoutExpired:
                 continue
+        # its workers outlive their parent by a moment: the block ends when the group is
+        # gone (killed again each half second, for at most 10 s)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                break
+            time.sleep(0.5)
 
 
 @dataclass
@@ -365,8 +381,10 @@ def dry_run(args, settings: Settings) -> None:
                 time.sleep(0.5)
             state = Path(f"/proc/{sleeper.pid}/stat").read_text().split(")")[-1].split()[0]
             assert cycle is not None
+            share = ("not measured" if cycle.stopped_share is None
+                     else f"{cycle.stopped_share:.0%} of the time")
             print(f"{kind} injection tried on a sleep process for 0.5 s: stopped "
-                  f"{cycle.stopped_share:.0%} of the time, its state after: {state}")
+                  f"{share}, its state after: {state}")
         finally:
             sleeper.kill()
             sleeper.wait()

@@ -412,12 +412,31 @@ def judge_samples(now: Sequence[WindowSample], bases: Sequence[Sequence[WindowSa
     gate = StepGate(deciding.verdict, _reason(deciding), effects, deciding.metric,
                     stall=stall, **common)
     if (gate.verdict is GateVerdict.REGRESSED and host_slowdown is not None
-            and host_slowdown > HOST_SLOWER):
+            and host_slowdown > HOST_SLOWER
+            and not _beyond_the_host(deciding, host_slowdown)):
         gate = replace(gate, verdict=GateVerdict.INCONCLUSIVE,
                        reason=f"client host {host_slowdown:.0%} slower than the baseline's "
                               f"(its probe before and after the step): {gate.reason}, which "
                               f"may be the host's; run again on a quieter host")
+    elif (gate.verdict is GateVerdict.REGRESSED and host_slowdown is not None
+            and host_slowdown > HOST_SLOWER):
+        gate = replace(gate, reason=f"{gate.reason}; the client host was {host_slowdown:.0%} "
+                                    f"slower than the baseline's, which cannot explain it")
     return gate
+
+
+def _beyond_the_host(e: Effect, slowdown: float) -> bool:
+    """Whether effect ``e`` stays wholly beyond its minimum effect once the client host's
+    own slowdown is credited to it: a host ``slowdown`` slower (0.26: at 74 % of its
+    baseline speed) can lower a rate by that factor and raise a latency by its inverse,
+    no more. A rate ratio of 0.22 [0.16-0.30] on a host 26 % slower is still a
+    regression (0.30 / 0.74 = 0.41, beyond 0.85); 0.70 [0.62-0.78] is not (1.05)."""
+    speed = 1 - slowdown
+    if speed <= 0.05 or e.low is None or e.high is None:
+        return False
+    if e.metric == "rate_hz":
+        return e.high / speed < 1 - e.min_effect
+    return e.low * speed > 1 + e.min_effect
 
 
 _WORDS = {"rate_hz": ("rate", "lower"), "p99_s": ("p99", "higher"), "p50_s": ("p50", "higher")}
