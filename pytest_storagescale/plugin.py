@@ -145,6 +145,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # from the start, at once)
     if storage_asked(settings) or (run.is_worker and not run.deferred):
         use_storage(config)
+    if run.role is Role.CONTROLLER:
+        config.pluginmanager.register(WorkerUsageErrors(run), "storagescale-worker-usage")
     if run.owns_results:  # a worker's reports tell the controller a step is logged
         config.pluginmanager.register(StepCollector(run, config), "storagescale-step-collector")
         config.pluginmanager.register(TestOutcomes(run), OUTCOMES)  # the HTML's verdict
@@ -251,6 +253,34 @@ UNFINISHED_STEP = ("the step never finished: the process running it ({worker}) s
 #: the same after Ctrl-C (an xdist worker stopped mid-step)
 INTERRUPTED_STEP = ("interrupted (Ctrl-C) before the step finished; what the process "
                     "running it ({worker}) measured is lost")
+
+
+#: how the collection error of a usage error an xdist worker met while collecting starts
+WORKER_USAGE_ERROR = "storagescale usage error: "
+
+
+class WorkerUsageErrors:
+    """xdist controller: a usage error a worker met while collecting (a thresholds file
+    refused) is said once, on stderr, with exit status 4, as without ``-n``; the
+    collection error xdist shows points there instead of repeating it."""
+
+    def __init__(self, run: StorageRun) -> None:
+        self.run = run
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        text = str(report.longrepr or "")
+        if not (report.failed and text.startswith(WORKER_USAGE_ERROR)):
+            return
+        paragraph = text[len(WORKER_USAGE_ERROR):].strip()
+        if paragraph not in self.run.collection_errors:
+            self.run.collection_errors.append(paragraph)
+        report.longrepr = "not collected: the storage settings were refused (ERROR on stderr)"
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.run.collection_errors:
+            print(f"ERROR: {self.run.collection_errors[0]}", file=sys.stderr)
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
 
 class StepCollector:
@@ -364,7 +394,8 @@ def parametrize_clients(metafunc: pytest.Metafunc) -> None:
         if run.is_worker:
             # an xdist worker cannot stop the session with a usage error; a collection
             # error shows the same one paragraph (no traceback) and aborts the run
-            raise pytest.Collector.CollectError(f"ERROR: {exc}") from None
+            # (the controller says it once on stderr, exit status 4: WorkerUsageErrors)
+            raise pytest.Collector.CollectError(f"{WORKER_USAGE_ERROR}{exc}") from None
         # raised from here it would become a collection error with a traceback; it is
         # raised as a usage error (exit code 4) once collection is done
         run.collection_errors.append(str(exc))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import resource
+import signal
 import subprocess
 import sys
 import zlib
@@ -11,7 +12,7 @@ import gfal2
 import pytest
 from sockets import connection_ends
 
-from pytest_storagescale.drivers.gfal2 import Gfal2Driver
+from pytest_storagescale.drivers.gfal2 import Gfal2Driver, new_context
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.drivers.version import detect_version, version_from_server_header
 from pytest_storagescale.errors import (
@@ -172,7 +173,7 @@ print("stat", driver.stat(area).size >= 0)
 
 
 def _needs_globus_and_descriptors() -> None:
-    if not any("gridftp" in name for name in gfal2.creat_context().get_plugin_names()):
+    if not any("gridftp" in name for name in new_context().get_plugin_names()):
         pytest.skip("gfal2's gridftp plugin (Globus), whose start this is about, is not "
                     "installed")
     if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1200:
@@ -227,3 +228,21 @@ def test_a_gridftp_client_near_descriptor_1024_is_refused_not_aborted():
         assert "cannot make another request in this process" in refusal
         assert "next descriptor would be number 10" in refusal  # 1000 held, a few more
         assert "in a pytest run of their own" in refusal
+
+
+def test_a_gfal2_context_leaves_the_signal_mask_as_it_was():
+    """The first gfal2 context of a process blocks every asynchronous signal in the
+    calling thread (its Globus plugins), and every process spawned from that thread
+    inherits the mask and ignores SIGTERM. Importing the driver (which makes the first
+    context) leaves the mask as it was; gfal2's own call, in a fresh process, does not."""
+    program = ("import signal, sys\n"
+               "{}\n"
+               "print(sorted(signal.pthread_sigmask(signal.SIG_BLOCK, ())))\n")
+    masks = {}
+    for name, line in (("driver", "import pytest_storagescale.drivers.gfal2"),
+                       ("gfal2", "import gfal2; gfal2.creat_context()")):
+        done = subprocess.run([sys.executable, "-c", program.format(line)],
+                              capture_output=True, text=True, timeout=120, check=True)
+        masks[name] = done.stdout.strip()
+    assert masks["driver"] == "[]", masks
+    assert "Signals.SIGTERM" in masks["gfal2"], masks  # else new_context() can go

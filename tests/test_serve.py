@@ -45,8 +45,14 @@ def _lines_until(process: subprocess.Popen, last: str, limit: float = 120.0) -> 
 
 
 def test_a_served_xrootd_is_one_door_the_suites_reach_until_sigterm(pytester):
-    process = subprocess.Popen([*COMMAND, "xrootd"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    # started with SIGINT and SIGTERM blocked, as a process spawned by a thread that made
+    # a gfal2 context inherits them (CI: it ignored SIGTERM for 60 s, then was killed)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        process = subprocess.Popen([*COMMAND, "xrootd"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     try:
         said = _lines_until(process, "Ctrl-C or SIGTERM stops it.")
         [env_line] = [line for line in said if line.startswith("settings")]

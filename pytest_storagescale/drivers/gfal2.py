@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import stat as stat_module
 import tempfile
 import threading
@@ -83,7 +84,22 @@ from .url import HTTPS_SCHEMES
 # stays so. The registry imports this module before any step's clients start
 # (start_early_drivers), while the process holds few descriptors; the context is kept,
 # so no gfal2 version can stop Globus when it is freed.
-_GLOBUS_STARTED = gfal2.creat_context()
+
+
+def new_context() -> gfal2.Gfal2Context:
+    """``gfal2.creat_context()``, leaving the calling thread's signal mask as it was:
+    making a context (its Globus plugins) blocks every asynchronous signal in the
+    calling thread, and every process spawned from that thread inherits the mask: a
+    ``serve`` process started by a test after a gfal2 import ignored SIGTERM (issue 31;
+    CI, test_serve.py)."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    try:
+        return gfal2.creat_context()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+_GLOBUS_STARTED = new_context()
 #: Globus XIO waits on its sockets with select(): one numbered 1024 or above aborts the
 #: process, so a gsiftp:// client is not made where the next descriptors are near it
 #: (a GridFTP client holds a control and a data connection, and Globus some pipes)
@@ -141,7 +157,7 @@ class Gfal2Driver(XRootDLogins, Driver):
 
     def _new_context(self) -> gfal2.Gfal2Context:
         """A gfal2 context with this client's settings."""
-        context = gfal2.creat_context()
+        context = new_context()
         seconds = max(1, int(round(self.timeout)))
         for group, key in (("CORE", "NAMESPACE_TIMEOUT"), ("CORE", "CHECKSUM_TIMEOUT"),
                            ("HTTP PLUGIN", "OPERATION_TIMEOUT")):

@@ -93,16 +93,20 @@ def _remove(path: Path) -> None:
 
 
 def wait_until_stopped(alive: Callable[[], str]) -> str:
-    """Block until SIGINT or SIGTERM (""), or until ``alive`` says why the server died."""
+    """Block until SIGINT or SIGTERM (""), or until ``alive`` says why the server died.
+    Both are unblocked first: a process inherits its parent's signal mask, and a parent
+    that made a gfal2 context had them blocked (a served xrootd ignored SIGTERM)."""
     stop = threading.Event()
     previous = {number: signal.signal(number, lambda *_: stop.set())
                 for number in (signal.SIGINT, signal.SIGTERM)}
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         while not stop.wait(WATCH_EVERY):
             if why := alive():
                 return why
         return ""
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for number, handler in previous.items():
             signal.signal(number, handler)
 
