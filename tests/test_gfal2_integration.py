@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import resource
-import signal
 import subprocess
 import sys
 import zlib
 
-import gfal2
 import pytest
 from sockets import connection_ends
 
