@@ -20,6 +20,7 @@ it in their finalizers, also after a failure).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import random
@@ -73,6 +74,17 @@ def free_subnet() -> ipaddress.IPv4Network:
     raise RuntimeError("no free 10.x.y.0/24 subnet for the test namespaces")
 
 
+def free_subnet6() -> ipaddress.IPv6Network:
+    """A random /64 of the unique local addresses (fd00::/8, RFC 4193: a random 40-bit
+    global ID) that no address or route of this machine overlaps."""
+    used = _ip("-6", "route", "show", "table", "all").stdout + _ip("-6", "addr").stdout
+    for _ in range(100):
+        net = ipaddress.IPv6Network((0xFD << 120 | random.getrandbits(56) << 64, 64))
+        if str(net.network_address).rstrip(":") not in used:
+            return net
+    raise RuntimeError("no free fd00::/8 /64 for the test namespaces")
+
+
 @dataclass
 class NamespaceHost:
     """One client host: a namespace, its veth pair and its dask worker."""
@@ -84,24 +96,39 @@ class NamespaceHost:
     address: str
     worker: subprocess.Popen | None = None
     log: Path | None = None
+    #: its IPv6 address (a ULA), when the cluster has IPv6
+    address6: str | None = None
 
     @property
     def name(self) -> str:
-        return f"ns{self.index}"
+        return f"ns{self.index}" if self.index >= 0 else "ctl"
+
+    @property
+    def netns(self) -> str:
+        """Its handle for ``nsenter --net=`` (which, unlike ``ip netns exec``, keeps this
+        machine's /sys, the cgroup mounts that slurmd reads included)."""
+        return f"/run/netns/{self.namespace}"
 
 
 @dataclass
 class NamespaceCluster:
     """N namespace hosts on a bridge, a dask scheduler on the bridge's address, and a
-    dask worker in each namespace."""
+    dask worker in each namespace (``dask=False``: the network only; ``ipv6=True``: every
+    address has an IPv6 twin from a random fd00::/8 /64, and the scheduler and workers
+    speak over IPv6)."""
 
     count: int
     directory: Path
     threads: int = 1
+    dask: bool = True
+    ipv6: bool = False
     tag: str = field(default_factory=lambda: f"{os.getpid() % 10000:04d}"
                      f"{random.randint(0, 35 ** 2):03x}"[:7])
     hosts: list[NamespaceHost] = field(default_factory=list)
     subnet: ipaddress.IPv4Network | None = None
+    subnet6: ipaddress.IPv6Network | None = None
+    #: a namespace of its own on the bridge (.254), for a controller (SLURM's)
+    controller: NamespaceHost | None = None
     scheduler: subprocess.Popen | None = None
     port: int = 0
     #: the Dask security of a client of this cluster (once started)
@@ -120,8 +147,20 @@ class NamespaceCluster:
         return str(self.subnet.network_address + 1)
 
     @property
+    def head6(self) -> str:
+        """The bridge's IPv6 address (with ``ipv6=True``)."""
+        assert self.subnet6 is not None
+        return str(self.subnet6.network_address + 1)
+
+    @property
+    def listen(self) -> str:
+        """Where the scheduler listens: the bridge's IPv6 address with ``ipv6``."""
+        return self.head6 if self.ipv6 else self.head
+
+    @property
     def address(self) -> str:
-        return f"tls://{self.head}:{self.port}"
+        host = f"[{self.head6}]" if self.ipv6 else self.head
+        return f"tls://{host}:{self.port}"
 
     def _make_tls(self) -> None:
         """The cluster's certificate (its own CA) and key, 0600 in a 0700 folder."""
@@ -160,6 +199,8 @@ class NamespaceCluster:
 
         try:
             self._network()
+            if not self.dask:
+                return self
             self._make_tls()
             self._start_scheduler()
             register_security(self.address, self.security)
@@ -176,32 +217,52 @@ class NamespaceCluster:
         _ip("link", "add", self.bridge, "type", "bridge")
         self._made.append(("link", self.bridge))
         _ip("addr", "add", f"{self.head}/24", "dev", self.bridge)
+        if self.ipv6:
+            self.subnet6 = free_subnet6()
+            # nodad: usable at once (duplicate address detection would hold it ~2 s)
+            _ip("-6", "addr", "add", f"{self.head6}/64", "dev", self.bridge, "nodad")
         _ip("link", "set", self.bridge, "up")
         for i in range(self.count):
-            host = NamespaceHost(
-                i, f"ss{self.tag}n{i}", f"ss{self.tag}o{i}", f"ss{self.tag}i{i}",
-                str(self.subnet.network_address + 2 + i))
-            _ip("netns", "add", host.namespace)
-            self._made.append(("netns", host.namespace))
-            _ip("link", "add", host.veth_outside, "type", "veth", "peer", "name",
-                host.veth_inside)
-            self._made.append(("link", host.veth_outside))
-            _ip("link", "set", host.veth_inside, "netns", host.namespace)
-            _ip("link", "set", host.veth_outside, "master", self.bridge)
-            _ip("link", "set", host.veth_outside, "up")
-            ns = host.namespace
-            _ip("addr", "add", f"{host.address}/24", "dev", host.veth_inside, namespace=ns)
-            _ip("link", "set", host.veth_inside, "up", namespace=ns)
-            _ip("link", "set", "lo", "up", namespace=ns)
-            self.hosts.append(host)
+            self.hosts.append(self._host(i, 2 + i))
+
+    def _host(self, index: int, last: int) -> NamespaceHost:
+        """A namespace on the bridge at .``last`` of the subnet (and ::``last``)."""
+        assert self.subnet is not None
+        suffix = str(index) if index >= 0 else "c"
+        host = NamespaceHost(
+            index, f"ss{self.tag}n{suffix}", f"ss{self.tag}o{suffix}",
+            f"ss{self.tag}i{suffix}", str(self.subnet.network_address + last),
+            address6=(str(self.subnet6.network_address + last) if self.subnet6 else None))
+        _ip("netns", "add", host.namespace)
+        self._made.append(("netns", host.namespace))
+        _ip("link", "add", host.veth_outside, "type", "veth", "peer", "name", host.veth_inside)
+        self._made.append(("link", host.veth_outside))
+        _ip("link", "set", host.veth_inside, "netns", host.namespace)
+        _ip("link", "set", host.veth_outside, "master", self.bridge)
+        _ip("link", "set", host.veth_outside, "up")
+        ns = host.namespace
+        _ip("addr", "add", f"{host.address}/24", "dev", host.veth_inside, namespace=ns)
+        if host.address6:
+            _ip("-6", "addr", "add", f"{host.address6}/64", "dev", host.veth_inside, "nodad",
+                namespace=ns)
+        _ip("link", "set", host.veth_inside, "up", namespace=ns)
+        _ip("link", "set", "lo", "up", namespace=ns)
+        return host
+
+    def add_controller(self) -> NamespaceHost:
+        """A namespace of its own on the bridge at .254 (a batch system's controller:
+        what it listens on is reachable from the bridge and the hosts, nowhere else)."""
+        if self.controller is None:
+            self.controller = self._host(-1, 254)
+        return self.controller
 
     def _start_scheduler(self) -> None:
-        with socket.socket() as probe:
-            probe.bind((self.head, 0))
+        with socket.socket(socket.AF_INET6 if self.ipv6 else socket.AF_INET) as probe:
+            probe.bind((self.listen, 0))
             self.port = probe.getsockname()[1]
         log = self.directory / "scheduler.log"
         self.scheduler = subprocess.Popen(
-            [PYTHON, "-m", "distributed.cli.dask_scheduler", "--host", self.head,
+            [PYTHON, "-m", "distributed.cli.dask_scheduler", "--host", self.listen,
              "--port", str(self.port), "--protocol", "tls", "--no-dashboard",
              "--dashboard-address", "127.0.0.1:0", *self._tls_args()],
             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
@@ -212,7 +273,7 @@ class NamespaceCluster:
             if self.scheduler.poll() is not None:
                 raise RuntimeError(f"dask scheduler exited: {log.read_text()[-2000:]}")
             try:
-                socket.create_connection((self.head, self.port), timeout=1).close()
+                socket.create_connection((self.listen, self.port), timeout=1).close()
                 return
             except OSError:
                 time.sleep(0.2)
@@ -226,7 +287,8 @@ class NamespaceCluster:
                            PYTHONPATH=_python_path(), **NO_HTTP_ROUTES_ENV)
         host.worker = subprocess.Popen(
             ["ip", "netns", "exec", host.namespace, PYTHON, "-m",
-             "distributed.cli.dask_worker", self.address, "--host", host.address,
+             "distributed.cli.dask_worker", self.address,
+             "--host", host.address6 if self.ipv6 and host.address6 else host.address,
              "--nthreads", str(self.threads), "--no-nanny", "--name", host.name,
              "--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--local-directory",
              str(local), *self._tls_args()],
@@ -309,10 +371,24 @@ class NamespaceCluster:
                     pass
         for kind, name in reversed(self._made):
             if kind == "netns":
+                self._kill_inside(name)
                 _ip("netns", "del", name, check=False)
             else:
                 _ip("link", "del", name, check=False)
         self._made.clear()
+
+    @staticmethod
+    def _kill_inside(namespace: str) -> None:
+        """SIGKILL what still runs in ``namespace`` (a batch job's processes: a
+        namespace outlives its name while one runs)."""
+        for _ in range(5):
+            pids = [int(p) for p in _ip("netns", "pids", namespace, check=False).stdout.split()]
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
 
     def leftovers(self) -> list[str]:
         """Namespaces or links of this cluster still present (for the clean-up test)."""

@@ -187,8 +187,17 @@ class ClusterConnection:
 
     def _close_cluster(self) -> None:
         if self.cluster is not None:
-            self.cluster.close()
-            self.cluster = None
+            try:
+                self.cluster.close()
+            finally:
+                # the certificate and key dask-jobqueue dumped for the jobs go now, not
+                # whenever the cluster object is collected
+                for name in ("_job_ca_file", "_job_cert", "_job_key"):
+                    with contextlib.suppress(OSError):
+                        dumped = getattr(self.cluster, name, None)
+                        if dumped is not None:
+                            dumped.close()
+                self.cluster = None
 
 
 def _scheduler_workers(dask_scheduler: Any) -> list[str]:
@@ -261,12 +270,23 @@ def _start_recipe(address: ClusterAddress) -> Any:
                                 # its page-less HTTP server on a free port (8787 may
                                 # be another cluster's)
                                 scheduler_kwargs={"dashboard_address": f"{LOOPBACK}:0"})
+    import dask
     import dask_jobqueue
 
     kind = address.recipe or ""
     cluster_class = getattr(dask_jobqueue, JOBQUEUE_KINDS[kind])
+    # the scheduler's HTTP server (no dashboard asked for) on loopback, without pages,
+    # unless the config puts it elsewhere; with a folder the jobs share for it
+    # (jobqueue.<kind>.shared-temp-directory), mutual TLS on a certificate made for the
+    # run, which dask-jobqueue dumps there (0600 files) for the workers' command lines
+    options = dict(dask.config.get(f"jobqueue.{kind}.scheduler-options", None) or {})
+    options.setdefault("dashboard_address", f"{LOOPBACK}:0")
+    kwargs: dict[str, Any] = {"scheduler_options": options}
+    if dask.config.get(f"jobqueue.{kind}.shared-temp-directory", None):
+        kwargs["security"] = run_security()
     try:
-        cluster = cluster_class()
+        with dask.config.set(NO_HTTP_ROUTES):
+            cluster = cluster_class(**kwargs)
     except ValueError as exc:  # a setting the Dask config lacks (cores, memory...)
         raise StorageScaleUsageError(
             f"--storage-cluster {address}: dask-jobqueue could not set up {kind} jobs: "
