@@ -37,10 +37,10 @@ from .gate import (
     probe_client_host,
 )
 from .limits import check_open_files, check_threads
-from .load.engine import StepInterrupted, run_step
+from .load.engine import StepInterrupted, refuse_out_of_process, run_step
 from .load.executors import isolates_clients, planned_processes
-from .load.operations import get_operation
-from .load.plan import StepPlan, StepProgress
+from .load.operations import get_operation, stays_in_process
+from .load.plan import StepContext, StepPlan, StepProgress
 from .paired import measure_paired, side_b
 from .records import RuleCheck, RunInfo, StepRecord, Verdict, all_passed
 from .session import Door, StorageRun
@@ -60,7 +60,10 @@ class StepRequest:
     ``label`` names the step's role in a multi-step test; ``side`` runs one side of a
     composite section alone; ``door`` names the door its clients use (None: the
     endpoint's own); ``arrival_rate`` makes it an open-loop step at that offered rate
-    (``clients`` its cap on requests in flight; 0: the closed loop)."""
+    (``clients`` its cap on requests in flight; 0: the closed loop); ``step`` is what
+    the test gives the operation (:class:`~.load.plan.StepContext`: doors by name,
+    extra data); ``cluster`` the Dask scheduler its clients run on (None: this
+    host; the ``storage_cluster`` fixture gives ``--storage-cluster``)."""
 
     test: str
     system: str
@@ -71,6 +74,8 @@ class StepRequest:
     side: str | None = None
     door: str | None = None
     arrival_rate: float = 0.0
+    step: StepContext = field(default_factory=StepContext)
+    cluster: str | None = None
 
 
 @dataclass
@@ -109,12 +114,14 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan, *,
     if request.side is not None:
         operation = _side_operation(operation, request, section)
         params = {k: v for k, v in params.items() if k in operation.param_names}
+    if stays_in_process(operation):  # before anything is made: one sentence, no load
+        refuse_out_of_process(operation, "cluster" if request.cluster else settings.executor)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     step_id = run.ledger.next_step_id(worker)
     try:  # before the step's load: one paragraph naming ulimit -n or ulimit -u
         driver_class = run.endpoint.driver_spec(None).driver_class
         clients = request.clients * max(1, len(operation.sides))
-        if not getattr(settings, "cluster", None):  # a cluster's clients are on its hosts
+        if not request.cluster:  # a cluster's clients are on its hosts
             processes = planned_processes(settings.executor, clients, driver_class)
             check_open_files(clients, getattr(driver_class, "files_per_client", 2),
                              processes=processes)
@@ -129,7 +136,7 @@ def plan_step(run: StorageRun, request: StepRequest, section: SectionPlan, *,
         hang_timeout=hang_timeout, driver=door.spec,
         workdir=door.path(f"{request.section}-c{request.clients}-{step_id}"), params=params,
         max_operations=section.max_operations, arrival_rate=request.arrival_rate,
-        arrivals=section.arrivals,
+        arrivals=section.arrivals, step=request.step,
     )
     record = StepRecord(
         step_id=step_id, test=request.test, section=request.section,
@@ -200,7 +207,7 @@ def _side_operation(operation, request: StepRequest, section: SectionPlan):
 
 
 def server_watch(run: StorageRun, record: StepRecord):
-    """The servers' side of the step (:class:`~.servers.monitor.ServerWatch`): the
+    """The servers' side of the step (:class:`~.load.server_monitor.ServerWatch`): the
     embedded server this process runs (its processes; its summary monitoring when it
     reports) or a remote storage's monitoring stream; None when there is neither (an
     xdist worker: the controller runs the server)."""
@@ -208,7 +215,7 @@ def server_watch(run: StorageRun, record: StepRecord):
     plan = record.plan
     if (server is None and listener is None) or plan is None:
         return None
-    from .servers.monitor import ServerWatch
+    from .load.server_monitor import ServerWatch
 
     def send(count: int) -> None:
         """``count`` requests of the step's operation (a stat, or an ls of the run
@@ -231,21 +238,22 @@ def server_watch(run: StorageRun, record: StepRecord):
 
 def measure(run: StorageRun, record: StepRecord,
             progress: Callable[[StepProgress], None] | None, *,
-            clients_per_host: int = 0, section: SectionPlan | None = None) -> None:
-    """Run the step's plan (``record.plan``) on the engine, holding the endpoint; fill
-    ``record``. With ``--storage-compare-with`` a closed-loop step is measured on both
-    sides in alternation (:mod:`.paired`; ``section`` gives the gate's minimum
-    effects): ``record.result`` is side B's, ``record.paired`` both sides'."""
+            clients_per_host: int = 0, section: SectionPlan | None = None,
+            cluster: str | None = None) -> None:
+    """Run the step's plan (``record.plan``) on the engine, holding the endpoint, its
+    clients on ``cluster``'s hosts when one is given; fill ``record``. With
+    ``--storage-compare-with`` a closed-loop step is measured on both sides in
+    alternation (:mod:`.paired`; ``section`` gives the gate's minimum effects):
+    ``record.result`` is side B's, ``record.paired`` both sides'."""
     plan = record.plan
     assert plan is not None, "measure() takes a record from plan_step()"
-    paired = paired_side(run, record)
+    paired = paired_side(run, record, cluster)
     watch = server_watch(run, record) if paired is None else None
     observe = watch.bracket if watch is not None else None
     try:
         with run.ledger.lock():
             record.lock_acquired = time.time()
             before = probe_client_host() if _probed(run) else None
-            cluster = getattr(run.settings, "cluster", None)
             if cluster:  # the clients run on its hosts
                 record.executor = "cluster"
                 record.result = run_cluster_step(cluster, plan, progress,
@@ -286,11 +294,11 @@ def measure(run: StorageRun, record: StepRecord,
         record.server = watch.usage(measure_from, measure_from + record.result.duration_s)
 
 
-def paired_side(run: StorageRun, record: StepRecord):
+def paired_side(run: StorageRun, record: StepRecord, cluster: str | None = None):
     """Side B of a paired comparison for this step (:func:`.paired.side_b`), or None:
     no ``--storage-compare-with``, an open-loop step or a cluster's (measured on A
     alone, as without the option)."""
-    if record.arrival_rate or getattr(run.settings, "cluster", None):
+    if record.arrival_rate or cluster:
         return None
     return side_b(run)
 
@@ -384,11 +392,11 @@ def gate_check(gate: StepGate) -> RuleCheck:
 
 def counts_disagree(record: StepRecord) -> str | None:
     """Why the server's count of the step's operations and its clients' disagree by
-    more than 2 % (:func:`~.servers.monitor.disagreement`), or None."""
+    more than 2 % (:func:`~.load.server_monitor.disagreement`), or None."""
     issued = record.issued_operations
     if record.server is None or issued is None or record.total is None:
         return None
-    from .servers.monitor import disagreement
+    from .load.server_monitor import disagreement
 
     return disagreement(issued, record.total.hung, record.server, record.total.clients)
 
@@ -497,10 +505,11 @@ def judge_step(run: StorageRun, record: StepRecord, section: SectionPlan, *,
         return _error(record, why)
     if (why := counts_disagree(record)) is not None:
         return _error(record, why)
+    record.derived.update(record.result.observed)  # Operation.observe, every process's
     if derive is not None:
         record.derived.update(derive(record))
-        if (why := _undefined_metrics(record.derived)) is not None:
-            return _error(record, why)
+    if (why := _undefined_metrics(record.derived)) is not None:
+        return _error(record, why)
     baseline = run.baseline
     since = _since_fault(run, record) if baseline is not None else None
     base = baseline.find(record, since) if baseline is not None else None
@@ -534,7 +543,8 @@ def retest(run: StorageRun, request: StepRequest, record: StepRecord, section: S
     gate = record.gate
     assert gate is not None
     again = plan_step(run, request, section, thresholds=thresholds, door=door)
-    measure(run, again, progress, clients_per_host=section.clients_per_host, section=section)
+    measure(run, again, progress, clients_per_host=section.clients_per_host, section=section,
+            cluster=request.cluster)
     if again.verdict is Verdict.INTERRUPTED:  # Ctrl-C ends the session, as ever
         record.gate = replace(gate, retest="interrupted")
         record.verdict = Verdict.INTERRUPTED
@@ -568,7 +578,8 @@ def run_load_step(run: StorageRun, request: StepRequest, *, judge: Judge = True,
     record = plan_step(run, request, section, thresholds=thresholds, door=door)
     # logged as begun: a process killed mid-step (an xdist worker) still leaves its step
     run.ledger.begin(step_run_info(run, request.system, thresholds), record)
-    measure(run, record, progress, clients_per_host=section.clients_per_host, section=section)
+    measure(run, record, progress, clients_per_host=section.clients_per_host, section=section,
+            cluster=request.cluster)
     if record.verdict is not Verdict.INTERRUPTED:
         judge_step(run, record, section, judge=judge, derive=derive)
         if record.gate is not None and record.gate.fails:

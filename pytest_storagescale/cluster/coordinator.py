@@ -31,6 +31,7 @@ from typing import Any
 from ..drivers.registry import start_early_drivers
 from ..load.clients import LoadInterrupted, run_clients
 from ..load.engine import StepInterrupted, run_step
+from ..load.executors import observe_sides
 from ..load.plan import ClientAssignment, StepClock, StepPlan, StepProgress
 from ..load.stats import (
     ClientUsage,
@@ -154,6 +155,7 @@ def run_share(plan: StepPlan, context: dict[str, Any], assignments: list[ClientA
         local = stopped.clock
     finally:
         watcher.finish()
+    observe_sides(plan, context, accumulators)  # what the operation saw on this host
     clock = clocks[0] if clocks else shifted(local, -shift)
     ended = min(time.time(), local.end_at) - shift  # back on the coordinator's clock
     if any(a.hung for a in accumulators.values()):

@@ -41,9 +41,16 @@ from contextlib import AbstractContextManager, nullcontext
 from ..drivers.base import MTIME_SLACK, CreatedPaths, Driver
 from ..drivers.registry import start_early_drivers
 from ..drivers.watch import DeadlineExceeded, RequestWatch, parallel_map, run_bounded
-from ..errors import StorageError, StorageNotFound, StorageTimeout, StorageUnreachable
+from ..errors import (
+    StorageError,
+    StorageNotFound,
+    StorageScaleUsageError,
+    StorageTimeout,
+    StorageUnreachable,
+)
 from .clients import LoadInterrupted
-from .executors import EXECUTORS, Accumulators, ClientsCrashed, Executor
+from .executors import EXECUTORS, Accumulators, ClientsCrashed, Executor, observed_of
+from .operations import prepare_step, stays_in_process
 from .plan import StepClock, StepPlan, StepProgress
 from .stats import ClientUsage, SideAccumulator, SideResult, StepResult
 
@@ -72,14 +79,18 @@ def run_step(
     observe: Callable[[], AbstractContextManager] | None = None,
 ) -> StepResult:
     """Probe, prepare, run and clean up one step; return what it measured. ``observe``
-    (the servers' side, :class:`~pytest_storagescale.servers.monitor.ServerWatch`) is
+    (the servers' side, :class:`~pytest_storagescale.load.server_monitor.ServerWatch`) is
     entered right before the clients start, after the set-up, and left once they are
     done, before the clean-up.
 
     After a step that left hung clients, lost its connections (``unreachable``
     failures: the storage restarted) or could not run, the driver forgets its
     connections, so that the next clients log in afresh, as a new client would."""
-    if executor in ("threads", "auto") and getattr(plan.operation, "own_processes", False):
+    if stays_in_process(plan.operation):
+        refuse_out_of_process(plan.operation, executor if isinstance(executor, str)
+                              else "cluster")
+        executor = "threads"  # auto: never spawned, whatever the driver would like
+    elif executor in ("threads", "auto") and getattr(plan.operation, "own_processes", False):
         executor = "processes"  # the operation changes process-wide client settings
     try:
         execute = executor if callable(executor) else EXECUTORS[executor]  # cluster
@@ -94,6 +105,21 @@ def run_step(
     if result.total.hung or LOST_CONNECTION_CLASSES & set(result.total.errors):
         plan.driver.driver_class.forget_connections()
     return result
+
+
+def refuse_out_of_process(operation, executor: str, where: str = "") -> None:
+    """A usage error when ``executor`` would run an operation that stays in process
+    (:attr:`~.operations.Operation.in_process`) outside pytest's process (``where``:
+    the test that asks for it)."""
+    if executor in ("threads", "auto"):
+        return
+    elsewhere = ("on the cluster's hosts (--storage-cluster)" if executor == "cluster"
+                 else "in spawned client processes (--storage-executor processes)")
+    raise StorageScaleUsageError(
+        f"{where + ': ' if where else ''}operation {operation.name!r} runs only in "
+        f"pytest's own process (what its set-up holds cannot be sent elsewhere), so it "
+        f"cannot run {elsewhere}: run it with --storage-executor threads or auto and no "
+        f"--storage-cluster, or deselect its tests.")
 
 
 def service_deadline(plan: StepPlan) -> float:
@@ -140,7 +166,8 @@ def _run(plan: StepPlan, execute, keep_workdir: bool,
         probe(watch, plan, "before the step's set-up")
         params = {**operation.defaults, **plan.params}
         context = run_bounded(
-            lambda: operation.prepare(coordinator, plan.workdir, params, plan.clients),
+            lambda: prepare_step(operation, coordinator, plan.workdir, params, plan.clients,
+                                 plan.step),
             watch, service_deadline(plan), "set-up")
         plan.driver.driver_class.before_load(plan.driver.options)  # e.g. a build, untimed
         interrupted: LoadInterrupted | None = None
@@ -204,6 +231,7 @@ def _result(plan: StepPlan, clock: StepClock, accumulators: Accumulators,
         operation=plan.operation.name, clients=plan.clients, started=clock.start_at,
         ended=time.time(), duration_s=duration, warmup_s=plan.warmup, sides=sides,
         cleanup_error=cleanup_error, interrupted=interrupted,
+        observed=observed_of(accumulators),
     )
 
 

@@ -58,6 +58,34 @@ Measured = tuple[StepClock, Accumulators, ClientUsage | None]
 Executor = Callable[[StepPlan, dict[str, Any], Progress | None], Measured]
 
 
+#: the accumulators' counters that carry :meth:`Operation.observe`'s answers: summed
+#: like the drivers' counters across clients, processes and cluster hosts
+OBSERVED = "observed:"
+
+
+def observe_sides(plan: StepPlan, context: dict[str, Any], accumulators: Accumulators) -> None:
+    """Each side's :meth:`~.operations.Operation.observe` in this process (once, after
+    its clients ran), added to that side's accumulator (:data:`OBSERVED` counters)."""
+    for side, operation, _ in plan.operation.groups(plan.clients):
+        accumulator = accumulators.get(side)
+        if accumulator is None:  # no client of this side ran here
+            continue
+        seen = operation.observe(plan.side_context(context, side))
+        accumulator.add_counters({f"{OBSERVED}{name}": float(value)
+                                  for name, value in (seen or {}).items()})
+
+
+def observed_of(accumulators: Accumulators) -> dict[str, float]:
+    """What the operation observed in every process, summed over the sides."""
+    observed: dict[str, float] = {}
+    for accumulator in accumulators.values():
+        for name, value in accumulator.counters.items():
+            if name.startswith(OBSERVED):
+                key = name[len(OBSERVED):]
+                observed[key] = observed.get(key, 0.0) + value
+    return observed
+
+
 class ClientsCrashed(StorageError):
     """A client process ended mid-step without its report (killed by a signal: its
     client library crashed): the step is an error naming how it ended; the session
@@ -112,7 +140,9 @@ def run_threads(plan: StepPlan, context: dict[str, Any], progress: Progress | No
             plan.max_operations, progress, meter)
     except LoadInterrupted as interrupted:
         interrupted.usage = meter.usage
+        observe_sides(plan, context, interrupted.accumulators)
         raise
+    observe_sides(plan, context, accumulators)
     return clock, accumulators, meter.usage
 
 
@@ -192,6 +222,7 @@ def _process_main(plan: StepPlan, context: dict[str, Any], share: list[ClientAss
                                           meter)
         except LoadInterrupted as interrupted:
             kind, accumulators = "interrupted", interrupted.accumulators
+        observe_sides(plan, context, accumulators)  # what this process's clients saw
         _ignore_stops()  # the answer is complete: a late stop must not cut it
         usage = meter.usage.to_json() if meter.usage is not None else None
         connection.send((kind, {side: a.to_wire() for side, a in accumulators.items()}, usage))

@@ -1,6 +1,9 @@
-"""A step as data: what to run (:class:`StepPlan`), when (:class:`StepClock`), which
-client runs which side (:class:`ClientAssignment`), and how far it got
-(:class:`StepProgress`). All picklable: spawned client processes get copies.
+"""A step as data: what to run (:class:`StepPlan`) with what the test gives its
+operation (:class:`StepContext`), when (:class:`StepClock`), which client runs which
+side (:class:`ClientAssignment`), and how far it got (:class:`StepProgress`). All
+picklable: spawned client processes get copies (an operation that is
+:attr:`~.operations.Operation.in_process` may be given more, and never leaves the
+process).
 """
 
 from __future__ import annotations
@@ -9,9 +12,14 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .operations import StepContext
+
 if TYPE_CHECKING:  # the engine is imported by config.py: keep this module light
     from ..drivers.spec import DriverSpec
     from .operations import Operation
+
+__all__ = ["ARRIVALS", "ClientAssignment", "StepClock", "StepContext", "StepPlan",
+           "StepProgress"]
 
 #: the schedules an open-loop step may follow (``StepPlan.arrivals``)
 ARRIVALS = ("constant", "poisson")
@@ -48,6 +56,8 @@ class StepPlan:
     #: the open loop's schedule: ``constant`` (every 1/rate s) or ``poisson`` (random
     #: gaps of mean 1/rate s, the same sequence in every process of the step)
     arrivals: str = "constant"
+    #: what the test gives the operation (doors by name, extra data)
+    step: StepContext = field(default_factory=StepContext)
 
     @property
     def open_loop(self) -> bool:

@@ -665,6 +665,9 @@ class StepResult:
     hosts: list[HostResult] = field(default_factory=list)
     #: clients of hosts lost mid-step (a cluster step; a metric rules may name)
     lost: int = 0
+    #: what the operation observed (Operation.observe), summed over the processes and
+    #: hosts that ran its clients; the judge puts it into the record's derived metrics
+    observed: dict[str, float] = field(default_factory=dict)
 
     @property
     def total(self) -> SideResult:

@@ -25,15 +25,16 @@ import pytest
 pytestmark = pytest.mark.storagescale_system("ceph")
 
 
-def hot_file(storage_load, clients, distinct_section, same_section):
-    """The same file copied by every client at once, against one file per client."""
-    distinct = storage_load.run(distinct_section, clients, judge=False)
+def hot_file(storage_load, clients, distinct_section, same_section, doors=None):
+    """The same file copied by every client at once, against one file per client
+    (``doors``: the steps' XCache door, for the ``*_xcache`` sections)."""
+    distinct = storage_load.run(distinct_section, clients, judge=False, doors=doors)
 
     def derive(same_file):
         baseline = distinct.total.latency_s["mean"]
         return {"hot_ratio": same_file.total.latency_s["mean"] / baseline}
 
-    storage_load.run(same_section, clients, label="same file", derive=derive)
+    storage_load.run(same_section, clients, label="same file", derive=derive, doors=doors)
 
 
 @pytest.mark.storagescale_op("hotfile")
@@ -45,7 +46,7 @@ def test_hot_file_against_distinct_files(storage_load, storage_clients):
 @pytest.mark.storagescale_op("hotfile_xcache")
 def test_hot_file_through_xcache(storage_load, storage_clients, xcache_door):
     """The hot file against distinct files, every copy read through the XCache."""
-    hot_file(storage_load, storage_clients, "distinct_xcache", "hotfile_xcache")
+    hot_file(storage_load, storage_clients, "distinct_xcache", "hotfile_xcache", xcache_door)
 
 
 @pytest.mark.storagescale_op("readv")
@@ -57,7 +58,7 @@ def test_readv_latency(storage_load, storage_clients):
 @pytest.mark.storagescale_op("readv_xcache")
 def test_readv_latency_through_xcache(storage_load, storage_clients, xcache_door):
     """Vector reads of a large file through the XCache."""
-    storage_load.run()
+    storage_load.run(doors=xcache_door)
 
 
 @pytest.mark.storagescale_op("read")
@@ -69,4 +70,4 @@ def test_read_latency(storage_load, storage_clients):
 @pytest.mark.storagescale_op("read_xcache")
 def test_read_latency_through_xcache(storage_load, storage_clients, xcache_door):
     """Small reads at random offsets through the XCache."""
-    storage_load.run()
+    storage_load.run(doors=xcache_door)

@@ -5,20 +5,25 @@ new file in the step's directory and writes 64 KiB blocks; once it has written, 
 killed with SIGKILL mid-write. With ``sync = true`` host A then runs ``sync -f`` on
 its mount (the seed's "redo it with a sync in between"). Host B (another client of the
 same file system) deletes the file: every refusal is counted with its errno, and the
-attempts go on until the file is gone or ``give_up`` has passed. What was seen is kept
-for the step's derived metrics (:func:`outcome`): ``delete_s`` (from the kill to the
-deletion, infinite when never), ``delete_refusals`` and ``delete_errno`` (the first
-refusal's errno, 0 when none): BNL once saw "Permission denied" (EACCES, 13).
+attempts go on until the file is gone or ``give_up`` has passed. What was seen is the
+operation's observation (:meth:`KilledWriter.observe`), which the judge puts into the
+step's derived metrics: ``delete_s`` (from the kill to the deletion, infinite when
+never), ``delete_refusals`` and ``delete_errno`` (the first refusal's errno, 0 when
+none): BNL once saw "Permission denied" (EACCES, 13).
 
 With ``kill = "client"`` the node is lost instead: host B's writer is writing when
 host B's file system client is killed with SIGKILL (the embedded CephFS's
 ``ceph-fuse``), then the writer; host A deletes the file, which waits for the MDS to
 give up B's session and its capabilities; B's client is mounted again afterwards.
 
-Host B's path is the file's path under B's mount of the same test area (the hosts are
-set by the suite's fixture, :func:`use_hosts`); the writer gets nothing but its file's
-path, which the driver made inside the run directory first. Every unlink runs in a
-thread bounded by ``give_up`` (a lost client's capabilities can block it).
+Host B's path is the file's path under B's mount of the same test area. The hosts
+come with the step (``storage_load.run(..., context=hosts)``: the step context's
+``extra``, :func:`second_host`'s keys ``area_a``, ``area_b``, ``netns_a``, ``netns_b``
+and ``client``); the writer gets nothing but its file's path, which the driver made
+inside the run directory first. Every unlink runs in a thread bounded by ``give_up``
+(a lost client's capabilities can block it). The step's set-up holds host B's client's
+kill and remount (callables): the operation is ``in_process``, its clients threads of
+pytest's process.
 """
 
 from __future__ import annotations
@@ -31,16 +36,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 
 from pytest_storagescale import Operation, Param, StorageScaleUsageError
-
-#: (host A's test area, host B's test area, A's network namespace, B's) ("": here)
-_HOSTS: list[tuple[str, str, str, str]] = []
-#: (kill host B's client, mount it again): the embedded CephFS's, for kill = "client"
-_CLIENT: list[tuple[Callable[[], None], Callable[[], None]]] = []
-#: what the last repetition in this process saw
-_SEEN: dict[str, float] = {}
 
 # argv: the file; writes until killed (bounded: 64 GiB at most), says when it began
 _WRITER = """
@@ -54,36 +51,9 @@ with open(sys.argv[1], "r+b", buffering=0) as handle:
 """
 
 
-def use_hosts(area_a: str, area_b: str, netns_a: str = "", netns_b: str = "", *,
-              client: tuple[Callable[[], None], Callable[[], None]] | None = None) -> None:
-    """Host A writes under ``area_a``, host B deletes under ``area_b`` (the same test
-    area seen from two client hosts); ``netns_a``, ``netns_b``: their network
-    namespaces for the writer (``nsenter --net=``), "" to run it here; ``client``: how
-    to kill host B's file system client and mount it again (the ``kill = "client"``
-    steps: B writes, B's client is lost, A deletes)."""
-    _HOSTS[:] = [(area_a, area_b, netns_a, netns_b)]
-    _CLIENT[:] = [client] if client is not None else []
-
-
-def forget_hosts() -> None:
-    _HOSTS.clear()
-    _CLIENT.clear()
-
-
-def outcome() -> dict[str, float]:
-    """What the last repetition saw (taken: empty until the next one ran)."""
-    seen = dict(_SEEN)
-    _SEEN.clear()
-    return seen
-
-
-def has_hosts() -> bool:
-    return bool(_HOSTS)
-
-
-def on_host_b(path: str) -> str:
-    """``path`` (under host A's test area) as host B sees it."""
-    area_a, area_b = _HOSTS[0][:2]
+def on_host_b(path: str, area_a: str, area_b: str) -> str:
+    """``path`` (under host A's test area ``area_a``) as host B sees it (under
+    ``area_b``, the same test area through B's mount)."""
     relative = os.path.relpath(path, area_a)
     if relative.startswith(".."):
         raise StorageScaleUsageError(f"{path} is not under host A's test "
@@ -97,6 +67,7 @@ class KilledWriter(Operation):
     client (SIGKILL to B's ``ceph-fuse``: the node lost), and host A deletes."""
 
     name = "killed_writer"
+    in_process = True  # host B's client's kill and remount: callables of this process
     parameters = {
         "sync": Param("flag", False, description="sync -f on the writer's host first"),
         "kill": Param("choice", "writer", ("writer", "client"),
@@ -113,41 +84,51 @@ class KilledWriter(Operation):
     def scaled_params(self, params, factor):
         return dict(params)  # a deadline, a flag and a choice: not a workload
 
-    def prepare(self, driver, workdir, params, clients):
-        if not _HOSTS or getattr(driver, "name", "") != "local":
+    def prepare(self, driver, workdir, params, clients, step=None):
+        hosts = dict(step.extra) if step is not None else {}
+        if "area_b" not in hosts or getattr(driver, "name", "") != "local":
             raise StorageScaleUsageError(
                 "killed_writer: needs two client hosts of one POSIX file system. Run the "
                 "suite on the embedded CephFS (--storage-embedded cephfs), or give host "
                 "B's mount of the same test area with --storage-gpfs-second-mount "
                 "file:///mnt/on/host-b/storagescale.")
-        if params["kill"] == "client" and not _CLIENT:
+        if params["kill"] == "client" and not hosts.get("client"):
             raise StorageScaleUsageError(
                 "killed_writer with kill = \"client\": no way to kill a client host of "
                 "this file system from here (the embedded CephFS has one). Leave the "
                 "section out of the thresholds file for this storage.")
-        return super().prepare(driver, workdir, params, clients)
+        context = super().prepare(driver, workdir, params, clients)
+        context.update(area_a=hosts["area_a"], area_b=hosts["area_b"],
+                       netns_a=hosts.get("netns_a", ""), netns_b=hosts.get("netns_b", ""),
+                       client=hosts.get("client"), seen={})
+        return context
+
+    def observe(self, context):
+        """What the last repetition in this process saw (the step's derived metrics)."""
+        return dict(context["seen"])
 
     def run(self, driver, client, iteration, context):
         path = f"{context['workdir']}/c{client:05d}-{iteration:07d}"
         driver.put(path, b"")  # inside the run directory only, recorded as made
         lost = context["kill"] == "client"
-        _, _, netns_a, netns_b = _HOSTS[0]
-        writes, deletes = (on_host_b(path), path) if lost else (path, on_host_b(path))
+        on_b = on_host_b(path, context["area_a"], context["area_b"])
+        writes, deletes = (on_b, path) if lost else (path, on_b)
         try:
-            killed = self._write_and_kill(writes, netns_b if lost else netns_a, lost)
+            killed = self._write_and_kill(writes, context["netns_b" if lost else "netns_a"],
+                                          context["client"] if lost else None)
             if context["sync"]:
                 subprocess.run(["sync", "-f", os.path.dirname(writes)], timeout=120,
                                check=True)
             self._delete(deletes, context, killed)
         finally:
             if lost:
-                _CLIENT[0][1]()  # host B's client mounted again
+                context["client"][1]()  # host B's client mounted again
         return 0
 
     @staticmethod
-    def _write_and_kill(path: str, netns: str, lost: bool) -> float:
-        """Start the writer, SIGKILL it (and first its host's client when ``lost``)
-        once it writes; the time of the kill."""
+    def _write_and_kill(path: str, netns: str, client) -> float:
+        """Start the writer, SIGKILL it (and first its host's client, when ``client``
+        gives its kill and remount) once it writes; the time of the kill."""
         command = [sys.executable, "-c", _WRITER, path]
         if netns:
             command = ["nsenter", f"--net={netns}", *command]
@@ -157,8 +138,8 @@ class KilledWriter(Operation):
             if not began:
                 raise RuntimeError(f"the writer ended before writing "
                                    f"(exit {writer.wait(timeout=30)})")
-            if lost:
-                _CLIENT[0][0]()
+            if client is not None:
+                client[0]()
             writer.send_signal(signal.SIGKILL)
             writer.wait(timeout=30)
         finally:
@@ -174,23 +155,25 @@ class KilledWriter(Operation):
                                  args=(path, context, killed), daemon=True)
         tries.start()
         tries.join(context["give_up"] + 10)
+        seen = context["seen"]
         if tries.is_alive():
-            _SEEN.update(delete_s=math.inf, delete_refusals=0, delete_errno=0)
+            seen.update(delete_s=math.inf, delete_refusals=0, delete_errno=0)
             raise TimeoutError(f"the delete of {path} did not return within "
                                f"{context['give_up'] + 10} s")
-        if math.isinf(_SEEN.get("delete_s", math.inf)) and not _SEEN.get("delete_refusals"):
+        if math.isinf(seen.get("delete_s", math.inf)) and not seen.get("delete_refusals"):
             raise FileNotFoundError(errno.ENOENT, f"the deleting host does not see {path}")
-        if math.isinf(_SEEN.get("delete_s", math.inf)):
+        if math.isinf(seen.get("delete_s", math.inf)):
             raise PermissionError(
                 errno.EACCES, f"{path} could not be deleted within {context['give_up']} s "
-                f"({errno.errorcode.get(int(_SEEN.get('delete_errno', 0)), '?')}, "
-                f"{int(_SEEN.get('delete_refusals', 0))} refusals)")
+                f"({errno.errorcode.get(int(seen.get('delete_errno', 0)), '?')}, "
+                f"{int(seen.get('delete_refusals', 0))} refusals)")
 
     @staticmethod
     def _delete_until_gone(path: str, context: dict, killed: float) -> None:
         refusals, first = 0, 0
         deadline = killed + context["give_up"]
-        _SEEN.update(delete_s=math.inf, delete_refusals=0, delete_errno=0)
+        seen = context["seen"]
+        seen.update(delete_s=math.inf, delete_refusals=0, delete_errno=0)
         while True:
             try:
                 os.unlink(path)
@@ -201,13 +184,13 @@ class KilledWriter(Operation):
             except OSError as exc:
                 refusals += 1
                 first = first or (exc.errno or -1)
-                _SEEN.update(delete_refusals=refusals, delete_errno=first)
+                seen.update(delete_refusals=refusals, delete_errno=first)
                 if time.monotonic() > deadline:
                     return
                 time.sleep(0.2)
                 continue
             break
-        _SEEN.update(delete_s=time.monotonic() - killed, delete_refusals=refusals,
+        seen.update(delete_s=time.monotonic() - killed, delete_refusals=refusals,
                      delete_errno=first)
 
 

@@ -20,8 +20,9 @@ the clean-up's "only what the run made" hold as for every operation. ``blocks`` 
 ``ls_depth``: listers of the step's top directory (``/gpfs/scratch/``) and of the
 level below (``starlib/``), ``ls -l`` style (a stat of each entry), while writers
 fill a directory one level deeper still, as the seed's 14 s and 13 min were measured;
-with two client hosts (:func:`.crossnode.use_hosts`) the writers write through host
-B's mount while the listers list through A's, as the seed's writers ran on other nodes.
+with two client hosts (the step's context: ``storage_load.run(context=hosts)``, the
+areas of :func:`.crossnode.on_host_b`) the writers write through host B's mount while
+the listers list through A's, as the seed's writers ran on other nodes.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class FWrite(IoPerf):
         block = b"\0" * context["block_size"]
         path = self.new_file(driver, client, iteration, context)
         if context.get("on_host_b"):  # made through A, written through B's mount
-            path = crossnode.on_host_b(path)
+            path = crossnode.on_host_b(path, *context["on_host_b"])
         with open(path, "r+b") as handle:
             for _ in range(context["blocks"]):
                 handle.write(block)
@@ -202,12 +203,14 @@ class ListAtDepth(Operation):
         return [("top", LISTER, clients), ("deeper", LISTER, clients),
                 ("writers", WRITER, clients)]
 
-    def prepare(self, driver, workdir, params, clients):
+    def prepare(self, driver, workdir, params, clients, step=None):
         _local(driver, self.name)
         driver.mkdir(workdir)
         listed = {"entries": params["entries"]}
+        hosts = step.extra if step is not None else {}
+        areas = (hosts["area_a"], hosts["area_b"]) if "area_b" in hosts else None
         written = {**WRITER.defaults, "block_size": params["block_size"],
-                   "blocks": params["blocks"], "on_host_b": crossnode.has_hosts()}
+                   "blocks": params["blocks"], "on_host_b": areas}
         return {
             "workdir": workdir,
             # the deeper level first: the top then lists it as one of its entries

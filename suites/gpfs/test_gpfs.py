@@ -35,8 +35,6 @@ import pytest
 
 from pytest_storagescale import StorageNotFound
 
-from . import crossnode
-
 #: seed 001's ioperf patterns, each a section ``ioperf_<pattern>`` of the thresholds
 IOPERF = [pytest.param(pattern, marks=pytest.mark.storagescale_op(f"ioperf_{pattern}"),
                        id=pattern) for pattern in ("fwrite", "fread", "putc", "getc", "seek")]
@@ -72,7 +70,7 @@ def test_ls_while_writing(storage_load, storage_clients):
 def test_ls_at_depth_while_writing(storage_load, storage_clients, second_host_if_any):
     """``ls -l`` of the top and of the level below while writers (on host B when
     there is one) fill a directory one level deeper still."""
-    storage_load.run()
+    storage_load.run(context=second_host_if_any)
 
 
 @pytest.mark.parametrize("pattern", IOPERF)
@@ -106,7 +104,7 @@ def test_killed_writer_deleted_from_another_host(storage_load, two_hosts, sectio
     ``sync -f`` on A, or not); or host B's client lost while B writes, host A deletes:
     deleted, refused with which errno, and how long until it went, measured and judged
     (``delete_s``). A file system with no ``killed_client`` section skips that one."""
-    storage_load.run(section, 1, label=label, derive=lambda step: crossnode.outcome())
+    storage_load.run(section, 1, label=label, context=two_hosts)
 
 
 # stdin: the run's pickled DriverSpec (driver, options with any credential, test
