@@ -46,6 +46,7 @@ import ssl
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -273,10 +274,27 @@ def baseline_driver(revision: str) -> type:
     """The http driver class of git revision ``revision`` (its module loaded under
     another name, next to this checkout's)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    name = "pytest_storagescale.drivers._http_baseline"
+    folder = "pytest_storagescale/drivers/http"
+    listed = subprocess.run(["git", "-C", root, "ls-tree", "--name-only", f"{revision}:{folder}"],
+                            capture_output=True, text=True)
+    if listed.returncode == 0:  # a package (drivers/http/): its files, imported as one
+        where = tempfile.mkdtemp(prefix="http-baseline-")
+        for file in listed.stdout.split():
+            with open(os.path.join(where, file), "w") as stream:
+                stream.write(subprocess.run(
+                    ["git", "-C", root, "show", f"{revision}:{folder}/{file}"],
+                    capture_output=True, text=True, check=True).stdout)
+        spec = importlib.util.spec_from_file_location(
+            name, os.path.join(where, "__init__.py"), submodule_search_locations=[where])
+        assert spec is not None and spec.loader is not None
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[name] = package
+        spec.loader.exec_module(package)
+        return package.HTTPDriver
     source = subprocess.run(
         ["git", "-C", root, "show", f"{revision}:pytest_storagescale/drivers/http.py"],
         capture_output=True, text=True, check=True).stdout
-    name = "pytest_storagescale.drivers._http_baseline"
     module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, None))
     sys.modules[name] = module
     exec(compile(source, f"{revision}:pytest_storagescale/drivers/http.py", "exec"),

@@ -46,10 +46,11 @@ Rule = Callable[[Request], "Reply | None"]
 class HostileDoor:
     """The door: ``rule(request)`` answers a request (a :class:`Reply`) or lets it
     through to ``upstream`` (``https://host:port``, verified against ``ca_dir``).
-    ``seen`` lists every request received, in order."""
+    ``seen`` lists every request received, in order; ``port``: the port to listen on
+    (0: any free one)."""
 
     def __init__(self, authority, folder: Path, upstream: str, ca_dir: str,
-                 rule: Rule | None = None) -> None:
+                 rule: Rule | None = None, port: int = 0) -> None:
         self.rule = rule or (lambda request: None)
         self.upstream = urlsplit(upstream)
         self.seen: list[Request] = []
@@ -58,7 +59,7 @@ class HostileDoor:
         server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         server_context.load_cert_chain(cert.cert, cert.key)
         self._client_context = ssl.create_default_context(capath=ca_dir)
-        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Handler)
         self._httpd.daemon_threads = True
         self._httpd.door = self  # type: ignore[attr-defined]
         # the handshake in the request's thread, not in the one that accepts

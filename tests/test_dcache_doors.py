@@ -309,7 +309,7 @@ def _a_client_blocked_by_the_limiter_waits_it_out(server) -> None:
                          options=_options(server, "ca_dir")).connect("limited", timeout=60)
     try:
         assert client.stat(AREA).is_dir
-        assert client._read_retry_after  # it was throttled, and waited
+        assert client._transport.read_retry_after  # it was throttled, and waited
     finally:
         client.close()
 

@@ -19,13 +19,8 @@ import pytest
 from hostile_http import HostileDoor, Reply, Request
 from plans import one_step_plan
 
-from pytest_storagescale.drivers.http import (
-    ANSWER_LIMIT,
-    LISTING_LIMIT,
-    _redirect_refusal,
-    _retry_after,
-    _shown,
-)
+from pytest_storagescale.drivers.http import ANSWER_LIMIT, LISTING_LIMIT
+from pytest_storagescale.drivers.http._transport import _redirect_refusal, _retry_after, _shown
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.errors import (
     BadAnswer,

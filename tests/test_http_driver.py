@@ -18,7 +18,7 @@ import pytest
 from sockets import connection_ends
 
 from pytest_storagescale.drivers.base import Driver
-from pytest_storagescale.drivers.http import HTTPDriver, _byteranges, _digest
+from pytest_storagescale.drivers.http import HTTPDriver, _webdav
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.errors import (
     StorageError,
@@ -198,7 +198,7 @@ def test_checksums_by_default_everywhere_but_on_xrdhttp(embedded_xrootd, checked
         auto.get(f"{root}/f")  # the first answer names the door
         assert auto._verifying() is False
         auto.stat(root)  # a request without a header callback: the handle keeps no callback
-        handle = auto._idle[0][0]
+        handle = auto._transport.idle[0][0]
         handle.setopt(pycurl.VERBOSE, 1)
         handle.setopt(pycurl.DEBUGFUNCTION, lambda kind, text: sent.append(text) if kind == (
             pycurl.INFOTYPE_HEADER_OUT) else None)
@@ -213,44 +213,40 @@ def test_checksums_by_default_everywhere_but_on_xrdhttp(embedded_xrootd, checked
 
 def test_stat_reads_one_entry_answers_without_the_xml_parser(area, monkeypatch):
     """The fast reading of a stat answer agrees with the XML parser, which it spares."""
-    from pytest_storagescale.drivers import http
-
     root, driver, _ = area
     driver.put(f"{root}/f", b"12345")
     fast = (driver.stat(f"{root}/f"), driver.stat(root))
     parsed = []
-    monkeypatch.setattr(http, "_multistatus", lambda data: parsed.append(data) or [])
+    monkeypatch.setattr(_webdav, "multistatus", lambda data: parsed.append(data) or [])
     assert driver.stat(f"{root}/f") == fast[0] and not parsed  # stat needs no parser
     assert driver.ls(root) == ["f"] and not parsed  # a listing is parsed as it arrives
     monkeypatch.undo()
     answer = driver._request("PROPFIND", f"{root}/f", headers=driver._propfind_headers["0"])
-    assert http._multistatus(answer.data)[0][1] == fast[0] == http._one_entry(answer.data)
+    assert _webdav.multistatus(answer.data)[0][1] == fast[0] == _webdav.one_entry(answer.data)
     assert fast[0].size == 5 and not fast[0].is_dir and fast[1].is_dir
 
 
 def test_stat_remembers_an_answer_by_its_bytes_never_a_stale_one(area):
     """A stat answer read before is not read again; a changed file is a new answer."""
-    from pytest_storagescale.drivers import http
-
     root, driver, _ = area
     driver.put(f"{root}/m", b"123")
     assert driver.stat(f"{root}/m").size == 3
-    hits = http._one_entry.cache_info().hits
+    hits = _webdav.one_entry.cache_info().hits
     assert driver.stat(f"{root}/m").size == 3
-    assert http._one_entry.cache_info().hits == hits + 1
+    assert _webdav.one_entry.cache_info().hits == hits + 1
     driver.put(f"{root}/m", b"1234567")
     assert driver.stat(f"{root}/m").size == 7  # other bytes: read, not remembered
 
 
 def test_digest_and_multipart_readers():
-    assert _digest("adler32=0a1b2c3d", "ADLER32") == "0a1b2c3d"
-    assert _digest("md5=1B2M2Y8AsgTpgAmY7PhCfg==, adler32=1", "adler32") == "00000001"
-    assert _digest("md5=1B2M2Y8AsgTpgAmY7PhCfg==", "md5") == "d41d8cd98f00b204e9800998ecf8427e"
-    assert _digest("", "adler32") is None
+    assert _webdav.digest("adler32=0a1b2c3d", "ADLER32") == "0a1b2c3d"
+    assert _webdav.digest("md5=1B2M2Y8AsgTpgAmY7PhCfg==, adler32=1", "adler32") == "00000001"
+    assert _webdav.digest("md5=1B2M2Y8AsgTpgAmY7PhCfg==", "md5") == "d41d8cd98f00b204e9800998ecf8427e"
+    assert _webdav.digest("", "adler32") is None
     # a part's bytes may hold the boundary: parts are cut by their Content-Range
     body = (b"\r\n--XY\r\nContent-range: bytes 0-5/100\r\n\r\n--XY--\r\n"
             b"--XY\r\nContent-Range: bytes 10-11/100\r\n\r\nab\r\n--XY--\r\n")
-    assert _byteranges(body, b"XY") == [b"--XY--", b"ab"]
+    assert _webdav.byteranges(body, b"XY") == [b"--XY--", b"ab"]
 
 
 def test_version_from_the_server_header(embedded_xrootd):
@@ -344,7 +340,7 @@ def test_a_new_connection_resumes_the_tls_session(area):
     client = spec.client(1, timeout=20)
     try:
         client.stat(root)
-        handle = client._idle[0][0]
+        handle = client._transport.idle[0][0]
         log: list[bytes] = []
         handle.setopt(pycurl.VERBOSE, 1)
         handle.setopt(pycurl.DEBUGFUNCTION, lambda kind, text: log.append(text))
@@ -481,7 +477,7 @@ def test_the_token_is_sent_as_bearer_and_never_shown(area, embedded_xrootd):
     log: list[bytes] = []
     try:
         client.stat(root)
-        handle = client._idle[0][0]
+        handle = client._transport.idle[0][0]
         handle.setopt(pycurl.VERBOSE, 1)
         handle.setopt(pycurl.DEBUGFUNCTION,
                       lambda kind, text: log.append(text) if kind == pycurl.INFOTYPE_HEADER_OUT
