@@ -11,23 +11,29 @@ can replace any of them:
   ``storage_arrival_rate``: an open-loop section's offered rate (requests/s), instead;
 - ``storage_load``: runs load steps and judges them, over the door
   ``storage_load_door`` names (parametrized by ``--storage-load-doors``); built from
-  ``storage_endpoint`` and ``storage_thresholds``, so a conftest overriding either
-  changes the steps' plan;
+  ``storage_endpoint``, ``storage_thresholds`` and ``storage_cluster`` (the Dask
+  scheduler its clients run on: ``--storage-cluster``), so a conftest overriding any
+  of them changes the steps' plan;
 - ``storage_client`` / ``storage_test_dir``: a client of the endpoint and a fresh
   directory for one functional test (removed after it).
+
+A hook that gets only the ``config`` reads the session through :func:`storage_view`
+(a frozen :class:`SessionView`), never the session object itself.
 """
 
 from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from . import scenarios
 from .drivers.base import CreatedPaths, Driver
+from .drivers.spec import DriverSpec
 from .errors import (
     HungClientsViolation,
     StepError,
@@ -37,13 +43,14 @@ from .errors import (
     ThresholdViolation,
 )
 from .load.engine import remove_created
+from .load.plan import StepContext
 from .records import StepRecord, Verdict
 from .reporting.allure_report import allure_dir, attach_step
 from .reporting.plots import scan_of
 from .reporting.progress import LiveProgress
 from .reporting.table import format_violations, format_why
 from .session import Door, StorageRun
-from .session.doors import DOOR_TIMEOUT, build_doors
+from .session.doors import DOOR_TIMEOUT, build_doors, door_names
 from .session.endpoint import main_door_name
 from .shipped import shipped_thresholds
 from .stash import storage_run_key
@@ -56,6 +63,8 @@ STEP_PROPERTY = "storagescale_step"
 GATE_PROPERTY = "storagescale_gate"
 #: deadline of a functional test's requests when no hang timeout is set
 CLIENT_TIMEOUT = 60.0
+#: StorageLoad's cluster when none is given: ``--storage-cluster``'s
+FROM_SETTINGS: Any = object()
 
 
 def _run(request: pytest.FixtureRequest) -> StorageRun:
@@ -63,10 +72,47 @@ def _run(request: pytest.FixtureRequest) -> StorageRun:
 
 
 def storage_run(config: pytest.Config) -> StorageRun | None:
-    """The session's storage state (``settings``, ``endpoint``, ``thresholds(system)``,
-    ``run_id``), for a hook that gets only the config; None before the plugin set it
-    up (or when it is not active). A test uses the fixtures instead."""
+    """The session's storage state, for the plugin's own code and the project's tests
+    (not public: a suite reads :func:`storage_view` or the fixtures); None before the
+    plugin set it up (or when it is not active)."""
     return config.stash.get(storage_run_key, None)
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """What a suite's hook that gets only the ``config`` may read of the session
+    (:func:`storage_view`): a read-only copy taken when asked, not the session."""
+
+    #: the resolved options (``--storage-*`` > environment > ini > default; a suite's
+    #: own, declared with ``pytest_storagescale_options``, in ``settings.suite``)
+    settings: Any
+    #: no ``--storage-endpoint``: the plugin runs an embedded server
+    is_embedded: bool
+    #: the embedded server's kind (``xrootd``, ``ceph``...; meaningful when embedded)
+    embedded_kind: str
+    #: the embedded server this process runs (None: remote, not started, or a worker)
+    embedded_server: Any
+    #: the doors' names, known before any server starts (``root``, ``davs``...)
+    door_names: tuple[str, ...]
+    _thresholds: Callable[[str], ThresholdSet] = field(repr=False, compare=False)
+
+    def thresholds(self, system: str) -> ThresholdSet:
+        """The thresholds file matched for ``system`` and the storage version."""
+        return self._thresholds(system)
+
+
+def storage_view(config: pytest.Config) -> SessionView | None:
+    """The session as a hook that gets only the ``config`` may read it
+    (:class:`SessionView`); None before the plugin set it up, or when it is not
+    active. A test uses the fixtures instead."""
+    run = config.stash.get(storage_run_key, None)
+    if run is None:
+        return None
+    endpoint = run.endpoint
+    return SessionView(settings=run.settings, is_embedded=endpoint.is_embedded,
+                       embedded_kind=endpoint.embedded_kind,
+                       embedded_server=endpoint.embedded_server,
+                       door_names=tuple(door_names(run)), _thresholds=run.thresholds)
 
 
 def marker_arg(node: Any, name: str) -> str | None:
@@ -113,6 +159,23 @@ class StorageEndpoint:
     def embedded(self):
         """The embedded server (``freeze()``, ``thaw()``, ``pid``), or None for a remote one."""
         return self._run.endpoint.embedded_server
+
+    @property
+    def is_embedded(self) -> bool:
+        """No ``--storage-endpoint``: the storage is the plugin's embedded server (also
+        in an xdist worker, where :attr:`embedded` is None: the controller runs it)."""
+        return self._run.endpoint.is_embedded
+
+    @property
+    def embedded_kind(self) -> str | None:
+        """The embedded server's kind (``xrootd``, ``ceph``...), None for a remote one."""
+        return self._run.endpoint.embedded_kind if self.is_embedded else None
+
+    def authorization_tokens(self) -> dict[str, str]:
+        """The embedded server's tokens for the authorization checks (``readonly``,
+        ``write``, ``expired``), minted once by its issuer (the controller's, under
+        xdist); empty for a remote storage or a server with no issuer."""
+        return self._run.endpoint.authorization_tokens()
 
     def client(self, name: str = "functional", *, timeout: float | None = None) -> Driver:
         """A new client (own connection and login) named ``name`` for the storage's
@@ -179,6 +242,14 @@ def _storagescale_checks_share_the_endpoint(request: pytest.FixtureRequest) -> I
 def storage_settings(request: pytest.FixtureRequest):
     """The session's resolved options (``--storage-*`` > environment > ini > default)."""
     return _run(request).settings
+
+
+@pytest.fixture
+def storage_cluster(storage_settings) -> str | None:
+    """The Dask scheduler the load steps' clients run on (``--storage-cluster``; None:
+    this host). A suite's conftest may override it, e.g. with its embedded server's
+    own hosts for one test."""
+    return storage_settings.cluster
 
 
 @pytest.fixture(scope="session")
@@ -323,7 +394,8 @@ class StorageLoad:
 
     def __init__(self, request: pytest.FixtureRequest, system: str,
                  door_name: str | None = None, *, endpoint: StorageEndpoint | None = None,
-                 thresholds: ThresholdSet | None = None) -> None:
+                 thresholds: ThresholdSet | None = None,
+                 cluster: Any = FROM_SETTINGS) -> None:
         self._request = request
         self._run = _run(request)
         self._system = system
@@ -332,6 +404,10 @@ class StorageLoad:
         self.thresholds = thresholds if thresholds is not None else \
             self._run.thresholds(system)
         self.outcomes: list[StepOutcome] = []
+        #: the Dask scheduler the steps' clients run on (None: this host; default:
+        #: ``--storage-cluster``)
+        self.cluster: str | None = (self._run.settings.cluster if cluster is FROM_SETTINGS
+                                    else cluster)
         #: the endpoint held alone from the test's first step to its end
         self._holding = False
 
@@ -386,7 +462,9 @@ class StorageLoad:
     def run(self, section: str | None = None, clients: int | None = None, *,
             check: bool = True, label: str | None = None, judge: Judge = True,
             derive: Derive | None = None, side: str | None = None,
-            arrival_rate: float | None = None, **overrides: Any) -> StepRecord:
+            arrival_rate: float | None = None,
+            doors: Mapping[str, DriverSpec | Door] | None = None,
+            context: Mapping[str, Any] | None = None, **overrides: Any) -> StepRecord:
         """Run ``section`` of the thresholds file (default: the test's
         ``storagescale_op`` marker) at ``clients`` (default: the test's parametrized
         concurrency); return the step's record.
@@ -400,15 +478,22 @@ class StorageLoad:
         are checked; ``side`` runs one side of a composite section alone.
         ``arrival_rate`` (default: the test's parametrized ``storage_arrival_rate``):
         an open-loop step at that offered rate, its clients the section's
-        ``max_in_flight``."""
+        ``max_in_flight``. ``doors`` (name -> :class:`DriverSpec` or :class:`Door`) and
+        ``context`` (anything else by name) are the step context its operation's
+        ``prepare`` gets (:class:`~pytest_storagescale.load.plan.StepContext`)."""
         section, rate = self.section_name(section), self.rate_for(arrival_rate)
         plan = self.section_plan(section)
         clients = (clients or plan.max_in_flight or 1) if rate else self.clients_for(clients)
         _usable(self._run)
         self._hold_endpoint()
+        step = StepContext(
+            doors={name: door.spec if isinstance(door, Door) else door
+                   for name, door in (doors or {}).items()},
+            extra=dict(context or {}))
         request = StepRequest(test=self.nodeid, system=self._system, section=section,
                               clients=clients, overrides=overrides, label=label, side=side,
-                              door=self.door_name, arrival_rate=rate)
+                              door=self.door_name, arrival_rate=rate, step=step,
+                              cluster=self.cluster)
         progress = LiveProgress(self._request.config)
         try:
             outcome = run_load_step(self._run, request, judge=judge, derive=derive,
@@ -498,10 +583,12 @@ class StorageLoad:
 @pytest.fixture
 def storage_load(request: pytest.FixtureRequest, storage_system: str,
                  storage_load_door: str | None, storage_endpoint: StorageEndpoint,
-                 storage_thresholds: ThresholdSet) -> StorageLoad:
+                 storage_thresholds: ThresholdSet, storage_cluster: str | None) -> StorageLoad:
     """Runs load steps (``storage_load.run()``) over this test's door and judges them
     against the thresholds: ``storage_thresholds``' sections plan the steps and its
     rules judge them; ``storage_endpoint``'s door carries them (unless
-    ``--storage-load-doors`` names another)."""
+    ``--storage-load-doors`` names another); their clients run on
+    ``storage_cluster``'s hosts when it names one."""
     return StorageLoad(request, storage_system, storage_load_door,
-                       endpoint=storage_endpoint, thresholds=storage_thresholds)
+                       endpoint=storage_endpoint, thresholds=storage_thresholds,
+                       cluster=storage_cluster)

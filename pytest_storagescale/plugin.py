@@ -33,6 +33,7 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     storage_arrival_rate,
     storage_client,
     storage_clients,
+    storage_cluster,
     storage_doors,
     storage_embedded_server,
     storage_endpoint,
@@ -471,10 +472,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _ = run.baseline  # read and checked now
     if any(PLUGIN_FIXTURES & set(getattr(item, "fixturenames", ())) for item in items):
         use_storage(config)  # a test of the storage was collected
+    refuse_in_process_steps(run, items)
     if run.role is Role.SINGLE and not config.option.collectonly and any(
             STORAGE_FIXTURES & set(getattr(item, "fixturenames", ())) for item in items):
         run.check_endpoint()  # once, here (the xdist controller: at session start)
         side_b(run)  # --storage-compare-with: side B started and checked before any load
+
+
+def refuse_in_process_steps(run: StorageRun, items: list[pytest.Item]) -> None:
+    """With ``--storage-executor processes`` or ``--storage-cluster``, a load test whose
+    section runs an operation that stays in pytest's process
+    (:attr:`~.load.operations.Operation.in_process`) is a usage error before any load,
+    naming the operation, instead of a step that measures nothing."""
+    from .load.engine import refuse_out_of_process
+    from .load.operations import get_operation, stays_in_process
+
+    executor = "cluster" if run.settings.cluster else run.settings.executor
+    if executor in ("threads", "auto"):
+        return
+    for item in items:
+        if "storage_load" not in getattr(item, "fixturenames", ()):
+            continue
+        system = run.system_for(marker_arg(item, "storagescale_system"))
+        for marker in item.iter_markers("storagescale_op"):
+            try:
+                plan = run.thresholds(system).section(marker.args[0]) if marker.args else None
+                operation = get_operation(plan.operation) if plan is not None else None
+            except StorageScaleUsageError:
+                continue  # said where the thresholds are read
+            if operation is not None and stays_in_process(operation):
+                refuse_out_of_process(operation, executor, item.nodeid)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -12,21 +12,26 @@ as :class:`Param` records; the section's values are validated by their kind.
 An operation instance holds no state: a step plan carries it to spawned worker
 processes together with the step's parameters and the context that
 :meth:`Operation.prepare` returned. ``prepare`` runs once per step, untimed (it
-creates the files a step reads); :meth:`Operation.run` is one timed repetition by
-one client and returns the bytes it moved.
+creates the files a step reads), and gets what the test gave the step (its
+:class:`StepContext`: doors by name, extra data); :meth:`Operation.run` is one
+timed repetition by one client and returns the bytes it moved;
+:meth:`Operation.observe`, once after the load in each process that ran clients, says
+what the operation saw beyond latencies (summed over the processes and hosts, put
+into the step's derived metrics before the rules).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import random
 import re
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..drivers.base import Driver, RequestWalk
 from ..drivers.grid import base36
@@ -34,8 +39,12 @@ from ..drivers.watch import parallel_map
 from ..errors import StorageScaleUsageError
 from ..units import parse_byte_size
 
+if TYPE_CHECKING:
+    from ..drivers.spec import DriverSpec
+
 __all__ = [
-    "ENTRY_POINT_GROUP", "PARAM_KINDS", "Composite", "Operation", "Param", "get_operation",
+    "ENTRY_POINT_GROUP", "PARAM_KINDS", "Composite", "Operation", "Param", "StepContext",
+    "get_operation",
     "operation_names", "register_operation",
 ]
 
@@ -57,6 +66,29 @@ def payload(size: int) -> bytes:
 def _round(value: float) -> int:
     """Half up: 2.5 -> 3 (``round`` would give 2)."""
     return int(value + 0.5)
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a test gives one step's operation (``storage_load.run(doors=...,
+    context=...)``), handed to :meth:`~.operations.Operation.prepare` as ``step``:
+    ``doors``, door name -> the picklable client spec of another door the clients also
+    use (XCache in front of the endpoint); ``extra``, anything else by name (two client
+    hosts' test areas). Frozen, and picklable as long as what it holds is: spawned
+    client processes and cluster hosts get a copy of what ``prepare`` made of it."""
+
+    doors: Mapping[str, DriverSpec] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def door(self, name: str, operation: str) -> DriverSpec:
+        """The door ``name``; a usage error naming the operation that needs it."""
+        try:
+            return self.doors[name]
+        except KeyError:
+            given = ", ".join(self.doors) or "none"
+            raise StorageScaleUsageError(
+                f"{operation}: the step was given no {name!r} door (doors given: {given}). "
+                f"Pass it with storage_load.run(..., doors={{{name!r}: spec}}).") from None
 
 
 @dataclass(frozen=True)
@@ -133,6 +165,11 @@ class Operation:
     #: listed and emptied; ``leaf``, a file or an empty directory). The clean-up removes
     #: only what the set-up made and names matching these (``load.engine.remove_created``)
     made_names: ClassVar[Mapping[str, str]] = {}
+    #: what its :meth:`prepare` returns cannot leave pytest's process (callables that
+    #: kill and remount a client host): its clients run as threads of this process, and
+    #: the ``processes`` executor and ``--storage-cluster`` refuse its steps before any
+    #: load, in one sentence, instead of measuring nothing
+    in_process: ClassVar[bool] = False
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -192,10 +229,22 @@ class Operation:
         """The sides of a step at ``clients``: (side name, operation, client count)."""
         return [(self.name, self, clients)]
 
-    def prepare(self, driver: Driver, workdir: str, params: dict, clients: int) -> dict:
-        """Create what the step reads (untimed); return a picklable context."""
+    def prepare(self, driver: Driver, workdir: str, params: dict, clients: int,
+                step: StepContext | None = None) -> dict:
+        """Create what the step reads (untimed); return a picklable context. ``step``:
+        what the test gave the step (:class:`StepContext`; the engine passes it
+        to a ``prepare`` that takes it, so the older four-argument form still works)."""
         driver.mkdir(workdir)
         return {"workdir": workdir, **params}
+
+    def observe(self, context: dict) -> dict[str, float]:
+        """What this process's clients saw beyond latencies and counts, called once
+        after the load in each process that ran them (pytest's, each spawned client
+        process, each cluster host) with the context :meth:`run` was given there.
+        The engine sums the answers like the drivers' counters; the step's judge puts
+        them into the record's derived metrics before the rules (a rule may name
+        them once registered: ``pytest_storagescale_metrics``)."""
+        return {}
 
     def cleanup(self, context: dict) -> None:
         """Remove local leftovers of the step (the remote workdir is removed by the caller)."""
@@ -211,6 +260,33 @@ class Operation:
         outside Python (:meth:`~pytest_storagescale.drivers.base.Driver.compiled_loop`);
         None: only :meth:`run` knows."""
         return None
+
+
+@functools.lru_cache(maxsize=256)
+def _takes_step(prepare: Any) -> bool:
+    """Whether an operation's ``prepare`` takes the step context (``step`` or ``**``)."""
+    try:
+        parameters = inspect.signature(prepare).parameters
+    except (TypeError, ValueError):
+        return False
+    return "step" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD
+                                       for p in parameters.values())
+
+
+def prepare_step(operation: Operation, driver: Driver, workdir: str, params: dict,
+                 clients: int, step: StepContext | None = None) -> dict:
+    """``operation.prepare``, given ``step`` when it takes it (a site's operation
+    written for the four-argument form is called with four)."""
+    if _takes_step(type(operation).prepare):
+        return operation.prepare(driver, workdir, params, clients,
+                                 step=step if step is not None else StepContext())
+    return operation.prepare(driver, workdir, params, clients)
+
+
+def stays_in_process(operation: Operation) -> bool:
+    """Whether ``operation`` (or a side of a composite) is :attr:`Operation.in_process`."""
+    return operation.in_process or any(side.in_process for _, side, _ in operation.groups(1)
+                                       if side is not operation)
 
 
 def _sample_file(driver: Driver, path: str, size: int) -> None:
@@ -483,13 +559,13 @@ class Composite(Operation):
         for side, operation, _ in self.groups(1):
             operation.check_params(self._side_params(operation, params), where=f"{where} ({side})")
 
-    def prepare(self, driver, workdir, params, clients):
+    def prepare(self, driver, workdir, params, clients, step=None):
         super().prepare(driver, workdir, params, clients)
         context = {"workdir": workdir}
         for side, operation, _ in self.groups(clients):
-            context[side] = operation.prepare(
-                driver, f"{workdir}/{side}", self._side_params(operation, params), clients
-            )
+            context[side] = prepare_step(
+                operation, driver, f"{workdir}/{side}", self._side_params(operation, params),
+                clients, step)
         return context
 
     def cleanup(self, context):

@@ -71,9 +71,9 @@ def door_url(config: pytest.Config, embedded) -> str | None:
 
 
 @pytest.fixture
-def xcache_door(request: pytest.FixtureRequest, storage_endpoint):
-    """The ``*_xcache`` steps of this test read through the XCache door; skipped when
-    the endpoint has none."""
+def xcache_door(request: pytest.FixtureRequest, storage_endpoint) -> dict:
+    """The doors of this test's ``*_xcache`` steps (``storage_load.run(doors=...)``):
+    the XCache door they read through; skipped when the endpoint has none."""
     url = door_url(request.config, storage_endpoint.embedded)
     if not url:
         pytest.skip("no XCache in front of this endpoint: give its URL with "
@@ -81,6 +81,4 @@ def xcache_door(request: pytest.FixtureRequest, storage_endpoint):
     own = storage_endpoint.driver_spec
     spec = driver_spec(url, driver=own.name, options=dict(own.options),
                        writable_root=storage_endpoint.run_dir)
-    xcache.use_door(spec)
-    yield spec
-    xcache.use_door(None)
+    return {xcache.DOOR: spec}

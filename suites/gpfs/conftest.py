@@ -12,13 +12,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from urllib.parse import urlparse
 
 import pytest
-
-from pytest_storagescale import storage_run
 
 from . import crossnode, ioperf
 
@@ -55,8 +52,11 @@ def pytest_storagescale_metrics() -> dict[str, str]:
 
 
 def second_host(config: pytest.Config, endpoint) -> dict | None:
-    """:func:`.crossnode.use_hosts`' arguments for the endpoint's host and a second
-    one, or None: no second host."""
+    """The endpoint's host and a second one, as the cross-host steps take them in
+    their step context (``storage_load.run(..., context=hosts)``): ``area_a``,
+    ``area_b`` (the same test area through each host's mount), ``netns_a``,
+    ``netns_b`` (their network namespaces, absent: here) and ``client`` (kill host B's
+    file system client, mount it again); None: no second host."""
     given = (config.getoption("--storage-gpfs-second-mount")
              or os.environ.get("STORAGESCALE_GPFS_SECOND_MOUNT"))
     area_a = urlparse(endpoint.url).path.rstrip("/")
@@ -72,45 +72,52 @@ def second_host(config: pytest.Config, endpoint) -> dict | None:
 
 
 @pytest.fixture
-def second_host_if_any(request: pytest.FixtureRequest, storage_endpoint):
-    """The cross-host steps of this test write on host B when there is one."""
-    hosts = second_host(request.config, storage_endpoint)
-    if hosts is not None:
-        crossnode.use_hosts(**hosts)
-    yield hosts
-    crossnode.forget_hosts()
+def second_host_if_any(request: pytest.FixtureRequest, storage_endpoint) -> dict:
+    """The step context of this test's cross-host steps: they write on host B when
+    there is one (empty: no second host)."""
+    return second_host(request.config, storage_endpoint) or {}
 
 
 @pytest.fixture
-def two_hosts(request: pytest.FixtureRequest, storage_endpoint):
-    """The cross-host steps of this test write on host A and act on host B; skipped
-    without a second host."""
+def two_hosts(request: pytest.FixtureRequest, storage_endpoint) -> dict:
+    """The step context of this test's cross-host steps, which write on host A and act
+    on host B; skipped without a second host."""
     hosts = second_host(request.config, storage_endpoint)
     if hosts is None:
         pytest.skip("no second client host of this file system: give its mount of the "
                     "same test area with --storage-gpfs-second-mount file:///mnt/b/area, "
                     "or run the embedded CephFS (--storage-embedded cephfs)")
-    crossnode.use_hosts(**hosts)
-    yield hosts
-    crossnode.forget_hosts()
+    return hosts
+
+
+#: the fixture with which a test asks for one client per host (storage_cluster below)
+PER_HOST = "host_cluster"
 
 
 @pytest.fixture
-def host_cluster(request: pytest.FixtureRequest, storage_endpoint, monkeypatch) -> int:
+def storage_cluster(request: pytest.FixtureRequest, storage_settings, storage_endpoint):
+    """The plugin's ``storage_cluster``, overridden: ``--storage-cluster`` when given;
+    else, for a test that asks for :func:`host_cluster`, the embedded CephFS's own
+    cluster (a scheduler and one worker per namespace host), for that test's steps."""
+    if storage_settings.cluster or PER_HOST not in request.fixturenames:
+        return storage_settings.cluster
+    server = storage_endpoint.embedded
+    return server.cluster_address() if hasattr(server, "cluster_address") else None
+
+
+@pytest.fixture
+def host_cluster(request: pytest.FixtureRequest, storage_settings, storage_endpoint,
+                 storage_cluster) -> int:
     """The number of client hosts this test's steps run on, one Dask worker each: the
     --storage-cluster given (with --storage-gpfs-hosts N), or the embedded CephFS's
-    hosts (a scheduler and one worker per namespace host, for this test's steps)."""
-    run = storage_run(request.config)
+    hosts (:func:`storage_cluster`)."""
     given = request.config.getoption("--storage-gpfs-hosts")
-    if run.settings.cluster:
+    if storage_settings.cluster:
         if not given:
             pytest.skip("--storage-cluster is given: say how many client hosts it has "
                         "with --storage-gpfs-hosts N (one worker per node)")
         return given
-    server = storage_endpoint.embedded
-    if not hasattr(server, "cluster_address"):
+    if storage_cluster is None:
         pytest.skip("no client hosts: give --storage-cluster with one worker per node and "
                     "--storage-gpfs-hosts N, or run the embedded CephFS")
-    address = server.cluster_address()
-    monkeypatch.setattr(run, "settings", dataclasses.replace(run.settings, cluster=address))
-    return len(server.hosts)
+    return len(storage_endpoint.embedded.hosts)
