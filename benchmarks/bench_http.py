@@ -290,7 +290,10 @@ def baseline_driver(revision: str) -> type:
         assert spec is not None and spec.loader is not None
         package = importlib.util.module_from_spec(spec)
         sys.modules[name] = package
-        spec.loader.exec_module(package)
+        try:
+            spec.loader.exec_module(package)  # imports each of its modules
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
         return package.HTTPDriver
     source = subprocess.run(
         ["git", "-C", root, "show", f"{revision}:pytest_storagescale/drivers/http.py"],
