@@ -47,13 +47,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MARKERS = ("<!-- gate-bench:start (written by benchmarks/bench_gate.py --write-docs) -->",
            "<!-- gate-bench:end -->")
+CAPPED_MARKERS = ("<!-- gate-bench-capped:start (written by benchmarks/bench_gate.py "
+                  "--capped --write-docs) -->", "<!-- gate-bench-capped:end -->")
+PAIRED_MARKERS = ("<!-- gate-bench-paired:start (written by benchmarks/bench_gate.py --paired "
+                  "--write-docs) -->", "<!-- gate-bench-paired:end -->")
 ROOT = "/storagescale/bench-gate"
 KINDS = ("A/A", "rate", "p99")
 BASELINE_MODES = (1, 3)
@@ -174,6 +178,40 @@ class Stress:
             time.sleep(0.5)
 
 
+class CpuGroup:
+    """Process ``pid`` (all its threads, and those it starts later) in a cgroup v1
+    ``cpu`` group of its own, capped at ``cores`` (None: no quota), until the block
+    ends: then moved back to the root group and the group removed. Both sides of the
+    paired calibration sit in a group of their own, so that the A/A pairs and the
+    capped ones differ by the quota alone (a group is one entity to the scheduler: a
+    server moved into one measured faster than one left in the root group)."""
+
+    ROOT = Path("/sys/fs/cgroup/cpu")
+
+    def __init__(self, pid: int, name: str) -> None:
+        self.pid = pid
+        self.group = self.ROOT / f"storagescale-bench-gate-{os.getpid()}-{name}"
+
+    def __enter__(self) -> CpuGroup:
+        self.group.mkdir()
+        (self.group / "cpu.cfs_period_us").write_text("100000")
+        (self.group / "cgroup.procs").write_text(str(self.pid))
+        return self
+
+    def cap(self, cores: float | None) -> None:
+        (self.group / "cpu.cfs_quota_us").write_text(
+            "-1" if cores is None else str(max(1000, int(100000 * cores))))
+
+    def __exit__(self, *exc: object) -> None:
+        with suppress(OSError):
+            self.cap(None)
+        for task in (self.group / "tasks").read_text().split():
+            with suppress(OSError):
+                (self.ROOT / "tasks").write_text(task)
+        with suppress(OSError):
+            self.group.rmdir()
+
+
 @dataclass
 class Run:
     """One measured step: its window samples, the client host's probe, wall time."""
@@ -207,6 +245,14 @@ class Outcome:
     #: made inconclusive by the client host's probe
     by_probe: bool = False
     reason: str = ""
+    #: the client host's probe this share slower than the baseline runs' (None: not probed)
+    host_slowdown: float | None = None
+    #: the rate's interval
+    rate_low: float | None = None
+    rate_high: float | None = None
+    #: the judged run's rate and the baseline runs'
+    rate_hz: float | None = None
+    base_rates: list = field(default_factory=list)
 
 
 @dataclass
@@ -243,6 +289,14 @@ def measure(spec, tag: str, settings: Settings) -> Run:
 def injected(kind: str, pid: int, settings: Settings) -> Iterator[DutyCycle | None]:
     if kind == "A/A":
         yield None
+        return
+    if kind == "capped":  # --capped: the server's own group (calibrate()) gets a quota
+        group = settings.extra["group"]
+        group.cap(settings.extra["cap"])
+        try:
+            yield None
+        finally:
+            group.cap(None)
         return
     stop, period = ((settings.rate_stop_ms, settings.rate_period_ms) if kind == "rate"
                     else (settings.p99_stop_ms, settings.p99_period_ms))
@@ -299,7 +353,10 @@ def judged_runs(kind: str, spec, server_pid: int, tag: str, bases: list[Run],
             gate.metric or "", rate.ratio if rate else None, p99.ratio if p99 else None,
             p99.verdict.value if p99 else "-", seconds, gate.short(),
             alone=final(alone, again, bases[:n], False),
-            by_probe=gate.reason.startswith("client host "), reason=gate.reason))
+            by_probe=gate.reason.startswith("client host "), reason=gate.reason,
+            host_slowdown=gate.host_slowdown, rate_low=rate.low if rate else None,
+            rate_high=rate.high if rate else None, rate_hz=run.rate_hz,
+            base_rates=[b.rate_hz for b in bases[:n]]))
     return outcomes, [r for r in (run, again) if r is not None]
 
 
@@ -329,7 +386,8 @@ def summary_rows(outcomes: list[Outcome], runs: dict[str, list[Run]],
         shares = [r.stopped_share for r in kind_runs if r.stopped_share is not None]
         stopped = f"; stopped {statistics.mean(shares):.0%} of the time" if shares else ""
         name = {"A/A": "none (A/A: the same server again)",
-                "rate": "rate: SIGSTOP duty cycle", "p99": "p99: short SIGSTOPs"}[kind]
+                "rate": "rate: SIGSTOP duty cycle", "p99": "p99: short SIGSTOPs",
+                "capped": "capped by a cgroup"}[kind]
         for n in BASELINE_MODES:
             mine = [o for o in outcomes if o.kind == kind and o.baselines == n]
             if not mine:
@@ -358,6 +416,174 @@ def summary_rows(outcomes: list[Outcome], runs: dict[str, list[Run]],
                 f"{effect}{stopped} | "
                 f"{statistics.mean(o.seconds for o in mine):.1f} s |")
     return rows
+
+
+PAIRED_KINDS = ("A/A", "capped")
+
+
+def rate_interval(hits: int, count: int) -> str:
+    """``3/20 = 15 % [3-38 %]``: the share with its exact (Clopper-Pearson) 95 % interval
+    (:func:`scipy.stats.binomtest`)."""
+    from scipy.stats import binomtest
+
+    if not count:
+        return "-"
+    ci = binomtest(hits, count).proportion_ci(confidence_level=0.95, method="exact")
+    return f"{hits}/{count} = {hits / count:.0%} [{ci.low:.0%}-{ci.high:.0%}]"
+
+
+def paired_trial(kind: str, index: int, specs, groups, settings: Settings,
+                 cores: float) -> dict:
+    """One paired step (the plugin's :func:`~pytest_storagescale.paired.measure_alternating`)
+    of side A against side B, B capped at ``cores`` for ``capped``; a regressed one
+    measured again (the plugin's retest). Beside the gate's verdict, the same runs
+    judged as the gate judged a paired step before (B's windows pooled against A's,
+    :func:`~pytest_storagescale.gate.judge_samples`), and the client host's probe."""
+    from dataclasses import replace as replace_plan
+
+    from pytest_storagescale.gate import GateSettings, judge_samples, probe_client_host
+    from pytest_storagescale.load.operations import get_operation
+    from pytest_storagescale.load.plan import StepPlan
+    from pytest_storagescale.paired import measure_alternating
+
+    spec_a, spec_b = specs
+    plan = StepPlan(operation=get_operation("stat"), clients=settings.clients,
+                    duration=settings.duration, warmup=settings.warmup, hang_timeout=30.0,
+                    driver=spec_a, workdir=f"{ROOT}/t{index}")
+
+    def plan_b(sub: StepPlan, n: int) -> StepPlan:
+        return replace_plan(sub, driver=spec_b, workdir=f"{ROOT}/t{index}-b{n}")
+
+    groups[1].cap(cores if kind == "capped" else None)
+    try:
+        began = time.monotonic()
+        probe = probe_client_host()
+        result = measure_alternating(plan, plan_b, "B", settings=GateSettings())
+        again = None
+        if result.gate is not None and result.gate.fails:
+            again = measure_alternating(replace_plan(plan, workdir=f"{ROOT}/t{index}r"),
+                                        plan_b, "B", settings=GateSettings())
+        seconds = time.monotonic() - began
+    finally:
+        groups[1].cap(None)
+    gate = result.gate
+    assert gate is not None
+    pooled = judge_samples(result.b.total.windows, [result.a.total.windows])
+    final = gate.verdict.value
+    if gate.fails:
+        assert again is not None and again.gate is not None
+        final = "regressed (confirmed)" if again.gate.fails else "inconclusive (not reproduced)"
+    rate, p99 = gate.effects.get("rate_hz"), gate.effects.get("p99_s")
+    return {
+        "kind": kind, "first": gate.verdict.value, "verdict": final, "short": gate.short(),
+        "rate": [rate.ratio, rate.low, rate.high] if rate else None,
+        "p99": [p99.ratio, p99.low, p99.high] if p99 else None,
+        "pooled": pooled.verdict.value, "pooled_short": pooled.short(),
+        "pairs": [[a.rate_hz, b.rate_hz] for a, b in result.pairs],
+        "again": again.gate.short() if again is not None and again.gate else None,
+        "order": "".join(result.order), "seconds": seconds,
+        "rate_a": result.a.total.rate_hz, "rate_b": result.b.total.rate_hz,
+        "probe_mb_s": probe, "load": os.getloadavg()[0],
+        "failed": result.a.total.failed + result.b.total.failed,
+    }
+
+
+def paired_rows(trials: list[dict]) -> list[str]:
+    rows = ["| side B | trials | regressed (confirmed): share [95 % interval] | "
+            "inconclusive | unchanged | improved | the same runs, windows pooled (the gate "
+            "before): regressed | rate B / A: median (range) | pairs per verdict "
+            "(median) | wall time per verdict (mean) |",
+            "|---|---:|---|---:|---:|---:|---|---|---:|---:|"]
+    for kind in PAIRED_KINDS:
+        mine = [t for t in trials if t["kind"] == kind]
+        if not mine:
+            continue
+        count = len(mine)
+        ratios = [t["rate"][0] for t in mine if t["rate"] and t["rate"][0] is not None]
+        rows.append(
+            f"| {'the same server (A/A)' if kind == 'A/A' else 'capped by a cgroup'} | "
+            f"{count} | "
+            f"{rate_interval(sum(t['verdict'].startswith('regressed') for t in mine), count)} | "
+            f"{sum(t['verdict'].startswith('inconclusive') for t in mine)} | "
+            f"{sum(t['verdict'] == 'unchanged' for t in mine)} | "
+            f"{sum(t['verdict'] == 'improved' for t in mine)} | "
+            f"{rate_interval(sum(t['pooled'] == 'regressed' for t in mine), count)} | "
+            f"{_fmt(median(ratios))} ({_fmt(min(ratios, default=None))}-"
+            f"{_fmt(max(ratios, default=None))}) | "
+            f"{median([len(t['pairs']) for t in mine]):g} | "
+            f"{statistics.mean(t['seconds'] for t in mine):.0f} s |")
+    return rows
+
+
+def calibrate_paired(args, settings: Settings) -> int:
+    """The paired mode's calibration: two embedded xrootd, each in a cgroup of its
+    own; per trial, side B as it is (A/A) or capped at ``--cap`` cores, in turn."""
+    from pytest_storagescale.drivers.registry import driver_spec
+    from pytest_storagescale.servers.xrootd import EmbeddedXRootD
+
+    trials: list[dict] = []
+    began_wall, began = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), time.monotonic()
+    load_start = os.getloadavg()[0]
+    log = args.json.open("w") if args.json else None
+    interrupted = False
+    longest = 0.0
+    with Stress(args.stress, args.budget + 300), EmbeddedXRootD(https=False) as a, \
+            EmbeddedXRootD(https=False) as b, CpuGroup(a.pid, "a") as group_a, \
+            CpuGroup(b.pid, "b") as group_b:
+        specs = [driver_spec(f"root://127.0.0.1:{server.port}/{ROOT}", writable_root=ROOT)
+                 for server in (a, b)]
+        version = a.version
+        try:
+            for index in range(2 * args.pairs):
+                elapsed = time.monotonic() - began
+                if elapsed + longest > args.budget:
+                    print(f"budget: {elapsed:.0f} s spent, a trial takes up to "
+                          f"{longest:.0f} s: stopping after {len(trials)} trials", flush=True)
+                    break
+                kind = PAIRED_KINDS[(index + index // 2) % 2]  # A/A, capped, capped, A/A...
+                trial = paired_trial(kind, index, specs, (group_a, group_b), settings,
+                                     args.cap)
+                longest = max(longest, trial["seconds"])
+                trials.append(trial)
+                if log:
+                    log.write(json.dumps(trial) + "\n")
+                    log.flush()
+                print(f"trial {index + 1} {kind:6}: {trial['short']} -> {trial['verdict']}"
+                      f" (pooled windows: {trial['pooled_short']}; again: {trial['again']});"
+                      f" {len(trial['pairs'])} pairs, {trial['seconds']:.0f} s, load "
+                      f"{trial['load']:.1f}; pairs "
+                      + " ".join(f"{x:.0f}/{y:.0f}" for x, y in trial["pairs"]), flush=True)
+        except KeyboardInterrupt:
+            interrupted = True
+            print("interrupted: the load stopped, the table of the trials done:",
+                  file=sys.stderr)
+    if log:
+        log.close()
+    total = time.monotonic() - began
+    loads = [t["load"] for t in trials]
+    lines = [
+        f"Measured {began_wall}: {len(trials)} paired steps in {total / 60:.1f} min on "
+        f"{os.cpu_count()} cores, two embedded xrootd {version} (root://), each in a cgroup "
+        f"of its own, side B capped at {args.cap:g} core in every other pair of trials; "
+        f"stat at {settings.clients} clients, a {settings.duration:g} s step measured "
+        f"as the plugin's paired mode does (A B B A A B B A runs of "
+        f"{settings.duration / 4:g} s after {settings.warmup:g} s of warm-up each, more "
+        f"mirrored blocks while inconclusive up to 3x the step's duration a side, a "
+        f"regressed step measured again), the machine loaded by "
+        f"{f'`stress-ng --cpu {args.stress}` and by ' if args.stress else 'no stress-ng, only '}"
+        f"other jobs sharing it (1-minute load average {load_start:.1f} at the start, "
+        f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f} after the trials); "
+        f"{sum(t['failed'] for t in trials)} requests failed or hung in all.",
+        "", *paired_rows(trials)]
+    if interrupted:
+        lines.insert(0, "(interrupted: only the trials done)")
+    print("\n".join(lines))
+    if args.write_docs and trials and not interrupted:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_engine import write_docs  # (this folder: the script's own)
+
+        write_docs(lines, PAIRED_MARKERS)
+    return 130 if interrupted else 0
 
 
 def dry_run(args, settings: Settings) -> None:
@@ -406,6 +632,14 @@ def main() -> int:
     parser.add_argument("--p99-stop-ms", type=float, default=10.0)
     parser.add_argument("--p99-period-ms", type=float, default=50.0)
     parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--paired", action="store_true",
+                        help="the paired mode (two servers, side B capped by a cgroup in "
+                             "every other pair of trials); --pairs counts trials of each kind")
+    parser.add_argument("--cap", type=float, default=0.05, metavar="CORES",
+                        help="--paired, --capped: the CPU quota of the capped runs")
+    parser.add_argument("--capped", action="store_true",
+                        help="stored-baseline mode: judge A/A and runs of the server capped "
+                             "at --cap cores by a cgroup (instead of the duty cycles)")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--json", type=Path, help="every judged run's outcome, to this file")
     args = parser.parse_args()
@@ -418,6 +652,12 @@ def main() -> int:
                  for kind, stop, period in (("rate", args.rate_stop_ms, args.rate_period_ms),
                                             ("p99", args.p99_stop_ms, args.p99_period_ms))
                  if not 0 < stop < period]
+    if (args.paired or args.capped) and not 0 < args.cap < 64:
+        problems.append(f"--cap {args.cap}: a share of cores above 0 (0.05: a twentieth)")
+    if (args.paired or args.capped) and not (os.geteuid() == 0 and CpuGroup.ROOT.joinpath(
+            "cpu.cfs_quota_us").exists()):
+        problems.append("--paired and --capped need root and the cgroup v1 cpu controller "
+                        "(/sys/fs/cgroup/cpu)")
     if args.stress and shutil.which("stress-ng") is None:
         problems.append("--stress needs stress-ng: bash scripts/bootstrap.sh all "
                         "(or --stress 0)")
@@ -431,6 +671,12 @@ def main() -> int:
         dry_run(args, settings)
         return 0
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    if args.paired:
+        return calibrate_paired(args, settings)
+    if args.capped:
+        global KINDS
+        KINDS = ("A/A", "capped")
+        settings.extra["cap"] = args.cap
     return calibrate(args, settings)
 
 
@@ -446,7 +692,10 @@ def calibrate(args, settings: Settings) -> int:
     pair_seconds: list[float] = []
     done = 0
     interrupted = False
-    with Stress(args.stress, args.budget + 120), EmbeddedXRootD(https=False) as server:
+    with Stress(args.stress, args.budget + 120), EmbeddedXRootD(https=False) as server, \
+            ExitStack() as stack:
+        if "cap" in settings.extra:  # in a group of its own throughout (see CpuGroup)
+            settings.extra["group"] = stack.enter_context(CpuGroup(server.pid, "server"))
         spec = driver_spec(f"root://127.0.0.1:{server.port}/{ROOT}", writable_root=ROOT)
         version = server.version
         try:
@@ -495,11 +744,15 @@ def calibrate(args, settings: Settings) -> int:
         f"{max((b.rate_hz for b in bases_all), default=0):,.0f}/s (median "
         f"{median([b.rate_hz for b in bases_all]):,.0f}/s), p99 median "
         f"{median([b.p99_s for b in bases_all]) * 1e3:.1f} ms; {failed} requests failed or "
-        f"hung in all. Injected: rate, SIGSTOP "
-        f"{settings.rate_stop_ms:g} ms of every {settings.rate_period_ms:g} ms; p99, SIGSTOP "
-        f"{settings.p99_stop_ms:g} ms of every {settings.p99_period_ms:g} ms. Wall time per "
-        f"verdict: the baseline runs it needs, the judged run and its retest when regressed "
-        f"(each step with its 0.2 s of host probe and its set-up).",
+        f"hung in all. Injected: "
+        + (f"the server (in a cgroup of its own throughout) capped at "
+           f"{settings.extra['cap']:g} core. " if "cap" in settings.extra else
+           f"rate, SIGSTOP {settings.rate_stop_ms:g} ms of every {settings.rate_period_ms:g} "
+           f"ms; p99, SIGSTOP {settings.p99_stop_ms:g} ms of every "
+           f"{settings.p99_period_ms:g} ms. ")
+        + "Wall time per "
+        "verdict: the baseline runs it needs, the judged run and its retest when regressed "
+        "(each step with its 0.2 s of host probe and its set-up).",
         "", *summary_rows(outcomes, runs, bases_all)]
     if interrupted:
         lines.insert(0, "(interrupted: only the pairs done)")
@@ -513,7 +766,7 @@ def calibrate(args, settings: Settings) -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from bench_engine import write_docs  # (this folder: the script's own)
 
-        write_docs(lines, MARKERS)
+        write_docs(lines, CAPPED_MARKERS if "cap" in settings.extra else MARKERS)
     return 130 if interrupted else 0
 
 

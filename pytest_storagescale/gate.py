@@ -60,8 +60,8 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_MIN_EFFECT_P99", "DEFAULT_MIN_EFFECT_RATE", "Effect", "GateSettings",
-    "GateVerdict", "HostProbe", "StepGate", "WindowSample", "effect", "judge_samples",
-    "probe_client_host",
+    "GateVerdict", "HostProbe", "StepGate", "WindowSample", "effect", "judge_pairs",
+    "judge_samples", "paired_effect", "probe_client_host",
 ]
 
 #: a step this much slower in rate than its baseline (at 95 % confidence) regressed
@@ -307,22 +307,103 @@ def effect(metric: str, now: Sequence[float], base: Sequence[float], *, min_effe
             return inconclusive(ratio)
     lowest, highest = run_spread(runs)
     low, high = low / highest, high / lowest
+    return Effect(metric, ratio, low, high, _against(low, high, min_effect, higher_is_better),
+                  min_effect)
+
+
+def paired_effect(metric: str, pairs: Sequence[tuple[float, float]], *, min_effect: float,
+                  higher_is_better: bool, settings: GateSettings = GateSettings()) -> Effect:
+    """The ratio B / A of a metric measured in pairs ``(a, b)`` of runs made one right
+    after the other (a paired comparison's A B B A ...): the geometric mean of the
+    pairs' own ratios b / a, with the BCa bootstrap interval of that mean over the
+    pairs (:func:`scipy.stats.bootstrap`, a fixed seed). Each pair's ratio is taken
+    under the machine's load of that moment: a load that halves both runs of a pair
+    leaves its ratio alone, where the windows of the two sides pooled carry it whole
+    (beside ``stress-ng --cpu 4`` the same server measured 0.66-2.27 of itself from
+    one 0.5 s run to the next). A pair with a side at zero (nothing completed, a
+    stall) counts that side as a hundredth of the other's: a large, finite effect."""
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    def inconclusive(ratio: float | None = None) -> Effect:
+        return Effect(metric, ratio, None, None, GateVerdict.INCONCLUSIVE, min_effect)
+
+    usable = [(a, b) for a, b in pairs if a is not None and b is not None
+              and math.isfinite(a) and math.isfinite(b) and (a > 0 or b > 0)]
+    if len(usable) < settings.min_samples:
+        return inconclusive()
+    a = np.asarray([max(x, y / 100) for x, y in usable], dtype=float)
+    b = np.asarray([max(y, x / 100) for x, y in usable], dtype=float)
+    logs = np.log(b / a)
+    ratio = float(np.exp(logs.mean()))
+    if np.ptp(logs) == 0:
+        low = high = ratio
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # degenerate resamples: reported as NaN
+            result = bootstrap((logs,), np.mean, n_resamples=settings.resamples,
+                               confidence_level=settings.confidence, method="BCa",
+                               rng=np.random.default_rng(settings.seed))
+        low, high = (float(np.exp(result.confidence_interval.low)),
+                     float(np.exp(result.confidence_interval.high)))
+        if not (math.isfinite(low) and math.isfinite(high)):
+            return inconclusive(ratio)
+    return Effect(metric, ratio, low, high,
+                  _against(low, high, min_effect, higher_is_better), min_effect)
+
+
+def _against(low: float, high: float, min_effect: float, higher_is_better: bool
+             ) -> GateVerdict:
+    """The verdict of an interval ``[low, high]`` on a ratio against ``min_effect``."""
     if higher_is_better:
         worse, better = 1 - min_effect, 1 / (1 - min_effect)
         regressed, improved = high < worse, low > better
     else:
         worse, better = 1 + min_effect, 1 / (1 + min_effect)
         regressed, improved = low > worse, high < better
-    lo_bound, hi_bound = min(worse, better), max(worse, better)
     if regressed:
-        verdict = GateVerdict.REGRESSED
-    elif improved:
-        verdict = GateVerdict.IMPROVED
-    elif lo_bound <= low and high <= hi_bound:
-        verdict = GateVerdict.UNCHANGED
-    else:
-        verdict = GateVerdict.INCONCLUSIVE
-    return Effect(metric, ratio, low, high, verdict, min_effect)
+        return GateVerdict.REGRESSED
+    if improved:
+        return GateVerdict.IMPROVED
+    if min(worse, better) <= low and high <= max(worse, better):
+        return GateVerdict.UNCHANGED
+    return GateVerdict.INCONCLUSIVE
+
+
+def judge_pairs(pairs: Sequence[tuple[WindowSample, WindowSample]], *,
+                settings: GateSettings = GateSettings()) -> StepGate:
+    """The gate of a paired step: ``pairs`` of runs ``(a, b)`` made one right after
+    the other, each run as one :class:`WindowSample` (its succeeded operations over its
+    measured window, its p50 and p99). Rate and p99 by :func:`paired_effect`; the
+    verdict as :func:`judge_samples`'s (regressed, else inconclusive, else improved,
+    else unchanged)."""
+    common: dict[str, Any] = dict(samples=len(pairs), baseline_samples=len(pairs),
+                                  baseline_runs=1)
+    if len(pairs) < settings.min_samples:
+        return StepGate(GateVerdict.INCONCLUSIVE,
+                        f"too few pairs of runs ({len(pairs)}; at least "
+                        f"{settings.min_samples}): raise duration", **common)
+    effects = {"rate_hz": paired_effect(
+        "rate_hz", [(a.rate_hz, b.rate_hz) for a, b in pairs],
+        min_effect=settings.min_effect_rate, higher_is_better=True, settings=settings)}
+    for key in ("p50_s", "p99_s"):
+        latencies = [(getattr(a, key), getattr(b, key)) for a, b in pairs]
+        if any(x is not None and y is not None for x, y in latencies):
+            effects[key] = paired_effect(key, latencies, min_effect=settings.min_effect_p99,
+                                         higher_is_better=False, settings=settings)
+    judged = [effects[name] for name in ("rate_hz", "p99_s") if name in effects]
+    deciding = judged[0]
+    for wanted in (GateVerdict.REGRESSED, GateVerdict.INCONCLUSIVE, GateVerdict.IMPROVED,
+                   GateVerdict.UNCHANGED):
+        found = next((e for e in judged if e.verdict is wanted), None)
+        if found is not None:
+            deciding = found
+            break
+    empty = sum(1 for _, b in pairs if b.operations == 0)
+    stall = (f"{empty} of {len(pairs)} runs of side B completed nothing (stalls)"
+             if empty else None)
+    return StepGate(deciding.verdict, _reason(deciding), effects, deciding.metric,
+                    stall=stall, **common)
 
 
 def run_spread(runs: Sequence[Sequence[float]]) -> tuple[float, float]:

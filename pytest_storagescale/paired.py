@@ -7,20 +7,24 @@ URL of a second storage's test area (``--storage-compare-with
 root://127.0.0.1:1095//data/test``), with its own run directory made, marked and
 removed as A's is (:class:`~.session.area.RunArea`).
 
-A closed-loop step is measured on both sides in alternating short runs, A B B A
+A closed-loop step is measured on both sides in alternating short runs, A B B A A B B A
 (:data:`PAIRS` pairs; each side measures the step's duration in all, cut in
-``PAIRS`` runs of ``duration / PAIRS`` s), each a complete engine run
-(:func:`~.load.engine.run_step`: its own warm-up, set-up and clean-up, count and
-time bounds) with its own per-window samples, so that what the machine does to one
-side during the step it does to the other. Each side's runs are joined into one
-result (:func:`joined`: counts added, histograms merged, windows kept in order); B's
-is the step's result (its rules judge B, the candidate), A's and both sides'
-windows are the step's ``paired`` record. The gate (:func:`~.gate.judge_samples`)
-then judges B's windows against A's as a baseline of one run: the ratio B / A of
-rate, p50 and p99 with a bootstrap interval, and the four-valued verdict. While it
-is ``inconclusive`` (an interval straddling the minimum effect), another pair of
-runs (B A, then A B ...) is added, until each side has measured
-:data:`BUDGET` times the step's duration; then it stays ``inconclusive``, said.
+``PAIRS`` runs of ``duration / PAIRS`` s, at least :data:`MIN_RUN_S`), each a
+complete engine run (:func:`~.load.engine.run_step`: its own warm-up, set-up and
+clean-up, count and time bounds), so that what the machine does to one side during the
+step it does to the other. Each side's runs are joined into one result
+(:func:`joined`: counts added, histograms merged, windows kept in order); B's is the
+step's result (its rules judge B, the candidate), A's and both sides' windows and
+pairs are the step's ``paired`` record. The gate (:func:`~.gate.judge_pairs`) judges
+the pairs of runs made one right after the other: the geometric mean of the pairs'
+ratios B / A of rate, p50 and p99 with a bootstrap interval over the pairs, and the
+four-valued verdict. A pair's two runs share the machine's load of their moment, so
+its ratio is free of it; the two sides' windows pooled are not (beside ``stress-ng
+--cpu 4`` the same server measured 0.66-2.27 of itself from one short run to the next:
+the windows' interval straddled any minimum effect). While it is ``inconclusive``
+another mirrored block of two pairs is added (B A A B, then A B B A ...), until each
+side has measured :data:`BUDGET` times the step's duration; then it stays
+``inconclusive``, said.
 
 Not paired (measured on A alone, as without the option): open-loop steps (one offered
 rate spread over two storages would not be the rate a site asked for), steps of a
@@ -35,14 +39,14 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from hdrh.histogram import HdrHistogram
 
 from .errors import StorageScaleUsageError
-from .gate import GateSettings, StepGate, WindowSample, judge_samples
+from .gate import GateSettings, StepGate, WindowSample, judge_pairs
 from .load.engine import StepInterrupted, run_step
 from .load.plan import StepPlan, StepProgress
 from .load.stats import OpenLoopResult, SideResult, StepResult, latency_summary, new_histogram
@@ -55,13 +59,14 @@ if TYPE_CHECKING:
     from .session.endpoint import EndpointUnderTest
 
 __all__ = ["BUDGET", "PAIRS", "SideB", "check_compare_with", "finish", "joined",
-           "measure_paired", "side_b"]
+           "measure_alternating", "measure_paired", "run_sample", "side_b"]
 
-#: the first round of runs per side (A B B A: each side ``PAIRS`` runs)
-PAIRS = 2
+#: the first round of runs per side (A B B A A B B A: ``PAIRS`` pairs, the fewest the
+#: gate judges, :attr:`~.gate.GateSettings.min_samples`)
+PAIRS = 4
 #: an inconclusive step gets more pairs until each side measured this many times the
 #: step's duration
-BUDGET = 2.0
+BUDGET = 3.0
 #: the shortest run of one side (a shorter step gets fewer, longer runs)
 MIN_RUN_S = 0.5
 
@@ -244,6 +249,8 @@ class PairedResult:
     b: StepResult
     order: list[str]
     gate: StepGate | None = None
+    #: the runs of A and B made one right after the other, each run as one sample
+    pairs: list[tuple[WindowSample, WindowSample]] = field(default_factory=list)
 
     def comparison(self, version_a: str) -> BaselineComparison:
         """Side A as the step's baseline (the table's ``vs base``: B's rate change
@@ -264,7 +271,8 @@ class PairedResult:
                     "p99_s": _finite(total.latency_s.get("p99")),
                     "windows": [w.to_json() for w in total.windows]}
         return {"side_b": self.side_b, "order": "".join(self.order),
-                "a": side(self.a), "b": side(self.b)}
+                "a": side(self.a), "b": side(self.b),
+                "pairs": [{"a": a.to_json(), "b": b.to_json()} for a, b in self.pairs]}
 
 
 def _finite(value: float | None) -> float | None:
@@ -280,6 +288,24 @@ def measure_paired(run: StorageRun, plan: StepPlan, side: SideB, *, settings: Ga
     the side being measured's partial result; the clients are stopped as ever."""
     door_b = side.door(door_timeout)
     step_name = plan.workdir.rstrip("/").rsplit("/", 1)[-1]
+
+    def plan_b(sub: StepPlan, index: int) -> StepPlan:
+        return replace(sub, driver=door_b.spec, workdir=door_b.path(f"{step_name}-b{index}"))
+
+    return measure_alternating(plan, plan_b, side.display, settings=settings,
+                               progress=progress, executor=executor)
+
+
+def measure_alternating(plan: StepPlan, plan_b: Callable[[StepPlan, int], StepPlan],
+                        side_b_name: str, *, settings: GateSettings,
+                        progress: Callable[[StepProgress], None] | None = None,
+                        executor: str = "auto") -> PairedResult:
+    """``plan`` on side A and ``plan_b(plan's run, index)`` on side B in alternating
+    runs (:func:`pairs_order`), judged B / A by :func:`~.gate.judge_pairs` after the
+    first :data:`PAIRS` pairs and after each further mirrored block of two pairs while
+    ``inconclusive``, until each side measured :data:`BUDGET` times the step's
+    duration (the paired mode's measurement, apart from its doors: the calibration's
+    harness calls it with two servers of its own)."""
     count = max(1, min(PAIRS, int(plan.duration // MIN_RUN_S)))
     run_s = plan.duration / count
     runs: dict[str, list[StepResult]] = {"A": [], "B": []}
@@ -287,11 +313,9 @@ def measure_paired(run: StorageRun, plan: StepPlan, side: SideB, *, settings: Ga
 
     def one(which: str) -> None:
         index = len(runs[which])
-        if which == "A":
-            sub = replace(plan, duration=run_s, workdir=f"{plan.workdir}-a{index}")
-        else:
-            sub = replace(plan, duration=run_s, driver=door_b.spec,
-                          workdir=door_b.path(f"{step_name}-b{index}"))
+        sub = replace(plan, duration=run_s, workdir=f"{plan.workdir}-a{index}")
+        if which == "B":
+            sub = plan_b(sub, index)
         try:
             runs[which].append(run_step(sub, executor=executor, progress=progress))
         except StepInterrupted as interrupted:
@@ -299,20 +323,25 @@ def measure_paired(run: StorageRun, plan: StepPlan, side: SideB, *, settings: Ga
             raise StepInterrupted(joined(runs["B"] or runs["A"])) from None
         order.append(which)
 
+    def judged() -> PairedResult:
+        result = PairedResult(side_b_name, joined(runs["A"]), joined(runs["B"]), list(order),
+                              pairs=list(zip(map(run_sample, runs["A"]),
+                                             map(run_sample, runs["B"]), strict=False)))
+        result.gate = _judge(result, settings)
+        return result
+
     for which in pairs_order(count):
         one(which)
-    result = PairedResult(side.display, joined(runs["A"]), joined(runs["B"]), order)
-    result.gate = _judge(result, settings)
+    result = judged()
     began = time.monotonic()
-    budget_runs = int(BUDGET * count)
+    budget_runs = max(count, int(BUDGET * plan.duration / run_s + 1e-9))
     while (result.gate is not None and result.gate.verdict.value == "inconclusive"
            and len(runs["A"]) < budget_runs
            and time.monotonic() - began < BUDGET * plan.duration * 4 + 60):
-        pair = "BA" if (len(order) // 2) % 2 == 0 else "AB"
-        for which in pair:
+        block = "BAAB" if (len(order) // 2) % 2 == 1 else "ABBA"
+        for which in block[:2 * min(2, budget_runs - len(runs["A"]))]:
             one(which)
-        result = PairedResult(side.display, joined(runs["A"]), joined(runs["B"]), order)
-        result.gate = _judge(result, settings)
+        result = judged()
     if result.gate is not None and result.gate.verdict.value == "inconclusive":
         result.gate = replace(result.gate, reason=(
             f"{result.gate.reason} (after {len(runs['A'])} runs per side, "
@@ -321,6 +350,15 @@ def measure_paired(run: StorageRun, plan: StepPlan, side: SideB, *, settings: Ga
     return result
 
 
+def run_sample(result: StepResult) -> WindowSample:
+    """One run of one side as one sample: its succeeded operations over its measured
+    window, its p50 and p99 (None without a succeeded operation)."""
+    total = result.total
+    return WindowSample(start_s=0.0, width_s=result.duration_s, operations=total.succeeded,
+                        p50_s=_finite(total.latency_s.get("p50")) if total.succeeded else None,
+                        p99_s=_finite(total.latency_s.get("p99")) if total.succeeded else None)
+
+
 def _judge(result: PairedResult, settings: GateSettings) -> StepGate:
-    gate = judge_samples(result.b.total.windows, [result.a.total.windows], settings=settings)
+    gate = judge_pairs(result.pairs, settings=settings)
     return replace(gate, reason=f"B/A paired ({''.join(result.order)}): {gate.reason}")

@@ -81,6 +81,43 @@ def test_bad_options_are_exit_4_before_any_load():
     assert "Traceback" not in result.stderr and result.stdout == ""
 
 
+def test_a_bad_cap_of_the_paired_mode_is_exit_4_before_any_load():
+    result = subprocess.run([sys.executable, str(SCRIPT), "--paired", "--cap", "0",
+                             "--stress", "0"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 4
+    assert "--cap 0.0: a share of cores above 0" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_a_detection_rate_carries_its_exact_interval():
+    bench = _bench()
+    assert bench.rate_interval(0, 20) == "0/20 = 0% [0%-17%]"
+    assert bench.rate_interval(12, 12) == "12/12 = 100% [74%-100%]"
+    assert bench.rate_interval(0, 0) == "-"
+
+
+@pytest.mark.skipif(not (Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists()
+                         and __import__("os").geteuid() == 0),
+                    reason="needs root and the cgroup v1 cpu controller")
+def test_the_cpu_group_caps_and_gives_the_process_back():
+    """A process in the harness's group: its quota set and lifted, the process back in
+    the root group and the group gone at the block's end."""
+    bench = _bench()
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        with bench.CpuGroup(sleeper.pid, "test") as group:
+            assert str(sleeper.pid) in (group.group / "tasks").read_text().split()
+            group.cap(0.05)
+            assert (group.group / "cpu.cfs_quota_us").read_text().strip() == "5000"
+            group.cap(None)
+            assert (group.group / "cpu.cfs_quota_us").read_text().strip() == "-1"
+        assert not group.group.exists()
+        assert str(sleeper.pid) in (bench.CpuGroup.ROOT / "tasks").read_text().split()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_the_dry_run_prints_the_plan_and_tries_the_injections():
     result = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--dry-run",
                              "--stress", "0"], capture_output=True, text=True, timeout=120)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import random
 from pathlib import Path
@@ -493,6 +494,62 @@ def test_ctrl_c_while_a_regressed_step_is_measured_again_ends_the_session(gate_r
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert step["verdict"] == "interrupted" and step["gate"]["retest"] == "interrupted"
     assert step["error"].startswith("interrupted (Ctrl-C) while measuring the regressed step")
+
+
+# -- paired runs (--storage-compare-with): the load of a pair's moment cancels ----------
+
+def loaded_pairs(factor: float, *, seed: int, count: int = 6,
+                 load: float = 1.0, noise: float = 0.15) -> list[tuple[WindowSample, WindowSample]]:
+    """``count`` pairs of runs (A, B), B at ``factor`` times A's rate; the machine's load
+    moves each pair's rate by a log-normal ``load`` (both runs of a pair alike: they
+    are made one right after the other) and each run by its own ``noise``."""
+    draw = random.Random(seed)
+    pairs = []
+    for _ in range(count):
+        moment = draw.lognormvariate(0, load)
+        speeds = [moment * f * draw.lognormvariate(0, noise) for f in (1.0, factor)]
+        # a closed loop: the latency is the rate's inverse
+        a, b = (WindowSample(0, 1.0, round(10_000 * speed), 0.001 / speed, 0.005 / speed)
+                for speed in speeds)
+        pairs.append((a, b))
+    return pairs
+
+
+def test_pairs_cancel_a_load_that_moves_from_pair_to_pair():
+    """The same runs seen as pooled windows (the gate's stored-baseline statistics) and
+    as pairs: a load that moves each pair's rate (log-normal, sigma 1) hides a halved rate from the
+    pooled windows (their interval straddles the minimum effect) and not from the
+    pairs' ratios; the same server on both sides is never regressed."""
+    halved = [gate_module.judge_pairs(loaded_pairs(0.5, seed=seed)) for seed in range(20)]
+    assert all(g.verdict is GateVerdict.REGRESSED for g in halved), [g.short() for g in halved]
+    assert all(g.high is not None and g.high < 0.85 for g in halved)
+    pooled = [judge_samples([b for _, b in loaded_pairs(0.5, seed=seed)],
+                            [[a for a, _ in loaded_pairs(0.5, seed=seed)]]).verdict
+              for seed in range(20)]
+    assert pooled.count(GateVerdict.REGRESSED) <= 10, pooled  # what the pairs fixed
+    same = [gate_module.judge_pairs(loaded_pairs(1.0, seed=seed)).verdict for seed in range(40)]
+    assert GateVerdict.REGRESSED not in same and GateVerdict.IMPROVED not in same
+
+
+def test_paired_ratio_is_the_geometric_mean_of_the_pairs_with_its_interval():
+    pairs = [(WindowSample(0, 1, 1000), WindowSample(0, 1, 500)),
+             (WindowSample(0, 1, 4000), WindowSample(0, 1, 2000)),
+             (WindowSample(0, 1, 100), WindowSample(0, 1, 50)),
+             (WindowSample(0, 1, 2000), WindowSample(0, 1, 1000))]
+    gate = gate_module.judge_pairs(pairs)
+    assert gate.effects["rate_hz"].interval_text() == "0.50 [0.50-0.50]"
+    assert gate.verdict is GateVerdict.REGRESSED and gate.samples == 4
+    assert "p99_s" not in gate.effects  # no latency measured: rate only
+
+
+def test_too_few_pairs_and_a_stalled_side():
+    few = gate_module.judge_pairs(loaded_pairs(0.5, seed=1, count=3))
+    assert few.verdict is GateVerdict.INCONCLUSIVE and "too few pairs of runs (3" in few.reason
+    pairs = loaded_pairs(1.0, seed=2)
+    pairs[1] = (pairs[1][0], WindowSample(0, 1.0, 0))  # B completed nothing in one run
+    gate = gate_module.judge_pairs(pairs)
+    assert gate.stall == "1 of 6 runs of side B completed nothing (stalls)"
+    assert gate.ratio is not None and math.isfinite(gate.ratio) and gate.ratio < 1
 
 
 # -- a real server capped by a cgroup (issue 32's "done when", its cheap part) ------------

@@ -74,11 +74,14 @@ def test_a_side_twice_slower_regressed(paired_run):
     [step] = document["steps"]
     gate = step["gate"]
     assert gate["verdict"] == "regressed" and gate["retest"] == "confirmed", gate
-    assert gate["reason"].startswith("B/A paired (ABBA)")
+    assert gate["reason"].startswith("B/A paired (ABBAABBA")
     assert gate["effects"]["rate_hz"]["high"] < 0.85 or gate["effects"]["p99_s"]["low"] > 1.25
     paired = step["paired"]
-    assert paired["order"] == "ABBA" and paired["side_b"].startswith("memory://side-b")
-    assert len(paired["a"]["windows"]) == len(paired["b"]["windows"]) == 2 * WINDOWS
+    assert paired["order"] == "ABBAABBA" and paired["side_b"].startswith("memory://side-b")
+    assert len(paired["a"]["windows"]) == len(paired["b"]["windows"]) == 4 * WINDOWS
+    # the gate judged the four pairs of runs, each run one sample
+    assert len(paired["pairs"]) == 4 == gate["samples"]
+    assert all(pair["b"]["operations"] < pair["a"]["operations"] for pair in paired["pairs"])
     assert paired["b"]["rate_hz"] < paired["a"]["rate_hz"]
     # the step's own result is side B's
     assert step["succeeded"] == paired["b"]["succeeded"]
@@ -96,7 +99,7 @@ def test_identical_sides_are_never_regressed(paired_run):
     [step] = document["steps"]
     assert step["gate"]["verdict"] in ("unchanged", "inconclusive", "improved"), step["gate"]
     order = step["paired"]["order"]
-    assert order.startswith("ABBA") and order.count("A") == order.count("B")
+    assert order.startswith("ABBAABBA") and order.count("A") == order.count("B")
 
 
 @pytest.mark.parametrize("value, said", [
