@@ -703,3 +703,46 @@ def attach_to_allure(baseline: Baseline, run: RunInfo, record: StepRecord,
     if image is not None:
         allure.attach(image, f"scan {record.section}: baseline {baseline.version} and this "
                       f"run overlaid", allure.attachment_type.PNG)
+
+
+#: the JUnit XML ``<property>`` names of the run's behaviour gate
+JUNIT_GATE = "storagescale_behaviour_gate"
+JUNIT_GATE_LINES = "storagescale_behaviour_gate_lines"
+
+
+def junit_behaviour_gate(path: str | Path | None, gate: BehaviourGate | None) -> str | None:
+    """The run's behaviour gate into the JUnit XML file ``path`` (pytest's
+    ``--junitxml``, written before this: its session-end hook runs before the
+    plugin's), as two properties of each ``<testsuite>``: :data:`JUNIT_GATE`, the
+    verdict line (``gate: 1 behaviour change not accepted (against base.json)``), and
+    :data:`JUNIT_GATE_LINES`, what changed, one line each. The file is parsed and
+    written again (a new file renamed over it). Returns why it could not, or None."""
+    if not path or gate is None:
+        return None
+    import os
+    import xml.etree.ElementTree as ET
+
+    path = Path(path)
+    try:
+        tree = ET.parse(path)
+    except (OSError, ET.ParseError) as exc:
+        return f"JUnit XML {path}: the behaviour gate not added ({exc})"
+    root = tree.getroot()
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    lines = gate.lines()
+    for suite in suites:
+        properties = suite.find("properties")
+        if properties is None:
+            properties = ET.Element("properties")
+            suite.insert(0, properties)
+        for name, value in ((JUNIT_GATE, lines[0] if lines else ""),
+                            (JUNIT_GATE_LINES, "\n".join(lines[1:]))):
+            ET.SubElement(properties, "property", name=name, value=redact_text(value))
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tree.write(temporary, encoding="utf-8", xml_declaration=True)
+        os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        return f"JUnit XML {path}: the behaviour gate not added ({exc})"
+    return None

@@ -541,6 +541,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         report = run.settings.report_path()
         if run.owns_results:  # every test's outcome, for the report and the results
             summary = _finish_results(session, run)
+            _junit_behaviour_gate(session.config)
         if run.owns_results and report is not None:
             run.report_page = write_report(report, ledger.run, ledger.steps, summary,
                                            session.config.stash.get(behaviour_gate_key, None))
@@ -559,6 +560,20 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         run.finish()  # clean-up errors and Ctrl-C are said in the summary, never raised
         if run.area.cleanup_interrupted:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
+
+
+def _junit_behaviour_gate(config: pytest.Config) -> None:
+    """The behaviour gate into pytest's ``--junitxml`` file, written by then
+    (:func:`~.compare.junit_behaviour_gate`); a file it cannot rewrite is said."""
+    from _pytest.junitxml import xml_key
+
+    from .compare import junit_behaviour_gate
+
+    xml = config.stash.get(xml_key, None)
+    path = getattr(xml, "logfile", None)
+    note = junit_behaviour_gate(path, config.stash.get(behaviour_gate_key, None))
+    if note:
+        config.get_terminal_writer().line(note, yellow=True)
 
 
 def _finish_results(session: pytest.Session, run: StorageRun) -> RunSummary:
