@@ -27,29 +27,21 @@ from .redact import (
     register_url,
     secret_option,
 )
-from .servers.family import embedded_help
 from .shipped import shipped_thresholds
 from .units import parse_duration
 
-
-def parse_embedded(value: str) -> str:
-    """One of the embedded servers (``xrootd``, ``ceph``, ``xcache``, ``webdav``...)."""
-    from .servers.family import embedded_kinds  # read from the registered classes
-
-    return parse_choice(value, embedded_kinds(), what="--storage-embedded")
-
-
-def parse_login(value: str) -> str:
-    from .servers.family import embedded_logins
-
-    return parse_choice(value, embedded_logins(), what="--storage-embedded-login")
+#: the embedded server's settings whose values are names the servers' registry knows
+#: (``servers/family.py``: the kinds, logins and protocols registered): config parses
+#: them as names only, and imports no server; the plugin checks the names given against
+#: the registry once the settings are resolved (:meth:`Settings.check_choices`)
+EMBEDDED_CHOICES = ("storage_embedded", "storage_embedded_login",
+                    "storage_embedded_protocol")
 
 
-def parse_embedded_protocol(value: str) -> str:
-    """A scheme some embedded server serves (``root``, ``davs``, ``gsiftp``...)."""
-    from .servers.family import embedded_protocols
+def parse_name(value: str, *, what: str) -> str:
+    """A name (lower-cased); which names exist is checked by :meth:`Settings.check_choices`."""
+    return parse_text(value, what=what).lower()
 
-    return parse_choice(value, embedded_protocols(), what="--storage-embedded-protocol")
 
 def parse_clients(value: str, *, what: str = "--storage-clients") -> tuple[int, ...]:
     """Parse a comma-separated list of concurrencies such as ``5,50,200``."""
@@ -348,9 +340,9 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "and the failure message say so. Default 0.9.",
     ),
     "storage_embedded": (
-        "--storage-embedded", parse_embedded, None,
-        f"the server started on loopback when no --storage-endpoint is given: "
-        f"{embedded_help()}. A suite's conftest may name the one that fits it.",
+        "--storage-embedded", lambda v: parse_name(v, what="--storage-embedded"), None,
+        "the server started on loopback when no --storage-endpoint is given (default "
+        "xrootd). A suite's conftest may name the one that fits it.",
     ),
     "storage_embedded_version": (
         "--storage-embedded-version", lambda v: parse_text(v, what="--storage-embedded-version"),
@@ -360,12 +352,14 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "about to deploy; xrootd: 5.5.3 or 6.2.1). Default: the kind's default release.",
     ),
     "storage_embedded_login": (
-        "--storage-embedded-login", parse_login, "unix",
+        "--storage-embedded-login", lambda v: parse_name(v, what="--storage-embedded-login"),
+        "unix",
         "how clients log in to the embedded server: unix (default), krb5, gsi or token; "
         "the session makes the throwaway realm, certificates, proxy or token.",
     ),
     "storage_embedded_protocol": (
-        "--storage-embedded-protocol", parse_embedded_protocol, None,
+        "--storage-embedded-protocol",
+        lambda v: parse_name(v, what="--storage-embedded-protocol"), None,
         "protocol the suites use on the embedded endpoint: root (xroot), davs/https "
         "(HTTPS/WebDAV, TLS verified against the session's throwaway CA) or gsiftp; "
         "default: the first the embedded server serves.",
@@ -497,7 +491,7 @@ def parse_pushgateway(value: str) -> str:
 
 
 def _parse_listen_address(value: str) -> str:
-    from .servers.monitor import parse_listen_address
+    from .load.server_monitor import parse_listen_address
 
     return parse_listen_address(value)
 
@@ -631,6 +625,16 @@ class Settings:
 
     def source(self, name: str) -> str:
         return self.sources.get(f"storage_{name}", "default")
+
+    def check_choices(self, choices: Mapping[str, Callable[[], tuple[str, ...]]]) -> Settings:
+        """These settings, once each setting named in ``choices`` that was given (not
+        its default) is one of the names its callable returns (asked only then: the
+        names of :data:`EMBEDDED_CHOICES` are the registered servers', which the plugin
+        passes); a usage error naming the valid values otherwise."""
+        for name, names in choices.items():
+            if self.sources.get(name, "default") != "default":
+                parse_choice(getattr(self, _field(name)), names(), what=OPTIONS[name][0])
+        return self
 
     def thresholds_path(self) -> Path:
         """The thresholds file or folder: relative paths from where pytest was run."""

@@ -42,7 +42,7 @@ OPEN_LOOP: tuple[str, ...] = ("offered_hz", "achieved_hz", "dropped", "late")
 #: ``server_cpu``, ``server_threads``, ``server_connections``: the embedded server's
 #: processes over the window (CPU per core, the most threads and TCP connections);
 #: ``server_ops``, the requests the server counted over the load (XRootD's summary
-#: monitoring); NaN when the server's side was not measured (servers/monitor.py)
+#: monitoring); NaN when the server's side was not measured (load/server_monitor.py)
 STEP_MEASURED: tuple[str, ...] = ("client_cpu", "lost", "server_cpu", "server_ops",
                                   "server_threads", "server_connections")
 

@@ -13,6 +13,7 @@ import getpass
 import importlib.util
 import socket
 import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -21,7 +22,7 @@ from .cluster import breakdown_lines as cluster_breakdown_lines
 from .cluster import disconnect as cluster_disconnect
 from .cluster import header_lines as cluster_header_lines
 from .compare import session_gate
-from .config import FLAGS, OPTIONS, REPEATABLE, Settings
+from .config import EMBEDDED_CHOICES, FLAGS, OPTIONS, REPEATABLE, Settings
 from .drivers.grid import configure_xrootd_client
 from .drivers.registry import extra_hint
 from .errors import StorageScaleUsageError
@@ -95,7 +96,11 @@ MARKERS = (
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("storagescale", "storage scalability and acceptance tests")
+    from .servers.family import embedded_help
+
     for name, (flag, _, _, help_text) in OPTIONS.items():
+        if name == "storage_embedded":  # the registered kinds (config imports no server)
+            help_text = f"{help_text} Registered: {embedded_help()}."
         action = ("append" if name in REPEATABLE else
                   "store_true" if name in FLAGS else "store")
         group.addoption(flag, dest=name, default=None, action=action, help=help_text)
@@ -136,7 +141,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(SecretRedaction(), "storagescale-redaction")
     # an xdist worker gets the controller's run id, endpoint and shared folder
     shared = getattr(config, "workerinput", {}).get(WORKER_INPUT_KEY)
-    settings = with_suite_embedded(Settings.from_config(config), config)
+    settings = Settings.from_config(config).check_choices(embedded_choices())
+    settings = with_suite_embedded(settings, config)
     run = StorageRun(settings, role=role_of(config), shared=shared)
     config.stash[storage_run_key] = run
     # inert until used: a session given no storage setting touches neither the
@@ -197,6 +203,16 @@ def check_extras(config: pytest.Config, run: StorageRun) -> None:
                 f"{what} needs {module}, which is not installed in this environment: "
                 f"install it with {extra_hint(extra)}, or {instead}."
             )
+
+
+def embedded_choices() -> dict[str, Callable[[], tuple[str, ...]]]:
+    """The names the embedded server's settings take (:data:`.config.EMBEDDED_CHOICES`):
+    the registered servers' kinds, logins and protocols. Given here, where the layers
+    meet: config imports no server."""
+    from .servers import family
+
+    return dict(zip(EMBEDDED_CHOICES, (family.embedded_kinds, family.embedded_logins,
+                                       family.embedded_protocols), strict=True))
 
 
 def with_suite_embedded(settings: Settings, config: pytest.Config) -> Settings:

@@ -272,7 +272,7 @@ class StepRecord:
                 f"response times. Offer less per host, use more client hosts, or a host of "
                 f"its own")
 
-    # -- the servers' side (servers/monitor.py) -----------------------------------
+    # -- the servers' side (load/server_monitor.py) -----------------------------------
     @property
     def server_cpu(self) -> float:
         """CPU of the server processes over the window, per core (NaN: unknown)."""

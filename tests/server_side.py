@@ -1,5 +1,5 @@
 """A load step with the server's side watched as a session watches it
-(servers/monitor.ServerWatch around the engine's load), for the tests of the server's
+(load/server_monitor.ServerWatch around the engine's load), for the tests of the server's
 counters against a real xrootd or cluster."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.load.engine import run_step
 from pytest_storagescale.load.operations import get_operation
 from pytest_storagescale.load.plan import StepPlan
+from pytest_storagescale.load.server_monitor import ServerWatch
 from pytest_storagescale.records import StepRecord
-from pytest_storagescale.servers.monitor import ServerWatch
 
 
 def stat_step(server, root, **values) -> StepPlan:

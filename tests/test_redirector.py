@@ -19,8 +19,8 @@ from server_side import stat_step, watched_step
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.load.engine import run_step
 from pytest_storagescale.load.operations import get_operation
+from pytest_storagescale.load.server_monitor import SummaryListener
 from pytest_storagescale.servers.family import check_embedded_choice, embedded_class
-from pytest_storagescale.servers.monitor import SummaryListener
 from pytest_storagescale.servers.redirector import EmbeddedXRootDCluster, located
 from pytest_storagescale.servers.xrootd import AREA
 from suites.conformance.doors import Door

@@ -1,4 +1,4 @@
-"""The server's side of a step (servers/monitor.py), against a real xrootd reporting its
+"""The server's side of a step (load/server_monitor.py), against a real xrootd reporting its
 own summary monitoring (``xrd.report``) to the listener a session starts:
 
 - everything the clients sent (warm-up + window + drain, as the step's record says) is
@@ -13,6 +13,7 @@ Mechanisms only: no assertion on how fast anything ran."""
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
@@ -29,20 +30,24 @@ from server_side import stat_step, watched_step
 
 from pytest_storagescale.drivers.registry import driver_spec
 from pytest_storagescale.load.operations import get_operation
-from pytest_storagescale.load.server_usage import ServerUsage
-from pytest_storagescale.records import StepRecord, Verdict
-from pytest_storagescale.reporting.html import table_csv, table_html
-from pytest_storagescale.reporting.table import SERVER_SATURATED_NOTE, format_table, format_why
-from pytest_storagescale.servers.monitor import (
+from pytest_storagescale.load.server_monitor import (
     ServerWatch,
     SummaryListener,
     disagreement,
     parse_summary,
 )
+from pytest_storagescale.load.server_usage import ServerUsage
+from pytest_storagescale.records import StepRecord, Verdict
+from pytest_storagescale.reporting.html import table_csv, table_html
+from pytest_storagescale.reporting.table import SERVER_SATURATED_NOTE, format_table, format_why
+from pytest_storagescale.servers.orphans import server_directory
 from pytest_storagescale.steps import counts_disagree, judge_step
 from pytest_storagescale.thresholds import evaluate, load_thresholds, parse_rule
 
 pytestmark = pytest.mark.integration
+
+#: the embedded server's listener folder, as the session makes it (recorded as a server's)
+MONITOR_FOLDER = functools.partial(server_directory, "monitor")
 
 
 @pytest.fixture(scope="module")
@@ -278,7 +283,7 @@ def test_a_monitor_address_taken_is_a_usage_error(pytester):
 
 
 def test_good_monitor_addresses_are_taken():
-    from pytest_storagescale.servers.monitor import parse_listen_address
+    from pytest_storagescale.load.server_monitor import parse_listen_address
 
     assert parse_listen_address("0.0.0.0:9931") == "0.0.0.0:9931"
     assert parse_listen_address("[::1]:9931") == "[::1]:9931"
@@ -292,7 +297,7 @@ def test_a_servers_processes_are_sampled_with_what_they_forked():
 
     import psutil
 
-    from pytest_storagescale.servers.monitor import ProcessSampler, sample_processes
+    from pytest_storagescale.load.server_monitor import ProcessSampler, sample_processes
 
     busy = "import time\nend = time.time() + 2\nwhile time.time() < end: pass\n"
     parent = subprocess.Popen([sys.executable, "-c", (
@@ -322,7 +327,7 @@ def test_a_servers_processes_are_sampled_with_what_they_forked():
 def test_a_calibration_that_does_not_end_is_given_up(monkeypatch):
     """The stats that measure the server's count per operation have a deadline: a
     server that does not answer them costs the step its comparison, not its time."""
-    from pytest_storagescale.servers import monitor
+    from pytest_storagescale.load import server_monitor as monitor
 
     monkeypatch.setattr(monitor, "CALIBRATION_DEADLINE", 0.5)
     listener = SummaryListener()
@@ -350,7 +355,7 @@ def test_a_calibration_that_does_not_end_is_given_up(monkeypatch):
 def test_a_server_gone_at_the_loads_end_leaves_the_counts_uncompared():
     """Two servers reported at the load's start, one at its end (a data server stopped
     mid-step): its part is unknown, so the counts are kept but not compared."""
-    from pytest_storagescale.servers.monitor import Summary
+    from pytest_storagescale.load.server_monitor import Summary
 
     def report(source: str, misc: int, started: int = 100) -> Summary:
         return Summary(source=source, received=1.0, started=started, ops={"misc": misc})
@@ -374,7 +379,7 @@ def test_a_server_gone_at_the_loads_end_leaves_the_counts_uncompared():
 def test_a_window_shorter_than_the_connections_sampling_still_has_connections():
     """Connections are sampled once a second: a window holding no such sample takes
     the nearest one's; CPU counts only what was used inside the window."""
-    from pytest_storagescale.servers.monitor import ProcessSampler
+    from pytest_storagescale.load.server_monitor import ProcessSampler
 
     sampler = ProcessSampler([])
     sampler.samples = [(0.0, 1.0, 5, 7), (0.25, 2.0, 6, None), (0.5, 2.0, 9, None),
@@ -460,7 +465,8 @@ def test_another_user_cannot_forge_the_embedded_servers_reports():
     from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
     server = EmbeddedXRootD(https=False)
-    listener = SummaryListener(senders=server.server_pids, user=unprivileged_user())
+    listener = SummaryListener(senders=server.server_pids, user=unprivileged_user(),
+                               folder=MONITOR_FOLDER)
     server.report_to = listener.address
     try:
         with server:
@@ -500,7 +506,7 @@ def test_a_report_forged_by_another_process_of_this_host_is_dropped():
          "s.sendto(sys.stdin.buffer.read(), path)\n"
          "sys.stdin.close(); import time; time.sleep(30)\n"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    listener = SummaryListener(senders=lambda: [server.pid])
+    listener = SummaryListener(senders=lambda: [server.pid], folder=MONITOR_FOLDER)
     try:
         server.stdout.readline()
         forged = SUMMARY.replace(b"<misc>20</misc>", b"<misc>99999</misc>")
@@ -526,7 +532,7 @@ def test_a_report_forged_by_another_process_of_this_host_is_dropped():
 def test_a_flood_of_forged_sources_keeps_a_bounded_number(monkeypatch):
     """A remote storage's listener takes every sender, but keeps at most MAX_SOURCES
     servers: a flood of distinct ``src`` names does not grow the session's memory."""
-    from pytest_storagescale.servers import monitor
+    from pytest_storagescale.load import server_monitor as monitor
 
     monkeypatch.setattr(monitor, "MAX_SOURCES", 5)
     listener = SummaryListener()
@@ -547,13 +553,13 @@ def test_a_flood_of_forged_sources_keeps_a_bounded_number(monkeypatch):
 def test_a_flood_from_other_processes_is_looked_at_once_a_second(monkeypatch):
     """Whether a sender is the server's is read from the process table, which costs:
     a flood of forged packets is not looked up per packet."""
-    from pytest_storagescale.servers import monitor
+    from pytest_storagescale.load import server_monitor as monitor
 
     looks = []
     real = monitor._tree_pids
     monkeypatch.setattr(monitor, "_tree_pids", lambda pids: looks.append(1) or real(pids))
     server = subprocess.Popen(["sleep", "60"])  # the "server": it sends nothing
-    listener = SummaryListener(senders=lambda: [server.pid])
+    listener = SummaryListener(senders=lambda: [server.pid], folder=MONITOR_FOLDER)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as forger:
             for _ in range(50):
@@ -565,6 +571,21 @@ def test_a_flood_from_other_processes_is_looked_at_once_a_second(monkeypatch):
         listener.close()
         server.kill()
         server.wait()
+
+
+def test_the_embedded_listeners_folder_is_made_by_the_caller_and_private(tmp_path):
+    """load/server_monitor.py imports no server code: the folder of an embedded
+    server's socket is made by the caller (the session: a recorded server folder); a
+    listener of an embedded server given none, or one other users may open, starts
+    nothing."""
+    with pytest.raises(TypeError, match="folder="):
+        SummaryListener(senders=lambda: [])
+    folder = tmp_path / "open"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    with pytest.raises(ValueError, match="open to other users"):
+        SummaryListener(senders=lambda: [], folder=lambda: folder)
+    assert list(folder.iterdir()) == []
 
 
 #: a UTF-16 summary whose counter is an entity (a byte search for ``<!`` misses it)
@@ -638,7 +659,7 @@ def test_a_flood_is_read_at_a_bounded_rate_and_the_step_says_not_measured(monkey
     are parsed, the rest is left to the kernel to drop, and a step whose reports did
     not come says why, flood named, as ``counts_unmeasured``: the verdict's "not
     measured" (see the session test below)."""
-    from pytest_storagescale.servers import monitor
+    from pytest_storagescale.load import server_monitor as monitor
 
     parsed = []
     real = monitor.parse_summary

@@ -16,8 +16,6 @@ samples the timeline once a second. Clients never contend on a lock, which at
 
 from __future__ import annotations
 
-import collections
-import itertools
 import math
 import random
 import resource
@@ -28,8 +26,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..drivers.base import CompiledOutcome
 from ..errors import StorageError
-from .open_loop import Dispatcher, record_open, serve
+from .open_loop import Dispatcher, record_open
 from .plan import ClientAssignment, StepClock, StepPlan, StepProgress
+from .slot import ClientSlot, Dispatching, StepRun, send
 from .stats import ClientUsage, CpuMeter, SideAccumulator
 
 if TYPE_CHECKING:
@@ -85,76 +84,6 @@ Progress = Callable[[StepProgress], None]
 Start = Callable[[], StepClock]
 
 
-class ClientSlot:
-    """What the coordinator sees of one client thread."""
-
-    __slots__ = ("assignment", "busy_since", "hung", "done", "ready", "records", "loop",
-                 "background", "started", "counters")
-
-    def __init__(self, assignment: ClientAssignment) -> None:
-        self.assignment = assignment
-        #: perf_counter() when the current request began; None between requests
-        self.busy_since: float | None = None
-        self.hung = False
-        self.done = False
-        #: logged in (or failed to), waiting for the start
-        self.ready = False
-        self.records: collections.deque = collections.deque()
-        #: the driver's compiled loop making its requests (None: the Python loop)
-        self.loop: CompiledLoop | None = None
-        #: the loop runs on its own (BackgroundLoop): the coordinator drains and
-        #: watches it, not this slot's records and busy_since
-        self.background = False
-        #: its thread was started
-        self.started = False
-        #: the driver's own counts when the client ended (Driver.counters: redirects...),
-        #: until the coordinator adds them to its side
-        self.counters: dict[str, float] | None = None
-
-    def in_flight_since(self) -> float | None:
-        """When the client's request in flight began (perf_counter), None between."""
-        return self.loop.busy_since() if self.background else self.busy_since  # type: ignore[union-attr]
-
-
-class StepRun:
-    """What every client thread of the process shares: plan, context, the step's
-    clock in ``perf_counter`` time (once set), the stop signal and the count bound."""
-
-    def __init__(self, plan: StepPlan, context: dict[str, Any], max_operations: int) -> None:
-        self.plan = plan
-        self.context = context
-        self.clock: StepClock = plan.clock(0.0)  # a placeholder until set_clock
-        self.start_perf = self.measure_perf = self.end_perf = 0.0
-        #: set with the clock: the clients may go on to the start
-        self.clock_set = threading.Event()
-        self.stop = threading.Event()
-        #: an open-loop step's dispatcher in this process (None: the closed loop)
-        self.dispatcher: Dispatcher | None = None
-        #: a count bound: a compiled loop is asked for one request at a time
-        self.bounded = bool(max_operations)
-        if max_operations:
-            # numbered operations handed out; next() on an itertools.count is atomic
-            tickets = itertools.count().__next__
-            self.take: Callable[[], bool] = lambda: tickets() < max_operations
-        else:
-            self.take = lambda: True
-
-    def set_clock(self, clock: StepClock) -> None:
-        self.clock = clock
-        # clients time with perf_counter (cheap, monotonic); the step's clock is wall time
-        offset = time.time() - time.perf_counter()
-        self.start_perf = clock.start_at - offset
-        self.measure_perf = clock.measure_from - offset
-        self.end_perf = clock.end_at - offset
-        self.clock_set.set()
-
-    def wait_for_start(self) -> None:
-        self.clock_set.wait()  # every way out of the login phase sets the clock
-        # a wait may wake a hair early by the wall clock, which the step's clock is in
-        while (delay := self.clock.start_at - time.time()) > 0 and not self.stop.is_set():
-            self.stop.wait(delay)
-
-
 def run_client(slot: ClientSlot, run: StepRun) -> None:
     """One client thread: its own driver, its login, the start, the operation back to
     back."""
@@ -170,7 +99,7 @@ def run_client(slot: ClientSlot, run: StepRun) -> None:
         if slot.hung:  # a login that came back after hang_timeout: given up already
             pass
         elif run.dispatcher is not None:
-            serve(slot, driver, run)
+            run.dispatcher.serve(slot, driver)
         elif loop is not None and not run.bounded and getattr(loop, "background", False):
             _run_background(slot, cast("BackgroundLoop", loop), run)
         elif loop is not None:
@@ -226,29 +155,6 @@ def _repeat(slot: ClientSlot, driver: Driver, run: StepRun) -> None:
             return  # counted as such
         record((finished, finished - began, moved, error))  # in the drain: counted as such
         iteration += 1
-
-
-def send(slot: ClientSlot, driver: Driver, operation: Operation, index: int, number: int,
-         context: dict[str, Any]) -> tuple[float, float, int, BaseException | None]:
-    """One request of client ``index``: the operation's untimed ``before``, then its
-    timed ``run``; when it was sent and ended (``perf_counter``), bytes moved and its
-    error. ``slot.busy_since`` covers both (a hang in the set-up is still a hang)."""
-    perf_counter = time.perf_counter
-    slot.busy_since = began = perf_counter()
-    error: BaseException | None = None
-    moved = 0
-    try:
-        operation.before(driver, index, number, context)
-        began = perf_counter()
-        moved = operation.run(driver, index, number, context)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - every failure is a measurement
-        # (SystemExit or pytest.fail from an operation too: never a lost step)
-        error = exc
-    finished = perf_counter()
-    slot.busy_since = None
-    return began, finished, moved, error
 
 
 def _compiled_loop(slot: ClientSlot, driver: Driver, run: StepRun) -> CompiledLoop | None:
@@ -371,7 +277,7 @@ class ClientGroup:
             self._record(self.accumulators[slot.assignment.side],
                          [records.popleft() for _ in range(len(records))])
 
-    def _collect_open(self, dispatcher: Dispatcher) -> None:
+    def _collect_open(self, dispatcher: Dispatching) -> None:
         run = self.run
         for slot in self.slots:
             records, accumulator = slot.records, self.accumulators[slot.assignment.side]

@@ -36,11 +36,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .plan import ARRIVALS
+from .slot import send
 from .stats import OpenLoopAccumulator, SideAccumulator
 
 if TYPE_CHECKING:
     from ..drivers.base import Driver
-    from .clients import ClientSlot, StepRun
+    from .slot import ClientSlot, StepRun
 
 def intended_times(rate: float, arrivals: str, start: float, seed: int) -> Iterator[float]:
     """The intended send times of requests 0, 1, ... from ``start`` (any clock)."""
@@ -120,6 +121,22 @@ class Dispatcher:
         with self.lock:
             self.idle += 1
 
+    def serve(self, slot: ClientSlot, driver: Driver) -> None:
+        """One client of an open-loop step: each request this dispatcher hands it, sent
+        at once; its outcome recorded with its response and service times."""
+        run, assignment = self.run, slot.assignment
+        operation, index = assignment.operation, assignment.index
+        context = run.plan.side_context(run.context, assignment.side)
+        record, get = slot.records.append, self.queue.get
+        while (item := get()) is not None:
+            number, intended = item
+            began, finished, moved, error = send(slot, driver, operation, index, number,
+                                                 context)
+            if slot.hung:
+                return  # counted as such; its place in the cap stays taken
+            record((finished, finished - intended, moved, error, finished - began))
+            self.release()
+
     def collect(self, accumulator: SideAccumulator) -> None:
         """The drops so far and the window's scheduled count into ``accumulator``
         (the coordinator's thread)."""
@@ -129,26 +146,6 @@ class Dispatcher:
             if drops.popleft() >= measure_perf:
                 open_loop.dropped += 1
         open_loop.scheduled = self.scheduled
-
-
-def serve(slot: ClientSlot, driver: Driver, run: StepRun) -> None:
-    """One client of an open-loop step: each request the dispatcher hands it, sent at
-    once; its outcome recorded with its response and service times."""
-    dispatcher = run.dispatcher
-    assert dispatcher is not None
-    assignment = slot.assignment
-    operation, index = assignment.operation, assignment.index
-    context = run.plan.side_context(run.context, assignment.side)
-    from .clients import send  # (clients imports this module)
-
-    record, get = slot.records.append, dispatcher.queue.get
-    while (item := get()) is not None:
-        number, intended = item
-        began, finished, moved, error = send(slot, driver, operation, index, number, context)
-        if slot.hung:
-            return  # counted as such; its place in the cap stays taken
-        record((finished, finished - intended, moved, error, finished - began))
-        dispatcher.release()
 
 
 def record_open(accumulator: SideAccumulator, outcomes, start_perf: float,

@@ -1,5 +1,5 @@
 """What the storage's servers did during a step, by their own account: the record
-:mod:`pytest_storagescale.servers.monitor` fills and the step record keeps.
+:mod:`pytest_storagescale.load.server_monitor` fills and the step record keeps.
 
 Two sources. The server processes of an embedded server, sampled with psutil over
 the measured window: CPU (user + system, per core), threads, TCP connections. And a
@@ -56,7 +56,7 @@ class ServerUsage:
     @property
     def counts_unmeasured(self) -> str:
         """Why the check that the server counted the step's operations as its clients
-        did (:func:`~pytest_storagescale.servers.monitor.disagreement`: no load from
+        did (:func:`~pytest_storagescale.load.server_monitor.disagreement`: no load from
         outside the plugin, none lost) could not run, though it should have; "" when
         it ran or does not apply."""
         if not self.compare_with or self.counted:

@@ -204,7 +204,7 @@ def table_rows(steps: list[StepRecord], main_door: str = "", *, client_column: b
     return columns, per_step
 
 
-#: the column of the server's side of a step (servers/monitor.py), when a step has one
+#: the column of the server's side of a step (load/server_monitor.py), when a step has one
 SERVER_COLUMN = "server"
 
 

@@ -1,4 +1,4 @@
-"""Throwaway credentials for the embedded servers, and checks of a client's credentials.
+"""Throwaway credentials for the embedded servers: a CA, a KDC and a token issuer.
 
 What :class:`ThrowawayCA` makes, in a private folder given to it (keys 0400, owned by
 the user of the server that reads them):

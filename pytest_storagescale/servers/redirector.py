@@ -62,9 +62,9 @@ from pathlib import Path
 
 from ..drivers.grid import Location, located  # noqa: F401 - locate is the client's request
 from ..errors import EndpointError
+from ..load.server_monitor import report_line
 from .family import EmbeddedServer
 from .loopback import preloaded
-from .monitor import report_line
 from .orphans import server_directory
 from .processes import (
     ProcessGroup,

@@ -58,10 +58,10 @@ from typing import TYPE_CHECKING
 from ..drivers.grid import LOGIN_PROTOCOLS, credential_environment_kept
 from ..drivers.url import HTTPS_SCHEMES
 from ..errors import EndpointError, exit_text
+from ..load.server_monitor import report_line
 from ..redact import redact_url
 from .family import EmbeddedServer
 from .loopback import preloaded
-from .monitor import report_line
 from .orphans import server_directory
 from .processes import free_port, log_tail, unprivileged_user
 from .xrootd_releases import (

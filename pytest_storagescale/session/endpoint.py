@@ -107,7 +107,7 @@ class EndpointUnderTest:
         self._contact: str | None = "" if (shared or {}).get("contacted") else None
         self._tokens: dict[str, str] | None = None
         #: the servers' summary monitoring this process receives (the embedded xrootd's,
-        #: or a remote storage's stream): servers/monitor.SummaryListener, or None
+        #: or a remote storage's stream): load/server_monitor.SummaryListener, or None
         self.listener: Any = None
 
     def check(self) -> None:
@@ -197,13 +197,16 @@ class EndpointUnderTest:
         protocol = self.protocol
         if self._server is None:  # once: a bad driver option after the start starts none again
             if embedded_class(self.embedded_kind).reports_summary and self.listener is None:
-                from ..servers.monitor import SummaryListener
+                from ..load.server_monitor import SummaryListener
+                from ..servers.orphans import server_directory
                 from ..servers.processes import unprivileged_user
 
-                # a Unix socket only the server's user may write to; only packets its
-                # daemons sent (their pids, as the kernel gives them) count
-                self.listener = SummaryListener(senders=self._server_pids,
-                                                user=unprivileged_user())
+                # a Unix socket only the server's user may write to, in a folder recorded
+                # like a server's; only packets its daemons sent (their pids, as the
+                # kernel gives them) count
+                self.listener = SummaryListener(
+                    senders=self._server_pids, user=unprivileged_user(),
+                    folder=lambda: server_directory("monitor"))
             self._server = start_embedded(
                 self.embedded_kind, self.settings.embedded_login,
                 self.settings.embedded_version,
@@ -404,7 +407,7 @@ class EndpointUnderTest:
 def _listen(address: str):
     """The session's listener for a remote storage's summary monitoring on ``address``
     (``--storage-server-monitor``); a usage error when it cannot be bound."""
-    from ..servers.monitor import SummaryListener
+    from ..load.server_monitor import SummaryListener
 
     try:
         return SummaryListener(address)

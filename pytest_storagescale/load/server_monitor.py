@@ -1,6 +1,9 @@
 """The servers' side of a step: their processes sampled over the measured window, and
 their own counters, so that a step shows what the storage says it served beside what
-its clients measured.
+its clients measured. It serves remote storage as well as the embedded servers, and
+sits in ``load/`` beside :mod:`.server_usage` (what it measures): a remote run's
+``--storage-server-monitor`` imports nothing of ``servers/``, which imports
+:func:`report_line` from here for the embedded xrootd's configuration.
 
 - :class:`SummaryListener`: a UDP socket (on loopback for the embedded servers) that
   receives XRootD's summary monitoring (``xrd.report <host:port> every 1s all sync``:
@@ -39,7 +42,7 @@ from dataclasses import dataclass
 from xml.etree import ElementTree
 
 from ..drivers import xmlsafe
-from ..load.server_usage import ServerUsage
+from .server_usage import ServerUsage
 
 #: after Ctrl-C or SIGTERM, how long the servers' last report is waited for (s)
 INTERRUPTED_REPORT_WAIT = 1.0
@@ -181,17 +184,18 @@ def _tree_pids(pids: list[int]) -> set[int]:
     return {process.pid for pid in pids for process in _tree(pid)}
 
 
-def _private_folder(user: str | None) -> str:
-    """A new folder for the listener's socket: this user's alone, except that
-    ``user`` (the one the server runs as, when this process is root) may pass
-    through it to the socket, never list or change it. Recorded like a server's
-    folder: a run killed before it removed it has it removed by the next start."""
-    from .orphans import server_directory
-
-    folder = server_directory("monitor")
+def _private_folder(make: Callable[[], str | os.PathLike[str]], user: str | None) -> str:
+    """A new folder for the listener's socket, made by ``make`` (an embedded server's:
+    ``servers.orphans.server_directory("monitor")``, recorded like a server's folder, so
+    that a run killed before it removed it has it removed by the next start): this
+    user's alone, except that ``user`` (the one the server runs as, when this process
+    is root) may pass through it to the socket, never list or change it."""
+    folder = os.fspath(make())
+    if os.stat(folder).st_mode & 0o077:
+        raise ValueError(f"the listener's folder {folder} is open to other users")
     if user is not None:
         os.chmod(folder, 0o711)
-    return str(folder)
+    return folder
 
 
 class SummaryListener:
@@ -199,12 +203,13 @@ class SummaryListener:
     latest. Close it when done. Two kinds:
 
     - ``senders`` given (an embedded server's daemons, asked when an unknown process
-      sends): a Unix datagram socket in a private folder (:attr:`address` is its
-      path, which ``xrd.report`` takes), writable only by ``user`` (the one the
-      server runs as; None: this process's user), read with ``SO_PASSCRED``: each
-      packet carries the sending process's pid as the kernel saw it, and a packet of
-      any other process than the server's (and what it forked) is dropped. Nothing
-      another user can bind or reach: no port, no address to forge.
+      sends): a Unix datagram socket in a private folder that ``folder`` makes (the
+      session's: ``servers.orphans.server_directory``; this module imports no server
+      code); :attr:`address` is its path, which ``xrd.report`` takes; writable only
+      by ``user`` (the one the server runs as; None: this process's user), read
+      with ``SO_PASSCRED``: each packet carries the sending process's pid as the
+      kernel saw it, and a packet of any other process than the server's (and what
+      it forked) is dropped. Nothing another user can bind or reach: no port, no address to forge.
     - else (a remote storage's stream): a UDP socket on ``address`` (``host:port``;
       port 0: a free one); every sender counts, at most :data:`MAX_SOURCES` servers.
 
@@ -215,11 +220,15 @@ class SummaryListener:
 
     def __init__(self, address: str = "127.0.0.1:0",
                  senders: Callable[[], list[int]] | None = None, *,
-                 user: str | None = None) -> None:
+                 user: str | None = None,
+                 folder: Callable[[], str | os.PathLike[str]] | None = None) -> None:
         self._senders = senders
         self._folder: str | None = None
         if senders is not None:
-            self._socket = self._private_socket(user)
+            if folder is None:
+                raise TypeError("SummaryListener(senders=...) needs folder=, which makes "
+                                "the private folder of its socket")
+            self._socket = self._private_socket(folder, user)
         else:
             host, _, port = address.rpartition(":")
             host = host.strip("[]") or "127.0.0.1"
@@ -246,8 +255,9 @@ class SummaryListener:
                                         name="storagescale-summary-listener")
         self._thread.start()
 
-    def _private_socket(self, user: str | None) -> socket.socket:
-        self._folder = _private_folder(user)
+    def _private_socket(self, folder: Callable[[], str | os.PathLike[str]],
+                        user: str | None) -> socket.socket:
+        self._folder = _private_folder(folder, user)
         path = os.path.join(self._folder, SOCKET_NAME)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
