@@ -752,7 +752,7 @@ def calibrate(args, settings: Settings) -> int:
            f"{settings.p99_period_ms:g} ms. ")
         + "Wall time per "
         "verdict: the baseline runs it needs, the judged run and its retest when regressed "
-        "(each step with its 0.2 s of host probe and its set-up).",
+        "(each step with its host probe before and after and its set-up).",
         "", *summary_rows(outcomes, runs, bases_all)]
     if interrupted:
         lines.insert(0, "(interrupted: only the pairs done)")

@@ -191,7 +191,9 @@ def test_a_mixed_steps_windows_add_their_sides_operations():
 def test_the_probe_needs_no_storage_and_is_bounded():
     speed = probe_client_host(0.02)
     assert speed > 0
-    assert gate_module.PROBE_S <= 0.2
+    # long enough to see a busier host, not the swings of the moment; bounded: a step
+    # pays it twice
+    assert 0.3 <= gate_module.PROBE_S <= 0.5
 
 
 # -- the thresholds' keys and the option ------------------------------------------------
