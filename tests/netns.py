@@ -53,6 +53,11 @@ def _python_path() -> str:
     return os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
 
 
+def _bracketed(address: str) -> str:
+    """An address as Dask's --host takes it (an IPv6 one in brackets)."""
+    return f"[{address}]" if ":" in address else address
+
+
 def netns_unavailable() -> str | None:
     """Why namespaces cannot be made here, or None (tried for real: add and delete)."""
     name = f"ssprobe{os.getpid()}"
@@ -262,7 +267,7 @@ class NamespaceCluster:
             self.port = probe.getsockname()[1]
         log = self.directory / "scheduler.log"
         self.scheduler = subprocess.Popen(
-            [PYTHON, "-m", "distributed.cli.dask_scheduler", "--host", self.listen,
+            [PYTHON, "-m", "distributed.cli.dask_scheduler", "--host", _bracketed(self.listen),
              "--port", str(self.port), "--protocol", "tls", "--no-dashboard",
              "--dashboard-address", "127.0.0.1:0", *self._tls_args()],
             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
@@ -288,7 +293,7 @@ class NamespaceCluster:
         host.worker = subprocess.Popen(
             ["ip", "netns", "exec", host.namespace, PYTHON, "-m",
              "distributed.cli.dask_worker", self.address,
-             "--host", host.address6 if self.ipv6 and host.address6 else host.address,
+             "--host", _bracketed(host.address6) if self.ipv6 and host.address6 else host.address,
              "--nthreads", str(self.threads), "--no-nanny", "--name", host.name,
              "--no-dashboard", "--dashboard-address", "127.0.0.1:0", "--local-directory",
              str(local), *self._tls_args()],

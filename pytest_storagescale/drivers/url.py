@@ -66,10 +66,15 @@ class EndpointURL:
                    xrootd=xrootd)
 
     @property
+    def netloc_host(self) -> str:
+        """The host as a URL writes it: an IPv6 address in brackets (``[fd00::1]``)."""
+        return f"[{self.host}]" if ":" in self.host else self.host
+
+    @property
     def server(self) -> str:
         """``scheme://host:port`` without credentials."""
         port = f":{self.port}" if self.port else ""
-        return f"{self.scheme}://{self.host}{port}"
+        return f"{self.scheme}://{self.netloc_host}{port}"
 
     @property
     def display(self) -> str:

@@ -166,7 +166,7 @@ class XRootDDriver(XRootDLogins, Driver):
         self.redirects = 0
         self._loops: list[_CompiledLoop] = []
         port = f":{endpoint.port}" if endpoint.port else ""
-        self._server = f"{endpoint.scheme}://{self.client_id}@{endpoint.host}{port}"
+        self._server = f"{endpoint.scheme}://{self.client_id}@{endpoint.netloc_host}{port}"
         self._fs = client.FileSystem(self._server)
         #: the server asked, as XrdCl names it (an open elsewhere was redirected)
         self._host_id = client.URL(self._server).hostid
@@ -438,7 +438,7 @@ class XRootDDriver(XRootDLogins, Driver):
         # the destination waits for a source that refuses it until the deadline
         login = self._server.partition("://")[2].partition("@")[0]
         port = f":{source.endpoint.port}" if source.endpoint.port else ""
-        origin = (f"{source.endpoint.scheme}://{login}@{source.endpoint.host}{port}/"
+        origin = (f"{source.endpoint.scheme}://{login}@{source.endpoint.netloc_host}{port}/"
                   f"{source_path}")
         process = client.CopyProcess()
         process.add_job(origin, self._url(path), force=True, mkdir=True,
@@ -468,7 +468,7 @@ class XRootDDriver(XRootDLogins, Driver):
             self._relogging = True
         endpoint = self.endpoint
         port = f":{endpoint.port}" if endpoint.port else ""
-        self._server = f"{endpoint.scheme}://{name}@{endpoint.host}{port}"
+        self._server = f"{endpoint.scheme}://{name}@{endpoint.netloc_host}{port}"
         self._fs = client.FileSystem(self._server)
         self._host_id = client.URL(self._server).hostid
 
