@@ -176,6 +176,8 @@ def test_slurm_jobs_are_the_client_hosts_of_a_step(slurm, server, monkeypatch):
     logins = _logins(server, since)
     assert {a: len(u) for a, u in logins.items() if a in addresses} == \
         {a: CLIENTS_PER_HOST for a in addresses}
+    # the certificate and key dask-jobqueue dumped for the jobs are gone with it
+    assert list((batch.directory / "slurm" / "dask-tls").iterdir()) == []
     # the jobs are cancelled with the connection
     deadline = time.monotonic() + 30
     while batch.jobs() and time.monotonic() < deadline:
@@ -234,6 +236,9 @@ def test_a_suite_runs_its_clients_as_slurm_jobs(slurm, server, pytester):
     output = done.stdout + done.stderr
     print(output)
     assert done.returncode == 0, output[-3000:]
+    # the coordinator waits for the hosts without queue gets that time out (each one an
+    # ERROR with a traceback from the in-process scheduler, in the user's terminal)
+    assert "Exception while handling op" not in output, output[-3000:]
     addresses = sorted(h.address for h in network.hosts)
     assert re.search(rf"storagescale: cluster slurm:{HOSTS} \(scheduler tls://"
                      rf"{re.escape(network.head)}:\d+\): {HOSTS} client hosts", output), output

@@ -298,13 +298,14 @@ class ClusterExecutor:
         waiting = set(futures)
         deadline = time.time() + timeout
         while waiting and time.time() < deadline:
-            try:
-                waiting.discard(queue.get(timeout=POLL_INTERVAL))
-                continue
-            except TimeoutError:
-                pass
+            # what is there, without waiting: a get that times out is an ERROR with a
+            # traceback in the scheduler's log (in this process's stderr for a recipe's)
+            waiting.difference_update(queue.get(batch=True))
+            if not waiting:
+                break
             waiting -= {w for w in waiting if futures[w].status in ("error", "cancelled")}
             waiting &= self.connection.worker_addresses()
+            self._pause.wait(POLL_INTERVAL)
 
     def _interrupt(self, plan: StepPlan, clock: StepClock | None, shares: list[HostShare],
                    futures: dict[str, Any], step: str, accumulators: Accumulators
