@@ -1,27 +1,56 @@
 """What a site's conftest or package adds through the hooks of :mod:`.hooks`:
 operations, derived metrics and drivers, put into their registries when a plugin or
-conftest implementing one of the hooks is registered. Each hook is dispatched through
-the plugin manager's hook (``config.hook``: pluggy calls every implementation and
-merges the answers), so what was registered before comes again: the same operation
-class, metric or driver class again is fine (a conftest seen by several pytest calls
-in one process); another one under a taken name is a usage error naming the conftest
-or plugin that gives it."""
+conftest implementing one of the hooks is registered, in the session's scope
+(:class:`~pytest_storagescale.registry.Scope`): removed when the session ends
+(the config's clean-up, after ``pytest_unconfigure``), so that the next session of the same
+process (pytester's in-process runs) sees only its own. Each hook is dispatched
+through the plugin manager's hook (``config.hook``: pluggy calls every implementation
+and merges the answers), so what was registered before comes again: the same
+operation, metric or driver again is fine; another one under a taken name is a
+usage error naming the conftest or plugin that gives it."""
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import pluggy
 
-from .drivers.registry import driver_class, driver_names, register_driver
+from .drivers.registry import register_driver
 from .errors import StorageScaleUsageError
 from .load.operations import register_operation
 from .metrics import register_metric
+from .registry import Scope, open_scope
+
+#: each session's scope, by its plugin manager (one per pytest config)
+_SCOPES: weakref.WeakKeyDictionary[pluggy.PluginManager, Scope] = weakref.WeakKeyDictionary()
+
+
+def scope(manager: pluggy.PluginManager) -> Scope:
+    """The scope of the session ``manager`` belongs to, opened at its first call (the
+    plugin's own registration, before any conftest) and closed with the config (its
+    clean-up runs after ``pytest_unconfigure``, and also when the session ended before
+    it was configured: a conftest that failed to load)."""
+    found = _SCOPES.get(manager)
+    if found is None or not found.open:
+        found = _SCOPES[manager] = open_scope(f"pytest session {id(manager):#x}")
+        config = manager.get_plugin("pytestconfig")
+        if config is not None:
+            config.add_cleanup(found.close)
+    return found
+
+
+def close(manager: pluggy.PluginManager) -> None:
+    """The session ends: what its hooks added leaves the registries."""
+    found = _SCOPES.pop(manager, None)
+    if found is not None:
+        found.close()
 
 
 def register(plugin: object, manager: pluggy.PluginManager) -> None:
     """Register what every implementation of each ``pytest_storagescale_*`` hook that
-    ``plugin`` implements returns."""
+    ``plugin`` implements returns, in the session's scope."""
+    into = scope(manager)
     for hook, add in (("pytest_storagescale_operations", _operations),
                       ("pytest_storagescale_metrics", _metrics),
                       ("pytest_storagescale_drivers", _drivers)):
@@ -30,7 +59,7 @@ def register(plugin: object, manager: pluggy.PluginManager) -> None:
             continue
         for answer in caller():
             try:
-                add(answer)
+                add(answer, into)
             except _Taken as taken:
                 raise StorageScaleUsageError(
                     f"{_giver(caller, taken.kind, taken.name)}: {hook}: {taken.message}"
@@ -61,32 +90,26 @@ def _names(kind: str, answer: Any) -> list[Any]:
     return [getattr(item, "name", None) for item in answer]
 
 
-def _operations(operations: Any) -> None:
+def _operations(operations: Any, into: Scope) -> None:
     for operation in operations:
-        try:  # the registry takes a re-imported class's instance in its own place
-            register_operation(operation)
+        try:
+            register_operation(operation, scope=into)
         except StorageScaleUsageError as exc:
             raise _Taken("operation", getattr(operation, "name", None), str(exc)) from None
 
 
-def _metrics(metrics: Any) -> None:
+def _metrics(metrics: Any, into: Scope) -> None:
     for name, description in dict(metrics).items():
-        try:  # the same name and description again (a conftest seen twice) is fine
-            register_metric(name, str(description))
+        try:  # the same name and description again is fine
+            register_metric(name, str(description), scope=into)
         except StorageScaleUsageError as exc:
             raise _Taken("metric", name, str(exc)) from None
 
 
-def _drivers(drivers: Any) -> None:
+def _drivers(drivers: Any, into: Scope) -> None:
     for cls in drivers:
         name = getattr(cls, "name", None)
-        if name in driver_names() and driver_class(name) is cls:
-            continue
-        if name in driver_names():
-            raise _Taken("driver", name, (
-                f"driver {name!r}: another driver already has that name. Give it another "
-                f"name (its class's `name`)."))
         try:
-            register_driver(cls, name=name, schemes=tuple(getattr(cls, "schemes", ())))
+            register_driver(cls, name=name, scope=into)
         except StorageScaleUsageError as exc:
             raise _Taken("driver", name, str(exc)) from None

@@ -11,9 +11,7 @@ hook, which runs before any thresholds file is loaded: rules are checked against
 
 from __future__ import annotations
 
-import re
-
-from .errors import StorageScaleUsageError
+from .registry import RegistrationError, Registry, Scope
 
 __all__ = ["MEASURED", "STEP_MEASURED", "known_metrics", "metric_description",
            "register_metric"]
@@ -46,47 +44,40 @@ OPEN_LOOP: tuple[str, ...] = ("offered_hz", "achieved_hz", "dropped", "late")
 STEP_MEASURED: tuple[str, ...] = ("client_cpu", "lost", "server_cpu", "server_ops",
                                   "server_threads", "server_connections")
 
-# name -> description; a plain dict (not a pytest stash) because thresholds files are
-# parsed outside any pytest config, and every xdist worker registers its own
-_DERIVED: dict[str, str] = {}
-_NAME_RE = re.compile(r"[A-Za-z]\w*")
+#: derived metric name -> its description (pytest_storagescale/registry.py); a
+#: registry, not a pytest stash, because thresholds files are parsed outside any pytest
+#: config; every xdist worker registers its own
+DERIVED: Registry[str] = Registry(
+    "derived metric", adder="register_metric", pattern=r"[A-Za-z]\w*", name_attr=None,
+    name_hint="Use letters, digits and underscores, starting with a letter, e.g. "
+              "'hot_ratio'.", identity=repr)
 
 
-def register_metric(name: str, description: str, *, replace: bool = False) -> None:
-    """Let thresholds rules name the derived metric ``name``.
+def register_metric(name: str, description: str, *, replace: bool = False,
+                    scope: Scope | None = None) -> None:
+    """Let thresholds rules name the derived metric ``name`` (in ``scope`` only: what a
+    session's ``pytest_storagescale_metrics`` hook gives).
 
-    Registering a name again with the same description does nothing (a conftest
-    hook runs once per session, and a process may run several sessions); another
+    Registering a name again with the same description does nothing; another
     description is refused unless ``replace`` is true. Measured metrics cannot be
     replaced.
     """
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-        raise StorageScaleUsageError(
-            f"register_metric: {name!r} is not a metric name. Use letters, digits and "
-            f"underscores, starting with a letter, e.g. 'hot_ratio'."
-        )
     if name in MEASURED or name in STEP_MEASURED:
-        raise StorageScaleUsageError(
+        raise RegistrationError(
             f"register_metric: {name!r} is a measured metric of every step; choose "
             f"another name for a derived metric."
         )
-    known = _DERIVED.get(name)
-    if known is not None and known != description and not replace:
-        raise StorageScaleUsageError(
-            f"register_metric: derived metric {name!r} is already registered "
-            f"({known!r}). Choose another name, or pass replace=True."
-        )
-    _DERIVED[name] = description
+    DERIVED.add(description, name=name, replace=replace, scope=scope)
 
 
 def known_metrics() -> tuple[str, ...]:
     """The measured metrics, then the derived ones in registration order."""
-    return (*MEASURED, *STEP_MEASURED, *_DERIVED)
+    return (*MEASURED, *STEP_MEASURED, *DERIVED.names())
 
 
 def metric_description(name: str) -> str:
     """A derived metric's description; empty for a measured or unknown one."""
-    return _DERIVED.get(name, "")
+    return DERIVED.get(name) if name in DERIVED else ""
 
 
 for _name, _description in (

@@ -12,8 +12,7 @@ from pytest_storagescale.drivers import memory
 from pytest_storagescale.drivers.base import Driver
 from pytest_storagescale.drivers.grid import XRootDLogins
 from pytest_storagescale.drivers.registry import (
-    _DRIVERS,  # the registry's state, restored after a test registers drivers
-    _SCHEMES,
+    DRIVERS,
     driver_class,
     driver_names,
     driver_spec,
@@ -33,12 +32,8 @@ from pytest_storagescale.errors import (
 @pytest.fixture
 def registry():
     """Undo the registrations a test makes."""
-    drivers, schemes = dict(_DRIVERS), dict(_SCHEMES)
-    yield
-    _DRIVERS.clear()
-    _DRIVERS.update(drivers)
-    _SCHEMES.clear()
-    _SCHEMES.update(schemes)
+    with DRIVERS.kept():
+        yield
 
 
 @pytest.fixture
@@ -91,9 +86,15 @@ def test_a_class_registered_by_a_test_serves_its_scheme(registry, store):
     client = spec.client(0, timeout=5)
     client.put("/area/f", b"abc")
     assert client.stat("/area/f").size == 3
-    with pytest.raises(ValueError, match="registered already"):
-        register_driver(ToyDriver)
-    register_driver(ToyDriver, replace=True)
+    register_driver(ToyDriver)  # the same class again (the registries' one rule): fine
+
+    class OtherToy(ToyDriver):
+        name = "toy"
+
+    with pytest.raises(ValueError, match=r"driver 'toy' is already registered \(.*ToyDriver\)"):
+        register_driver(OtherToy)
+    register_driver(OtherToy, replace=True)
+    assert driver_class("toy") is OtherToy
 
 
 class ToyXRootD(memory.MemoryDriver):

@@ -15,9 +15,10 @@ CORE_DERIVED = ("mix_ratio", "recovery_s", "mb_s_mean", "mb_s_stddev", "rate_hz_
 
 
 @pytest.fixture(autouse=True)
-def registry(monkeypatch):
-    """Each test registers into a copy of the registry, undone afterwards."""
-    monkeypatch.setattr(metrics, "_DERIVED", dict(metrics._DERIVED))
+def registry():
+    """Each test's registrations are undone afterwards."""
+    with metrics.DERIVED.kept():
+        yield
 
 
 def test_measured_then_core_derived_metrics():
@@ -100,10 +101,10 @@ def test_another_description_is_refused_unless_replaced():
     "name, message",
     [
         ("rate_hz", r"'rate_hz' is a measured metric of every step; choose another name"),
-        ("readers.ratio", r"'readers.ratio' is not a metric name. Use letters, digits and "
+        ("readers.ratio", r"'readers.ratio' is not a derived metric name. Use letters, digits and "
                           r"underscores, starting with a letter, e.g. 'hot_ratio'"),
-        ("2x", r"'2x' is not a metric name"),
-        ("", r"'' is not a metric name"),
+        ("2x", r"'2x' is not a derived metric name"),
+        ("", r"'' is not a derived metric name"),
     ],
 )
 def test_bad_metric_names_are_refused(name, message):

@@ -23,11 +23,11 @@ BUILT_IN = ("stat", "ls", "mkdir", "put", "get", "read", "readv", "delete", "wri
 
 
 @pytest.fixture(autouse=True)
-def registry(monkeypatch):
-    """Each test registers into a copy of the registry, undone afterwards."""
-    monkeypatch.setattr(operations, "_REGISTRY", dict(operations._REGISTRY))
-    monkeypatch.setattr(operations, "_entry_points_read", True)
-    return operations._REGISTRY
+def registry():
+    """Each test's registrations are undone afterwards."""
+    with operations.OPERATIONS.kept():
+        operations.OPERATIONS.names()  # the installed entry points read before the test
+        yield operations.OPERATIONS
 
 
 class Copy(Operation):
@@ -283,7 +283,7 @@ def _install(tmp_path, monkeypatch, entry_points: str, module: str) -> None:
     (info / "entry_points.txt").write_text(
         f"[pytest_storagescale.operations]\n{entry_points}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(operations, "_entry_points_read", False)
+    monkeypatch.setattr(operations.OPERATIONS, "_entry_points_read", False)
 
 
 SITE_OPS = """
@@ -305,7 +305,7 @@ def test_entry_points_add_operations_once(tmp_path, monkeypatch):
     assert get_operation("touch").defaults == {"depth": 1}  # a class: instantiated
     assert get_operation("probe").name == "probe"            # an instance: used as is
     assert operation_names()[-2:] in (("touch", "probe"), ("probe", "touch"))
-    assert operations._entry_points_read
+    assert operations.OPERATIONS._entry_points_read
 
 
 @pytest.mark.parametrize(
@@ -324,5 +324,5 @@ def test_a_broken_entry_point_names_itself_and_its_package(tmp_path, monkeypatch
     _install(tmp_path, monkeypatch, entry_point, module)
     with pytest.raises(StorageScaleUsageError, match=message):
         operation_names()
-    assert not operations._entry_points_read  # every lookup fails until it is fixed
+    assert not operations.OPERATIONS._entry_points_read  # every lookup fails until fixed
 

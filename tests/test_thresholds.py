@@ -6,7 +6,6 @@ import re
 
 import pytest
 
-from pytest_storagescale import metrics
 from pytest_storagescale.errors import StorageScaleUsageError, ThresholdsError
 from pytest_storagescale.records import RuleCheck, all_passed, violations
 from pytest_storagescale.thresholds import (
@@ -200,31 +199,29 @@ def test_shipped_thresholds_files_are_valid(monkeypatch):
     from pytest_storagescale.load import operations
 
     monkeypatch.syspath_prepend(str(Path(__file__).parent.parent))
-    core_operations, core_metrics = dict(operations._REGISTRY), dict(metrics._DERIVED)
     files = sorted((Path(__file__).parent.parent / "thresholds").glob("*/*.toml"))
     assert files, "no thresholds files shipped"
     for path in files:
-        # the registries as a run of this system's suite has them, undone after
-        monkeypatch.setattr(operations, "_REGISTRY", dict(core_operations))
-        monkeypatch.setattr(metrics, "_DERIVED", dict(core_metrics))
+        # the registries as a run of this system's suite has them: in a session's scope,
+        # through a plugin manager of its own, as pytest's
+        manager = pytest.PytestPluginManager()
         conftest = _suite_conftest(path.parent.name)
-        if conftest is not None:  # through a plugin manager of its own, as pytest's
-            manager = pytest.PytestPluginManager()
+        if conftest is not None:
             manager.add_hookspecs(hooks)
             manager.register(conftest)
             extensions.register(conftest, manager)
-        ts = load_thresholds(path)
+        try:
+            ts = load_thresholds(path)
+        finally:
+            extensions.close(manager)
         assert ts.system == path.parent.name, f"{path}: system should be {path.parent.name}"
         assert ts.sections, f"{path}: no [ops.*] sections"
-    assert "get_xcache" not in core_operations  # the ceph files needed their suite's
+    assert "get_xcache" not in operations.operation_names()  # the ceph files needed their suite's
 
 
-def test_suite_operations_stay_with_their_suite(thresholds_dir, monkeypatch):
+def test_suite_operations_stay_with_their_suite(thresholds_dir):
     """A file naming an operation no registry has is still refused, and so is the ceph
     suite's get_xcache in a file the ceph suite's conftest has not extended."""
-    from pytest_storagescale.load import operations
-
-    monkeypatch.setattr(operations, "_REGISTRY", dict(operations._REGISTRY))
     for op in ("get_xcache", "copy_fast"):
         path = thresholds_dir(f"""
 [storage]

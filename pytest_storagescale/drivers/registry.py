@@ -15,15 +15,14 @@ else builds clients from.
 
 from __future__ import annotations
 
-import importlib
 import signal
-import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..errors import StorageScaleUsageError
 from ..redact import redact_url
+from ..registry import RegistrationError, Registry, Scope
 from .base import Driver
 from .grid import HTTP_SCHEMES, XROOTD_SCHEMES
 from .spec import DriverSpec
@@ -32,89 +31,15 @@ from .url import split_url
 ENTRY_POINT_GROUP = "pytest_storagescale.drivers"
 
 
-@dataclass
-class _Entry:
-    target: type[Driver] | str
-    install_hint: str
-    #: a plugin's schemes are read from its class the first time a scheme is unknown
-    schemes_unread: bool = False
+@dataclass(frozen=True)
+class _Schemes:
+    """What the driver registry keeps beside a driver."""
+
+    #: the URL schemes it serves under ``--storage-driver auto`` (an entry point's are
+    #: read from its class the first time a scheme is unknown: None until then)
+    schemes: tuple[str, ...] | None
     #: imported by :func:`start_early_drivers`, before a process holds many descriptors
     start_early: bool = False
-
-
-_DRIVERS: dict[str, _Entry] = {}
-#: which driver serves a scheme under ``--storage-driver auto``
-_SCHEMES: dict[str, str] = {}
-_entry_points_lock = threading.Lock()
-_entry_points_read = False
-
-
-def register_driver(
-    target: type[Driver] | str, *, name: str | None = None, schemes: tuple[str, ...] = (),
-    install_hint: str = "", replace: bool = False, start_early: bool = False,
-) -> None:
-    """Register a driver class, or a ``"module:Class"`` imported on first use.
-
-    ``schemes`` are the URL schemes it serves when ``--storage-driver`` is ``auto``
-    (default: a class's own ``schemes``); ``install_hint`` says what to install when
-    the import fails. A name or scheme taken by another driver needs ``replace``.
-    ``start_early``: a library that cannot start in a process holding descriptors
-    above 1024 (``select()``); its module is imported before any step's clients.
-    """
-    if isinstance(target, str):
-        if name is None or ":" not in target:
-            raise ValueError(f"a lazy driver target needs name= and 'module:Class', got {target!r}")
-    else:
-        name = name or target.name
-        schemes = schemes or target.schemes
-    if name in _DRIVERS and not replace:
-        raise ValueError(f"driver {name!r} is registered already; pass replace=True")
-    taken = {s: _SCHEMES[s] for s in schemes if _SCHEMES.get(s, name) != name}
-    if taken and not replace:
-        raise ValueError(f"schemes already served by other drivers: {taken}; pass replace=True")
-    _DRIVERS[name] = _Entry(target, install_hint, start_early=start_early)
-    for scheme in schemes:
-        _SCHEMES[scheme] = name
-
-
-def driver_names() -> tuple[str, ...]:
-    """Every registered driver name (entry-point plugins included)."""
-    _read_entry_points()
-    return tuple(_DRIVERS)
-
-
-def known_schemes() -> tuple[str, ...]:
-    """Every URL scheme some driver serves under ``--storage-driver auto``."""
-    _read_entry_points()
-    _claim_plugin_schemes()
-    return tuple(_SCHEMES)
-
-
-def driver_class(name: str) -> type[Driver]:
-    """The driver class registered as ``name``, imported now if it was lazy."""
-    _read_entry_points()
-    entry = _DRIVERS.get(name)
-    if entry is None:
-        raise StorageScaleUsageError(
-            f"unknown driver {name!r}. Known drivers: {', '.join(_DRIVERS)}."
-        )
-    if isinstance(entry.target, str):
-        entry.target = _import(name, entry)
-    return entry.target
-
-
-def start_early_drivers() -> None:
-    """Import the drivers registered with ``start_early`` that are installed. Called
-    at every step by the processes that outlive one (the engine's, a cluster host's),
-    so their first step starts them while they hold few descriptors: after a step of
-    1,000 XRootD clients, gfal2's Globus plugins would abort the process ("bit out of
-    range 0 - FD_SETSIZE on fd_set") when first started."""
-    for name, entry in list(_DRIVERS.items()):
-        if entry.start_early and isinstance(entry.target, str):
-            try:
-                driver_class(name)
-            except StorageScaleUsageError:
-                entry.start_early = False  # not installed or broken: said when asked for
 
 
 @contextmanager
@@ -131,27 +56,92 @@ def kept_signal_mask() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-def _import(name: str, entry: _Entry) -> type[Driver]:
-    module_name, _, class_name = str(entry.target).partition(":")
-    try:
-        with kept_signal_mask():
-            cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        needs = f"needs {entry.install_hint}" if entry.install_hint else "cannot be imported"
-        raise StorageScaleUsageError(
-            f"the {name} driver {needs}. Import of {entry.target} failed: {exc}."
-        ) from None
-    except Exception as exc:  # noqa: BLE001 - e.g. gfal2 failing to start its plugins
-        raise StorageScaleUsageError(
-            f"the {name} driver is installed but its client library failed to start: "
-            f"{type(exc).__name__}: {exc}. Import of {entry.target} raised it; check that "
-            f"library's installation (and its plugins)."
-        ) from None
+def _check_driver(cls: object) -> None:
     if not (isinstance(cls, type) and issubclass(cls, Driver)):
-        raise StorageScaleUsageError(
-            f"driver {name!r}: {entry.target} is not a pytest_storagescale Driver subclass."
-        )
-    return cls
+        raise RegistrationError(
+            f"register_driver: {cls!r} is not a pytest_storagescale Driver subclass.")
+
+
+#: the drivers by name (pytest_storagescale/registry.py), imported when first used
+DRIVERS: Registry[type[Driver]] = Registry(
+    "driver", adder="register_driver", check=_check_driver, entry_points=ENTRY_POINT_GROUP,
+    import_guard=kept_signal_mask)
+
+
+def register_driver(
+    target: type[Driver] | str, *, name: str | None = None, schemes: tuple[str, ...] = (),
+    install_hint: str = "", replace: bool = False, start_early: bool = False,
+    scope: Scope | None = None,
+) -> None:
+    """Register a driver class, or a ``"module:Class"`` imported on first use.
+
+    ``schemes`` are the URL schemes it serves when ``--storage-driver`` is ``auto``
+    (default: a class's own ``schemes``); ``install_hint`` says what to install when
+    the import fails. A name or scheme taken by another driver needs ``replace``.
+    ``start_early``: a library that cannot start in a process holding descriptors
+    above 1024 (``select()``); its module is imported before any step's clients.
+    ``scope``: only there (what a session's ``pytest_storagescale_drivers`` gives).
+    """
+    if isinstance(target, str):
+        if name is None:
+            raise RegistrationError(f"register_driver: a lazy driver {target!r} needs name=.")
+    else:
+        _check_driver(target)
+        name = name or target.name
+        schemes = schemes or target.schemes
+    owners = _scheme_owners()
+    taken = {s: owners[s] for s in schemes if owners.get(s, name) != name}
+    if taken and not replace:
+        raise RegistrationError(
+            f"register_driver: schemes already served by other drivers: {taken}; pass "
+            f"replace=True.")
+    meta = _Schemes(tuple(schemes), start_early)
+    if isinstance(target, str):
+        DRIVERS.add_lazy(name, target, install_hint=install_hint, replace=replace, meta=meta)
+    else:
+        DRIVERS.add(target, name=name, replace=replace, scope=scope, meta=meta)
+
+
+def _scheme_owners() -> dict[str, str]:
+    """scheme -> the driver serving it under auto (a later registration, made with
+    ``replace``, takes a scheme from an earlier one)."""
+    owners: dict[str, str] = {}
+    for name in DRIVERS.names():
+        meta = DRIVERS.meta(name)
+        for scheme in meta.schemes if meta is not None and meta.schemes else ():
+            owners[scheme] = name
+    return owners
+
+
+def driver_names() -> tuple[str, ...]:
+    """Every registered driver name (entry-point plugins included)."""
+    return DRIVERS.names()
+
+
+def known_schemes() -> tuple[str, ...]:
+    """Every URL scheme some driver serves under ``--storage-driver auto``."""
+    _claim_plugin_schemes()
+    return tuple(_scheme_owners())
+
+
+def driver_class(name: str) -> type[Driver]:
+    """The driver class registered as ``name``, imported now if it was lazy."""
+    return DRIVERS.get(name)
+
+
+def start_early_drivers() -> None:
+    """Import the drivers registered with ``start_early`` that are installed. Called
+    at every step by the processes that outlive one (the engine's, a cluster host's),
+    so their first step starts them while they hold few descriptors: after a step of
+    1,000 XRootD clients, gfal2's Globus plugins would abort the process ("bit out of
+    range 0 - FD_SETSIZE on fd_set") when first started."""
+    for name in DRIVERS.names():
+        meta = DRIVERS.meta(name)
+        if meta is not None and meta.start_early and not DRIVERS.is_loaded(name):
+            try:
+                driver_class(name)
+            except StorageScaleUsageError:  # not installed or broken: said when asked for
+                DRIVERS.set_meta(name, _Schemes(meta.schemes, start_early=False))
 
 
 def driver_spec(
@@ -185,21 +175,22 @@ def scheme_driver(scheme: str) -> type[Driver]:
 
 
 def _class_for(scheme: str, url: str) -> type[Driver]:
-    _read_entry_points()
-    if scheme not in _SCHEMES:
+    owners = _scheme_owners()
+    if scheme not in owners:
         _claim_plugin_schemes()
-    if scheme not in _SCHEMES:
+        owners = _scheme_owners()
+    if scheme not in owners:
         raise StorageScaleUsageError(
             f"--storage-endpoint {redact_url(url)}: no driver serves "
             f"{scheme or '(no scheme)'}://. Known schemes: "
-            f"{', '.join(s + '://' for s in _SCHEMES)}. Example: "
+            f"{', '.join(s + '://' for s in owners)}. Example: "
             f"root://host:1094//eos/test/storagescale."
         )
-    return driver_class(_SCHEMES[scheme])
+    return driver_class(owners[scheme])
 
 
 def _cannot_speak(cls: type[Driver], scheme: str) -> str:
-    owner = _SCHEMES.get(scheme)
+    owner = _scheme_owners().get(scheme)
     instead = (
         f"use --storage-driver auto ({scheme}:// is served by the {owner} driver) or "
         if owner else ""
@@ -211,37 +202,18 @@ def _cannot_speak(cls: type[Driver], scheme: str) -> str:
     )
 
 
-def _read_entry_points() -> None:
-    """Register the drivers of the entry-point group, once per process."""
-    global _entry_points_read
-    if _entry_points_read:
-        return
-    with _entry_points_lock:
-        if _entry_points_read:
-            return
-        from importlib.metadata import entry_points  # ~10 ms: only when a driver is needed
-
-        for point in entry_points(group=ENTRY_POINT_GROUP):
-            if point.name not in _DRIVERS:  # built-ins and explicit registrations win
-                _DRIVERS[point.name] = _Entry(
-                    point.value, f"the package that declares it (entry point "
-                    f"{ENTRY_POINT_GROUP}: {point.name} = {point.value})", schemes_unread=True,
-                )
-        _entry_points_read = True
-
-
 def _claim_plugin_schemes() -> None:
     """Import entry-point drivers to learn their schemes (those no driver serves yet)."""
-    for name, entry in list(_DRIVERS.items()):
-        if not entry.schemes_unread:
+    for name in DRIVERS.names():
+        if DRIVERS.meta(name) is not None:
             continue
-        entry.schemes_unread = False
+        DRIVERS.set_meta(name, _Schemes(()))
         try:
             cls = driver_class(name)
         except StorageScaleUsageError:
             continue  # reported when the driver is asked for by name
-        for scheme in cls.schemes:
-            _SCHEMES.setdefault(scheme, name)
+        owners = _scheme_owners()
+        DRIVERS.set_meta(name, _Schemes(tuple(s for s in cls.schemes if s not in owners)))
 
 
 #: the plugin's name on PyPI

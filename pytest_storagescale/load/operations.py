@@ -26,7 +26,6 @@ import functools
 import inspect
 import os
 import random
-import re
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -37,6 +36,7 @@ from ..drivers.base import Driver, RequestWalk
 from ..drivers.grid import base36
 from ..drivers.watch import parallel_map
 from ..errors import StorageScaleUsageError
+from ..registry import RegistrationError, Registry, Scope
 from ..units import parse_byte_size
 
 if TYPE_CHECKING:
@@ -596,102 +596,52 @@ class ListUnderWrites(Composite):
     }
 
 
-_REGISTRY: dict[str, Operation] = {}
-_entry_points_read = False
-_NAME_RE = re.compile(r"[A-Za-z_][\w-]*")
-
-
-def register_operation(operation: Operation, *, replace: bool = False) -> None:
-    """Make ``operation`` available to thresholds sections under its ``name``.
-
-    An operation of the same class (by module and name: a conftest imported again
-    by a second session of one process) takes the place of the one registered;
-    another operation under a taken name is refused unless ``replace`` is true.
-    """
+def _check_operation(operation: object) -> None:
     if not isinstance(operation, Operation):
-        raise StorageScaleUsageError(
+        raise RegistrationError(
             f"register_operation: {operation!r} is not an Operation instance; pass one, "
             f"e.g. register_operation(MyOperation())."
         )
-    name = operation.name
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-        raise StorageScaleUsageError(
-            f"register_operation: {type(operation).__name__}.name {name!r} is not an "
-            f"operation name. Set name = \"copy\" (letters, digits, _ and -)."
-        )
     for key, param in operation.parameters.items():
         if not isinstance(param, Param):
-            raise StorageScaleUsageError(
+            raise RegistrationError(
                 f"register_operation: {type(operation).__name__}.parameters[{key!r}] is "
                 f"{param!r}; declare it as a Param, e.g. Param(\"bytes\", 1_000_000)."
             )
-    known = _REGISTRY.get(name)
-    if known is not None and _class_name(known) != _class_name(operation) and not replace:
-        raise StorageScaleUsageError(
-            f"register_operation: operation {name!r} is already registered "
-            f"({_class_name(known)}). Choose another name, or pass replace=True."
-        )
-    _REGISTRY[name] = operation
 
 
-def _class_name(operation: Operation) -> str:
-    return f"{type(operation).__module__}.{type(operation).__qualname__}"
+#: the operations by name (pytest_storagescale/registry.py: a package's entry points are
+#: all loaded at the first lookup, so that a broken one fails every lookup until fixed)
+OPERATIONS: Registry[Operation] = Registry(
+    "operation", adder="register_operation",
+    name_hint='Set name = "copy" (letters, digits, _ and -).', check=_check_operation,
+    coerce=lambda target: target() if isinstance(target, type) else target,
+    entry_points=ENTRY_POINT_GROUP, eager_entry_points=True,
+    unknown_hint=f"A site adds one with register_operation() or the {ENTRY_POINT_GROUP} "
+                 f"entry-point group.",
+)
+
+
+def register_operation(operation: Operation, *, replace: bool = False,
+                       scope: Scope | None = None) -> None:
+    """Make ``operation`` available to thresholds sections under its ``name`` (in
+    ``scope`` only: what a session's ``pytest_storagescale_operations`` hook gives).
+
+    An operation of the same class (by module and name: a conftest imported again)
+    takes the place of the one registered; another operation under a taken name is
+    refused unless ``replace`` is true.
+    """
+    OPERATIONS.add(operation, replace=replace, scope=scope)
 
 
 def get_operation(name: str) -> Operation:
     """The registered operation ``name``."""
-    _read_entry_points()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise StorageScaleUsageError(
-            f"unknown operation {name!r}. Known operations: {', '.join(operation_names())}. "
-            f"A site adds one with register_operation() or the {ENTRY_POINT_GROUP} "
-            f"entry-point group."
-        ) from None
+    return OPERATIONS.get(name)
 
 
 def operation_names() -> tuple[str, ...]:
     """The registered operations' names: the built-in ones first."""
-    _read_entry_points()
-    return tuple(_REGISTRY)
-
-
-def _read_entry_points() -> None:
-    """Register the operations installed packages declare (once per process; a
-    package that fails to load fails every lookup until it is fixed)."""
-    global _entry_points_read
-    if _entry_points_read:
-        return
-    from importlib.metadata import entry_points
-
-    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
-        _register_entry_point(entry_point)
-    _entry_points_read = True
-
-
-def _register_entry_point(entry_point: Any) -> None:
-    dist = getattr(entry_point, "dist", None)
-    source = (
-        f"entry point {entry_point.name} = {entry_point.value!r} (group {ENTRY_POINT_GROUP}"
-        + (f", package {dist.name}" if dist is not None else "") + ")"
-    )
-    try:
-        target = entry_point.load()
-        operation = target() if isinstance(target, type) else target
-    except Exception as exc:  # any import error of a third-party package
-        raise StorageScaleUsageError(
-            f"{source}: cannot load: {type(exc).__name__}: {exc}. Fix or uninstall that package."
-        ) from None
-    if getattr(operation, "name", None) != entry_point.name:
-        raise StorageScaleUsageError(
-            f"{source}: names {getattr(operation, 'name', operation)!r}; name the entry point "
-            f"after the operation it gives."
-        )
-    try:
-        register_operation(operation)
-    except StorageScaleUsageError as exc:
-        raise StorageScaleUsageError(f"{source}: {exc}") from None
+    return OPERATIONS.names()
 
 
 for _operation in (Stat(), List(), MakeDir(), Put(), Get(), Read(), ReadV(), Delete(), Write(),

@@ -21,28 +21,28 @@ suite's ``conftest.py`` adds its own with :func:`register_server`.
 from __future__ import annotations
 
 import abc
-import importlib
 import re
 import shutil
 from typing import TYPE_CHECKING, ClassVar, Self, TypeVar
 
 from ..errors import EndpointError, StorageScaleUsageError
+from ..registry import RegistrationError, Registry
 
 if TYPE_CHECKING:
     from .processes import ServerProcess
 
 #: the built-in servers, one registration line each ("module:Class"); the order is the
 #: order of the kinds in help texts and error messages
-BUILTIN_SERVERS = (
-    "pytest_storagescale.servers.xrootd:EmbeddedXRootD",
-    "pytest_storagescale.servers.ceph:EmbeddedCephGateway",
-    "pytest_storagescale.servers.cephfs:EmbeddedCephFS",
-    "pytest_storagescale.servers.xcache:EmbeddedXCache",
-    "pytest_storagescale.servers.apache:EmbeddedApacheWebDAV",
-    "pytest_storagescale.servers.gridftp:EmbeddedGridFTP",
-    "pytest_storagescale.servers.redirector:EmbeddedXRootDCluster",
-    "pytest_storagescale.servers.dcache:EmbeddedDCache",
-)
+BUILTIN_SERVERS = {
+    "xrootd": "pytest_storagescale.servers.xrootd:EmbeddedXRootD",
+    "ceph": "pytest_storagescale.servers.ceph:EmbeddedCephGateway",
+    "cephfs": "pytest_storagescale.servers.cephfs:EmbeddedCephFS",
+    "xcache": "pytest_storagescale.servers.xcache:EmbeddedXCache",
+    "webdav": "pytest_storagescale.servers.apache:EmbeddedApacheWebDAV",
+    "gridftp": "pytest_storagescale.servers.gridftp:EmbeddedGridFTP",
+    "redirector": "pytest_storagescale.servers.redirector:EmbeddedXRootDCluster",
+    "dcache": "pytest_storagescale.servers.dcache:EmbeddedDCache",
+}
 #: the kind started when neither the command line nor the suite names one
 DEFAULT_KIND = "xrootd"
 #: what a kind may be called: it names the server's directory (``storagescale-<kind>-*``)
@@ -201,8 +201,27 @@ class EmbeddedServer(abc.ABC):
 _Server = TypeVar("_Server", bound=EmbeddedServer)
 
 
-#: kind -> its server class, in registration order (the built-ins first)
-_SERVERS: dict[str, type[EmbeddedServer]] = {}
+def _check_server(cls: object) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, EmbeddedServer)):
+        raise RegistrationError(
+            f"register_server({cls!r}): not an EmbeddedServer subclass. Derive the server "
+            f"class from pytest_storagescale.servers.family.EmbeddedServer.")
+    if not KIND_PATTERN.fullmatch(cls.kind) or not cls.schemes or not cls.logins:
+        raise RegistrationError(
+            f"register_server({cls.__module__}.{cls.__qualname__}): kind {cls.kind!r}, "
+            f"schemes {cls.schemes!r}, logins {cls.logins!r}. Set kind (lower-case letters, "
+            f"digits, _), the URL schemes it serves (the first is the default) and its "
+            f"logins (e.g. ('unix',)) on the class.")
+
+
+#: kind -> its server class, in registration order, the built-ins first
+#: (pytest_storagescale/registry.py)
+SERVERS: Registry[type[EmbeddedServer]] = Registry(
+    "server kind", adder="register_server", pattern=KIND_PATTERN.pattern, name_attr="kind",
+    name_hint="Set kind on the class (lower-case letters, digits, _).", check=_check_server)
+for _kind, _target in BUILTIN_SERVERS.items():
+    SERVERS.add_lazy(_kind, _target, install_hint="a complete installation of "
+                     "pytest-storagescale (reinstall it)")
 
 
 def register_server(cls: type[_Server]) -> type[_Server]:
@@ -212,49 +231,13 @@ def register_server(cls: type[_Server]) -> type[_Server]:
     Registering the same class again (or its module imported again, as a conftest of
     an in-process pytester run) replaces it; another class under a kind already taken
     is a usage error."""
-    _load_builtins()
-    _add(cls)
+    SERVERS.add(cls)
     return cls
 
 
-def _add(cls: type[EmbeddedServer]) -> None:
-    where = f"{cls.__module__}.{cls.__qualname__}"
-    if not (isinstance(cls, type) and issubclass(cls, EmbeddedServer)):
-        raise StorageScaleUsageError(
-            f"register_server({where}): not an EmbeddedServer subclass. Derive the server "
-            f"class from pytest_storagescale.servers.family.EmbeddedServer.")
-    if not KIND_PATTERN.fullmatch(cls.kind) or not cls.schemes or not cls.logins:
-        raise StorageScaleUsageError(
-            f"register_server({where}): kind {cls.kind!r}, schemes {cls.schemes!r}, logins "
-            f"{cls.logins!r}. Set kind (lower-case letters, digits, _), the URL schemes it "
-            f"serves (the first is the default) and its logins (e.g. ('unix',)) on the class.")
-    taken = _SERVERS.setdefault(cls.kind, cls)
-    if (taken.__module__, taken.__qualname__) == (cls.__module__, cls.__qualname__):
-        _SERVERS[cls.kind] = cls  # the same class, its module imported again
-    else:
-        raise StorageScaleUsageError(
-            f"register_server({where}): the kind {cls.kind!r} is already "
-            f"{taken.__module__}.{taken.__qualname__}. Give the new server another kind.")
-
-
-def _load_builtins() -> None:
-    if _SERVERS:
-        return
-    for target in BUILTIN_SERVERS:
-        module_name, _, class_name = target.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            raise EndpointError(
-                f"the embedded server {target} is not available in this installation "
-                f"({exc}). Reinstall pytest-storagescale.") from None
-        _add(getattr(module, class_name))
-
-
 def embedded_servers() -> dict[str, type[EmbeddedServer]]:
-    """Every registered kind and its class, the built-ins first."""
-    _load_builtins()
-    return dict(_SERVERS)
+    """Every registered kind and its class, the built-ins first (imported now)."""
+    return {kind: SERVERS.get(kind) for kind in SERVERS.names()}
 
 
 def embedded_kinds() -> tuple[str, ...]:
