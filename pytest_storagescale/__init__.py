@@ -10,7 +10,11 @@ The names are imported on first use (PEP 562, as pluggy and fsspec do): importin
 package imports nothing heavy. The fixtures a suite uses (``storage_endpoint``,
 ``storage_settings``, ``storage_doors``, ``storage_known_issues``,
 ``storage_embedded_server``, ``storage_thresholds``, ``storage_load``...) are
-registered by the plugin (:mod:`pytest_storagescale.fixtures`).
+registered by the plugin (:mod:`pytest_storagescale.fixtures`). A hook that gets only
+the ``config`` reads the session through ``storage_view(config)``, a frozen
+:class:`SessionView`; the session object itself is not public. A conformance suite's
+helpers (``remove_folder``, ``door_problem``, ``folder_name``, ``checksum_hint``) are in
+:mod:`pytest_storagescale.conformance`.
 """
 
 from __future__ import annotations
@@ -40,14 +44,13 @@ if TYPE_CHECKING:
         ThresholdViolation,
         UnsafePathError,
     )
-    from .fixtures import StorageEndpoint, StorageLoad, remove_folder, storage_run
+    from .fixtures import SessionView, StorageEndpoint, StorageLoad, storage_view
     from .load.operations import Get, Operation, Param, Read, ReadV, register_operation
     from .metrics import register_metric
     from .records import RuleCheck, StepRecord, Verdict
     from .redact import redact_url
-    from .reporting.failures import checksum_hint
     from .servers.family import EmbeddedServer, embedded_class, register_server, start_embedded
-    from .session.doors import Door, door_names, door_problem, folder_name
+    from .session.doors import Door
     from .thresholds import ThresholdSet, load_thresholds
 
 #: public name -> the module (relative to this package) that defines it
@@ -64,11 +67,10 @@ _EXPORTS = {
     # a step's record and verdict, the thresholds file
     "StepRecord": "records", "Verdict": "records", "RuleCheck": "records",
     "ThresholdSet": "thresholds", "load_thresholds": "thresholds",
-    # doors and the session's handles (for hooks that get only the config)
+    # doors, the session's handles and, for hooks that get only the config, its view
+    # (a conformance suite's helpers: pytest_storagescale.conformance)
     "Door": "session.doors", "StorageEndpoint": "fixtures", "StorageLoad": "fixtures",
-    "storage_run": "fixtures", "remove_folder": "fixtures", "redact_url": "redact",
-    "door_names": "session.doors", "door_problem": "session.doors",
-    "folder_name": "session.doors", "checksum_hint": "reporting.failures",
+    "SessionView": "fixtures", "storage_view": "fixtures", "redact_url": "redact",
     # embedded servers: a kind of one's own, or a second one (a TPC peer)
     "EmbeddedServer": "servers.family", "register_server": "servers.family",
     "start_embedded": "servers.family", "embedded_class": "servers.family",
@@ -85,15 +87,14 @@ _EXPORTS = {
 __all__ = [
     "BadAnswer", "CreatedPaths", "Door", "Driver", "DriverSpec", "EmbeddedServer",
     "EndpointError", "Get", "HungClientsViolation", "Operation", "Param", "Read", "ReadV",
-    "RedirectRefused", "RuleCheck",
+    "RedirectRefused", "RuleCheck", "SessionView",
     "StatInfo", "StepError", "StepRecord", "StorageCheckFailure", "StorageEndpoint",
     "StorageError", "StorageLoad", "StorageNotFound", "StoragePermissionDenied",
     "StorageScaleUsageError", "StorageScaleWarning", "StorageTimeout",
     "StorageUnreachable", "ThresholdSet", "ThresholdViolation", "ThresholdsError",
-    "UnsafePathError", "Verdict", "checksum_hint", "door_names", "door_problem",
-    "driver_spec", "embedded_class", "folder_name", "load_thresholds", "redact_url",
-    "register_driver", "register_metric", "register_operation", "register_server", "remove_folder",
-    "start_embedded", "storage_run",
+    "UnsafePathError", "Verdict", "driver_spec", "embedded_class", "load_thresholds",
+    "redact_url", "register_driver", "register_metric", "register_operation",
+    "register_server", "start_embedded", "storage_view",
 ]
 
 

@@ -529,9 +529,12 @@ def _env_name(name: str) -> str:
     return name.upper().replace("STORAGE_", "STORAGESCALE_", 1)
 
 
-def resolve_setting(config: pytest.Config, name: str) -> Setting:
-    """Resolve one setting: option > environment > ini > default."""
-    flag, parser, default, _ = OPTIONS[name]
+def resolve_setting(config: pytest.Config, name: str,
+                    entry: tuple[str, Callable[[str], Any] | None, Any, str] | None = None
+                    ) -> Setting:
+    """Resolve one setting: option > environment > ini > default (``entry``: a suite's
+    own option, as :data:`OPTIONS` writes one; default: the plugin's ``name``)."""
+    flag, parser, default, _ = entry or OPTIONS[name]
     candidates = (
         (config.getoption(name), flag),
         (os.environ.get(_env_name(name)) or None, f"${_env_name(name)}"),

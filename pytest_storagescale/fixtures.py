@@ -2,6 +2,8 @@
 can replace any of them:
 
 - ``storage_settings``: the session's resolved options (option > env > ini > default);
+  ``storage_suite_options``: a suite's own (``pytest_storagescale_options``), resolved
+  the same way;
 - ``storage_endpoint``: the storage under test (URL, version, run directory, clients);
 - ``storage_embedded_server``: the embedded server (None for a remote storage);
 - ``storage_doors``: every door of the storage (one client spec per protocol);
@@ -27,6 +29,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -83,22 +86,35 @@ class SessionView:
     """What a suite's hook that gets only the ``config`` may read of the session
     (:func:`storage_view`): a read-only copy taken when asked, not the session."""
 
-    #: the resolved options (``--storage-*`` > environment > ini > default; a suite's
-    #: own, declared with ``pytest_storagescale_options``, in ``settings.suite``)
+    #: the resolved options (``--storage-*`` > environment > ini > default)
     settings: Any
+    #: a suite's own options (``pytest_storagescale_options``), resolved the same way:
+    #: name (``storage_ceph_xcache``) -> value
+    suite_options: Mapping[str, Any]
     #: no ``--storage-endpoint``: the plugin runs an embedded server
     is_embedded: bool
     #: the embedded server's kind (``xrootd``, ``ceph``...; meaningful when embedded)
     embedded_kind: str
     #: the embedded server this process runs (None: remote, not started, or a worker)
     embedded_server: Any
-    #: the doors' names, known before any server starts (``root``, ``davs``...)
-    door_names: tuple[str, ...]
+    _door_names: Callable[[], tuple[str, ...]] = field(repr=False, compare=False)
     _thresholds: Callable[[str], ThresholdSet] = field(repr=False, compare=False)
+
+    @property
+    def door_names(self) -> tuple[str, ...]:
+        """The doors' names, known before any server starts (``root``, ``davs``...;
+        to parametrize a check by door at collection)."""
+        return self._door_names()
 
     def thresholds(self, system: str) -> ThresholdSet:
         """The thresholds file matched for ``system`` and the storage version."""
         return self._thresholds(system)
+
+
+def suite_option_values(run: StorageRun) -> Mapping[str, Any]:
+    """A suite's own options: name -> value (read-only)."""
+    return MappingProxyType({name: setting.value
+                             for name, setting in run.suite_options.items()})
 
 
 def storage_view(config: pytest.Config) -> SessionView | None:
@@ -109,10 +125,12 @@ def storage_view(config: pytest.Config) -> SessionView | None:
     if run is None:
         return None
     endpoint = run.endpoint
-    return SessionView(settings=run.settings, is_embedded=endpoint.is_embedded,
+    return SessionView(settings=run.settings, suite_options=suite_option_values(run),
+                       is_embedded=endpoint.is_embedded,
                        embedded_kind=endpoint.embedded_kind,
                        embedded_server=endpoint.embedded_server,
-                       door_names=tuple(door_names(run)), _thresholds=run.thresholds)
+                       _door_names=lambda: tuple(door_names(run)),
+                       _thresholds=run.thresholds)
 
 
 def marker_arg(node: Any, name: str) -> str | None:
@@ -133,6 +151,12 @@ class StorageEndpoint:
         #: entries a test's folder's removal removes
         self.created = CreatedPaths(run_dir)
 
+    @classmethod
+    def like(cls, endpoint: StorageEndpoint) -> StorageEndpoint:
+        """A handle of this class on ``endpoint``'s storage and run directory: a
+        conftest's ``storage_endpoint`` that changes one property of the plugin's."""
+        return cls(endpoint._run, endpoint.run_dir)
+
     @property
     def url(self) -> str:
         return self._run.endpoint.url.url
@@ -140,6 +164,11 @@ class StorageEndpoint:
     @property
     def display(self) -> str:
         return self._run.endpoint.display
+
+    @property
+    def run_id(self) -> str:
+        """This run's id (its directory's name under the test area)."""
+        return self._run.run_id
 
     @property
     def version(self) -> str:
@@ -250,6 +279,13 @@ def storage_cluster(storage_settings) -> str | None:
     this host). A suite's conftest may override it, e.g. with its embedded server's
     own hosts for one test."""
     return storage_settings.cluster
+
+
+@pytest.fixture(scope="session")
+def storage_suite_options(request: pytest.FixtureRequest) -> Mapping[str, Any]:
+    """A suite's own options (declared with ``pytest_storagescale_options``), resolved
+    as the plugin's: name (``storage_ceph_xcache``) -> value (None: not given)."""
+    return suite_option_values(_run(request))
 
 
 @pytest.fixture(scope="session")

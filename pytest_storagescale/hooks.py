@@ -52,3 +52,24 @@ def pytest_storagescale_embedded(config: pytest.Config) -> str | None:
     user names none with ``--storage-embedded``. Implement it in the suite's
     ``conftest.py``; it is read when that conftest is loaded before the session starts
     (``pytest suites/ceph``). Suites that disagree are a usage error."""
+
+
+@pytest.hookspec(historic=True)
+def pytest_storagescale_options() -> dict | None:
+    """A suite's own options, resolved like the plugin's: ``{name: (flag, parser,
+    default, help)}`` as :data:`pytest_storagescale.config.OPTIONS` writes them, e.g.
+    ``{"storage_ceph_xcache": ("--storage-ceph-xcache", None, None, "the XCache...")}``
+    (``parser``: a function of the text given, or None). Each is a command-line
+    option, an environment variable (``STORAGESCALE_CEPH_XCACHE``) and an ini key
+    (``storage_ceph_xcache``), resolved in that order before the default, and shown in
+    the header with where its value came from. Read with the ``storage_suite_options``
+    fixture or ``storage_view(config).suite_options`` (name -> value). Declared in a
+    conftest pytest loads before it parses the command line (the suite's folder given
+    as an argument), as any ``pytest_addoption``."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_storagescale_stand_in(config: pytest.Config) -> str | None:
+    """What stood in for the system the suite is about (the embedded Apache WebDAV door
+    for a dCache), in one sentence, or None: said in the terminal summary and the
+    results' label. Asked once the settings are resolved and again after collection."""

@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import importlib.util
+import re
 import socket
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -22,7 +24,15 @@ from .cluster import breakdown_lines as cluster_breakdown_lines
 from .cluster import disconnect as cluster_disconnect
 from .cluster import header_lines as cluster_header_lines
 from .compare import session_gate
-from .config import EMBEDDED_CHOICES, FLAGS, OPTIONS, REPEATABLE, Settings
+from .config import (
+    EMBEDDED_CHOICES,
+    FLAGS,
+    OPTIONS,
+    REPEATABLE,
+    Setting,
+    Settings,
+    resolve_setting,
+)
 from .drivers.grid import configure_xrootd_client
 from .drivers.registry import extra_hint
 from .errors import StorageScaleUsageError
@@ -42,6 +52,7 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     storage_load,
     storage_load_door,
     storage_settings,
+    storage_suite_options,
     storage_system,
     storage_test_dir,
     storage_thresholds,
@@ -51,7 +62,7 @@ from .history import check_outputs as check_history_outputs
 from .paired import check_compare_with, side_b
 from .paired import finish as finish_paired
 from .records import ClientInfo, RunInfo, Verdict
-from .redact import redact_argv, redact_exception, redact_report
+from .redact import redact_argv, redact_exception, redact_report, redact_url, register_url
 from .reporting.allure_report import allure_dir, write_session_files
 from .reporting.behaviour import BehaviourGate
 from .reporting.benchmark_json import write_benchmark_json
@@ -94,8 +105,16 @@ MARKERS = (
 )
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     group = parser.getgroup("storagescale", "storage scalability and acceptance tests")
+    # a suite's own options (pytest_storagescale_options), added as each conftest that
+    # declares some is registered (pluggy's historic call), kept for pytest_configure
+    declared: dict[str, tuple] = {}
+    config = pluginmanager.get_plugin("pytestconfig")
+    if config is not None:
+        config.stash[suite_options_key] = declared
+    pluginmanager.hook.pytest_storagescale_options.call_historic(
+        result_callback=lambda answer: add_suite_options(group, parser, declared, answer))
     from .servers.family import embedded_help
 
     for name, (flag, _, _, help_text) in OPTIONS.items():
@@ -105,6 +124,51 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   "store_true" if name in FLAGS else "store")
         group.addoption(flag, dest=name, default=None, action=action, help=help_text)
         parser.addini(name, help=help_text, default=None)
+
+
+#: a suite's options as declared: name -> (flag, parser, default, help)
+suite_options_key = pytest.StashKey[dict[str, tuple]]()
+#: a suite option's name: ``storage_<suite>_<what>``
+SUITE_OPTION = re.compile(r"storage_[a-z0-9]+(_[a-z0-9]+)+")
+
+
+def add_suite_options(group, parser: pytest.Parser, declared: dict[str, tuple],
+                      answer: Any) -> None:
+    """Add one conftest's ``pytest_storagescale_options`` answer: each option as a
+    flag and an ini key, as the plugin's own; the same entry again (a conftest seen
+    twice) is fine."""
+    for name, entry in dict(answer or {}).items():
+        flag = f"--{str(name).replace('_', '-')}"
+        if not (SUITE_OPTION.fullmatch(str(name)) and isinstance(entry, tuple)
+                and len(entry) == 4 and entry[0] == flag
+                and (entry[1] is None or callable(entry[1]))) or name in OPTIONS:
+            raise StorageScaleUsageError(
+                f"pytest_storagescale_options: {name!r}: {entry!r} is not a suite option. "
+                f"Give {{'storage_<suite>_<what>': ('--storage-<suite>-<what>', parser or "
+                f"None, default, 'help')}}, a name the plugin's options do not use.")
+        if name in declared:
+            continue
+        declared[name] = entry
+        group.addoption(flag, dest=name, default=None, help=entry[3])
+        parser.addini(name, help=entry[3], default=None)
+
+
+def resolve_suite_options(config: pytest.Config) -> dict[str, Setting]:
+    """The suite options declared, each resolved as the plugin's own (option >
+    environment > ini > default, with where from)."""
+    resolved = {name: resolve_setting(config, name, entry)
+                for name, entry in config.stash.get(suite_options_key, {}).items()}
+    for setting in resolved.values():  # a URL's password is never printed
+        if isinstance(setting.value, str) and "://" in setting.value:
+            register_url(setting.value)
+    return resolved
+
+
+def take_stand_in(config: pytest.Config, run: StorageRun) -> None:
+    """What a suite says stood in for its system (``pytest_storagescale_stand_in``)."""
+    said = config.hook.pytest_storagescale_stand_in(config=config)
+    if said:
+        run.stand_in = str(said)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -144,7 +208,9 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = Settings.from_config(config).check_choices(embedded_choices())
     settings = with_suite_embedded(settings, config)
     run = StorageRun(settings, role=role_of(config), shared=shared)
+    run.suite_options = resolve_suite_options(config)
     config.stash[storage_run_key] = run
+    take_stand_in(config, run)
     # inert until used: a session given no storage setting touches neither the
     # environment nor a client library until a test needing the storage is collected
     # (under xdist without a setting: the controller once a worker collected one,
@@ -377,6 +443,9 @@ def _header_lines(config: pytest.Config, run: StorageRun) -> list[str]:
     lines = [f"storagescale: endpoint {run.endpoint.display}"]
     lines += [f"  {line}" for line in run.settings.header_lines(verbose=verbose,
                                                                  secret_options=secrets)]
+    lines += [f"  {name}: {redact_url(str(setting.value))} (from {setting.source})"
+              for name, setting in run.suite_options.items()
+              if setting.value is not None and (verbose or setting.source != "default")]
     lines += [f"  {line}" for line in client_host_lines(run)] if verbose else []
     return lines + cluster_header_lines(run.settings.cluster)  # hosts and clock offsets
 
@@ -485,10 +554,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     run = config.stash[storage_run_key]
     if run.collection_errors:
         raise StorageScaleUsageError(run.collection_errors[0])
+    take_stand_in(config, run)  # a suite's conftest met only while collecting too
     _ = run.baseline  # read and checked now
     if any(PLUGIN_FIXTURES & set(getattr(item, "fixturenames", ())) for item in items):
         use_storage(config)  # a test of the storage was collected
-    refuse_in_process_steps(run, items)
+    try:
+        refuse_in_process_steps(run, items)
+    except StorageScaleUsageError as exc:
+        if not run.is_worker:
+            raise
+        # an xdist worker: as a collection error the controller says once on stderr,
+        # exit status 4 (WorkerUsageErrors); none of its tests runs
+        config.hook.pytest_collectreport(report=pytest.CollectReport(
+            "", "failed", f"{WORKER_USAGE_ERROR}{exc}", []))
+        items[:] = []
     if run.role is Role.SINGLE and not config.option.collectonly and any(
             STORAGE_FIXTURES & set(getattr(item, "fixturenames", ())) for item in items):
         run.check_endpoint()  # once, here (the xdist controller: at session start)

@@ -5,11 +5,15 @@ fixtures, so a site's conftest that overrides ``storage_thresholds`` or
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import pytest_storagescale
 
@@ -52,17 +56,71 @@ def test_the_step_record_holds_its_cluster_hosts_without_importing_the_cluster()
     assert _python(code) == ["True 2 False"]
 
 
-def test_no_suite_reaches_into_the_plugins_state_or_its_private_modules():
-    stash, private = [], set()
+#: the session object and the ways to it: a suite reads the fixtures, or, in a hook that
+#: gets only the config, storage_view(config) (a frozen SessionView)
+SESSION_NAMES = {"storage_run", "storage_run_key", "StorageRun", "stash"}
+#: the public submodules a suite may import beside the package's names
+PUBLIC_MODULES = {"pytest_storagescale.conformance"}
+
+
+def session_uses(path: Path) -> list[str]:
+    """Where ``path`` names the session object or the config's stash (line: name)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, ast.ImportFrom):
+            names = [alias.name for alias in node.names] + [node.module or ""]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            if name in SESSION_NAMES or name.startswith("pytest_storagescale.session"):
+                found.append(f"{path.name}:{node.lineno}: {name}")
+    return found
+
+
+def test_no_suite_touches_the_session_object_or_a_private_module():
+    """``storage_run`` left the public API (issue 33): what suites read of the session
+    comes from fixtures (storage_settings, storage_endpoint.is_embedded...) or the view."""
+    uses, private = [], set()
     for path in sorted(SUITES.rglob("*.py")):
-        text = path.read_text()
-        if "storage_run_key" in text or "config.stash" in text:
-            stash.append(path.name)
-        private |= set(re.findall(r"(pytest_storagescale\.[\w.]+) import", text))
-    assert stash == []  # storage_run(config) / the fixtures instead
+        uses += session_uses(path)
+        private |= set(re.findall(r"(pytest_storagescale\.[\w.]+) import", path.read_text()))
+    assert uses == []
     # the protocol rules are the driver classes' (Driver.is_xrootd, create_command,
     # url_of, XRootD's locate and logins), reached through a door: no private module
-    assert private == set(), sorted(private)
+    assert private - PUBLIC_MODULES == set(), sorted(private)
+
+
+def test_the_guard_sees_each_way_to_the_session(tmp_path):
+    suite = tmp_path / "conftest.py"
+    suite.write_text("from pytest_storagescale.fixtures import storage_run\n"
+                     "import pytest_storagescale.session\n"
+                     "def hook(config):\n"
+                     "    return config.stash, storage_run(config).settings\n")
+    found = [line.split(": ", 1)[1] for line in session_uses(suite)]
+    assert found.count("storage_run") == 2 and "stash" in found
+    assert "pytest_storagescale.session" in found
+
+
+def test_the_session_is_not_public_and_its_view_is_read_only():
+    assert "storage_run" not in pytest_storagescale.__all__
+    assert not hasattr(pytest_storagescale, "storage_run")
+    assert {"storage_view", "SessionView"} <= set(pytest_storagescale.__all__)
+    moved = {"door_names", "door_problem", "folder_name", "checksum_hint", "remove_folder"}
+    assert not moved & set(pytest_storagescale.__all__)
+    from pytest_storagescale import conformance
+
+    assert set(conformance.__all__) == moved - {"door_names"}
+    view = pytest_storagescale.SessionView(
+        settings=None, suite_options={}, is_embedded=True, embedded_kind="xrootd",
+        embedded_server=None, _door_names=lambda: ("root",), _thresholds=lambda s: s)
+    assert view.door_names == ("root",) and view.thresholds("x") == "x"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        view.is_embedded = False  # type: ignore[misc]
 
 
 CONFTEST = '''
@@ -71,7 +129,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_storagescale import StorageEndpoint, driver_spec, load_thresholds, storage_run
+from pytest_storagescale import StorageEndpoint, driver_spec, load_thresholds
 from pytest_storagescale.drivers.memory import MemoryDriver
 
 
@@ -108,7 +166,7 @@ class ElsewhereEndpoint(StorageEndpoint):
 
 @pytest.fixture(scope="session")
 def storage_endpoint(storage_endpoint, request):
-    return ElsewhereEndpoint(storage_run(request.config), storage_endpoint.run_dir)
+    return ElsewhereEndpoint.like(storage_endpoint)
 '''
 
 FILE = '''

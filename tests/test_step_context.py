@@ -184,7 +184,7 @@ def test_step(storage_load, storage_clients, storage_endpoint):
 '''
 
 
-def _suite(pytester, section: str, op: str, *args: str):
+def _suite(pytester, section: str, op: str, *args: str, xdist: bool = False):
     pytester.makeconftest(CONFTEST)
     (pytester.path / "thresholds" / "site").mkdir(parents=True)
     (pytester.path / "thresholds" / "site" / "default.toml").write_text(
@@ -192,7 +192,7 @@ def _suite(pytester, section: str, op: str, *args: str):
     pytester.makepyfile(test_site=SUITE.format(section=section))
     return pytester.runpytest_subprocess(
         "--storage-endpoint", "memory://store/area", "--storage-version", "1.0",
-        "-p", "no:cacheprovider", "-p", "no:xdist", *args)
+        "-p", "no:cacheprovider", *(["-n", "2"] if xdist else ["-p", "no:xdist"]), *args)
 
 
 def test_observations_reach_the_rules_under_the_processes_executor(pytester):
@@ -207,12 +207,17 @@ def test_observations_reach_the_rules_under_the_processes_executor(pytester):
     assert [check["passed"] for check in step["checks"][:2]] == [True, True]
 
 
-def test_an_in_process_operation_under_processes_is_a_usage_error_before_any_load(pytester):
-    outcome = _suite(pytester, "local", "local", "--storage-executor", "processes")
+@pytest.mark.parametrize("xdist", [False, True], ids=["alone", "xdist"])
+def test_an_in_process_operation_under_processes_is_a_usage_error_before_any_load(
+        pytester, xdist):
+    """Once on stderr, exit 4, no test run; under -n too (a worker's refusal went up
+    as an internal error, exit 3, before the controller was told)."""
+    outcome = _suite(pytester, "local", "local", "--storage-executor", "processes",
+                     xdist=xdist)
     assert outcome.ret == 4
     text = outcome.stderr.str()
-    assert "test_site.py::test_step[c4]: operation 'local' runs only in pytest's own " \
-           "process" in text
+    assert text.count("test_site.py::test_step[c4]: operation 'local' runs only in "
+                      "pytest's own process") == 1
     assert "Traceback" not in text
     assert not outcome.parseoutcomes().get("passed") and "failed" not in outcome.stdout.str()
 

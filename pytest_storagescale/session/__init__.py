@@ -117,6 +117,9 @@ class StorageRun:
         self.report_page: Path | None = None
         #: set by a suite that ran against a stand-in for its system (RunInfo.stand_in)
         self.stand_in = ""
+        #: a suite's own options (``pytest_storagescale_options``), resolved as the
+        #: plugin's: name -> value and source
+        self.suite_options: dict[str, Any] = {}
 
     @property
     def is_worker(self) -> bool:

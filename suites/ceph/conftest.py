@@ -12,11 +12,9 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from pytest_storagescale import driver_spec
+from pytest_storagescale import driver_spec, storage_view
 
 from . import xcache
 
@@ -24,11 +22,15 @@ from . import xcache
 WORKER_KEY = "storagescale_ceph_xcache"
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--storage-ceph-xcache", default=None, metavar="URL",
-        help="the test area through an XCache in front of the gateway, for the *_xcache "
-             "steps (env STORAGESCALE_CEPH_XCACHE); default: the embedded gateway's door")
+#: the XCache door's option, resolved as the plugin's own (option > env > ini)
+XCACHE_OPTION = "storage_ceph_xcache"
+
+
+def pytest_storagescale_options() -> dict:
+    return {XCACHE_OPTION: (
+        "--storage-ceph-xcache", None, None,
+        "the test area through an XCache in front of the gateway, for the *_xcache steps "
+        "(URL); default: the embedded gateway's door")}
 
 
 def pytest_storagescale_embedded(config: pytest.Config) -> str:
@@ -52,16 +54,14 @@ def pytest_storagescale_operations() -> list:
 def pytest_configure_node(node) -> None:
     """xdist controller: tell the workers where the embedded gateway's door is (after
     the plugin's own hook started the server)."""
-    from pytest_storagescale import storage_run
-
-    server = storage_run(node.config).endpoint.embedded_server
-    node.workerinput[WORKER_KEY] = getattr(server, "cached_url", None)
+    view = storage_view(node.config)
+    node.workerinput[WORKER_KEY] = getattr(view and view.embedded_server, "cached_url", None)
 
 
-def door_url(config: pytest.Config, embedded) -> str | None:
-    """The option, the environment, an xdist controller's door, or the embedded one."""
-    given = (config.getoption("--storage-ceph-xcache")
-             or os.environ.get("STORAGESCALE_CEPH_XCACHE"))
+def door_url(config: pytest.Config, options, embedded) -> str | None:
+    """The option (its environment variable, its ini key), an xdist controller's door,
+    or the embedded one."""
+    given = options.get(XCACHE_OPTION)
     if given:
         return given
     worker = getattr(config, "workerinput", {})
@@ -71,10 +71,11 @@ def door_url(config: pytest.Config, embedded) -> str | None:
 
 
 @pytest.fixture
-def xcache_door(request: pytest.FixtureRequest, storage_endpoint) -> dict:
+def xcache_door(request: pytest.FixtureRequest, storage_endpoint,
+                storage_suite_options) -> dict:
     """The doors of this test's ``*_xcache`` steps (``storage_load.run(doors=...)``):
     the XCache door they read through; skipped when the endpoint has none."""
-    url = door_url(request.config, storage_endpoint.embedded)
+    url = door_url(request.config, storage_suite_options, storage_endpoint.embedded)
     if not url:
         pytest.skip("no XCache in front of this endpoint: give its URL with "
                     "--storage-ceph-xcache root://xcache:1094//same/test/area")

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_storagescale import DriverSpec, StorageScaleUsageError, driver_spec, storage_run
+from pytest_storagescale import DriverSpec, StorageScaleUsageError, driver_spec
 
 from .checks import ConformanceChecks, Place, adler32_hex, expect_missing, fail, payload
 from .doors import Door
@@ -150,21 +150,20 @@ def read_token_file(path: str, option: str) -> str:
                     f"run ({exc})", pytrace=False)
 
 
-def session_tokens(config: pytest.Config) -> AuthzTokens:
-    """The embedded server's issuer mints them; else the remote storage's token files;
+def session_tokens(settings, endpoint) -> AuthzTokens:
+    """The embedded server's issuer mints them; else the remote storage's token files
+    (``settings``: the ``storage_settings`` fixture, ``endpoint``: ``storage_endpoint``);
     skips naming the option when there are none."""
-    run = storage_run(config)
-    if run.endpoint.is_embedded:
-        login = run.settings.embedded_login
+    if endpoint.is_embedded:
+        login = settings.embedded_login
         if login != "token":
             pytest.skip(f"the authorization checks need token logins and the embedded "
                         f"server runs with the {login} login: {RUN_HINT}")
-        tokens = run.endpoint.authorization_tokens()  # the controller's, under xdist
+        tokens = endpoint.authorization_tokens()  # the controller's, under xdist
         if not tokens:
-            pytest.skip(f"the embedded {run.endpoint.embedded_kind} has no token issuer to "
+            pytest.skip(f"the embedded {endpoint.embedded_kind} has no token issuer to "
                         f"mint the checks' tokens: {RUN_HINT}")
         return AuthzTokens("minted by the embedded server's issuer", **tokens)
-    settings = run.settings
     found, missing = {}, {}
     for kind, option in (("readonly", "token_readonly"), ("expired", "token_expired")):
         path = getattr(settings, option)
@@ -233,8 +232,8 @@ class AuthorizationChecks(ConformanceChecks):
     authz_file_size = 100_000
 
     @pytest.fixture
-    def authz_tokens(self, request: pytest.FixtureRequest) -> AuthzTokens:
-        return session_tokens(request.config)
+    def authz_tokens(self, storage_settings, storage_endpoint) -> AuthzTokens:
+        return session_tokens(storage_settings, storage_endpoint)
 
     def test_read_only_token_reads(self, authz_tokens: AuthzTokens, place: Place) -> None:
         """A token with only ``storage.read:/`` reads a file the session wrote."""

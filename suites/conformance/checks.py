@@ -37,12 +37,11 @@ from pytest_storagescale import (
     StorageNotFound,
     StorageTimeout,
     ThresholdSet,
-    checksum_hint,
-    remove_folder,
-    storage_run,
+    storage_view,
 )
+from pytest_storagescale.conformance import checksum_hint, folder_name, remove_folder
 
-from .doors import Door, door_names, folder_name
+from .doors import Door
 from .vector import vector_read
 
 MiB = 1024 * 1024
@@ -223,7 +222,7 @@ class ConformanceChecks(KnownIssues):
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "door_name" in metafunc.fixturenames:
-            names = door_names(storage_run(metafunc.config))
+            names = storage_view(metafunc.config).door_names
             metafunc.parametrize("door_name", names, ids=names)
 
     @pytest.fixture

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from pytest_storagescale import StorageError, storage_run
+from pytest_storagescale import StorageError
 
 from .checks import ConformanceChecks, Place, adler32_hex, call, fail, payload
 from .doors import Door
@@ -140,9 +140,8 @@ class RedirectionChecks(ConformanceChecks):
     identically through the redirector, and listed."""
 
     @pytest.fixture
-    def redirector(self, place: Place, request: pytest.FixtureRequest) -> Redirector:
-        endpoint = storage_run(request.config).endpoint
-        embedded = endpoint.is_embedded and endpoint.embedded_kind == REDIRECTOR_KIND
+    def redirector(self, place: Place, storage_endpoint) -> Redirector:
+        embedded = storage_endpoint.embedded_kind == REDIRECTOR_KIND
         return redirector_of(place.door, place.folder, embedded)
 
     def test_locate_names_data_server(self, place: Place, redirector: Redirector) -> None:

@@ -44,13 +44,11 @@ from pytest_storagescale import (
     StorageError,
     StorageScaleUsageError,
     StorageScaleWarning,
-    door_problem,
     driver_spec,
     redact_url,
-    remove_folder,
     start_embedded,
-    storage_run,
 )
+from pytest_storagescale.conformance import door_problem, remove_folder
 
 from .checks import (
     KnownIssues,
@@ -153,23 +151,23 @@ def _start_embedded_peer(doors: dict[str, Door]):
 
 
 @pytest.fixture(scope="session")
-def storage_tpc_peer(storage_endpoint, storage_doors: dict[str, Door],
+def storage_tpc_peer(storage_endpoint, storage_doors: dict[str, Door], storage_settings,
                      request: pytest.FixtureRequest) -> Iterator[TPCPeer]:
     """The peer of the third-party copies (see the module's text), its directory for
     this run made, and removed (with the embedded peer) at the end."""
-    run = storage_run(request.config)
-    urls = peer_urls(run.settings.tpc_peer)
+    settings = storage_settings
+    urls = peer_urls(settings.tpc_peer)
     peer = None
-    if not urls and not run.endpoint.is_embedded:
+    if not urls and not storage_endpoint.is_embedded:
         yield TPCPeer(absent=(
             f"third-party copy needs a second storage: name its writable area with {OPTION} "
             f"URL (ini storage_tpc_peer), one per protocol, e.g. {OPTION} "
             f"root://peer:1094//tmp/area {OPTION} davs://peer:8443/tmp/area"))
         return
-    if not urls and run.settings.embedded_login != "unix":
+    if not urls and settings.embedded_login != "unix":
         yield TPCPeer(absent=(
             f"the embedded TPC peer logs in with unix; a copy between it and a storage with "
-            f"the {run.settings.embedded_login} login needs delegated credentials, which the "
+            f"the {settings.embedded_login} login needs delegated credentials, which the "
             f"embedded pair does not set up: run with --storage-embedded-login unix, or name "
             f"a peer with {OPTION} URL"))
         return
@@ -177,8 +175,8 @@ def storage_tpc_peer(storage_endpoint, storage_doors: dict[str, Door],
         peer = _start_embedded_peer(storage_doors)
         urls = {"root": peer.url, "http": peer.https_url}
     worker = getattr(request.config, "workerinput", {}).get("workerid", "")
-    folder = f"{run.run_id}-tpc" + (f"-{worker}" if worker else "")
-    timeout = run.settings.hang_timeout or Door.timeout
+    folder = f"{storage_endpoint.run_id}-tpc" + (f"-{worker}" if worker else "")
+    timeout = settings.hang_timeout or Door.timeout
     main = storage_endpoint.driver_spec
     peer_ca = peer.ca_dir if peer is not None and not _storage_ca(storage_doors) else ""
     doors = {protocol: peer_door(f"peer {protocol}", url, main, folder, timeout, peer_ca)

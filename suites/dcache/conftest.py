@@ -25,7 +25,7 @@ import os
 
 import pytest
 
-from pytest_storagescale import embedded_class, storage_run
+from pytest_storagescale import embedded_class, storage_view
 
 from ..conformance.checks import KnownIssues, VectorReadChecks
 
@@ -60,19 +60,16 @@ STAND_IN = ("suites/dcache ran against the embedded Apache WebDAV door (mod_dav)
 
 
 def _on_apache(config: pytest.Config) -> bool:
-    run = storage_run(config)
-    settings = run.settings if run is not None else None
+    view = storage_view(config)
+    settings = view.settings if view is not None else None
     return not (settings is None or settings.endpoint is not None
                 or settings.embedded != "webdav"
                 or settings.source("embedded") != "the suite's conftest")
 
 
-@pytest.hookimpl(trylast=True)  # after the plugin's: the run exists
-def pytest_configure(config: pytest.Config) -> None:
+def pytest_storagescale_stand_in(config: pytest.Config) -> str | None:
     """The run says, in its results and summary, that Apache stood in for dCache."""
-    run = storage_run(config)
-    if run is not None and _on_apache(config):
-        run.stand_in = STAND_IN
+    return STAND_IN if _on_apache(config) else None
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -109,8 +106,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _door_scheme(config: pytest.Config, door: str | None) -> str:
     """The scheme of a door: the embedded server's doors are named by their scheme, a
     remote one's ``--storage-door NAME=URL`` by the URL's."""
-    run = storage_run(config)
-    doors = (run.settings.doors or {}) if run is not None else {}
+    view = storage_view(config)
+    doors = (view.settings.doors or {}) if view is not None else {}
     url = doors.get(door or "", "")
     return url.partition("://")[0].lower() if url else (door or "")
 
@@ -128,7 +125,7 @@ def _functional_known_issue(request: pytest.FixtureRequest) -> None:
     # the suite's own file only: an embedded server's thresholds/<kind>/ issues name
     # conformance checks (XRootD's "overwrite" is about its cached adler32, which the
     # functional test_overwrite does not ask for)
-    thresholds = storage_run(request.config).thresholds(
+    thresholds = storage_view(request.config).thresholds(
         system.args[0] if system else "dcache")
     reason = thresholds.known_issue(check)
     if reason is not None:

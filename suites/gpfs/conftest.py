@@ -12,24 +12,35 @@
 
 from __future__ import annotations
 
-import os
 from urllib.parse import urlparse
 
 import pytest
 
+from pytest_storagescale import StorageScaleUsageError
+
 from . import crossnode, ioperf
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--storage-gpfs-second-mount", default=None, metavar="URL",
-        help="the test area as a second client host mounts it (file:///...), for the "
-             "killed-writer and ls-at-depth steps (env STORAGESCALE_GPFS_SECOND_MOUNT); "
-             "default: the embedded CephFS's second host")
-    parser.addoption(
-        "--storage-gpfs-hosts", default=None, type=int, metavar="N",
-        help="client hosts of --storage-cluster for the one-thread-per-host ioperf steps "
-             "(one worker per node); default: the embedded CephFS's client hosts")
+def _hosts(value: str) -> int:
+    if not str(value).isdigit() or int(value) < 1:
+        raise StorageScaleUsageError(
+            f"--storage-gpfs-hosts {value!r}: a number of client hosts, e.g. 4.")
+    return int(value)
+
+
+def pytest_storagescale_options() -> dict:
+    """Resolved as the plugin's own: option > environment > ini > default."""
+    return {
+        "storage_gpfs_second_mount": (
+            "--storage-gpfs-second-mount", None, None,
+            "the test area as a second client host mounts it (file:///...), for the "
+            "killed-writer and ls-at-depth steps; default: the embedded CephFS's second "
+            "host"),
+        "storage_gpfs_hosts": (
+            "--storage-gpfs-hosts", _hosts, None,
+            "client hosts of --storage-cluster for the one-thread-per-host ioperf steps "
+            "(one worker per node); default: the embedded CephFS's client hosts"),
+    }
 
 
 def pytest_storagescale_embedded(config: pytest.Config) -> str:
@@ -51,14 +62,13 @@ def pytest_storagescale_metrics() -> dict[str, str]:
     }
 
 
-def second_host(config: pytest.Config, endpoint) -> dict | None:
+def second_host(options, endpoint) -> dict | None:
     """The endpoint's host and a second one, as the cross-host steps take them in
     their step context (``storage_load.run(..., context=hosts)``): ``area_a``,
     ``area_b`` (the same test area through each host's mount), ``netns_a``,
     ``netns_b`` (their network namespaces, absent: here) and ``client`` (kill host B's
     file system client, mount it again); None: no second host."""
-    given = (config.getoption("--storage-gpfs-second-mount")
-             or os.environ.get("STORAGESCALE_GPFS_SECOND_MOUNT"))
+    given = options.get("storage_gpfs_second_mount")
     area_a = urlparse(endpoint.url).path.rstrip("/")
     if given:
         return {"area_a": area_a, "area_b": urlparse(given).path.rstrip("/")}
@@ -72,17 +82,17 @@ def second_host(config: pytest.Config, endpoint) -> dict | None:
 
 
 @pytest.fixture
-def second_host_if_any(request: pytest.FixtureRequest, storage_endpoint) -> dict:
+def second_host_if_any(storage_suite_options, storage_endpoint) -> dict:
     """The step context of this test's cross-host steps: they write on host B when
     there is one (empty: no second host)."""
-    return second_host(request.config, storage_endpoint) or {}
+    return second_host(storage_suite_options, storage_endpoint) or {}
 
 
 @pytest.fixture
-def two_hosts(request: pytest.FixtureRequest, storage_endpoint) -> dict:
+def two_hosts(storage_suite_options, storage_endpoint) -> dict:
     """The step context of this test's cross-host steps, which write on host A and act
     on host B; skipped without a second host."""
-    hosts = second_host(request.config, storage_endpoint)
+    hosts = second_host(storage_suite_options, storage_endpoint)
     if hosts is None:
         pytest.skip("no second client host of this file system: give its mount of the "
                     "same test area with --storage-gpfs-second-mount file:///mnt/b/area, "
@@ -106,12 +116,12 @@ def storage_cluster(request: pytest.FixtureRequest, storage_settings, storage_en
 
 
 @pytest.fixture
-def host_cluster(request: pytest.FixtureRequest, storage_settings, storage_endpoint,
+def host_cluster(storage_suite_options, storage_settings, storage_endpoint,
                  storage_cluster) -> int:
     """The number of client hosts this test's steps run on, one Dask worker each: the
     --storage-cluster given (with --storage-gpfs-hosts N), or the embedded CephFS's
     hosts (:func:`storage_cluster`)."""
-    given = request.config.getoption("--storage-gpfs-hosts")
+    given = storage_suite_options.get("storage_gpfs_hosts")
     if storage_settings.cluster:
         if not given:
             pytest.skip("--storage-cluster is given: say how many client hosts it has "
