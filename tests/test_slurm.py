@@ -162,6 +162,11 @@ def test_slurm_jobs_are_the_client_hosts_of_a_step(slurm, server, monkeypatch):
             jobs = batch.jobs()
             assert sorted(j.split()[1] for j in jobs) == [h.name for h in network.hosts], jobs
             assert all(j.split()[2] == "RUNNING" for j in jobs), jobs
+            # the workers' scratch space is the run's, not /tmp/dask-scratch-space
+            # (a lambda: pickled by value, the jobs cannot import this test module)
+            scratch = connection.client.run(
+                lambda dask_worker: str(dask_worker.local_directory))
+            assert all(d.startswith(f"{batch.directory}/") for d in scratch.values()), scratch
             result = run_cluster_step(f"slurm:{HOSTS}", plan)
         finally:
             cluster_hosts.disconnect(f"slurm:{HOSTS}")

@@ -105,7 +105,7 @@ class EmbeddedSlurm:
         try:
             self._private("munge")
             self._private("slurm")
-            for name in ("state", "spool", "jobs", "dask-tls"):
+            for name in ("state", "spool", "jobs", "dask-tls", "scratch"):
                 self._private(f"slurm/{name}")
             for node in self.nodes:
                 self._private(f"slurm/spool/{node.name}")
@@ -248,6 +248,8 @@ class EmbeddedSlurm:
             # SLURM here tracks no memory (select/linear): no --mem line
             "job-directives-skip": ["--mem"],
             "log-directory": str(self.directory / "slurm" / "jobs"),
+            # the workers' scratch space (else /tmp/dask-scratch-space, outside the run)
+            "local-directory": str(self.directory / "slurm" / "scratch"),
             # where dask-jobqueue dumps the run's certificate for the jobs (0600 files)
             "shared-temp-directory": str(self.directory / "slurm" / "dask-tls"),
             "job-script-prologue": [
