@@ -15,17 +15,29 @@ Every measurement starts from fresh processes (the engine in a child process, th
 namespace workers restarted), as bench_engine.py does. Needs root (``ip netns``). Usage::
 
     .venv/bin/python benchmarks/bench_cluster.py [--clients 1000] [--duration 5] [--rounds 2]
+
+``--scale 4x5,4x250,4x500,8x250`` measures the seeds' scale instead: H namespace hosts
+x C clients each, their Dask workers submitted as SLURM jobs (``--storage-cluster
+slurm:N`` against a SLURM cluster of the benchmark's own, :mod:`pytest_storagescale.
+cluster.slurm`; ``--launcher dask`` starts the workers directly), a namespace scan
+(``stat``, ``ls``) and a copy-out scan (``get``) per configuration. Per step: clients,
+rate, failed/hung/lost, and what the client hosts cost: each host's resident memory
+(every process in its namespace: slurmd, the job's nanny and worker) idle and at its
+peak during the step, so memory per host and per client; the machine's available
+memory at its lowest; the xrootd's resident memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -96,12 +108,19 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--scale", help="HOSTSxCLIENTS,... (e.g. 4x5,4x500,8x250)")
+    parser.add_argument("--ops", default="stat,ls,get", help="the scale steps' operations")
+    parser.add_argument("--launcher", choices=("slurm", "dask"), default="slurm")
+    parser.add_argument("--hang-timeout", type=float, default=120.0)
     parser.add_argument("--engine-step", nargs=3, metavar=("URL", "ROOT", "TAG"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.engine_step:
         url, root, tag = args.engine_step
         print(json.dumps(engine_step(url, root, args, tag)))
+        return
+    if args.scale:
+        scale(args)
         return
     raise_open_files()
     configs = ["engine", "cluster 1", "cluster 2", "cluster 4"]
@@ -155,6 +174,199 @@ def report(runs: dict[str, list[dict]], args) -> None:
               f"{wall - base_wall:+.2f} s | {med['offsets_s'] * 1e3:.0f} ms | "
               f"{med['dispatch_s'] * 1e3:.0f} ms | {med['merge_s'] * 1e3:.0f} ms | "
               f"{med['rss_mb']:.0f} MB | {bad} |")
+
+
+# -- the seeds' scale ---------------------------------------------------------------------
+SCALE_PARAMS = {"stat": {}, "ls": {"entries": 100}, "get": {"file_size": 65536, "files": 20}}
+
+
+def namespace_rss_mb(netns: str) -> float:
+    """Resident memory of every process in the network namespace ``netns`` (MB)."""
+    target = os.stat(netns).st_ino
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{pid}/ns/net").st_ino != target:
+                continue
+            with open(f"/proc/{pid}/statm") as statm:
+                total += int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e6
+
+
+def process_rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def available_mb() -> float:
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024 / 1e6
+    return float("nan")
+
+
+class MemorySampler:
+    """Every 0.5 s until stopped: each namespace's resident memory (its peak kept), the
+    machine's available memory (its lowest) and the server's (its peak)."""
+
+    def __init__(self, netns: list[str], server_pid: int) -> None:
+        self.netns, self.server_pid = netns, server_pid
+        self.peak = dict.fromkeys(netns, 0.0)
+        self.lowest_available = available_mb()
+        self.server_peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for netns in self.netns:
+                self.peak[netns] = max(self.peak[netns], namespace_rss_mb(netns))
+            self.lowest_available = min(self.lowest_available, available_mb())
+            self.server_peak = max(self.server_peak, process_rss_mb(self.server_pid))
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def scale_step(connection, hosts, network, url: str, root: str, op: str, per_host: int,
+               args, server_pid: int) -> dict:
+    """One step of ``op`` with ``per_host`` clients on each of ``hosts``."""
+    plan = StepPlan(operation=get_operation(op), clients=per_host * len(hosts),
+                    duration=args.duration, warmup=args.warmup, hang_timeout=args.hang_timeout,
+                    driver=driver_spec(url, writable_root=root), params=SCALE_PARAMS[op],
+                    workdir=f"{root}/{op}-{len(hosts)}x{per_host}-{time.time_ns()}")
+    netns = [network_host(network, h).netns for h in hosts]
+    idle = {n: namespace_rss_mb(n) for n in netns}
+    executor = ClusterExecutor(connection, hosts, clients_per_host=per_host)
+    began = time.monotonic()
+    with MemorySampler(netns, server_pid) as memory:
+        result = run_step(plan, executor=executor)
+    wall = time.monotonic() - began
+    growth = [memory.peak[n] - idle[n] for n in netns]
+    return {"op": op, "hosts": len(hosts), "per_host": per_host, "clients": plan.clients,
+            "rate": result.total.rate_hz, "mb_s": result.total.mb_s,
+            "succeeded": result.total.succeeded, "failed": result.total.failed,
+            "hung": result.total.hung, "lost": executor.lost,
+            "lost_hosts": sum(1 for h in executor.hosts if h.lost), "wall": wall,
+            "lost_reasons": [f"{h.name}: {h.lost_reason}" for h in executor.hosts if h.lost],
+            "dispatch_s": executor.dispatch_s,
+            "idle_host_mb": statistics.mean(idle.values()),
+            "peak_host_mb": max(memory.peak.values()),
+            "per_client_mb": statistics.mean(growth) / per_host,
+            "worker_peak_mb": max((h.peak_rss_mb or 0) for h in executor.hosts),
+            "lowest_available_mb": memory.lowest_available,
+            "server_peak_mb": memory.server_peak,
+            "errors": dict(result.total.errors)}
+
+
+def network_host(network, host):
+    """The namespace host a Dask worker runs on (by its address)."""
+    return next(h for h in network.hosts if host.address in (h.address, h.address6))
+
+
+def scale(args) -> None:
+    """The seeds' scale: H hosts x C clients, launched as SLURM jobs (or Dask workers)."""
+    import dask
+
+    from pytest_storagescale.cluster.slurm import EmbeddedSlurm, SlurmNode
+
+    configs = [tuple(int(v) for v in c.split("x")) for c in args.scale.split(",")]
+    most = max(h for h, _ in configs)
+    ops = args.ops.split(",")
+    raise_open_files()
+    rows: list[dict] = []
+    before = available_mb()
+    with tempfile.TemporaryDirectory() as scratch:
+        network = NamespaceCluster(most, Path(scratch), threads=1,
+                                   dask=args.launcher == "dask")
+        batch = None
+        try:
+            began = time.monotonic()
+            network.start()
+            network_s = time.monotonic() - began
+            with bridge_xrootd(https=False) as server:
+                if args.launcher == "slurm":
+                    controller = network.add_controller()
+                    batch = EmbeddedSlurm(
+                        Path(scratch) / "slurm-run",
+                        [SlurmNode(h.name, h.address, h.netns) for h in network.hosts],
+                        controller=SlurmNode("ctl", controller.address, controller.netns),
+                        scheduler_host=network.head).start()
+                    os.environ.update(batch.environment)
+                    cluster_hosts.RECIPE_START_TIMEOUT["slurm"] = 600.0
+                    address = f"slurm:{most}"
+                    config = {"jobqueue.slurm": batch.jobqueue_config(
+                        python=sys.executable, memory="16GiB")}
+                else:
+                    address, config = network.address, {}
+                with dask.config.set(config):
+                    began = time.monotonic()
+                    connection = cluster_hosts.connect(address)
+                    joined_s = time.monotonic() - began
+                    hosts = connection.hosts()
+                    idle = [namespace_rss_mb(network_host(network, h).netns) for h in hosts]
+                    print(f"# network {network_s:.1f} s, SLURM "
+                          f"{batch.started_in if batch else 0:.1f} s, {most} workers joined in "
+                          f"{joined_s:.1f} s; idle host {statistics.mean(idle):.0f} MB; "
+                          f"available {before:.0f} MB before", flush=True)
+                    url = f"root://{network.head}:{server.port}//storagescale"
+                    root = f"/storagescale/bench-scale-{time.time_ns()}"
+                    driver_spec(url, writable_root=root).connect("bench", timeout=30).mkdir(root)
+                    pid = server.process.pid
+                    # one client per host first: what every worker loads once (the
+                    # driver, the compiled loop) is not counted as the clients' memory
+                    scale_step(connection, hosts, network, url, root, "stat", 1, args, pid)
+                    for count, per_host in configs:
+                        for op in ops:
+                            try:
+                                row = scale_step(connection, hosts[:count], network, url, root,
+                                                 op, per_host, args, pid)
+                            except Exception as exc:  # noqa: BLE001 - the limit, reported
+                                row = {"op": op, "hosts": count, "per_host": per_host,
+                                       "clients": count * per_host, "error": repr(exc)[:300]}
+                            rows.append(row)
+                            print(f"# {json.dumps(row)}", flush=True)
+                    cluster_hosts.disconnect()
+        finally:
+            cluster_hosts.disconnect()
+            if batch is not None:
+                batch.stop()
+            network.stop()
+    scale_report(rows, args)
+
+
+def scale_report(rows: list[dict], args) -> None:
+    print(f"\nwarm-up {args.warmup:g} s, duration {args.duration:g} s, launcher "
+          f"{args.launcher}\n")
+    print("| step | hosts x clients | rate | failed/hung/lost (hosts lost) | wall | "
+          "host idle | host peak | per client | worker peak | machine available (lowest) | "
+          "xrootd peak |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        shape = f"{r['hosts']} x {r['per_host']} = {r['clients']:,}"
+        if "error" in r:
+            print(f"| {r['op']} | {shape} | error: {r['error']} |  |  |  |  |  |  |  |  |")
+            continue
+        rate = f"{r['rate']:,.0f} Hz" + (f" ({r['mb_s']:.1f} MB/s)" if r["mb_s"] else "")
+        print(f"| {r['op']} | {shape} | {rate} | {r['failed']}/{r['hung']}/{r['lost']} "
+              f"({r['lost_hosts']}) | {r['wall']:.1f} s | {r['idle_host_mb']:.0f} MB | "
+              f"{r['peak_host_mb']:.0f} MB | {r['per_client_mb']:.2f} MB | "
+              f"{r['worker_peak_mb']:.0f} MB | {r['lowest_available_mb']:,.0f} MB | "
+              f"{r['server_peak_mb']:.0f} MB |")
 
 
 if __name__ == "__main__":
