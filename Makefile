@@ -13,7 +13,7 @@ FAST_TESTS := tests/test_config.py tests/test_records.py tests/test_thresholds.p
 	tests/test_limits.py
 NO_SERVER := not integration and not slow_server
 
-.PHONY: setup setup-demo setup-check setup-upgrade servers demo upgrade-demo check lint test bench clean
+.PHONY: setup setup-demo setup-check setup-upgrade servers demo upgrade-demo upgrade-inplace check lint test bench clean
 
 # everything make test runs (what the install hints of the embedded servers name)
 setup:
@@ -55,6 +55,15 @@ upgrade-demo: setup-upgrade
 		$(UPGRADE)/after.json --html $(UPGRADE) || compared=$$?; \
 	echo "upgrade gate: the 6.2.1 run's pytest exit status was $$status, storagescale" \
 		"compare's $$compared"; [ $$status -ne 0 ] && exit $$status; exit $$compared
+
+# The upgrades in place (docs/upgrade.md): XRootD 5.5.3 -> 6.2.1 on one data directory
+# and dCache 10.2.25 -> 11.2.5 on one database and set of pools, a seeded tree written
+# through the old release's doors and verified through the new one's; prints each
+# verdict and the measured times. SERVER=xrootd or dcache for one; CORRUPT=1 flips a
+# byte of one stored file between the two (the verify must name it corrupted).
+SERVER ?= all
+upgrade-inplace: setup
+	$(PY) scripts/upgrade_inplace.py --server $(SERVER) $(if $(CORRUPT),--corrupt,)
 
 # ruff, mypy on the package, the import contracts (pyproject.toml [tool.importlinter])
 lint:

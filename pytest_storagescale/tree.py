@@ -87,6 +87,19 @@ _DIRECTORIES = ("nested", "nested/deeper", "nested/deeper/deepest", "with space"
                 "large", "doors")
 
 
+#: the non-ASCII parts of the tree's names and their stand-ins under ``--ascii-names``
+#: (doors that take no other name: dCache 10.2.25 and 11.2.5's xrootd and GridFTP doors
+#: answer each non-ASCII character as '?', docs/upgrade.md)
+_ASCII_NAMES = (("ünïcödé 目录", "unicode dir"), ("wörter", "woerter"),
+                ("файл ünïcode", "fajl unicode"))
+
+
+def _ascii(path: str) -> str:
+    for utf8, ascii_name in _ASCII_NAMES:
+        path = path.replace(utf8, ascii_name)
+    return path
+
+
 # -- the tree -------------------------------------------------------------------
 @dataclass(frozen=True)
 class TreeFile:
@@ -106,6 +119,8 @@ class Tree:
     size: int
     directories: list[str]
     files: list[TreeFile]
+    #: the names' character set: "utf-8" (the default) or "ascii" (``--ascii-names``)
+    names: str = "utf-8"
 
     def listings(self) -> dict[str, list[str]]:
         """Directory (``""``: the tree folder) -> the names in it, sorted."""
@@ -119,6 +134,7 @@ class Tree:
     def description(self) -> dict[str, Any]:
         """What the manifest's ``tree`` holds: a function of seed, size and doors only."""
         return {"seed": self.seed, "size": self.size,
+                **({"names": self.names} if self.names != "utf-8" else {}),
                 "directories": self.listings(),
                 "files": [{"path": f.path, "size": len(f.data), "door": f.door,
                            **f.checksums} for f in self.files]}
@@ -138,8 +154,10 @@ def _leading_zero_adler32(rng: random.Random) -> bytes:
     raise RuntimeError("no adler32 with leading zeros found")  # pragma: no cover - p~0
 
 
-def build_tree(seed: int, size: int = DEFAULT_SIZE, doors: int = 1) -> Tree:
-    """The tree of ``seed``: the same arguments, the same tree, byte for byte."""
+def build_tree(seed: int, size: int = DEFAULT_SIZE, doors: int = 1,
+               ascii_names: bool = False) -> Tree:
+    """The tree of ``seed``: the same arguments, the same tree, byte for byte (with
+    ``ascii_names`` the same files under names of ASCII only)."""
     rng = random.Random(seed)
     files = [TreeFile("empty.dat", b""),
              TreeFile("nested/deeper/deepest/empty too.dat", b""),
@@ -165,6 +183,9 @@ def build_tree(seed: int, size: int = DEFAULT_SIZE, doors: int = 1) -> Tree:
     for door in range(doors):
         door_rng = random.Random(f"{seed}-door-{door}")
         files.append(TreeFile(f"doors/door-{door}.bin", door_rng.randbytes(3000), door))
+    if ascii_names:
+        return Tree(seed, size, [_ascii(path) for path in _DIRECTORIES],
+                    [TreeFile(_ascii(f.path), f.data, f.door) for f in files], "ascii")
     return Tree(seed, size, list(_DIRECTORIES), files)
 
 
@@ -260,7 +281,7 @@ def _require_area(door: Door) -> None:
 # -- write ----------------------------------------------------------------------
 def write_tree(urls: list[str], manifest: Path, seed: int, size: int,
                options: dict[str, str], timeout: float,
-               out=None) -> int:
+               out=None, ascii_names: bool = False) -> int:
     out = out or sys.stdout
     started = time.monotonic()
     if manifest.exists() or manifest.is_symlink():
@@ -272,7 +293,7 @@ def write_tree(urls: list[str], manifest: Path, seed: int, size: int,
         raise StorageScaleUsageError(
             f"storagescale tree write: --manifest {manifest}: its folder "
             f"{manifest.parent} does not exist. Create it or give another path.")
-    tree = build_tree(seed, size, len(urls))
+    tree = build_tree(seed, size, len(urls), ascii_names)
     stamp = datetime.datetime.now(datetime.UTC)
     folder = f"{TREE_PREFIX}{stamp:%Y%m%d-%H%M%S}-{seed}-{uuid.uuid4().hex[:6]}"
     description = tree.description()
@@ -425,7 +446,7 @@ def load_manifest(path: Path) -> dict[str, Any]:
             raise TypeError
     except (KeyError, TypeError):
         raise refuse("its fields are missing or of the wrong type") from None
-    expected = build_tree(seed, size, doors).description()
+    expected = build_tree(seed, size, doors, tree.get("names") == "ascii").description()
     if tree != expected or record.get("tree_digest") != tree_digest(expected):
         raise refuse(f"its tree is not the tree of its seed {seed} (edited or cut short)")
     return record
@@ -645,6 +666,9 @@ def add_parser(commands: Any, parser_class: type[argparse.ArgumentParser]) -> No
     write.add_argument("--seed", type=int, default=1, help="the tree's seed (default 1)")
     write.add_argument("--size", default=str(DEFAULT_SIZE), metavar="BYTES",
                        help="the larger files' total, e.g. 4MiB (the default), 100MB")
+    write.add_argument("--ascii-names", action="store_true",
+                       help="the same files under names of ASCII only (for doors that take "
+                            "no other: dCache's xrootd and GridFTP doors)")
     verify.add_argument("--verbose", "-v", action="store_true",
                         help="also list the files and directories found ok")
     tree.set_defaults(handler=tree_command)
@@ -680,6 +704,6 @@ def _tree_command(arguments: argparse.Namespace) -> int:
                 f"storagescale tree write --seed {arguments.seed}: give a number from 0 to "
                 f"2**63-1, e.g. --seed 1.")
         return write_tree(arguments.urls, arguments.manifest, arguments.seed, size,
-                          options, arguments.timeout)
+                          options, arguments.timeout, ascii_names=arguments.ascii_names)
     return verify_tree(arguments.urls, arguments.manifest, options, arguments.timeout,
                        arguments.verbose)

@@ -376,3 +376,24 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
     code, out = _verify(capsys, [_memory_url()], tmp_path / "m.json")
     assert code == 130
     assert out.err.startswith("storagescale tree: interrupted (Ctrl-C)") and "Traceback" not in out.err
+
+
+def test_ascii_names_are_the_same_files_under_ascii_names(tmp_path, capsys):
+    """``--ascii-names``: the tree of the same seed with every name ASCII (dCache's
+    xrootd and GridFTP doors answer a non-ASCII character as '?'); its manifest says so
+    and verifies; a manifest whose ``names`` is edited is another tree, refused."""
+    utf8, ascii_tree = build_tree(5, 1000, 2), build_tree(5, 1000, 2, ascii_names=True)
+    assert [f.data for f in utf8.files] == [f.data for f in ascii_tree.files]
+    assert any(not f.path.isascii() for f in utf8.files)
+    assert all(path.isascii() for path in [*ascii_tree.directories,
+                                           *(f.path for f in ascii_tree.files)])
+    url, manifest = _memory_url(), tmp_path / "tree.json"
+    code, out = _write(capsys, [url], manifest, "--seed", "5", "--ascii-names")
+    assert code == 0, out
+    record = json.loads(manifest.read_text())
+    assert record["tree"]["names"] == "ascii"
+    assert _verify(capsys, [url], manifest)[0] == 0
+    del record["tree"]["names"]
+    manifest.write_text(json.dumps(record))
+    code, out = _verify(capsys, [url], manifest)
+    assert code == 4 and "is not the tree of its seed 5" in out.err

@@ -239,7 +239,8 @@ register_driver(
 # gfal2 speaks davs:// too (--storage-driver gfal2: what gfal-* users feel); under auto
 # the http driver serves the HTTP doors
 register_driver(
-    "pytest_storagescale.drivers.gfal2:Gfal2Driver", name="gfal2", schemes=("srm", "gsiftp"),
+    "pytest_storagescale.drivers.gfal2:Gfal2Driver", name="gfal2",
+    schemes=("srm", "gsiftp", "dcap"),
     install_hint="gfal2-python: 'apt-get install python3-gfal2 gfal2-plugin-http "
     "gfal2-plugin-xrootd gfal2-plugin-file' (then a venv with --system-site-packages)",
     start_early=True,

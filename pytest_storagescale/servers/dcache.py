@@ -36,6 +36,7 @@ embedded ZooKeeper service cannot).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -43,6 +44,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,10 +70,15 @@ USER, UID, GID = "storagescale", 1000, 1000
 #: the JVM's heap and direct memory (``dcache.java.memory.*``)
 HEAP, DIRECT_MEMORY = "768m", "512m"
 #: the listening ports of the domain (then the pools' movers' ranges: WAN, LAN)
-PORT_NAMES = ("webdav", "xrootd", "xrootd_gsi", "srm", "srm_tls", "zookeeper")
+PORT_NAMES = ("webdav", "xrootd", "xrootd_gsi", "srm", "srm_tls", "zookeeper", "dcap", "ftp")
+#: the doors a server has only when asked (``extra_doors``), by their URL scheme: dcap
+#: (plain, anonymous acting as any user: the xrootd door's rule) and GridFTP (GSI)
+EXTRA_DOORS = ("dcap", "gsiftp")
 WAN_PORTS, LAN_PORTS = 100, 40
 #: the databases dCache's services use (owned by the role ``dcache``)
 DATABASES = ("chimera", "pinmanager", "srm")
+#: what a kept state holds (:attr:`EmbeddedDCache.state_directory`)
+STATE = ("postgres", "pools")
 #: the one domain and the layout's name
 DOMAIN, LAYOUT = "dCacheDomain", "storagescale"
 #: how a tarball is named, and a release's version
@@ -116,6 +123,17 @@ JAVA_OPTIONS="$(getProperty dcache.java.options "$2")"
 cd "$DCACHE_HOME"
 CLASSPATH="$classpath" exec "$JAVA" ${JAVA_OPTIONS} "-Ddcache.home=$DCACHE_HOME" \\
     "-Ddcache.paths.defaults=$DCACHE_DEFAULTS" org.dcache.boot.BootLoader start "$2"
+"""
+
+
+#: a stat of the test area through gfal2, in a process of its own (the extra doors' probe)
+_STAT_APART = """
+import json, sys
+from pytest_storagescale.drivers.registry import driver_spec
+url, area, options = json.loads(sys.stdin.read())
+client = driver_spec(url, driver="gfal2", options=options).connect("probe", timeout=30)
+if not client.stat(area).is_dir:
+    sys.exit(area + " is not a directory")
 """
 
 
@@ -175,8 +193,28 @@ class EmbeddedDCache(EmbeddedServer):
     binaries = ("java",)
 
     def __init__(self, *, login: str = "unix", startup_timeout: float = 300.0,
-                 gsi_xrootd: bool | None = None) -> None:
+                 gsi_xrootd: bool | None = None, state_directory: Path | None = None,
+                 extra_doors: tuple[str, ...] = ()) -> None:
         super().__init__(login=login)
+        unknown = [door for door in extra_doors if door not in EXTRA_DOORS]
+        if unknown:
+            raise ValueError(f"no such extra door of the embedded dCache: {unknown[0]!r} "
+                             f"(known: {', '.join(EXTRA_DOORS)})")
+        #: the doors beside WebDAV, xrootd and SRM (:data:`EXTRA_DOORS`)
+        self.extra_doors = tuple(extra_doors)
+        #: the state kept across servers (an upgrade in place: one release writes, the
+        #: next one starts on the same database and pools): ``postgres/`` (the
+        #: PostgreSQL cluster) and ``pools/`` of this folder, moved into the server's
+        #: own directory while it runs and back by stop(), never removed. None: a
+        #: throwaway state
+        self.state_directory = state_directory
+        #: whether this start found a kept state (then no chimera set-up, and the
+        #: release's own schema update migrates it)
+        self.state_kept = False
+        self._state_taken = False
+        #: per database, the Liquibase change sets recorded (``databasechangelog``)
+        #: before and after ``bin/dcache database update`` of this start
+        self.changesets: dict[str, tuple[int, int]] = {}
         self.startup_timeout = startup_timeout
         #: a second xrootd door that requires GSI (always with the gsi login)
         self.gsi_xrootd = login == "gsi" if gsi_xrootd is None else gsi_xrootd
@@ -282,7 +320,12 @@ class EmbeddedDCache(EmbeddedServer):
             return f"root://localhost:{self.ports[door]}/{AREA}"
         if scheme == "srm":
             return f"srm://localhost:{self.ports['srm']}{AREA}"
-        raise EndpointError(f"the embedded dcache serves {', '.join(self.schemes)}, "
+        if scheme == "dcap" and "dcap" in self.extra_doors:
+            return f"dcap://localhost:{self.ports['dcap']}{AREA}"
+        if scheme == "gsiftp" and "gsiftp" in self.extra_doors:
+            return f"gsiftp://localhost:{self.ports['ftp']}{AREA}"
+        raise EndpointError(f"the embedded dcache serves "
+                            f"{', '.join((*self.schemes, *self.extra_doors))}, "
                             f"not {scheme}://")
 
     @property
@@ -303,8 +346,11 @@ class EmbeddedDCache(EmbeddedServer):
 
     def describe(self) -> str:
         database = self.database.version if self.database is not None else ""
-        return (f"embedded dCache {self.version} ({self.login} login: WebDAV, xrootd and "
-                f"SRM doors, chimera in PostgreSQL {database})")
+        doors = ["WebDAV", "xrootd", "SRM", *(
+            {"dcap": "dcap", "gsiftp": "GridFTP"}[door] for door in self.extra_doors)]
+        return (f"embedded dCache {self.version} ({self.login} login: "
+                f"{', '.join(doors[:-1])} and {doors[-1]} doors, chimera in PostgreSQL "
+                f"{database})")
 
     @property
     def log_path(self) -> Path:
@@ -368,8 +414,13 @@ class EmbeddedDCache(EmbeddedServer):
         d = self.directory
         self.home = self._unpack(self.tarball, d / "dist")
         self._make_credentials()
+        self._take_state()
         self.database = PostgresCluster(d / "postgres").start()
-        self.database.create_databases("dcache", DATABASES)
+        if self.state_kept:
+            self.database.rotate_password("dcache")
+        else:
+            self.database.create_databases("dcache", DATABASES)
+        before = self._changesets()
         # one block below the ephemeral ports: a port picked free among those can be
         # a client connection's before the JVM binds it (thousands of connections
         # come and go on a loaded machine)
@@ -378,13 +429,69 @@ class EmbeddedDCache(EmbeddedServer):
         self.ports["wan"] = base + len(PORT_NAMES)
         self.ports["lan"] = self.ports["wan"] + WAN_PORTS
         self._write_configuration()
-        self._dcache("database", "update")
-        self._dcache_chimera()
+        self._dcache("database", "update")  # on a kept state: the release's migration
+        after = self._changesets()
+        self.changesets = {name: (before.get(name, 0), after.get(name, 0)) for name in after}
+        if not self.state_kept:
+            self._dcache_chimera()
         # both tools had the database password on their command lines (dCache's
         # database.sh and bin/chimera pass it to java as an argument, which ps shows
         # every local user): the domain gets a new one, the old one's sessions end
         self.database.rotate_password("dcache")
         self._set_database_password(self.database.password)
+
+    def _take_state(self) -> None:
+        """A kept state's ``postgres/`` and ``pools/`` moved into the server's directory
+        (where the orphan reaper finds what runs on them); a state folder without them
+        is a new one, filled by stop()."""
+        if self.state_directory is None:
+            return
+        assert self.directory is not None
+        state = self.state_directory
+        if not state.is_dir():
+            raise EndpointError(f"the embedded dCache's state folder {state} does not "
+                                f"exist: create it (empty for a new state).")
+        held = [name for name in STATE if (state / name).exists()]
+        if held and len(held) != len(STATE):
+            raise EndpointError(
+                f"the embedded dCache's state folder {state} holds {held[0]}/ but not "
+                f"{[name for name in STATE if name not in held][0]}/: a state is both (the "
+                f"database and the pools that one dCache wrote). Give the whole state, or an "
+                f"empty folder for a new one.")
+        for name in held:
+            try:
+                (state / name).rename(self.directory / name)
+            except OSError as exc:
+                self._give_state_back()
+                raise EndpointError(
+                    f"the embedded dCache's state {state / name} could not be moved into the "
+                    f"server's folder {self.directory} ({exc.strerror}): the state folder "
+                    f"must be on the same file system as {self.directory.parent}.") from None
+            self._state_taken = True
+        self.state_kept = bool(held)
+
+    def _give_state_back(self) -> None:
+        """``postgres/`` and ``pools/`` back into the state folder (by stop(), once
+        nothing runs on them): a kept state always, a new one once its dCache started."""
+        if self.state_directory is None or self.directory is None or not (
+                self._state_taken or self.start_seconds):
+            return
+        for name in STATE:
+            if (self.directory / name).exists() and not (self.state_directory / name).exists():
+                (self.directory / name).rename(self.state_directory / name)
+        self._state_taken = False
+
+    def _changesets(self) -> dict[str, int]:
+        """Per database, the Liquibase change sets it records (0: no table yet)."""
+        assert self.database is not None
+        counts = {}
+        for name in DATABASES:
+            table = self.database.sql(
+                "SELECT to_regclass('public.databasechangelog') IS NOT NULL;", database=name)
+            counts[name] = int(self.database.sql(
+                "SELECT count(*) FROM public.databasechangelog;", database=name).strip()
+                ) if table.strip() == "t" else 0
+        return counts
 
     def _unpack(self, tarball: Path, target: Path) -> Path:
         target.mkdir(mode=0o700)  # the release's var/config/cache holds the db password
@@ -494,10 +601,16 @@ class EmbeddedDCache(EmbeddedServer):
             *([f"[{DOMAIN}/xrootd]", "xrootd.cell.name=xrootd-gsi",
                f"xrootd.net.port={p['xrootd_gsi']}", "xrootd.plugins=gplazma:gsi",
                f"xrootd.authz.write-paths={AREA}"] if self.gsi_xrootd else []),
+            # dcap, plain: anonymous, read and write (the unix login's xrootd door's rule)
+            *([f"[{DOMAIN}/dcap]", "dcap.authn.protocol=plain", f"dcap.net.port={p['dcap']}",
+               "dcap.authz.anonymous-operations=FULL"] if "dcap" in self.extra_doors else []),
+            # GridFTP with GSI: the user's certificate or proxy, mapped as on WebDAV
+            *([f"[{DOMAIN}/ftp]", "ftp.authn.protocol=gsi", f"ftp.net.port={p['ftp']}"]
+              if "gsiftp" in self.extra_doors else []),
         ]
         for name in ("pool1", "pool2"):
             pool = d / "pools" / name
-            (pool / "data").mkdir(parents=True)
+            (pool / "data").mkdir(parents=True, exist_ok=self.state_kept)
             layout += [f"[{DOMAIN}/pool]", f"pool.name={name}", f"pool.path={pool}",
                        "pool.wait-for-files=${pool.path}/data"]
         (etc / "layouts" / f"{LAYOUT}.conf").write_text("\n".join(layout) + "\n")
@@ -565,7 +678,10 @@ class EmbeddedDCache(EmbeddedServer):
                        if not key.startswith(("X509_", "DCACHE_"))}
         from .loopback import preloaded  # the pools' movers bind *: loopback.c binds 127.0.0.1
 
-        return preloaded({**environment, "DCACHE_HOME": str(self.home), "LC_ALL": "C"})
+        # a UTF-8 locale, as a site's: under C the JVM's path encoding is ASCII, and the
+        # WebDAV door answered a PUT of a UTF-8 name with 500 "Malformed input or input
+        # contains unmappable characters" (10.2.25: the in-place upgrade's tree)
+        return preloaded({**environment, "DCACHE_HOME": str(self.home), "LC_ALL": "C.UTF-8"})
 
     def _start_zookeeper(self) -> None:
         """ZooKeeper in a JVM of its own, from the release's jar, requiring a SASL login
@@ -630,9 +746,10 @@ class EmbeddedDCache(EmbeddedServer):
         assert self.process is not None
         launched = time.monotonic()
         deadline = launched + self.startup_timeout
-        probes = {"davs": self._probe_webdav, "root": self._probe_xrootd,
-                  "srm": self._probe_srm,
-                  **({"root-gsi": self._probe_gsi_xrootd} if self.gsi_xrootd else {})}
+        probes: dict[str, Callable[[], None]] = {
+            "davs": self._probe_webdav, "root": self._probe_xrootd, "srm": self._probe_srm,
+            **({"root-gsi": self._probe_gsi_xrootd} if self.gsi_xrootd else {}),
+            **{door: functools.partial(self._probe_extra, door) for door in self.extra_doors}}
         last: dict[str, str] = dict.fromkeys(probes, "not probed yet")
         while probes and time.monotonic() < deadline:
             try:
@@ -722,6 +839,23 @@ class EmbeddedDCache(EmbeddedServer):
         if error:
             raise EndpointError(error)
 
+    def _probe_extra(self, door: str) -> None:
+        """A ``stat`` of the test area through the door, from a process of its own (a
+        gfal2 context's plug-ins stay loaded in the process that made it)."""
+        import json
+        import sys
+
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", _STAT_APART], capture_output=True, text=True,
+                input=json.dumps([self.url_for(door), AREA, self.driver_options()]),
+                timeout=60)
+        except subprocess.TimeoutExpired:
+            raise EndpointError("the probe got no answer within 60 s") from None
+        if done.returncode != 0:
+            raise EndpointError((done.stderr.strip().splitlines()
+                                 or ["the probe process failed"])[-1])
+
     def _probe_srm(self) -> None:
         client = self._client("srm", "gfal2")
         try:
@@ -756,6 +890,7 @@ class EmbeddedDCache(EmbeddedServer):
         if self.database is not None:
             self.database.stop()
             self.database = None
+        self._give_state_back()
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None

@@ -123,18 +123,19 @@ class PostgresCluster:
                 f"({done.returncode}): {(done.stderr or done.stdout).strip()[-600:]}")
         return done
 
+    @property
+    def kept(self) -> bool:
+        """Whether the folder holds a cluster already (one kept across servers: an
+        upgrade in place starts the new release on the old one's databases)."""
+        return (self.data_dir / "PG_VERSION").is_file()
+
     def start(self) -> PostgresCluster:
-        """initdb, then the server; returns once a connection is answered."""
-        self.directory.mkdir(mode=0o700)
-        if self.user:
-            entry = pwd.getpwnam(self.user)
-            os.chown(self.directory, entry.pw_uid, entry.pw_gid)
-        # trust only on the Unix socket in the private folder; loopback's port (any
-        # local user's to reach) asks for a password: a co-tenant logging in as the
-        # superuser could run programs as the cluster's user (COPY ... TO PROGRAM)
-        self._run(str(self.bin_dir / "initdb"), "-D", str(self.data_dir),
-                  "--auth-local=trust", "--auth-host=scram-sha-256",
-                  "-U", SUPERUSER, "-E", "UTF8", "--locale=C", "--no-sync")
+        """initdb (unless the folder holds a cluster: :attr:`kept`), then the server;
+        returns once a connection is answered."""
+        if self.kept:
+            self._check_kept()
+        else:
+            self._initdb()
         self.version = (self.data_dir / "PG_VERSION").read_text().strip()
         last = ""
         for _ in range(3):  # a port picked free can be taken before postgres binds it
@@ -150,6 +151,34 @@ class PostgresCluster:
         self.stop()
         raise EndpointError(f"the private PostgreSQL cluster did not start: {last}. "
                             f"Log tail:\n{tail}")
+
+    def _initdb(self) -> None:
+        self.directory.mkdir(mode=0o700)
+        if self.user:
+            entry = pwd.getpwnam(self.user)
+            os.chown(self.directory, entry.pw_uid, entry.pw_gid)
+        # trust only on the Unix socket in the private folder; loopback's port (any
+        # local user's to reach) asks for a password: a co-tenant logging in as the
+        # superuser could run programs as the cluster's user (COPY ... TO PROGRAM)
+        self._run(str(self.bin_dir / "initdb"), "-D", str(self.data_dir),
+                  "--auth-local=trust", "--auth-host=scram-sha-256",
+                  "-U", SUPERUSER, "-E", "UTF8", "--locale=C", "--no-sync")
+
+    def _check_kept(self) -> None:
+        """A kept cluster must be of the installed major release (PostgreSQL opens no
+        other) and stopped (no ``postmaster.pid``: one server per cluster)."""
+        major = (self.data_dir / "PG_VERSION").read_text().strip()
+        if major != self.bin_dir.parent.name and self.bin_dir.parent.name.isdigit():
+            raise EndpointError(
+                f"the kept PostgreSQL cluster {self.data_dir} is of PostgreSQL {major}, and "
+                f"PostgreSQL {self.bin_dir.parent.name} is installed: it cannot open it. "
+                f"Start the old release's server with PostgreSQL {major} installed, or "
+                f"begin with a new state folder.")
+        if (self.data_dir / "postmaster.pid").exists():
+            raise EndpointError(
+                f"the kept PostgreSQL cluster {self.data_dir} has a postmaster.pid: a "
+                f"server runs on it, or one that ran was killed. Stop that server (or "
+                f"remove the file once none runs), then start again.")
 
     def _launch(self) -> None:
         command = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir),
