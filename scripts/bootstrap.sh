@@ -69,6 +69,9 @@ LEAN_SERVER_PACKAGES=("${XROOTD6_BUILD_PACKAGES[@]}"
           # the embedded dCache (--storage-embedded dcache): its namespace's PostgreSQL;
           # maven (and java 17) for scripts/dcache-dist.sh
           postgresql maven
+          # the embedded dCache's dcap and GridFTP doors: dccp, gfal2's dcap plug-in,
+          # globus-url-copy
+          dcap gfal2-plugin-dcap globus-gass-copy-progs
           # --storage-pushgateway's tests: a real Pushgateway and Prometheus on loopback
           prometheus prometheus-pushgateway)
 # commands that may come from elsewhere on the machine (a JDK, nodesource's node):
