@@ -309,8 +309,11 @@ def scale(args) -> None:
                     os.environ.update(batch.environment)
                     cluster_hosts.RECIPE_START_TIMEOUT["slurm"] = 600.0
                     address = f"slurm:{most}"
-                    config = {"jobqueue.slurm": batch.jobqueue_config(
-                        python=sys.executable, memory="16GiB")}
+                    import dask_jobqueue  # noqa: F401 - its defaults, then ours
+
+                    config = {f"jobqueue.slurm.{key}": value for key, value in
+                              batch.jobqueue_config(python=sys.executable,
+                                                    memory="16GiB").items()}
                 else:
                     address, config = network.address, {}
                 with dask.config.set(config):

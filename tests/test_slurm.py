@@ -102,6 +102,17 @@ def server(slurm):
         yield xrootd
 
 
+def _settings(batch: EmbeddedSlurm) -> dict[str, object]:
+    """The jobqueue.slurm settings key by key, dask-jobqueue imported first: a section
+    set before its defaults are loaded is removed whole when the setting ends (its
+    defaults with it: KeyError 'interface' in the next test), and one set whole after
+    replaces them."""
+    import dask_jobqueue  # noqa: F401 - its defaults into the Dask config
+
+    return {f"jobqueue.slurm.{key}": value
+            for key, value in batch.jobqueue_config(python=sys.executable).items()}
+
+
 def _run_root(network: NamespaceCluster, server, name: str) -> tuple[str, str]:
     url = f"root://{network.head}:{server.port}//storagescale"
     root = f"/storagescale/{name}-{time.time_ns()}"
@@ -153,7 +164,7 @@ def test_slurm_jobs_are_the_client_hosts_of_a_step(slurm, server, monkeypatch):
                     duration=2.0, warmup=0.5, hang_timeout=30.0,
                     driver=driver_spec(url, writable_root=root), workdir=f"{root}/step")
     since = len(server.log_path.read_bytes())
-    with dask.config.set({"jobqueue.slurm": batch.jobqueue_config(python=sys.executable)}):
+    with dask.config.set(_settings(batch)):
         began = time.monotonic()
         connection = cluster_hosts.connect(f"slurm:{HOSTS}")
         joined = time.monotonic() - began
@@ -188,6 +199,62 @@ def test_slurm_jobs_are_the_client_hosts_of_a_step(slurm, server, monkeypatch):
     while batch.jobs() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert batch.jobs() == []
+
+
+def test_a_cancelled_job_is_a_lost_host(slurm, server, monkeypatch):
+    """scancel of one host's job mid-step (a batch system taking a client host back): its
+    worker leaves the cluster, its clients are lost (named, with why), the other hosts'
+    are measured, and the step ends by its end + hang_timeout + the report grace."""
+    import threading
+
+    import dask
+
+    from pytest_storagescale.cluster.coordinator import REPORT_GRACE, ClusterExecutor
+
+    network, batch = slurm
+    url, root = _run_root(network, server, "slurm-cancel")
+    for name, value in batch.environment.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.setitem(cluster_hosts.RECIPE_START_TIMEOUT, "slurm", JOBS_TIMEOUT)
+    victim = network.hosts[1]
+    cancelled: list[str] = []
+    original = ClusterExecutor._wait
+
+    def wait(self, plan, clock, futures):  # 1.5 s into the measurement, on its clock
+        def cancel() -> None:
+            cancelled.append(batch.command("scancel", f"--nodelist={victim.name}"))
+
+        timer = threading.Timer(max(0.0, clock.measure_from + 1.5 - time.time()), cancel)
+        timer.start()
+        try:
+            return original(self, plan, clock, futures)
+        finally:
+            timer.cancel()
+
+    monkeypatch.setattr(ClusterExecutor, "_wait", wait)
+    plan = StepPlan(operation=get_operation("stat"), clients=HOSTS * CLIENTS_PER_HOST,
+                    duration=5.0, warmup=0.5, hang_timeout=3.0,
+                    driver=driver_spec(url, writable_root=root), workdir=f"{root}/step")
+    with dask.config.set(_settings(batch)):
+        try:
+            cluster_hosts.connect(f"slurm:{HOSTS}")
+            began = time.monotonic()
+            result = run_cluster_step(f"slurm:{HOSTS}", plan)
+            took = time.monotonic() - began
+        finally:
+            cluster_hosts.disconnect(f"slurm:{HOSTS}")
+    assert cancelled == [""], "the job was never cancelled"
+    assert took < 1 + 1 + 0.5 + 5 + 3 + REPORT_GRACE + 15, took
+    lost = [h for h in result.hosts if h.lost]
+    assert [(h.address, h.lost) for h in lost] == [(victim.address, CLIENTS_PER_HOST)], \
+        [(h.address, h.lost, h.lost_reason) for h in result.hosts]
+    assert result.lost == CLIENTS_PER_HOST
+    assert "left the cluster" in (lost[0].lost_reason or "") or "no report" in (
+        lost[0].lost_reason or ""), lost[0].lost_reason
+    kept = [h for h in result.hosts if not h.lost]
+    assert len(kept) == HOSTS - 1 and all(h.succeeded > 0 for h in kept)
+    assert result.total.succeeded == sum(h.succeeded for h in kept)
 
 
 SUITE = """
