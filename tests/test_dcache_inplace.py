@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_storagescale.cli import main
+from pytest_storagescale.errors import EndpointError
 from pytest_storagescale.servers.dcache import (
     DATABASES,
     STATE,
@@ -109,3 +110,18 @@ def test_an_upgrade_in_place_keeps_every_file_and_names_a_corrupted_one(state, t
     assert len(bad) == 1 and bad[0].startswith(f"corrupted  {FLIPPED}: davs: content read back"), out
     assert "root: content read back" in bad[0]
     assert time.monotonic() - began < 900
+
+
+def test_half_a_state_is_refused_and_left_as_it_is(state):
+    """A state folder with the database but no pools (or the other way round) is not a
+    dCache's state: one paragraph naming both, before any server runs on it, and the
+    folder is left as it was."""
+    (state / "postgres" / "data").mkdir(parents=True)
+    (state / "postgres" / "data" / "PG_VERSION").write_text("15\n")
+    server = EmbeddedDCache(state_directory=state)
+    with pytest.raises(EndpointError, match=r"holds postgres/ but not pools/: a state is "
+                                            r"both"):
+        server.start()
+    assert sorted(path.name for path in state.iterdir()) == ["postgres"]
+    assert (state / "postgres" / "data" / "PG_VERSION").read_text() == "15\n"
+    assert server.directory is None  # the server's own folder went
