@@ -321,7 +321,7 @@ def step_run_info(run: StorageRun, system: str, thresholds: ThresholdSet) -> Run
 
 def _probed(run: StorageRun) -> bool:
     """The client host is probed around each step (:func:`~.gate.probe_client_host`,
-    0.1 s before and after) when the run is compared with a baseline or writes results
+    0.5 s before and after) when the run is compared with a baseline or writes results
     (which may be the next run's baseline)."""
     settings = run.settings
     return bool(getattr(settings, "baseline", None) or getattr(settings, "results", None))
