@@ -324,13 +324,15 @@ def test_the_gate_fails_a_slower_server_and_passes_the_same_one(pytester):
     from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
     with EmbeddedXRootD(https=False) as server:
-        _stat_scan(pytester, server, "before").assert_outcomes(passed=1)
-        assert _gate(pytester, "before") is None  # no baseline
-        same = _stat_scan(pytester, server, "same", "--storage-baseline=before.json")
-        if (_gate(pytester, "same") or {}).get("verdict") == "regressed":
-            # a loaded 2-core machine (docs/upgrade.md measured -74%...+175% between two
-            # runs of one server): a second try of the same server, never of the slower
+        for _ in range(3):
+            # a loaded 2-core machine (docs/benchmarks.md: the same server's runs 1,772-
+            # 22,855/s, a load that moves for minutes): baseline and run again, side by
+            # side in time, never the slower server
+            _stat_scan(pytester, server, "before").assert_outcomes(passed=1)
+            assert _gate(pytester, "before") is None  # no baseline
             same = _stat_scan(pytester, server, "same", "--storage-baseline=before.json")
+            if (_gate(pytester, "same") or {}).get("verdict") != "regressed":
+                break
         same.assert_outcomes(passed=1)
         assert (_gate(pytester, "same") or {}).get("verdict") != "regressed"
         for _ in range(3):  # a client host much busier than at the baseline: inconclusive
