@@ -238,7 +238,7 @@ def test_an_open_loop_scan_runs_through_the_plugin_with_verdicts(pytester, tmp_p
     result.stdout.fnmatch_lines([
         "*test_stat_open[[]r20hz[]] PASSED*", "*test_stat_open[[]r40hz[]] PASSED*",
         "op*clients*offered*succeeded*rate*failed*dropped*hung*p50*p99*verdict",
-        "stat*20*20.0 Hz*20*20.0 Hz*pass",
+        "stat*20*20.0 Hz*20*20.0 Hz*",
         "*scans arrival rates (an open loop)*storage_arrival_rate fixture*",
         "*scans clients (a closed loop)*give the section arrival_rate*",
     ])
@@ -246,7 +246,12 @@ def test_an_open_loop_scan_runs_through_the_plugin_with_verdicts(pytester, tmp_p
     assert [(s["arrival_rate"], s["max_in_flight"]) for s in steps] == [(20.0, 20),
                                                                          (40.0, 20)]
     for step in steps:
-        assert step["offered_hz"] == step["arrival_rate"] and step["verdict"] == "pass"
+        # a step whose requests left late (a busy client host: CI beside other work)
+        # is not judged, and says why; else it passes
+        assert step["offered_hz"] == step["arrival_rate"]
+        assert step["verdict"] in ("pass", "info"), step
+        if step["verdict"] == "info":
+            assert step["late"] > 0 and "could not keep the schedule" in result.stdout.str()
         for key in ("achieved_hz", "dropped", "late", "latency_s", "service_latency_s",
                     "warmup_operations"):
             assert key in step
