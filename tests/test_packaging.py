@@ -284,7 +284,7 @@ def test_every_shipped_suite_runs_against_the_server_its_conftest_names(installe
         result = subprocess.run(
             [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
              f"{SUITES_PACKAGE}.{suite}", "--co", *options.get(suite, [])],
-            cwd=work, env=env, capture_output=True, text=True, timeout=300)
+            cwd=work, env=env, capture_output=True, text=True, timeout=600)  # dCache: ~2 min
         output = result.stdout + result.stderr
         assert result.returncode == 0, f"{suite}: {output[-3000:]}"
         assert re.search(r"collected [1-9]\d* items", output), f"{suite}: {output[-3000:]}"
