@@ -79,7 +79,7 @@ check: setup-check lint
 test: setup
 	$(MAKE) lint
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
-	$(PY) -m pytest tests -p no:cacheprovider -n 2 --dist loadgroup -rs
+	$(PY) -m pytest tests -p no:cacheprovider -n 2 --dist loadgroup -rs --durations=30
 
 # BENCH=--quick for a first try (fewer points); the results go into docs/benchmarks.md
 bench: setup
