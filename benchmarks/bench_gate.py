@@ -490,8 +490,9 @@ def paired_trial(kind: str, index: int, specs, groups, settings: Settings,
 
 def paired_rows(trials: list[dict]) -> list[str]:
     rows = ["| side B | trials | regressed (confirmed): share [95 % interval] | "
-            "inconclusive | unchanged | improved | the same runs, windows pooled (the gate "
-            "before): regressed | rate B / A: median (range) | pairs per verdict "
+            "inconclusive | unchanged | improved | the same runs judged by the gate before "
+            "(windows pooled): regressed, before a retest | rate B / A: median (range) | "
+            "pairs per verdict "
             "(median) | wall time per verdict (mean) |",
             "|---|---:|---|---:|---:|---:|---|---|---:|---:|"]
     for kind in PAIRED_KINDS:
