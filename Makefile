@@ -4,14 +4,10 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-# The fast lane: tests that need no server (memory driver, parsing, records, reports).
-# A test in these files that starts one is marked integration or slow_server (one
-# that uses the embedded_xrootd fixture is marked by tests/conftest.py).
-FAST_TESTS := tests/test_config.py tests/test_records.py tests/test_thresholds.py \
-	tests/test_metrics.py tests/test_ledger.py tests/test_operations.py \
-	tests/test_reporting_units.py tests/test_drivers.py tests/test_verdicts.py \
-	tests/test_limits.py
-NO_SERVER := not integration and not slow_server
+# The fast lane, chosen by marker over all of tests/ (no hand-kept file list): no
+# server (integration, slow_server: tests/conftest.py marks every test using a server
+# fixture) and no pytest session of its own (plugin_session: every pytester test).
+FAST := not integration and not slow_server and not plugin_session
 
 .PHONY: setup setup-demo setup-check setup-upgrade servers demo upgrade-demo upgrade-inplace check lint test bench clean
 
@@ -72,7 +68,7 @@ lint:
 	$(VENV)/bin/lint-imports --no-cache
 
 check: setup-check lint
-	$(PY) -m pytest $(FAST_TESTS) -p no:cacheprovider -q -m "$(NO_SERVER)"
+	$(PY) -m pytest tests -p no:cacheprovider -q -n 2 -m "$(FAST)"
 
 # --dist loadgroup: the tests of one xdist_group run on one worker (tests/conftest.py
 # puts every test of the shared embedded_dcache in one, so the run starts it once)

@@ -96,6 +96,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = getattr(item, "fixturenames", ())
         if SERVER_FIXTURES.intersection(fixtures):
             item.add_marker(pytest.mark.integration)
+        if "pytester" in fixtures:  # a pytest session of its own: seconds, not milliseconds
+            item.add_marker(pytest.mark.plugin_session)
         if "embedded_dcache" in fixtures:
             item.add_marker(pytest.mark.slow_server)
             item.add_marker(pytest.mark.xdist_group(DCACHE_GROUP))
