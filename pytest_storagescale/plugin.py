@@ -62,7 +62,14 @@ from .history import check_outputs as check_history_outputs
 from .paired import check_compare_with, side_b
 from .paired import finish as finish_paired
 from .records import ClientInfo, RunInfo, Verdict
-from .redact import redact_argv, redact_exception, redact_report, redact_url, register_url
+from .redact import (
+    redact_argv,
+    redact_exception,
+    redact_report,
+    redact_text,
+    redact_url,
+    register_url,
+)
 from .reporting.allure_report import allure_dir, write_session_files
 from .reporting.behaviour import BehaviourGate
 from .reporting.benchmark_json import write_benchmark_json
@@ -355,7 +362,7 @@ class WorkerUsageErrors:
         text = str(report.longrepr or "")
         if not (report.failed and text.startswith(WORKER_USAGE_ERROR)):
             return
-        paragraph = text[len(WORKER_USAGE_ERROR):].strip()
+        paragraph = redact_text(text[len(WORKER_USAGE_ERROR):].strip())
         if paragraph not in self.run.collection_errors:
             self.run.collection_errors.append(paragraph)
         report.longrepr = "not collected: the storage settings were refused (ERROR on stderr)"
