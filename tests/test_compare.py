@@ -362,7 +362,7 @@ def test_allure_holds_each_step_beside_its_baseline_step(pytester, tmp_path):
     area.mkdir()
     pytester.makepyfile(test_suite=SUITE)
     (pytester.path / "thr" / "xrootd").mkdir(parents=True)
-    (pytester.path / "thr" / "xrootd" / "any.toml").write_text(PLAN.format(floor=0))
+    (pytester.path / "thr" / "xrootd" / "any.toml").write_text(PLAN_NO_GATE)
     args = [f"--storage-endpoint=file://{area}", "--storage-version=2.0", "-p",
             "no:cacheprovider", "-k", "stat", "--storage-thresholds=thr"]
     pytester.runpytest_subprocess(*args, "--storage-results=old.json").assert_outcomes(
