@@ -20,6 +20,9 @@ from pytest_storagescale.servers.ceph import AREA, AREA_MARKER, EmbeddedCephGate
 
 REPO = Path(__file__).resolve().parent.parent
 
+#: one Ceph cluster at a time with the CephFS tests (see tests/test_ceph_suite.py)
+pytestmark = pytest.mark.xdist_group("network_namespaces")
+
 
 def pool_objects(server: EmbeddedCephGateway) -> list[str]:
     """Every object name the gateway lists (cut short by one character in 5.5.3)."""

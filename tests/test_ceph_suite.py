@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+#: one Ceph cluster at a time with the CephFS tests (xdist_group network_namespaces):
+#: twice the CephFS monitor did not answer within 180 s (its log empty) while this
+#: suite's Ceph ran on the other worker, and passed alone; not explained
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("network_namespaces")]
 REPO = Path(__file__).resolve().parent.parent
 
 
