@@ -216,6 +216,10 @@ class EmbeddedDCache(EmbeddedServer):
         #: before and after ``bin/dcache database update`` of this start
         self.changesets: dict[str, tuple[int, int]] = {}
         self.startup_timeout = startup_timeout
+        #: the doors' host in their URLs, and where ZooKeeper listens (the layout over
+        #: several hosts, :mod:`.dcache_hosts`, gives the network's addresses)
+        self.door_host = "localhost"
+        self.zookeeper_listen = "127.0.0.1"
         #: a second xrootd door that requires GSI (always with the gsi login)
         self.gsi_xrootd = login == "gsi" if gsi_xrootd is None else gsi_xrootd
         self.directory: Path | None = None
@@ -314,16 +318,16 @@ class EmbeddedDCache(EmbeddedServer):
     def url_for(self, scheme: str) -> str:
         if scheme in ("davs", "https"):
             credentials = f"{USER}:{self.password}@" if self.login == "unix" else ""
-            return f"{scheme}://{credentials}localhost:{self.ports['webdav']}{AREA}"
+            return f"{scheme}://{credentials}{self.door_host}:{self.ports['webdav']}{AREA}"
         if scheme in ("root", "roots"):
             door = "xrootd_gsi" if self.login == "gsi" else "xrootd"
-            return f"root://localhost:{self.ports[door]}/{AREA}"
+            return f"root://{self.door_host}:{self.ports[door]}/{AREA}"
         if scheme == "srm":
-            return f"srm://localhost:{self.ports['srm']}{AREA}"
+            return f"srm://{self.door_host}:{self.ports['srm']}{AREA}"
         if scheme == "dcap" and "dcap" in self.extra_doors:
-            return f"dcap://localhost:{self.ports['dcap']}{AREA}"
+            return f"dcap://{self.door_host}:{self.ports['dcap']}{AREA}"
         if scheme == "gsiftp" and "gsiftp" in self.extra_doors:
-            return f"gsiftp://localhost:{self.ports['ftp']}{AREA}"
+            return f"gsiftp://{self.door_host}:{self.ports['ftp']}{AREA}"
         raise EndpointError(f"the embedded dcache serves "
                             f"{', '.join((*self.schemes, *self.extra_doors))}, "
                             f"not {scheme}://")
@@ -572,7 +576,7 @@ class EmbeddedDCache(EmbeddedServer):
             f"dcache.net.wan.port.max={wan + WAN_PORTS - 1}",
             f"dcache.net.lan.port.min={lan}",
             f"dcache.net.lan.port.max={lan + LAN_PORTS - 1}",
-            f"dcache.zookeeper.connection=127.0.0.1:{p['zookeeper']}",
+            f"dcache.zookeeper.connection={self.zookeeper_listen}:{p['zookeeper']}",
             f"dcache.db.host=127.0.0.1:{self.database.port}",
             f"dcache.db.password={self.database.password}",  # the file: 0600 below
             "dcache.default-access-latency=ONLINE",
@@ -698,7 +702,7 @@ class EmbeddedDCache(EmbeddedServer):
         port = self.ports["zookeeper"]
         (folder / "zoo.cfg").write_text("\n".join([
             "tickTime=2000", f"dataDir={folder / 'data'}", f"clientPort={port}",
-            "clientPortAddress=127.0.0.1", "maxClientCnxns=100", ""]))
+            f"clientPortAddress={self.zookeeper_listen}", "maxClientCnxns=100", ""]))
         java = shutil.which("java") or "java"
         log = folder / "zookeeper.log"
         with open(log, "ab") as stream:
@@ -719,9 +723,10 @@ class EmbeddedDCache(EmbeddedServer):
                                     f"Log tail:\n{log_tail(log, 20)}")
             except subprocess.TimeoutExpired:
                 pass
-            if _ruok(port):
+            if _ruok(port, self.zookeeper_listen):
                 return
-        raise EndpointError(f"the embedded dCache's ZooKeeper did not answer on 127.0.0.1:"
+        raise EndpointError(f"the embedded dCache's ZooKeeper did not answer on "
+                            f"{self.zookeeper_listen}:"
                             f"{port} within {min(self.startup_timeout, 120):.0f} s. Log tail:\n"
                             f"{log_tail(log, 20)}")
 
@@ -804,7 +809,7 @@ class EmbeddedDCache(EmbeddedServer):
         from ..drivers.version import version_from_server_header
 
         context = ssl.create_default_context(capath=self.ca_dir)
-        connection = http.client.HTTPSConnection("localhost", self.ports["webdav"],
+        connection = http.client.HTTPSConnection(self.door_host.strip("[]"), self.ports["webdav"],
                                                  context=context, timeout=10)
         secret = base64.b64encode(f"{USER}:{self.password}".encode()).decode()
         try:
@@ -835,7 +840,7 @@ class EmbeddedDCache(EmbeddedServer):
         from .xrootd import _probe_apart
 
         options = {**self.driver_options(), "security_protocol": LOGIN_PROTOCOLS["gsi"]}
-        error = _probe_apart(f"root://localhost:{self.ports['xrootd_gsi']}/{AREA}", options)
+        error = _probe_apart(f"root://{self.door_host}:{self.ports['xrootd_gsi']}/{AREA}", options)
         if error:
             raise EndpointError(error)
 
@@ -927,12 +932,12 @@ def free_port_block(size: int) -> int:
                         f"{low} and {high} for the dCache domain and its pools' movers")
 
 
-def _ruok(port: int) -> bool:
+def _ruok(port: int, host: str = "127.0.0.1") -> bool:
     """ZooKeeper answers ``imok`` to ``ruok`` on ``port``."""
     import socket
 
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as probe:
+        with socket.create_connection((host, port), timeout=5) as probe:
             probe.sendall(b"ruok")
             return probe.recv(16) == b"imok"
     except OSError:
