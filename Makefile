@@ -56,10 +56,15 @@ upgrade-demo: setup-upgrade
 # and dCache 10.2.25 -> 11.2.5 on one database and set of pools, a seeded tree written
 # through the old release's doors and verified through the new one's; prints each
 # verdict and the measured times. SERVER=xrootd or dcache for one; CORRUPT=1 flips a
-# byte of one stored file between the two (the verify must name it corrupted).
+# byte of one stored file between the two (the verify must name it corrupted). The
+# server's suite runs on the old release after the tree is written and on the new one
+# after the verify, judged against the first run (--storage-baseline): its exit status
+# is the verdict. INPLACE_ARGS: pytest arguments of both runs; SUITE=0 files only.
 SERVER ?= all
+INPLACE_ARGS ?= --storage-scale 0.05
 upgrade-inplace: setup
-	$(PY) scripts/upgrade_inplace.py --server $(SERVER) $(if $(CORRUPT),--corrupt,)
+	$(PY) scripts/upgrade_inplace.py --server $(SERVER) $(if $(CORRUPT),--corrupt,) \
+		$(if $(filter 0,$(SUITE)),--no-suite,) --pytest-args "$(INPLACE_ARGS)"
 
 # ruff, mypy on the package, the import contracts (pyproject.toml [tool.importlinter])
 lint:

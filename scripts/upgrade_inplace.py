@@ -7,18 +7,32 @@ tree through every door (``storagescale tree verify``). Prints each verify's ver
 and the measured times; ``--corrupt`` flips one byte of one stored file between the two
 releases (the verify must then name it ``corrupted``).
 
+Around the tree, the storage's suite (``suites/xrootd``, ``suites/dcache``) runs twice
+against the servers themselves (``--storage-endpoint`` and ``--storage-door`` of the
+running server): on the old release after the tree is written, keeping its results
+(``<workdir>/<server>-before.json``), and on the new release after the verify, judged
+against that run (``--storage-baseline``: the gate, behaviour changes and relative
+rules; ``<workdir>/<server>-after.json``). ``--no-suite`` leaves both out; ``--pytest-args``
+adds arguments to both runs (``-k stat_scan``, ``--storage-thresholds FILE``).
+
 Exit status: 0 when every verify found every file ok (with ``--corrupt``: when each
-named the flipped file ``corrupted`` and nothing else), 1 otherwise, 4 on bad input."""
+named the flipped file ``corrupted`` and nothing else) and every judged suite run
+passed (its exit status 0), 1 otherwise, 4 on bad input."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import io
+import os
+import shlex
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_storagescale.cli import main as storagescale
@@ -26,6 +40,77 @@ from pytest_storagescale.tree import build_tree
 
 #: the file flipped with --corrupt (a size no other file of the default tree has)
 FLIPPED = "with space/a file with spaces.txt"
+#: the checkout (the suites' folder), whatever the working directory
+ROOT = Path(__file__).resolve().parent.parent
+#: how long SIGINT gives a suite run to stop before its process group is killed
+STOP_GRACE_S = 30.0
+
+
+@dataclass(frozen=True)
+class SuiteRuns:
+    """How the suite runs around the upgrade: which suite (None: not run), the extra
+    pytest arguments, each run's time bound and where the results go."""
+
+    suite: str | None
+    extra: tuple[str, ...] = ()
+    timeout_s: float = 1800.0
+    workdir: Path = Path("storagescale-results/inplace")
+
+    def run(self, name: str, server: str, when: str, endpoint: str, doors: dict[str, str],
+            options: dict[str, str]) -> tuple[int | None, str]:
+        """One pytest run of the suite against the running server: ``when`` 'before'
+        keeps its results, 'after' is judged against them. Its exit status (None: no
+        answer within the time bound) and a line saying it."""
+        results = self.workdir / f"{server}-{when}.json"
+        baseline = self.workdir / f"{server}-before.json"
+        results.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "pytest", str(ROOT / str(self.suite)),
+                "--storage-endpoint", endpoint,
+                *(f"--storage-door={door}={url}" for door, url in doors.items()),
+                *(f"--storage-driver-option={key}={value}" for key, value in options.items()),
+                "--storage-results", str(results), "-p", "no:cacheprovider", "-q",
+                *(["--storage-baseline", str(baseline)] if when == "after" else []),
+                *self.extra]
+        log = self.workdir / f"{server}-{when}.log"
+        began = time.monotonic()
+        code = _bounded(argv, log, self.timeout_s)
+        took = time.monotonic() - began
+        summary = _last_line(log)
+        gate = [line.strip() for line in log.read_text(errors="replace").splitlines()
+                if line.startswith(("gate:", "storagescale gate"))][:3]
+        status = f"none (stopped at {self.timeout_s:.0f} s)" if code is None else str(code)
+        said = (f"{name}: the suite ({self.suite}) {when} the upgrade: exit status {status} "
+                f"in {took:.0f} s: {summary}"
+                + (f" ({'; '.join(gate)})" if gate else "")
+                + (f"; judged against {baseline.name}" if when == "after" else
+                   f"; results {results}"))
+        return code, said
+
+
+def _bounded(argv: list[str], log: Path, timeout: float) -> int | None:
+    """``argv`` with its output in ``log``: its exit status, None when it gave none
+    within ``timeout`` (then SIGINT, after a grace its process group killed)."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            return None
+
+
+def _last_line(log: Path) -> str:
+    """pytest's summary line (``3 passed, 1 xfailed in 12.3s``) or the last line."""
+    lines = [line.strip(" =") for line in log.read_text(errors="replace").splitlines()
+             if line.strip()]
+    return lines[-1] if lines else "no output"
 
 
 def _tree(*arguments: str) -> tuple[int, str, float]:
@@ -49,6 +134,15 @@ def _flip(data_root: Path, content: bytes) -> Path:
     return found[0]
 
 
+def _judge_suite(name: str, code: int | None, said: str) -> bool:
+    """The judged run's verdict: its exit status 0 (the gate passed), else not."""
+    print(said, flush=True)
+    good = code == 0
+    print(f"{name}: the suite judged against the run before the upgrade "
+          f"{'passed' if good else 'FAILED'}\n", flush=True)
+    return good
+
+
 def _judge(name: str, code: int, out: str, corrupt: bool) -> bool:
     bad = [line for line in out.splitlines()[1:] if line.strip()]
     if corrupt:
@@ -61,7 +155,7 @@ def _judge(name: str, code: int, out: str, corrupt: bool) -> bool:
     return good
 
 
-def _xrootd(workdir: Path, seed: str, size: str, corrupt: bool) -> bool:
+def _xrootd(workdir: Path, seed: str, size: str, corrupt: bool, suite: SuiteRuns) -> bool:
     from pytest_storagescale.servers.xrootd import EmbeddedXRootD
     from pytest_storagescale.servers.xrootd_releases import BUILT_VERSION, built_prefix
 
@@ -83,6 +177,9 @@ def _xrootd(workdir: Path, seed: str, size: str, corrupt: bool) -> bool:
             if code != 0:
                 print(out)
                 return False
+            if not _before(name, suite, "xrootd", old.url, {"davs": old.https_url},
+                           {"ca_dir": str(old.ca_dir)}):
+                return False
         if corrupt:
             _flip(data, _content(manifest, 2))
         new = EmbeddedXRootD(data_directory=data)
@@ -92,11 +189,48 @@ def _xrootd(workdir: Path, seed: str, size: str, corrupt: bool) -> bool:
             started = time.monotonic() - began
             code, out, verified = _tree("verify", new.url, new.https_url, "--manifest",
                                         str(manifest), "-o", f"ca_dir={new.ca_dir}")
-        print(f"{name}: {new.version} started on the same data directory in {started:.1f} s, "
-              f"verified through root:// and davs:// in {verified:.1f} s:\n{out}", end="")
-        return _judge(name, code, out, corrupt)
+            print(f"{name}: {new.version} started on the same data directory in "
+                  f"{started:.1f} s, verified through root:// and davs:// in {verified:.1f} "
+                  f"s:\n{out}", end="", flush=True)
+            files_good = _judge(name, code, out, corrupt)
+            suite_good = _after(name, suite, "xrootd", new.url, {"davs": new.https_url},
+                                {"ca_dir": str(new.ca_dir)})
+        return files_good and suite_good
     finally:
         shutil.rmtree(data, ignore_errors=True)
+
+
+def _before(name: str, suite: SuiteRuns, server: str, endpoint: str, doors: dict[str, str],
+            options: dict[str, str]) -> bool:
+    """The suite on the old release, its results kept: False when it left no results
+    file to judge the run after against (then nothing is judged)."""
+    if suite.suite is None:
+        return True
+    code, said = suite.run(name, server, "before", endpoint, doors, options)
+    print(said, flush=True)
+    if not (suite.workdir / f"{server}-before.json").is_file():
+        print(f"{name}: the suite before the upgrade wrote no results (exit status {code}): "
+              f"nothing to judge the run after against; see "
+              f"{suite.workdir / f'{server}-before.log'}\n", flush=True)
+        return False
+    return True
+
+
+def _after(name: str, suite: SuiteRuns, server: str, endpoint: str, doors: dict[str, str],
+           options: dict[str, str]) -> bool:
+    """The suite on the new release, judged against the run before."""
+    if suite.suite is None:
+        return True
+    return _judge_suite(name, *suite.run(name, server, "after", endpoint, doors, options))
+
+
+def _suite_doors(server) -> tuple[str, dict[str, str], dict[str, str]]:
+    """The embedded dCache's WebDAV door as the endpoint, its xrootd door beside it,
+    its CA folder and proxy (the doors the tree goes through)."""
+    options = {"ca_dir": str(server.ca_dir)}
+    if server.proxy is not None:
+        options["x509_proxy"] = str(server.proxy)
+    return server.url_for("davs"), {"root": server.url_for("root")}, options
 
 
 def _content(manifest: Path, doors: int) -> bytes:
@@ -108,7 +242,7 @@ def _content(manifest: Path, doors: int) -> bytes:
     return next(entry.data for entry in tree.files if entry.path == FLIPPED)
 
 
-def _dcache(workdir: Path, seed: str, size: str, corrupt: bool) -> bool:
+def _dcache(workdir: Path, seed: str, size: str, corrupt: bool, suite: SuiteRuns) -> bool:
     from pytest_storagescale.servers.dcache import EmbeddedDCache, cached_releases
 
     # the xrootd door answers non-ASCII characters as '?', SRM refuses names with spaces
@@ -137,6 +271,8 @@ def _dcache(workdir: Path, seed: str, size: str, corrupt: bool) -> bool:
             if code != 0:
                 print(out)
                 return False
+            if not _before(name, suite, "dcache", *_suite_doors(old)):
+                return False
         if corrupt:
             _flip(state / "pools", _content(manifest, len(doors)))
         new = EmbeddedDCache(state_directory=state)
@@ -148,8 +284,10 @@ def _dcache(workdir: Path, seed: str, size: str, corrupt: bool) -> bool:
             print(f"{name}: {new.version} started on the same database and pools in "
                   f"{new.start_seconds:.0f} s (its schema update: Liquibase change sets "
                   f"{changes}), verified through {', '.join(doors)} in {verified:.1f} s:\n"
-                  f"{out}", end="")
-        return _judge(name, code, out, corrupt)
+                  f"{out}", end="", flush=True)
+            files_good = _judge(name, code, out, corrupt)
+            suite_good = _after(name, suite, "dcache", *_suite_doors(new))
+        return files_good and suite_good
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
@@ -162,13 +300,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corrupt", action="store_true",
                         help=f"flip a byte of {FLIPPED!r} between the two releases")
     parser.add_argument("--workdir", type=Path, default=Path("storagescale-results/inplace"))
+    parser.add_argument("--no-suite", action="store_true",
+                        help="check the files only: no suite run before and after")
+    parser.add_argument("--pytest-args", default="",
+                        help="more arguments for both suite runs (one string, split as "
+                        "the shell does), e.g. '-k stat_scan --storage-scale 0.05'")
+    parser.add_argument("--suite-timeout", type=float, default=1800.0,
+                        help="seconds each suite run may take (default 1800)")
     arguments = parser.parse_args(argv)
+    try:
+        extra = tuple(shlex.split(arguments.pytest_args))
+    except ValueError as exc:
+        print(f"ERROR: --pytest-args {arguments.pytest_args!r}: {exc}; quote it as a shell "
+              f"would.", file=sys.stderr)
+        return 4
+    if not arguments.suite_timeout > 0:
+        print(f"ERROR: --suite-timeout {arguments.suite_timeout:g}: give seconds above 0.",
+              file=sys.stderr)
+        return 4
     arguments.workdir.mkdir(parents=True, exist_ok=True)
-    for old in arguments.workdir.glob("*-tree.json"):  # this target's own manifests
+    for old in [*arguments.workdir.glob("*-tree.json"),  # this target's own files
+                *arguments.workdir.glob("*-before.json"), *arguments.workdir.glob("*-after.json")]:
         old.unlink()
     flows = {"xrootd": _xrootd, "dcache": _dcache}
     chosen = list(flows) if arguments.server == "all" else [arguments.server]
-    good = [flows[name](arguments.workdir, arguments.seed, arguments.size, arguments.corrupt)
+    good = [flows[name](arguments.workdir, arguments.seed, arguments.size, arguments.corrupt,
+                        SuiteRuns(None if arguments.no_suite else f"suites/{name}", extra,
+                                  arguments.suite_timeout, arguments.workdir))
             for name in chosen]
     return 0 if all(good) else 1
 
