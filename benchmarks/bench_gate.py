@@ -224,6 +224,8 @@ class Run:
     seconds: float
     load: float
     stopped_share: float | None = None
+    #: the server's CPU (cores: its CPU seconds over the step's wall time), None: unknown
+    server_cores: float | None = None
 
 
 @dataclass
@@ -273,6 +275,8 @@ def measure(spec, tag: str, settings: Settings) -> Run:
     from pytest_storagescale.load.operations import get_operation
     from pytest_storagescale.load.plan import StepPlan
 
+    pid = settings.extra.get("server_pid")
+    cpu_before = _cpu_seconds(pid)
     began = time.monotonic()
     before = probe_client_host()
     result = run_step(StepPlan(operation=get_operation("stat"), clients=settings.clients,
@@ -281,8 +285,23 @@ def measure(spec, tag: str, settings: Settings) -> Run:
                       executor="auto")
     probe = HostProbe(before, probe_client_host())
     total = result.total
+    seconds = time.monotonic() - began
+    cpu_after = _cpu_seconds(pid)
+    cores = (cpu_after - cpu_before) / seconds if None not in (cpu_before, cpu_after) \
+        else None  # type: ignore[operator]
     return Run(list(total.windows), probe, total.rate_hz, total.latency_s["p99"],
-               total.failed + total.hung, time.monotonic() - began, os.getloadavg()[0])
+               total.failed + total.hung, seconds, os.getloadavg()[0], server_cores=cores)
+
+
+def _cpu_seconds(pid: int | None) -> float | None:
+    """The CPU seconds (user and system, all threads) process ``pid`` has used."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
@@ -308,12 +327,13 @@ def injected(kind: str, pid: int, settings: Settings) -> Iterator[DutyCycle | No
 def judge(run: Run, bases: list[Run], probed: bool = True):
     """The gate as the plugin's (``probed``: with the client host's probe), or the
     statistics alone."""
-    from pytest_storagescale.gate import host_slowdown, judge_samples
+    from pytest_storagescale.gate import host_pvalue, host_slowdown, judge_samples
 
-    slowdown = host_slowdown(run.probe, [base.probe for base in bases]) \
-        if probed else None  # type: ignore[arg-type]
+    probes = [base.probe for base in bases]
+    slowdown = host_slowdown(run.probe, probes) if probed else None  # type: ignore[arg-type]
+    p = host_pvalue(run.probe, probes) if probed else None  # type: ignore[arg-type]
     return judge_samples(run.windows, [base.windows for base in bases],
-                         host_slowdown=slowdown)
+                         host_slowdown=slowdown, host_p=p)
 
 
 def final(gate, again: Run | None, bases: list[Run], probed: bool) -> str:
@@ -358,6 +378,17 @@ def judged_runs(kind: str, spec, server_pid: int, tag: str, bases: list[Run],
             rate_high=rate.high if rate else None, rate_hz=run.rate_hz,
             base_rates=[b.rate_hz for b in bases[:n]]))
     return outcomes, [r for r in (run, again) if r is not None]
+
+
+def _cores_text(bases: list[Run]) -> str:
+    """What CPU the uncapped server got in the baseline runs (does a cap bind?)."""
+    cores = sorted(b.server_cores for b in bases if b.server_cores is not None)
+    if not cores:
+        return "the server's CPU not measured"
+    q = statistics.quantiles(cores, n=10) if len(cores) >= 2 else [cores[0]] * 9
+    return (f"the server got {q[0]:.2f}-{q[8]:.2f} core in the baseline runs (10th-90th "
+            f"percentile, median {statistics.median(cores):.2f}, over each step with its "
+            f"warm-up and probes)")
 
 
 def pair_order(index: int) -> list[str]:
@@ -455,14 +486,26 @@ def paired_trial(kind: str, index: int, specs, groups, settings: Settings,
         return replace_plan(sub, driver=spec_b, workdir=f"{ROOT}/t{index}-b{n}")
 
     groups[1].cap(cores if kind == "capped" else None)
+    stopped = None
     try:
         began = time.monotonic()
         probe = probe_client_host()
-        result = measure_alternating(plan, plan_b, "B", settings=GateSettings())
-        again = None
-        if result.gate is not None and result.gate.fails:
-            again = measure_alternating(replace_plan(plan, workdir=f"{ROOT}/t{index}r"),
-                                        plan_b, "B", settings=GateSettings())
+        with ExitStack() as stack:
+            cycle = None
+            if kind in ("rate", "p99"):  # side B's server stopped on a duty cycle
+                stop, period = ((settings.rate_stop_ms, settings.rate_period_ms)
+                                if kind == "rate" else
+                                (settings.p99_stop_ms, settings.p99_period_ms))
+                cycle = stack.enter_context(DutyCycle(
+                    settings.extra["pid_b"], stopped_s=stop / 1e3, period_s=period / 1e3,
+                    limit_s=2 * paired_limit(settings) + 60))
+            result = measure_alternating(plan, plan_b, "B", settings=GateSettings())
+            again = None
+            if result.gate is not None and result.gate.fails:
+                again = measure_alternating(replace_plan(plan, workdir=f"{ROOT}/t{index}r"),
+                                            plan_b, "B", settings=GateSettings())
+        if cycle is not None:
+            stopped = cycle.stopped_share
         seconds = time.monotonic() - began
     finally:
         groups[1].cap(None)
@@ -485,24 +528,41 @@ def paired_trial(kind: str, index: int, specs, groups, settings: Settings,
         "rate_a": result.a.total.rate_hz, "rate_b": result.b.total.rate_hz,
         "probe_mb_s": probe, "load": os.getloadavg()[0],
         "failed": result.a.total.failed + result.b.total.failed,
+        "stopped_share": stopped,
     }
+
+
+def paired_limit(settings: Settings) -> float:
+    """The longest a paired step runs: each side up to ``BUDGET`` times the step's
+    duration, in runs with a warm-up each."""
+    from pytest_storagescale.paired import BUDGET, PAIRS
+
+    runs = BUDGET * PAIRS
+    return 2 * (BUDGET * settings.duration + runs * (settings.warmup + 1.0))
 
 
 def paired_rows(trials: list[dict]) -> list[str]:
     rows = ["| side B | trials | regressed (confirmed): share [95 % interval] | "
             "inconclusive | unchanged | improved | the same runs judged by the gate before "
-            "(windows pooled): regressed, before a retest | rate B / A: median (range) | "
+            "(windows pooled): regressed, before a retest | B / A: median (range) | "
             "pairs per verdict "
             "(median) | wall time per verdict (mean) |",
             "|---|---:|---|---:|---:|---:|---|---|---:|---:|"]
-    for kind in PAIRED_KINDS:
+    names = {"A/A": "the same server (A/A)", "capped": "capped by a cgroup",
+             "rate": "rate: SIGSTOP duty cycle", "p99": "p99: short SIGSTOPs"}
+    for kind in ("A/A", "capped", "rate", "p99"):
         mine = [t for t in trials if t["kind"] == kind]
         if not mine:
             continue
         count = len(mine)
         ratios = [t["rate"][0] for t in mine if t["rate"] and t["rate"][0] is not None]
+        p99s = [t["p99"][0] for t in mine if t.get("p99") and t["p99"][0] is not None]
+        shares = [t["stopped_share"] for t in mine if t.get("stopped_share") is not None]
+        extra = (f"; p99 {_fmt(median(p99s))} ({_fmt(min(p99s, default=None))}-"
+                 f"{_fmt(max(p99s, default=None))})" if p99s else "")
+        extra += f"; stopped {statistics.mean(shares):.0%} of the time" if shares else ""
         rows.append(
-            f"| {'the same server (A/A)' if kind == 'A/A' else 'capped by a cgroup'} | "
+            f"| {names[kind]} | "
             f"{count} | "
             f"{rate_interval(sum(t['verdict'].startswith('regressed') for t in mine), count)} | "
             f"{sum(t['verdict'].startswith('inconclusive') for t in mine)} | "
@@ -510,7 +570,7 @@ def paired_rows(trials: list[dict]) -> list[str]:
             f"{sum(t['verdict'] == 'improved' for t in mine)} | "
             f"{rate_interval(sum(t['pooled'] == 'regressed' for t in mine), count)} | "
             f"{_fmt(median(ratios))} ({_fmt(min(ratios, default=None))}-"
-            f"{_fmt(max(ratios, default=None))}) | "
+            f"{_fmt(max(ratios, default=None))}){extra} | "
             f"{median([len(t['pairs']) for t in mine]):g} | "
             f"{statistics.mean(t['seconds'] for t in mine):.0f} s |")
     return rows
@@ -533,15 +593,18 @@ def calibrate_paired(args, settings: Settings) -> int:
             CpuGroup(b.pid, "b") as group_b:
         specs = [driver_spec(f"root://127.0.0.1:{server.port}/{ROOT}", writable_root=ROOT)
                  for server in (a, b)]
+        settings.extra["pid_b"] = b.pid
         version = a.version
         try:
-            for index in range(2 * args.pairs):
+            kinds = args.kinds or PAIRED_KINDS
+            for index in range(len(kinds) * args.pairs):
                 elapsed = time.monotonic() - began
                 if elapsed + longest > args.budget:
                     print(f"budget: {elapsed:.0f} s spent, a trial takes up to "
                           f"{longest:.0f} s: stopping after {len(trials)} trials", flush=True)
                     break
-                kind = PAIRED_KINDS[(index + index // 2) % 2]  # A/A, capped, capped, A/A...
+                # rotated from round to round: A/A, capped, capped, A/A... for two kinds
+                kind = kinds[(index + index // len(kinds)) % len(kinds)]
                 trial = paired_trial(kind, index, specs, (group_a, group_b), settings,
                                      args.cap)
                 longest = max(longest, trial["seconds"])
@@ -565,7 +628,16 @@ def calibrate_paired(args, settings: Settings) -> int:
     lines = [
         f"Measured {began_wall}: {len(trials)} paired steps in {total / 60:.1f} min on "
         f"{os.cpu_count()} cores, two embedded xrootd {version} (root://), each in a cgroup "
-        f"of its own, side B capped at {args.cap:g} core in every other pair of trials; "
+        f"of its own, side B "
+        + "; ".join(text for kind, text in (
+            ("capped", f"capped at {args.cap:g} core"),
+            ("rate", f"SIGSTOPped {settings.rate_stop_ms:g} ms of every "
+                     f"{settings.rate_period_ms:g} ms (rate)"),
+            ("p99", f"SIGSTOPped {settings.p99_stop_ms:g} ms of every "
+                    f"{settings.p99_period_ms:g} ms (p99)"))
+            if kind in (args.kinds or PAIRED_KINDS))
+        + (", in turn with trials of side B as it is (A/A)"
+           if "A/A" in (args.kinds or PAIRED_KINDS) else "") + "; "
         f"stat at {settings.clients} clients, a {settings.duration:g} s step measured "
         f"as the plugin's paired mode does (A B B A A B B A runs of "
         f"{settings.duration / 4:g} s after {settings.warmup:g} s of warm-up each, more "
@@ -641,6 +713,10 @@ def main() -> int:
     parser.add_argument("--capped", action="store_true",
                         help="stored-baseline mode: judge A/A and runs of the server capped "
                              "at --cap cores by a cgroup (instead of the duty cycles)")
+    parser.add_argument("--kinds", type=lambda text: tuple(text.split(",")),
+                        help="the kinds of judged runs, comma-separated, of A/A, capped, rate, "
+                             "p99 (default: A/A,rate,p99; --capped: A/A,capped; --paired: "
+                             "A/A,capped)")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--json", type=Path, help="every judged run's outcome, to this file")
     args = parser.parse_args()
@@ -653,6 +729,10 @@ def main() -> int:
                  for kind, stop, period in (("rate", args.rate_stop_ms, args.rate_period_ms),
                                             ("p99", args.p99_stop_ms, args.p99_period_ms))
                  if not 0 < stop < period]
+    if args.kinds and not set(args.kinds) <= {"A/A", "capped", "rate", "p99"}:
+        problems.append(f"--kinds {','.join(args.kinds)}: of A/A, capped, rate, p99")
+    if args.kinds and "capped" in args.kinds:
+        args.capped = args.capped or not args.paired
     if (args.paired or args.capped) and not 0 < args.cap < 64:
         problems.append(f"--cap {args.cap}: a share of cores above 0 (0.05: a twentieth)")
     if (args.paired or args.capped) and not (os.geteuid() == 0 and CpuGroup.ROOT.joinpath(
@@ -674,10 +754,12 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     if args.paired:
         return calibrate_paired(args, settings)
+    global KINDS
     if args.capped:
-        global KINDS
         KINDS = ("A/A", "capped")
         settings.extra["cap"] = args.cap
+    if args.kinds:
+        KINDS = args.kinds
     return calibrate(args, settings)
 
 
@@ -698,6 +780,7 @@ def calibrate(args, settings: Settings) -> int:
         if "cap" in settings.extra:  # in a group of its own throughout (see CpuGroup)
             settings.extra["group"] = stack.enter_context(CpuGroup(server.pid, "server"))
         spec = driver_spec(f"root://127.0.0.1:{server.port}/{ROOT}", writable_root=ROOT)
+        settings.extra["server_pid"] = server.pid
         version = server.version
         try:
             for index in range(args.pairs):
@@ -744,13 +827,17 @@ def calibrate(args, settings: Settings) -> int:
         f"{min((b.rate_hz for b in bases_all), default=0):,.0f}-"
         f"{max((b.rate_hz for b in bases_all), default=0):,.0f}/s (median "
         f"{median([b.rate_hz for b in bases_all]):,.0f}/s), p99 median "
-        f"{median([b.p99_s for b in bases_all]) * 1e3:.1f} ms; {failed} requests failed or "
+        f"{median([b.p99_s for b in bases_all]) * 1e3:.1f} ms; {_cores_text(bases_all)}; "
+        f"{failed} requests failed or "
         f"hung in all. Injected: "
-        + (f"the server (in a cgroup of its own throughout) capped at "
-           f"{settings.extra['cap']:g} core. " if "cap" in settings.extra else
-           f"rate, SIGSTOP {settings.rate_stop_ms:g} ms of every {settings.rate_period_ms:g} "
-           f"ms; p99, SIGSTOP {settings.p99_stop_ms:g} ms of every "
-           f"{settings.p99_period_ms:g} ms. ")
+        + "; ".join(
+            text for kind, text in (
+                ("capped", f"capped, the server (in a cgroup of its own throughout) capped "
+                           f"at {settings.extra.get('cap', 0):g} core"),
+                ("rate", f"rate, SIGSTOP {settings.rate_stop_ms:g} ms of every "
+                         f"{settings.rate_period_ms:g} ms"),
+                ("p99", f"p99, SIGSTOP {settings.p99_stop_ms:g} ms of every "
+                        f"{settings.p99_period_ms:g} ms")) if kind in KINDS) + ". "
         + "Wall time per "
         "verdict: the baseline runs it needs, the judged run and its retest when regressed "
         "(each step with its host probe before and after and its set-up).",
@@ -760,7 +847,8 @@ def calibrate(args, settings: Settings) -> int:
     if args.json:
         args.json.write_text(json.dumps({
             "outcomes": [asdict(o) for o in outcomes],
-            "baselines": [{"rate_hz": b.rate_hz, "p99_s": b.p99_s, "load": b.load}
+            "baselines": [{"rate_hz": b.rate_hz, "p99_s": b.p99_s, "load": b.load,
+                           "server_cores": b.server_cores}
                           for b in bases_all]}, indent=1))
     print("\n".join(lines))
     if args.write_docs and done and not interrupted:

@@ -627,8 +627,9 @@ def forest_rows(compared: ComparedRun) -> list[tuple[str, float, float, float, s
             continue
         for metric, name in (("rate_hz", "rate"), ("p99_s", "p99")):
             effect = step_gate.effects.get(metric)
-            if effect is None or None in (effect.ratio, effect.low, effect.high):
-                continue
+            if effect is None or effect.below_floor is not None \
+                    or None in (effect.ratio, effect.low, effect.high):
+                continue  # (a latency below the floor is not judged: not drawn)
             values = [effect.ratio, effect.low, effect.high]
             if not all(isinstance(v, int | float) and 0 < v < 1e6 for v in values):
                 continue  # nothing a log axis can draw

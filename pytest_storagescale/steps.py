@@ -32,6 +32,7 @@ from .gate import (
     GateVerdict,
     HostProbe,
     StepGate,
+    host_pvalue,
     host_slowdown,
     judge_samples,
     probe_client_host,
@@ -307,7 +308,8 @@ def _gate_settings(section: SectionPlan | None) -> GateSettings:
     if section is None:
         return GateSettings()
     return GateSettings(min_effect_rate=section.min_effect_rate,
-                        min_effect_p99=section.min_effect_p99)
+                        min_effect_p99=section.min_effect_p99,
+                        latency_floor_s=section.latency_floor)
 
 
 def step_run_info(run: StorageRun, system: str, thresholds: ThresholdSet) -> RunInfo:
@@ -369,10 +371,10 @@ def gate_step(run: StorageRun, record: StepRecord, section: SectionPlan,
     if not bases:
         return None  # a step the baseline does not have: 'new'
     settings = _gate_settings(section)
+    probes = [base.probe for base in bases]
     return judge_samples(record.windows, [base.windows for base in bases], settings=settings,
-                         host_slowdown=host_slowdown(record.probe,
-                                                     [base.probe for base in bases]),
-                         not_comparable=why)
+                         host_slowdown=host_slowdown(record.probe, probes),
+                         host_p=host_pvalue(record.probe, probes), not_comparable=why)
 
 
 def gate_check(gate: StepGate) -> RuleCheck:

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import StorageScaleUsageError, ThresholdsError
-from .gate import DEFAULT_MIN_EFFECT_P99, DEFAULT_MIN_EFFECT_RATE
+from .gate import DEFAULT_LATENCY_FLOOR_S, DEFAULT_MIN_EFFECT_P99, DEFAULT_MIN_EFFECT_RATE
 from .limits import check_clients
 from .load.plan import ARRIVALS
 from .metrics import known_metrics
@@ -72,8 +72,9 @@ COMPARISONS: dict[str, Callable[[float, float], bool]] = {
 }
 DEFAULT_KEYS = ("duration", "warmup", "hang_timeout")
 #: a section's minimum effects for the gate against a baseline (gate.py): a step whose
-#: rate is lower by (p99 higher by) more than this, at 95 % confidence, regressed
-GATE_KEYS = ("min_effect_rate", "min_effect_p99")
+#: rate is lower by (p99 higher by) more than this, at 95 % confidence, regressed; a
+#: latency below ``latency_floor`` (a duration, 0: none) on both sides is not judged
+GATE_KEYS = ("min_effect_rate", "min_effect_p99", "latency_floor")
 #: keys an ``[ops.<section>]`` table may hold besides its operation's parameters
 SECTION_KEYS = ("op", "clients", "expect", "operations", "tries", "min_operations",
                 "clients_per_host", "arrival_rate", "arrivals", "max_in_flight",
@@ -353,6 +354,8 @@ class SectionPlan:
     #: the gate's minimum effects (``min_effect_rate``, ``min_effect_p99``)
     min_effect_rate: float = DEFAULT_MIN_EFFECT_RATE
     min_effect_p99: float = DEFAULT_MIN_EFFECT_P99
+    #: the gate's latency floor in seconds (``latency_floor``; 0: every latency judged)
+    latency_floor: float = DEFAULT_LATENCY_FLOOR_S
 
     @property
     def open_loop(self) -> bool:
@@ -633,7 +636,23 @@ def _section(name: str, table: Any, path: Path, defaults: dict[str, float]) -> S
                                     path, key, "0.15 (a rate 15 % lower regressed)"),
         min_effect_p99=_min_effect(table, "min_effect_p99", DEFAULT_MIN_EFFECT_P99, 100.0,
                                    path, key, "0.25 (a p99 25 % higher regressed)"),
+        latency_floor=_latency_floor(table, path, key),
     )
+
+
+def _latency_floor(table: dict, path: Path, key: str) -> float:
+    """The gate's latency floor: a duration (``"1ms"``), 0 for none; at most 60 s."""
+    if "latency_floor" not in table:
+        return DEFAULT_LATENCY_FLOOR_S
+    value = table["latency_floor"]
+    if value in (0, "0", "0s", "0ms") and not isinstance(value, bool):
+        return 0.0
+    floor = _duration(value, path, f"{key}.latency_floor")
+    if floor > 60:
+        raise ThresholdsError(f"{_where(path, f'{key}.latency_floor')}: {value!r} is longer "
+                              f"than 60 s; write the latency below which the gate does not "
+                              f"judge p50 and p99, e.g. latency_floor = \"1ms\" (0: none).")
+    return floor
 
 
 def _min_effect(table: dict, name: str, default: float, below: float, path: Path, key: str,
