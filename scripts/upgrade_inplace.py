@@ -76,8 +76,7 @@ class SuiteRuns:
         code = _bounded(argv, log, self.timeout_s)
         took = time.monotonic() - began
         summary = _last_line(log)
-        gate = [line.strip() for line in log.read_text(errors="replace").splitlines()
-                if line.startswith(("gate:", "storagescale gate"))][:3]
+        gate = _gate_said(log)
         status = f"none (stopped at {self.timeout_s:.0f} s)" if code is None else str(code)
         said = (f"{name}: the suite ({self.suite}) {when} the upgrade: exit status {status} "
                 f"in {took:.0f} s: {summary}"
@@ -104,6 +103,21 @@ def _bounded(argv: list[str], log: Path, timeout: float) -> int | None:
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
             return None
+
+
+def _gate_said(log: Path) -> list[str]:
+    """What the run's gate said, short: its behaviour line, then how many steps the
+    statistical gate found regressed and inconclusive (each in the log)."""
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines()
+             if line.startswith("gate:")]
+    said = [line for line in lines if "behaviour change" in line][:1]
+    steps = [line for line in lines if "behaviour change" not in line]
+    counts = {word: sum(f": {word}" in line for line in steps)
+              for word in ("regressed", "inconclusive")}
+    if steps:
+        said.append(f"steps: {counts['regressed']} regressed, {counts['inconclusive']} "
+                    f"inconclusive (each in {log})")
+    return said
 
 
 def _last_line(log: Path) -> str:
