@@ -64,8 +64,9 @@ class SuiteRuns:
         results = self.workdir / f"{server}-{when}.json"
         baseline = self.workdir / f"{server}-before.json"
         results.unlink(missing_ok=True)
+        # the endpoint through the environment, never the command line (which any local
+        # user may read in /proc): the embedded dCache's WebDAV URL holds its password
         argv = [sys.executable, "-m", "pytest", str(ROOT / str(self.suite)),
-                "--storage-endpoint", endpoint,
                 *(f"--storage-door={door}={url}" for door, url in doors.items()),
                 *(f"--storage-driver-option={key}={value}" for key, value in options.items()),
                 "--storage-results", str(results), "-p", "no:cacheprovider", "-q",
@@ -73,7 +74,7 @@ class SuiteRuns:
                 *self.extra]
         log = self.workdir / f"{server}-{when}.log"
         began = time.monotonic()
-        code = _bounded(argv, log, self.timeout_s)
+        code = _bounded(argv, log, self.timeout_s, {"STORAGESCALE_ENDPOINT": endpoint})
         took = time.monotonic() - began
         summary = _last_line(log)
         gate = _gate_said(log)
@@ -86,12 +87,15 @@ class SuiteRuns:
         return code, said
 
 
-def _bounded(argv: list[str], log: Path, timeout: float) -> int | None:
-    """``argv`` with its output in ``log``: its exit status, None when it gave none
-    within ``timeout`` (then SIGINT, after a grace its process group killed)."""
+def _bounded(argv: list[str], log: Path, timeout: float,
+             environment: dict[str, str]) -> int | None:
+    """``argv`` with its output in ``log`` and ``environment`` added to this process's:
+    its exit status, None when it gave none within ``timeout`` (then SIGINT, after a
+    grace its process group killed)."""
     with log.open("w") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, **environment})
         try:
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -239,8 +243,9 @@ def _after(name: str, suite: SuiteRuns, server: str, endpoint: str, doors: dict[
 
 
 def _suite_doors(server) -> tuple[str, dict[str, str], dict[str, str]]:
-    """The embedded dCache's WebDAV door as the endpoint, its xrootd door beside it,
-    its CA folder and proxy (the doors the tree goes through)."""
+    """The embedded dCache's WebDAV door as the endpoint (its URL holds the door's
+    password: passed in the environment only), its xrootd door beside it, its CA
+    folder and proxy (the doors the tree goes through)."""
     options = {"ca_dir": str(server.ca_dir)}
     if server.proxy is not None:
         options["x509_proxy"] = str(server.proxy)

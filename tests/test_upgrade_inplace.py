@@ -79,6 +79,13 @@ def test_the_run_after_the_upgrade_is_judged_against_the_run_before(tmp_path):
     assert any("rate_hz >= 100 * baseline" in v for v in step["violations"]), step
     (first,) = [s for s in before["steps"] if s.get("op") == "stat"]
     assert first["verdict"] == "pass" and not first.get("baseline")
+    # the endpoint went through the environment, never the command line (another local
+    # user reads argv in /proc: the embedded dCache's WebDAV URL holds its password)
+    for when, results in (("before", before), ("after", after)):
+        log = (tmp_path / "work" / f"xrootd-{when}.log").read_text()
+        assert "storage_endpoint: root://127.0.0.1:" in log
+        assert "(from $STORAGESCALE_ENDPOINT)" in log
+        assert not any("storage-endpoint" in arg for arg in results["run"]["client"]["argv"])
 
 
 def test_bad_pytest_args_are_one_paragraph_exit_4(tmp_path):
