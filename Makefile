@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 # fixture) and no pytest session of its own (plugin_session: every pytester test).
 FAST := not integration and not slow_server and not plugin_session
 
-.PHONY: setup setup-demo setup-check setup-upgrade servers demo upgrade-demo upgrade-inplace check lint test bench clean
+.PHONY: setup setup-demo setup-check setup-upgrade servers demo upgrade-demo upgrade-inplace check lint test bench clean history-demo
 
 # everything make test runs (what the install hints of the embedded servers name)
 setup:
@@ -65,6 +65,16 @@ INPLACE_ARGS ?= --storage-scale 0.05
 upgrade-inplace: setup
 	$(PY) scripts/upgrade_inplace.py --server $(SERVER) $(if $(CORRUPT),--corrupt,) \
 		$(if $(filter 0,$(SUITE)),--no-suite,) --pytest-args "$(INPLACE_ARGS)"
+
+# The history of runs end to end (docs/history.md, issue 37): eight runs of the xrootd
+# stat scan (three on the embedded 5.5.3, three on 6.2.1, one on 6.2.1 with its CPU
+# capped at 5 % of a core by a cgroup: the deliberately slowed run, one more on 6.2.1)
+# into one SQLite history and a real Pushgateway and Prometheus on loopback; then
+# storagescale history must name the slowed run, Prometheus answer the last run's stat
+# rate per version, and each Grafana panel's query return series. Needs root (the
+# cgroup); ~8 min. Its folder: storagescale-results/history-demo/.
+history-demo: setup
+	$(PY) scripts/history_demo.py
 
 # ruff, mypy on the package, the import contracts (pyproject.toml [tool.importlinter])
 lint:

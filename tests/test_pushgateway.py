@@ -18,6 +18,8 @@ from test_history import _run, _suite
 
 pytestmark = pytest.mark.integration
 
+DASHBOARD = Path(__file__).parent.parent / "docs" / "examples" / "grafana-storagescale.json"
+
 
 def _free_port() -> int:
     with socket.socket() as probe:
@@ -92,7 +94,23 @@ def _query(prometheus: str, query: str) -> list[dict]:
     return answer["data"]["result"]
 
 
+def _label_values(prometheus: str, definition: str) -> list[str]:
+    """Grafana's ``label_values(SELECTOR, LABEL)`` as Prometheus's HTTP API answers it
+    (``/api/v1/label/LABEL/values?match[]=SELECTOR``, what Grafana itself asks)."""
+    import re
+
+    selector, label = re.fullmatch(r"label_values\((.*), (\w+)\)", definition).groups()
+    answer = json.loads(_get(f"{prometheus}/api/v1/label/{label}/values?"
+                             f"{urllib.parse.urlencode({'match[]': selector})}"))
+    assert answer["status"] == "success", answer
+    return answer["data"]
+
+
 def test_prometheus_answers_the_last_runs_stat_rate_per_version(pytester, monitoring):
+    """Two runs pushed (versions 1.0 and 2.0): Prometheus answers the stat rate per
+    version; each variable and each panel query of the shipped Grafana dashboard
+    (docs/examples/grafana-storagescale.json) returns series from this real Prometheus
+    (Grafana itself is not run: it is not packaged in Debian)."""
     gateway, prometheus = monitoring
     _suite(pytester)
     for version in ("1.0", "2.0"):
@@ -112,6 +130,33 @@ def test_prometheus_answers_the_last_runs_stat_rate_per_version(pytester, monito
     by_version = {item["metric"]["version"]: float(item["value"][1]) for item in found}
     assert set(by_version) == {"1.0", "2.0"}, found
     assert by_version["2.0"] == pytest.approx(rates[1]), (pushed, rates)  # as measured
+
+    board = json.loads(DASHBOARD.read_text())
+    variables = {item["name"]: item for item in board["templating"]["list"]}
+    chosen = {"storage": "xrootd"}
+    for name in ("storage", "operation", "clients"):  # in order: each uses the ones before
+        definition = variables[name]["definition"].replace("$storage", chosen["storage"])
+        values = _label_values(prometheus, definition)
+        expected = {"storage": ["xrootd"], "operation": ["stat"], "clients": ["1", "2"]}[name]
+        assert sorted(values) == expected, (name, definition, values)
+    both = {(version, clients) for version in ("1.0", "2.0") for clients in ("1", "2")}
+    answered: dict[str, set] = {}
+    deadline = time.monotonic() + 60  # the last push scraped within a second or two
+    for panel in board["panels"]:
+        for target in panel["targets"]:
+            # storage one value; operation and clients "All" (includeAll: a regex)
+            query = (target["expr"].replace("$storage", "xrootd")
+                     .replace("$operation", ".*").replace("$clients", ".*"))
+            while True:
+                answered[panel["title"]] = {
+                    (item["metric"].get("version"), item["metric"].get("clients"))
+                    for item in _query(prometheus, query)}
+                if answered[panel["title"]] == both or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+    for title, series in answered.items():
+        assert series == both, (title, series)  # each version at each client count
+    assert len(answered) == len(board["panels"]) == 5
 
 
 SEEN_BEFORE_THE_SECOND_STEP = """

@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import StorageScaleUsageError
 from ..gate import DEFAULT_MIN_EFFECT_P99, DEFAULT_MIN_EFFECT_RATE
 from .changes import Change, Drift, change_points, drift, metrics
-from .store import HistoryStep, opened, shown
+from .store import HistoryStep, opened, shown, upgrade_note
 
 COMMAND = "storagescale history"
 GATE_FAILED = 1
@@ -134,7 +134,8 @@ def series_lines(series: Series) -> list[str]:
 
 
 def report_lines(target: str, all_series: list[Series], runs: int) -> list[str]:
-    lines = [f"history {shown(target)}: {runs} runs, {len(all_series)} steps"]
+    lines = [f"history {shown(target)}: {runs} runs, {len(all_series)} steps"
+             f"{upgrade_note(target)}"]
     for series in all_series:
         lines += ["", *series_lines(series)]
     worse = [series.title for series in all_series if series.worse]

@@ -4,8 +4,10 @@ A target is a SQLite file's path (the default: made 0600, its journal inherits t
 a SQLAlchemy URL (``sqlite:///PATH``, ``postgresql://USER:PASSWORD@HOST/DB``, which
 uses psycopg). Every table is ``storagescale_*``; ``storagescale_schema`` holds one row,
 the schema's version: a database written by a newer release is refused (one
-paragraph), never read as if it were this one's. A URL is shown without its password
-(:func:`shown`).
+paragraph), never read as if it were this one's; one written by an older release is
+upgraded in place, once, in one transaction (:data:`MIGRATIONS`, through Alembic's
+operations), or refused with the reason when it cannot be. A URL is shown without its
+password (:func:`shown`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from typing import Any
 from ..errors import StorageScaleUsageError
 from ..redact import redact_data, redact_text, redact_url, register_url
 
-#: this release's schema; a database of a higher one is refused
-SCHEMA_VERSION = 1
+#: this release's schema; a database of a higher one is refused, of a lower one upgraded
+SCHEMA_VERSION = 2
 #: how long a call waits for the database (connect, a locked SQLite file): seconds
 DEADLINE_S = 30
 #: the URL schemes taken (``postgresql`` goes through psycopg)
@@ -84,6 +86,7 @@ def _tables() -> tuple[Any, Any, Any, Any]:
         Column,
         Float,
         ForeignKey,
+        Index,
         Integer,
         MetaData,
         String,
@@ -112,6 +115,8 @@ def _tables() -> tuple[Any, Any, Any, Any]:
         Column("verdict", String(100), nullable=False),
         # the results file's run info, tests' outcomes and behaviour gate
         Column("document", JSON, nullable=False),
+        # version 2: each series is read by system, in time order
+        Index(RUNS_INDEX, "system", "started"),
     )
     steps = Table(
         "storagescale_steps", metadata,
@@ -136,8 +141,60 @@ def _tables() -> tuple[Any, Any, Any, Any]:
         Column("figures", JSON, nullable=False),
         # the per-window samples (gate.py's contract); null in results without them
         Column("windows", JSON),
+        # version 2 (:func:`_upgrade_to_2`): the throughput and the open-loop counts
+        *(Column(name, kind) for name, kind in _v2_columns()),
     )
     return metadata, schema, runs, steps
+
+
+#: the index on runs that schema version 2 adds
+RUNS_INDEX = "ix_storagescale_runs_system_started"
+
+
+def _v2_columns() -> list[tuple[str, Any]]:
+    """The step columns schema version 2 adds (nullable: a step of a version 1 history
+    without the figure keeps null)."""
+    from sqlalchemy import Float, Integer
+
+    return [("mb_s", Float), ("throttled", Integer), ("dropped", Integer)]
+
+
+def _upgrade_to_2(operations: Any, connection: Any, steps: Any) -> None:
+    """Version 1 -> 2: the steps' ``mb_s``, ``throttled`` and ``dropped`` as columns
+    (filled from each step's ``figures``, where version 1 kept them), and the runs'
+    index on system and start time."""
+    from sqlalchemy import Column, bindparam, select, update
+
+    for name, kind in _v2_columns():
+        operations.add_column("storagescale_steps", Column(name, kind))
+    operations.create_index(RUNS_INDEX, "storagescale_runs", ["system", "started"])
+    change = (update(steps).where(steps.c.id == bindparam("row"))
+              .values({name: bindparam(f"new_{name}") for name, _ in _v2_columns()}))
+    last = 0
+    while True:  # in pages of rows: a history of many runs is never read whole
+        page = connection.execute(select(steps.c.id, steps.c.figures).where(
+            steps.c.id > last).order_by(steps.c.id).limit(1000)).all()
+        if not page:
+            return
+        rows = []
+        for row, figures in page:
+            figures = figures if isinstance(figures, dict) else {}
+            values = {f"new_{name}": _number(figures.get(name)) for name, _ in _v2_columns()}
+            for name in ("throttled", "dropped"):
+                number = values[f"new_{name}"]
+                values[f"new_{name}"] = int(number) if number is not None else None
+            rows.append({"row": row, **values})
+        connection.execute(change, rows)
+        last = page[-1][0]
+
+
+#: schema version -> (what it changes, the step from the version before it)
+MIGRATIONS = {
+    2: ("the steps' mb_s, throttled and dropped as columns, an index on runs",
+        _upgrade_to_2),
+}
+#: the upgrades made by this process: target -> (from version, to version)
+UPGRADED: dict[str, tuple[int, int]] = {}
 
 
 @dataclass
@@ -159,6 +216,7 @@ class HistoryStep:
     verdict: str
     figures: dict[str, Any] = field(default_factory=dict)
     windows: list[dict[str, Any]] | None = None
+    mb_s: float | None = None
 
     @property
     def key(self) -> tuple[str, str, str, int, float]:
@@ -209,6 +267,44 @@ class History:
                 f"pytest-storagescale {writer}); this release ({_release()}) reads version "
                 f"{SCHEMA_VERSION} at most. Upgrade pytest-storagescale, or give a new "
                 f"history file or database.")
+        if version < SCHEMA_VERSION:
+            self.upgrade(version, writer)
+
+    def upgrade(self, version: int, writer: str) -> None:
+        """The schema of ``version`` brought to :data:`SCHEMA_VERSION`, each step of
+        :data:`MIGRATIONS` in turn, in one transaction (all or nothing); the schema row
+        is locked first, so two runs starting at once upgrade it once."""
+        from sqlalchemy import select, update
+
+        why = (f"history {shown(self.target)}: its schema is version {version} (written by "
+               f"pytest-storagescale {writer}) and this release ({_release()}) keeps version "
+               f"{SCHEMA_VERSION}")
+        try:
+            from alembic.migration import MigrationContext
+            from alembic.operations import Operations
+        except ImportError:
+            raise HistoryError(f"{why}, which it upgrades with Alembic: Alembic is not "
+                               f"installed: install it with pip install "
+                               f"'pytest-storagescale[history]'.") from None
+        try:
+            with self.engine.begin() as connection:
+                # the write lock (SQLite) / the row lock (PostgreSQL) before reading
+                connection.execute(update(self.schema).values(version=self.schema.c.version))
+                current = connection.execute(select(self.schema.c.version)).scalar_one()
+                if current >= SCHEMA_VERSION:
+                    return  # another run upgraded it meanwhile
+                operations = Operations(MigrationContext.configure(connection))
+                for step in range(current + 1, SCHEMA_VERSION + 1):
+                    MIGRATIONS[step][1](operations, connection, self.steps)
+                connection.execute(update(self.schema).values(version=SCHEMA_VERSION,
+                                                              written_by=_release()))
+        except Exception as exc:  # noqa: BLE001 - the database's refusal (a role without ALTER)
+            reason = redact_text(str(getattr(exc, "orig", None) or exc).strip().splitlines()[0])
+            raise HistoryError(
+                f"{why}; the upgrade failed, nothing was changed: {reason}. Run once with a "
+                f"database role that may alter its tables (the upgrade is made once, at the "
+                f"start of a run or by storagescale history), or give a new history.") from None
+        UPGRADED[self.target] = (current, SCHEMA_VERSION)
 
     def append(self, document: Mapping[str, Any]) -> int:
         """Append the run of a results document (``{"run", "steps", "verdict", ...}``,
@@ -247,7 +343,7 @@ class History:
         query = (select(runs.c.id, runs.c.run_id, runs.c.started, runs.c.system,
                         runs.c.version, runs.c.scale, steps.c.section, steps.c.operation,
                         steps.c.door, steps.c.clients, steps.c.rate_hz, steps.c.p99_s,
-                        steps.c.verdict, steps.c.figures, steps.c.windows)
+                        steps.c.verdict, steps.c.figures, steps.c.windows, steps.c.mb_s)
                  .join(steps, steps.c.run == runs.c.id)
                  .where(runs.c.id.in_(newest.scalar_subquery()))
                  .order_by(runs.c.started, runs.c.id, steps.c.id))
@@ -305,7 +401,14 @@ def _step_row(run: int, step: Mapping[str, Any]) -> dict[str, Any]:
         "hung": step.get("hung"), "verdict": str(step.get("verdict") or ""),
         "gate": gate.get("verdict"), "figures": figures,
         "windows": step.get("windows") if isinstance(step.get("windows"), list) else None,
+        "mb_s": _number(step.get("mb_s")), "throttled": _count(step.get("throttled")),
+        "dropped": _count(step.get("dropped")),
     }
+
+
+def _count(value: Any) -> int | None:
+    number = _number(value)
+    return int(number) if number is not None else None
 
 
 def _private_sqlite(path: Path) -> None:
@@ -399,4 +502,13 @@ def record_run(target: str, base: Path, document: Mapping[str, Any]) -> str:
     except Exception as exc:  # noqa: BLE001 - the database's errors: said, never raised
         reason = redact_text(str(getattr(exc, "orig", None) or exc).strip().splitlines()[0])
         return f"storagescale: history NOT written to {shown(target)}: {reason}"
-    return f"history: run {run} appended to {shown(target)}"
+    return f"history: run {run} appended to {shown(target)}{upgrade_note(target)}"
+
+
+def upgrade_note(target: str) -> str:
+    """`` (its schema upgraded from version 1 to 2)`` when this process upgraded the
+    history at ``target`` since it was last said, else empty."""
+    if str(target) not in UPGRADED:
+        return ""
+    before, after = UPGRADED.pop(str(target))
+    return f" (its schema upgraded from version {before} to {after})"
