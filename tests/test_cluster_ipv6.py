@@ -84,3 +84,122 @@ def test_an_ipv6_endpoint_keeps_its_brackets():
     assert endpoint.host == "fd00::1" and endpoint.netloc_host == "[fd00::1]"
     assert endpoint.server == "root://[fd00::1]:1094"
     assert EndpointURL.parse("root://10.0.0.1:1094//a").netloc_host == "10.0.0.1"
+
+
+def _ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def test_the_http_driver_reaches_a_door_by_its_ipv6_address(tmp_path):
+    """The HTTP driver's base URL kept the IPv6 host without brackets
+    (``http://::1:port``), which libcurl cannot parse: every request failed."""
+    import http.server
+    import threading
+
+    if not _ipv6_loopback():
+        pytest.skip("no IPv6 loopback here")
+    seen: list[tuple[str, str]] = []
+
+    class Door(http.server.BaseHTTPRequestHandler):
+        def do_PROPFIND(self):  # noqa: N802 - the method's name
+            seen.append((self.command, self.headers.get("Host", "")))
+            body = (b'<?xml version="1.0"?><d:multistatus xmlns:d="DAV:"><d:response>'
+                    b"<d:href>/area</d:href><d:propstat><d:prop><d:resourcetype>"
+                    b"<d:collection/></d:resourcetype></d:prop>"
+                    b"<d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response>"
+                    b"</d:multistatus>")
+            self.send_response(207)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    class Server6(http.server.ThreadingHTTPServer):
+        address_family = __import__("socket").AF_INET6
+
+    server = Server6(("::1", 0), Door)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://[::1]:{server.server_address[1]}/area"
+        client = driver_spec(url, driver="http", writable_root="/area").connect(
+            "functional-tests", timeout=10)
+        try:
+            assert client.stat("/area").is_dir
+        finally:
+            client.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen and seen[0][0] == "PROPFIND"
+    assert seen[0][1] == f"[::1]:{server.server_address[1]}"
+
+
+def test_the_srm_driver_sends_an_ipv6_host_in_brackets(tmp_path):
+    """The SRM driver's own SOAP exchange wrote ``Host: fd00::1`` (RFC 7230 wants the
+    URI's form, ``[fd00::1]``); over TLS to a door on ``::1`` it sends ``[::1]``."""
+    import socket
+    import ssl
+    import threading
+
+    from pytest_storagescale.drivers.srm import _exchange
+    from pytest_storagescale.drivers.url import EndpointURL
+    from pytest_storagescale.servers.credentials import ThrowawayCA
+
+    if not _ipv6_loopback():
+        pytest.skip("no IPv6 loopback here")
+    authority = ThrowawayCA(tmp_path)
+    host = authority.issue_host(tmp_path / "host.pem", tmp_path / "host.key", ips=("::1",))
+    serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    serving.load_cert_chain(host.cert, host.key)
+    listener = socket.socket(socket.AF_INET6)
+    listener.bind(("::1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    received: list[bytes] = []
+
+    def answer() -> None:
+        raw, _ = listener.accept()
+        with serving.wrap_socket(raw, server_side=True) as connection:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += connection.recv(4096)
+            received.append(data)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    client = ssl.create_default_context(capath=str(authority.ca_dir))
+    try:
+        answer_bytes = _exchange(EndpointURL.parse(f"srm://[::1]:{port}/area"), client,
+                                 "/srm/managerv2", b"<x/>", 10, False)
+    finally:
+        thread.join(timeout=10)
+        listener.close()
+    assert answer_bytes.endswith(b"ok")
+    assert b"\r\nHost: [::1]\r\n" in received[0], received
+
+
+def test_the_gfal2_driver_writes_ipv6_hosts_in_brackets():
+    """gfal2's URLs (the davs prefix, the SRM SURL prefix) kept the IPv6 host bare
+    (``srm://fd00::1:8443/...``), which gfal2 reads as another host and port."""
+    pytest.importorskip("gfal2")
+    for url, prefix in (
+            ("davs://[fd00::1]:2880/area", "davs://[fd00::1]:2880"),
+            ("srm://[fd00::1]:8443/area", "srm://[fd00::1]:8443/srm/managerv2?SFN=")):
+        client = driver_spec(url, driver="gfal2", writable_root="/area").connect(
+            "functional-tests", timeout=10)
+        try:
+            assert client._prefix == prefix
+        finally:
+            client.close()

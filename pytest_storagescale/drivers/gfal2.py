@@ -143,13 +143,13 @@ class Gfal2Driver(XRootDLogins, Driver):
         self._xroot = self.is_xrootd(endpoint.scheme)
         login = f"{self.client_id}@" if self._xroot else ""
         sep = "/" if self._xroot else ""
-        self._prefix = f"{endpoint.scheme}://{login}{endpoint.host}{port}{sep}"
+        self._prefix = f"{endpoint.scheme}://{login}{endpoint.netloc_host}{port}{sep}"
         if self._srm:
             # the full SURL names the service path: gfal2 neither asks the BDII nor
             # warns, on every request, that it guesses the default path
             from .srm import SERVICE_PATH
 
-            self._prefix = f"srm://{endpoint.host}{port}{SERVICE_PATH}?SFN="
+            self._prefix = f"srm://{endpoint.netloc_host}{port}{SERVICE_PATH}?SFN="
         self._http = self.is_http(endpoint.scheme)
         self._gridftp = endpoint.scheme == "gsiftp"
         #: dcap has no checksum request (gfal2's dcap plug-in: EPROTONOSUPPORT): its
@@ -515,7 +515,7 @@ class Gfal2Driver(XRootDLogins, Driver):
 
         port = f":{self.endpoint.port}" if self.endpoint.port else ""
         # a SURL is a URI: dCache's SRM door decodes %20, and refuses a raw space
-        surl = f"srm://{self.endpoint.host}{port}{quote(path, safe='/-._~')}"
+        surl = f"srm://{self.endpoint.netloc_host}{port}{quote(path, safe='/-._~')}"
         return srm_ls(self.endpoint, surl, path,
                       ca_dir=self.options.get("ca_dir"),
                       x509_proxy=self.options.get("x509_proxy"), timeout=self.timeout)

@@ -102,7 +102,8 @@ class _PastDeadline(Exception):
 def _exchange(endpoint: EndpointURL, context: ssl.SSLContext, path: str, body: bytes,
               timeout: float, httpg: bool) -> bytes:
     """One SOAP POST (``httpg``: after the delegation byte); the whole answer."""
-    request = (f"POST {path} HTTP/1.1\r\nHost: {endpoint.host}\r\n"
+    # Host: an IPv6 address in brackets (RFC 7230 5.4, the URI's form)
+    request = (f"POST {path} HTTP/1.1\r\nHost: {endpoint.netloc_host}\r\n"
                f"Content-Type: text/xml; charset=utf-8\r\nSOAPAction: \"\"\r\n"
                f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n").encode()
     deadline = time.monotonic() + timeout  # the whole exchange's: a door sending a

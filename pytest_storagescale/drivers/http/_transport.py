@@ -518,4 +518,6 @@ def _shown(location: str) -> str:
     except ValueError:
         return repr(location[:200])
     query = "?..." if parts.query else ""
-    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path[:300]}{query}"
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
+    return f"{parts.scheme}://{host}{port}{parts.path[:300]}{query}"

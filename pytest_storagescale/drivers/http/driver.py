@@ -107,7 +107,7 @@ class HTTPDriver(Driver):
             driver=self.name, endpoint=endpoint.server, timeout=self.timeout,
             ca_dir=self.ca_dir, certificate=certificate, secure=secure, token=token)
         self._transport = Transport(
-            base=f"{'https' if secure else 'http'}://{endpoint.host}{port}", secure=secure,
+            base=f"{'https' if secure else 'http'}://{endpoint.netloc_host}{port}", secure=secure,
             timeout=self.timeout, ca_dir=self.ca_dir, certificate=certificate,
             login=login_of(endpoint.url), client_id=self.client_id,
             connections=self.files_per_client, auth=auth, errors=self._errors,
