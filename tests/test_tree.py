@@ -397,3 +397,41 @@ def test_ascii_names_are_the_same_files_under_ascii_names(tmp_path, capsys):
     manifest.write_text(json.dumps(record))
     code, out = _verify(capsys, [url], manifest)
     assert code == 4 and "is not the tree of its seed 5" in out.err
+
+
+def test_a_door_added_after_the_write_is_asked_the_types_offered_then(tmp_path, capsys,
+                                                                     monkeypatch):
+    """A door the tree was not written through (dCache's GridFTP door beside the WebDAV
+    and xrootd doors it was written through) is asked only the checksum types the
+    storage offered at write time: dCache stores adler32 only, and its GridFTP door
+    answers an md5 request with '500 Operation failed due to internal error: null', an
+    error, not 'not offered'; asking it would make every file 'unreadable'. Its
+    adler32 is still compared with the content's."""
+    from pytest_storagescale.drivers.memory import MemoryDriver
+    from pytest_storagescale.errors import StorageError
+
+    url, manifest = _memory_url(), tmp_path / "tree.json"
+    assert _write(capsys, [url], manifest, "--size", "0")[0] == 0
+    record = json.loads(manifest.read_text())
+    record["reported"] = {"davs": record["reported"].pop("memory")}  # written through davs
+    manifest.write_text(json.dumps(record))
+    answered = MemoryDriver._checksum
+
+    def gridftp_checksum(self, path, algorithm):
+        if algorithm.lower() == "md5":
+            raise StorageError("500 Operation failed due to internal error: null",
+                               driver="gfal2", endpoint="gsiftp://localhost:2811",
+                               operation="checksum", path=path,
+                               error_class="server")
+        return answered(self, path, algorithm)
+    monkeypatch.setattr(MemoryDriver, "_checksum", gridftp_checksum)
+    code, out = _verify(capsys, [url], manifest)
+    assert code == 0, out.out + out.err
+    assert out.out.splitlines()[0].endswith(" ok"), out.out
+    assert "unreadable" not in out.out
+    # its adler32 is still asked and compared with the content's
+    monkeypatch.setattr(MemoryDriver, "_checksum",
+                        lambda self, path, algorithm: "00000001")
+    code, out = _verify(capsys, [url], manifest)
+    assert code == 1
+    assert "memory: adler32 00000001, the content's is" in out.out
