@@ -221,6 +221,27 @@ def test_the_command_names_the_run_and_version_of_a_slowdown_exit_1(tmp_path, ca
     assert "hidden" not in out
 
 
+def test_the_curves_mark_and_name_each_change_point(tmp_path):
+    """The run figure of a step: a dashed line at each change point, red to the worse,
+    green back, named by its first run, version and move."""
+    from pytest_storagescale.history.command import series_figure
+
+    rates = [value * (0.5 if index == 4 else 1) for index, value in enumerate(_noisy(8, 9))]
+    _fill(str(tmp_path / "h.sqlite"), rates)
+    history = open_history(str(tmp_path / "h.sqlite"), create=False)
+    try:
+        (series,) = build_series(history.history_steps())
+    finally:
+        history.close()
+    rate_axes = series_figure(series).axes[0]
+    lines = [(line.get_xdata()[0], line.get_color()) for line in rate_axes.lines
+             if line.get_linestyle() == "--"]
+    assert lines == [(4.5, "tab:red"), (5.5, "tab:green")]
+    names = [text.get_text() for text in rate_axes.texts]
+    assert len(names) == 2 and names[0].startswith("run 5 (10.2.5) 0.")
+    assert names[1].startswith("run 6 (10.2.6) ")
+
+
 def test_the_command_exits_0_on_a_steady_history_and_1_on_a_drift(tmp_path, capsys):
     _fill(str(tmp_path / "steady.sqlite"), _noisy(8, 1))
     assert cli.main(["history", str(tmp_path / "steady.sqlite")]) == 0
@@ -229,6 +250,32 @@ def test_the_command_exits_0_on_a_steady_history_and_1_on_a_drift(tmp_path, caps
     assert cli.main(["history", str(tmp_path / "drift.sqlite")]) == 1
     out = capsys.readouterr().out
     assert "drift: rate_hz moved 0.70x over runs 1-8 (10.2.1 -> 10.2.8" in out
+
+
+def test_the_table_shows_mb_s_for_steps_that_move_bytes(tmp_path, capsys):
+    """A put step's MB/s (a column from schema version 2) is in its table; a stat
+    step's table has none."""
+    history = open_history(str(tmp_path / "h.sqlite"))
+    try:
+        for number, mb_s in ((1, 41.5), (2, 39.25)):
+            document = _document(number, f"10.2.{number}", 40.0, 0.2)
+            document["steps"][0].update(op="put", operation="put", mb_s=mb_s, throttled=3)
+            history.append(document)
+        history.append(_document(3, "10.2.3", 500.0, 0.02))
+    finally:
+        history.close()
+    assert cli.main(["history", str(tmp_path / "h.sqlite")]) == 0
+    out = capsys.readouterr().out
+    put = out.split("dcache put clients=50 door=root")[1].split("\n\n")[0]
+    assert re.search(r"rate\s+MB/s\s+p99", put) and " 41.5 " in put and " 39.2 " in put, put
+    ls = out.split("dcache ls clients=50 door=root")[1].split("\n\n")[0]
+    assert "MB/s" not in ls, ls
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'h.sqlite'}")
+    with engine.connect() as connection:
+        assert connection.execute(sqlalchemy.text(
+            "SELECT mb_s, throttled FROM storagescale_steps ORDER BY id")).all() == [
+            (41.5, 3), (39.25, 3), (None, None)]
+    engine.dispose()
 
 
 def test_series_are_per_step(tmp_path):

@@ -100,15 +100,23 @@ def _run_name(step: HistoryStep, number: int) -> str:
     return f"run {number} ({step.run_id}, version {step.version or '?'})"
 
 
+def _throughput(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
 def series_lines(series: Series) -> list[str]:
-    rows = [("run", "started (UTC)", "version", "rate", "p99", "verdict", "")]
+    # MB/s (schema version 2) for the steps that move bytes (put, get): else left out
+    moves_bytes = any(step.mb_s for step in series.steps)
+    rows: list[tuple[str, ...]] = [("run", "started (UTC)", "version", "rate",
+                                    *(("MB/s",) if moves_bytes else ()), "p99", "verdict", "")]
     marks: dict[int, list[str]] = defaultdict(list)
     for change in series.changes:
         marks[change.index].append(f"<- {change.metric} {change.ratio:.2f}x")
     for number, step in enumerate(series.steps, start=1):
         rows.append((str(number), _when(step.started), step.version or "?",
-                     _rate(step.rate_hz), _seconds(step.p99_s), step.verdict,
-                     " ".join(marks[number - 1])))
+                     _rate(step.rate_hz),
+                     *((_throughput(step.mb_s),) if moves_bytes else ()),
+                     _seconds(step.p99_s), step.verdict, " ".join(marks[number - 1])))
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     lines = [series.title]
     lines += ["  " + "  ".join(cell.ljust(width) for cell, width in zip(
@@ -168,8 +176,13 @@ def series_figure(series: Series) -> Any:
                       linestyle="", label=plain(version or "?"))
     for change in series.changes:
         axes = rate_axes if change.metric == "rate_hz" else p99_axes
-        axes.axvline(change.index + 0.5, color="tab:red" if change.worse else "tab:green",
-                     linestyle="--")
+        colour = "tab:red" if change.worse else "tab:green"
+        axes.axvline(change.index + 0.5, color=colour, linestyle="--")
+        # named at the line's top: the first run of the new level, its version, the move
+        axes.text(change.index + 0.55, 0.98, plain(
+            f"run {change.index + 1} ({series.steps[change.index].version or '?'}) "
+            f"{change.ratio:.2f}x"), color=colour, fontsize="small", va="top",
+            transform=axes.get_xaxis_transform())
     rate_axes.set_ylabel("operations per second")
     rate_axes.set_ylim(bottom=0)
     rate_axes.set_title(plain(series.title))
