@@ -185,15 +185,18 @@ def embedded_dcache(dcache_release):
     one worker runs them all on one start. It is stopped after the last test that uses
     it (``pytest_runtest_teardown`` below), else at the session's end; the stop must
     leave no JVM, no PostgreSQL process and no directory (an error at teardown
-    otherwise)."""
+    otherwise). It has a tape behind its pools (``TAPE``: tests/test_dcache_tape.py)
+    and the dcap and GridFTP doors, so that no test of them starts a dCache of its own."""
     from dcache_checks import stop_leaves_no_jvm_and_no_postgres
 
     from pytest_storagescale.servers.dcache import EmbeddedDCache
 
-    server = EmbeddedDCache(login="unix", gsi_xrootd=True)
+    server = EmbeddedDCache(login="unix", gsi_xrootd=True, tape=TAPE,
+                            extra_doors=("dcap", "gsiftp"))
     server.requested_version = dcache_release
     server.start()
     _SHARED_DCACHE.append(server)
+    library = str(server.directory / "tape") if server.directory else ""
     try:
         yield server
     finally:
@@ -202,6 +205,30 @@ def embedded_dcache(dcache_release):
             server.stop()
         else:
             stop_leaves_no_jvm_and_no_postgres(server)
+        # nor a tape request of its library (the HSM script dCache's pools ran)
+        assert library and not _running_with(library)
+
+
+def _running_with(text: str) -> list[int]:
+    """The processes whose command line names ``text``."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if any(text in part for part in process.info["cmdline"] or ()):
+            found.append(process.pid)
+    return found
+
+
+def _tape_library():
+    from pytest_storagescale.servers.dcache_tape import TapeLibrary
+
+    return TapeLibrary(drives=2, mount_s=1.0, per_file_s=0.1, flush_after_s=1)
+
+
+#: the shared dCache's tape: two drives, a second to mount, a tenth per file, flushed a
+#: second after the write
+TAPE = _tape_library()
 
 
 #: the session's dCache while it runs (``embedded_dcache``)

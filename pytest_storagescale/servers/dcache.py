@@ -51,6 +51,8 @@ from typing import TYPE_CHECKING
 from ..drivers.grid import LOGIN_PROTOCOLS, credential_environment_kept
 from ..errors import EndpointError, StorageScaleUsageError
 from ..redact import register_secret, register_url
+from . import dcache_tape as tape_config
+from .dcache_tape import TapeLibrary
 from .family import EmbeddedServer
 from .orphans import server_directory
 from .postgres import PostgresCluster
@@ -70,7 +72,8 @@ USER, UID, GID = "storagescale", 1000, 1000
 #: the JVM's heap and direct memory (``dcache.java.memory.*``)
 HEAP, DIRECT_MEMORY = "768m", "512m"
 #: the listening ports of the domain (then the pools' movers' ranges: WAN, LAN)
-PORT_NAMES = ("webdav", "xrootd", "xrootd_gsi", "srm", "srm_tls", "zookeeper", "dcap", "ftp")
+PORT_NAMES = ("webdav", "xrootd", "xrootd_gsi", "srm", "srm_tls", "zookeeper", "dcap", "ftp",
+              "frontend", "admin")
 #: the doors a server has only when asked (``extra_doors``), by their URL scheme: dcap
 #: (plain, anonymous acting as any user: the xrootd door's rule) and GridFTP (GSI)
 EXTRA_DOORS = ("dcap", "gsiftp")
@@ -191,11 +194,22 @@ class EmbeddedDCache(EmbeddedServer):
     logins = ("unix", "gsi")
     packages = PACKAGES
     binaries = ("java",)
+    #: the tape a server has unless told otherwise (``tape=None``: none)
+    default_tape: TapeLibrary | None = TapeLibrary()
 
     def __init__(self, *, login: str = "unix", startup_timeout: float = 300.0,
                  gsi_xrootd: bool | None = None, state_directory: Path | None = None,
-                 extra_doors: tuple[str, ...] = ()) -> None:
+                 extra_doors: tuple[str, ...] = (),
+                 tape: TapeLibrary | None | str = "default") -> None:
         super().__init__(login=login)
+        #: the tape behind both pools (:mod:`.dcache_tape`: an HSM script emulating a
+        #: tape library in the run's folder, the tape-backed directory, the frontend
+        #: with the WLCG Tape REST API, bulk, cleaner-hsm, the admin door); None: none;
+        #: by default :attr:`default_tape` (what ``--storage-embedded dcache`` starts)
+        if tape is not None and not isinstance(tape, TapeLibrary) and tape != "default":
+            raise ValueError(f"tape={tape!r}: give a TapeLibrary, or None for no tape")
+        self.tape: TapeLibrary | None = (self.default_tape if isinstance(tape, str)
+                                         else tape)
         unknown = [door for door in extra_doors if door not in EXTRA_DOORS]
         if unknown:
             raise ValueError(f"no such extra door of the embedded dCache: {unknown[0]!r} "
@@ -354,7 +368,8 @@ class EmbeddedDCache(EmbeddedServer):
             {"dcap": "dcap", "gsiftp": "GridFTP"}[door] for door in self.extra_doors)]
         return (f"embedded dCache {self.version} ({self.login} login: "
                 f"{', '.join(doors[:-1])} and {doors[-1]} doors, chimera in PostgreSQL "
-                f"{database})")
+                f"{database}"
+                + (f"; {self.tape.describe()} behind both pools" if self.tape else "") + ")")
 
     @property
     def log_path(self) -> Path:
@@ -423,7 +438,7 @@ class EmbeddedDCache(EmbeddedServer):
         if self.state_kept:
             self.database.rotate_password("dcache")
         else:
-            self.database.create_databases("dcache", DATABASES)
+            self.database.create_databases("dcache", self._databases())
         before = self._changesets()
         # one block below the ephemeral ports: a port picked free among those can be
         # a client connection's before the JVM binds it (thousands of connections
@@ -484,6 +499,22 @@ class EmbeddedDCache(EmbeddedServer):
             if (self.directory / name).exists() and not (self.state_directory / name).exists():
                 (self.directory / name).rename(self.state_directory / name)
         self._state_taken = False
+
+    def _databases(self) -> tuple[str, ...]:
+        """The databases of this server's services (the tape's bulk service has one)."""
+        return (*DATABASES, *((tape_config.DATABASE,) if self.tape is not None else ()))
+
+    @property
+    def tape_access(self) -> tape_config.TapeAccess:
+        """How to reach the running tape (picklable: a load step's context)."""
+        if self.tape is None or self.directory is None:
+            raise EndpointError("this embedded dCache has no tape (EmbeddedDCache(tape=...))")
+        return tape_config.TapeAccess.of(self)
+
+    @property
+    def tape_control(self) -> tape_config.TapeControl:
+        """The running tape's controls (locality, eviction, the stage interfaces)."""
+        return self.tape_access.control()
 
     def _changesets(self) -> dict[str, int]:
         """Per database, the Liquibase change sets it records (0: no table yet)."""
@@ -584,6 +615,7 @@ class EmbeddedDCache(EmbeddedServer):
             # the throwaway CA publishes a CRL; IF_VALID still takes a certificate
             # when a CRL is out of date (the trial found REQUIRE refusing clients)
             "dcache.authn.crl-mode=IF_VALID",
+            *(tape_config.conf_lines() if self.tape is not None else ()),
             "",
         ]))
         layout = [
@@ -617,6 +649,8 @@ class EmbeddedDCache(EmbeddedServer):
             (pool / "data").mkdir(parents=True, exist_ok=self.state_kept)
             layout += [f"[{DOMAIN}/pool]", f"pool.name={name}", f"pool.path={pool}",
                        "pool.wait-for-files=${pool.path}/data"]
+        if self.tape is not None:  # the HSM script on both pools, the tape's services
+            self._write_tape(layout)
         (etc / "layouts" / f"{LAYOUT}.conf").write_text("\n".join(layout) + "\n")
         (etc / "gplazma.conf").write_text(
             "auth    optional    x509\n"
@@ -628,6 +662,21 @@ class EmbeddedDCache(EmbeddedServer):
             f'dn:"{self.user_certificate.subject}" username:{USER}\n')
         write_private(etc / "htpasswd", f"{USER}:{apr1_hash(self.password)}\n")
         (d / "run-domain.sh").write_text(_RUN_DOMAIN)
+
+    def _write_tape(self, layout: list[str]) -> None:
+        """The tape library's folder, each pool's ``setup`` (the HSM, the tape class's
+        flush queue), PoolManager's setup (staging allowed), the services' sections."""
+        assert self.tape is not None and self.directory is not None and self.home is not None
+        folder = self.directory / "tape"
+        tape_config.prepare(folder)
+        pools = ("pool1", "pool2")
+        for name in pools:
+            (self.directory / "pools" / name / "setup").write_text(
+                tape_config.pool_setup(self.tape, folder, "storagescale"))
+        config = self.home / "var" / "config"
+        config.mkdir(parents=True, exist_ok=True)
+        (config / "poolmanager.conf").write_text(tape_config.poolmanager_conf(pools))
+        layout += tape_config.layout_lines(DOMAIN, self.ports, folder)
 
     def _write_zookeeper_login(self) -> Path:
         """The JAAS file (0600) of the embedded ZooKeeper's one SASL user, read by its
@@ -673,6 +722,7 @@ class EmbeddedDCache(EmbeddedServer):
             f"chmod 777 {AREA}",
             f'writetag {AREA} sGroup "default"',
             f'writetag {AREA} OSMTemplate "StoreName storagescale"',
+            *(tape_config.chimera_lines(AREA, UID, GID) if self.tape is not None else ()),
             "",
         ]))
 
@@ -754,7 +804,8 @@ class EmbeddedDCache(EmbeddedServer):
         probes: dict[str, Callable[[], None]] = {
             "davs": self._probe_webdav, "root": self._probe_xrootd, "srm": self._probe_srm,
             **({"root-gsi": self._probe_gsi_xrootd} if self.gsi_xrootd else {}),
-            **{door: functools.partial(self._probe_extra, door) for door in self.extra_doors}}
+            **{door: functools.partial(self._probe_extra, door) for door in self.extra_doors},
+            **({"tape": self._probe_tape} if self.tape is not None else {})}
         last: dict[str, str] = dict.fromkeys(probes, "not probed yet")
         while probes and time.monotonic() < deadline:
             try:
@@ -860,6 +911,17 @@ class EmbeddedDCache(EmbeddedServer):
         if done.returncode != 0:
             raise EndpointError((done.stderr.strip().splitlines()
                                  or ["the probe process failed"])[-1])
+
+    def _probe_tape(self) -> None:
+        """The frontend lists the tape-backed directory and both pools' admin cells
+        name the HSM (the pools read their ``setup`` at start)."""
+        control = self.tape_control
+        if control.attributes(control.area).get("fileType") != "DIR":
+            raise EndpointError(f"the frontend does not list {control.area} as a directory")
+        for pool in ("pool1", "pool2"):
+            answer = control.admin(f"\\s {pool} hsm ls")
+            if tape_config.HSM not in answer:
+                raise EndpointError(f"{pool} has no HSM yet: {answer.strip()[-200:]!r}")
 
     def _probe_srm(self) -> None:
         client = self._client("srm", "gfal2")

@@ -28,6 +28,7 @@ import pytest
 from pytest_storagescale import embedded_class, storage_view
 
 from ..conformance.checks import KnownIssues, VectorReadChecks
+from . import tape
 
 #: door scheme -> why a vector read does not apply to it
 NO_VECTOR_READ = {
@@ -40,6 +41,11 @@ def pytest_storagescale_embedded(config: pytest.Config) -> str:
     """A real dCache when a distribution is available, else a WebDAV door with client
     certificates, as dCache's (``--storage-embedded`` chooses another)."""
     return "dcache" if _dcache_available(config) else "webdav"
+
+
+def pytest_storagescale_operations() -> list:
+    """The tape steps' operations, ``flush`` and ``stage`` (``tape.py``)."""
+    return list(tape.OPERATIONS)
 
 
 def _dcache_available(config: pytest.Config) -> bool:

@@ -1,0 +1,516 @@
+"""The tape behind the embedded dCache: a tape library as a folder of the run
+(:mod:`.tape_hsm`, run by dCache's ``script`` nearline-storage provider on both pools),
+the configuration it needs, and what the tests and the suite ask of it.
+
+What a :class:`TapeLibrary` adds to an :class:`~.dcache.EmbeddedDCache`:
+
+- each pool's ``setup`` file: ``hsm create osm osm script -command=<run>/tape/hsm-tape
+  -hsmBase=<run>/tape ...`` (the drives, mount time, per-file delay and idle dismount
+  of the library as the script's options, ``-c:puts``/``-c:gets`` the drives), and the
+  flush queue of the tape's storage class (``queue define class osm storagescale:tape
+  -expire -pending -total``: seed 004's central-flushing triggers ``max.minutes``,
+  ``max.files``, ``max.megabytes``);
+- a PoolManager setup (``var/config/poolmanager.conf``) with both pools in one group
+  that may stage (``pm set default -stage-allowed=yes``);
+- the tape-backed directory ``/storagescale/tape`` (tags ``sGroup tape``,
+  ``RetentionPolicy CUSTODIAL``, ``AccessLatency NEARLINE``): a file written there is
+  precious on its pool until the flush, then cached (``ONLINE_AND_NEARLINE``);
+- the services: ``frontend`` (HTTPS, the user's password or proxy: the namespace's
+  locality and the WLCG Tape REST API ``/api/v1/tape``), ``bulk`` (what serves the
+  Tape REST API's requests; its database ``bulk``), ``cleaner-hsm`` (a deleted file's
+  tape copy is removed through the script), and ``admin`` (ssh, public key only: the
+  run's own key in the run's folder, to evict a replica from a pool:
+  ``rep rm -force``).
+
+Everything is in the run's folder (``<run>/tape``: the volumes' files, the drives'
+locks and state, the log), removed with it at stop.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import ssl
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from ..errors import EndpointError
+
+#: the HSM's type and instance (the URIs the script prints: ``osm://osm/?...``)
+HSM = "osm"
+#: the tape-backed directory's name under the test area, and its storage group
+FOLDER, GROUP = "tape", "tape"
+#: the services a tape needs beside the embedded dCache's own
+SERVICES = ("frontend", "bulk", "cleaner-hsm", "admin")
+#: the database of the bulk service (the Tape REST API's requests)
+DATABASE = "bulk"
+#: localities of a file (the frontend's ``fileLocality``, the Tape REST API's)
+ON_TAPE = frozenset({"NEARLINE", "ONLINE_AND_NEARLINE"})
+ON_DISK = frozenset({"ONLINE", "ONLINE_AND_NEARLINE"})
+
+
+@dataclass(frozen=True)
+class TapeLibrary:
+    """A tape library as a folder: its drives, and the pools' flush triggers."""
+
+    #: drives shared by both pools (a request waits for a free one)
+    drives: int = 2
+    #: seconds to mount a volume on a drive that holds another one or sat idle
+    mount_s: float = 1.0
+    #: seconds of positioning per file (before the copy)
+    per_file_s: float = 0.1
+    #: a drive idle this long dismounts (the next request mounts again)
+    dismount_s: float = 30.0
+    #: flush a storage class's queue when its oldest file is this old (s; seed 004:
+    #: max.minutes=10)
+    flush_after_s: int = 1
+    #: ... or when it holds more files than this (seed 004: max.files=10)
+    flush_files: int = 10
+    #: ... or more bytes than this (seed 004: max.megabytes=200)
+    flush_bytes: int = 200_000_000
+
+    def __post_init__(self) -> None:
+        if self.drives < 1 or self.drives > 64:
+            raise ValueError(f"a tape library of {self.drives} drives: give 1 to 64")
+        for name in ("mount_s", "per_file_s", "dismount_s"):
+            value = getattr(self, name)
+            if not 0 <= value <= 3600:
+                raise ValueError(f"tape library {name}={value}: give 0 to 3600 seconds")
+        if self.flush_after_s < 0 or self.flush_files < 0 or self.flush_bytes < 0:
+            raise ValueError("tape library flush triggers must not be negative")
+
+    def describe(self) -> str:
+        return (f"tape library of {self.drives} drive{'s' if self.drives > 1 else ''} "
+                f"(mount {self.mount_s:g} s, {self.per_file_s:g} s a file)")
+
+
+def area(test_area: str) -> str:
+    """The tape-backed directory of the test area."""
+    return f"{test_area}/{FOLDER}"
+
+
+def chimera_lines(test_area: str, uid: int, gid: int) -> list[str]:
+    """``bin/chimera`` commands making the tape-backed directory (its own storage
+    group, custodial and nearline)."""
+    folder = area(test_area)
+    return [f"mkdir {folder}", f"chown {uid}:{gid} {folder}", f"chmod 777 {folder}",
+            f'writetag {folder} sGroup "{GROUP}"',
+            f"writetag {folder} RetentionPolicy CUSTODIAL",
+            f"writetag {folder} AccessLatency NEARLINE"]
+
+
+def conf_lines() -> list[str]:
+    """``dcache.conf`` lines: staging by every door's user (the xrootd door's anonymous
+    user included: the unix login)."""
+    return ["dcache.authz.anonymous-staging=true"]
+
+
+def layout_lines(domain: str, ports: dict[str, int], folder: Path) -> list[str]:
+    """The services' sections of the layout."""
+    return [
+        f"[{domain}/cleaner-hsm]",
+        f"[{domain}/bulk]",
+        f"[{domain}/frontend]", f"frontend.net.port={ports['frontend']}",
+        "frontend.authn.protocol=https", "frontend.authn.basic=true",
+        f"[{domain}/admin]", f"admin.net.port={ports['admin']}",
+        "admin.ssh.authn.enabled=publickey",
+        f"admin.paths.host-keys={folder / 'admin' / 'ssh_host_rsa_key'}",
+        f"admin.paths.authorized-keys={folder / 'admin' / 'authorized_keys2'}",
+        "admin.paths.history=",
+    ]
+
+
+def poolmanager_conf(pools: tuple[str, ...]) -> str:
+    """Both pools in one group, one link for every store, staging allowed."""
+    lines = ["psu set regex off", "psu set allpoolsactive off",
+             "psu create unit -protocol */*", "psu create unit -net 0.0.0.0/0.0.0.0",
+             "psu create unit -net ::/0", "psu create unit -store *@*",
+             "psu create ugroup any-store", "psu addto ugroup any-store *@*",
+             "psu create ugroup world-net", "psu addto ugroup world-net 0.0.0.0/0.0.0.0",
+             "psu addto ugroup world-net ::/0", "psu create ugroup any-protocol",
+             "psu addto ugroup any-protocol */*",
+             *(f"psu create pool {pool}" for pool in pools),
+             "psu create pgroup default",
+             *(f"psu addto pgroup default {pool}" for pool in pools),
+             "psu create link default-link any-store world-net any-protocol",
+             "psu set link default-link -readpref=10 -writepref=10 -cachepref=10 -p2ppref=10",
+             "psu addto link default-link default",
+             "rc onerror fail", "rc set max retries 3", "rc set retry 5",
+             "rc set max restore unlimited",
+             "pm create -type=wass default", "pm set default -stage-allowed=yes", ""]
+    return "\n".join(lines)
+
+
+def pool_setup(library: TapeLibrary, folder: Path, store: str) -> str:
+    """A pool's ``setup`` file: the HSM through the script, the tape class's flush queue."""
+    options = (f"-command={folder / 'hsm-tape'} -hsmBase={folder} -hsmType={HSM} "
+               f"-hsmInstance={HSM} -drives={library.drives} -mount={library.mount_s:g} "
+               f"-perFile={library.per_file_s:g} -dismount={library.dismount_s:g} "
+               f"-c:puts={library.drives} -c:gets={library.drives} -c:removes=1")
+    return "\n".join([
+        f"hsm create {HSM} {HSM} script {options}",
+        f"queue define class {HSM} {store}:{GROUP} -expire={library.flush_after_s} "
+        f"-pending={library.flush_files} -total={library.flush_bytes}",
+        "flush set interval 1", "flush set retry delay 10", "flush set max active 100",
+        "rh set timeout 3600", "st set timeout 3600", "rm set timeout 3600", ""])
+
+
+def prepare(folder: Path) -> None:
+    """The library's folder (``<run>/tape``), the wrapper dCache runs (the session's
+    python, isolated, on the shipped script), and the admin door's keys (the host key
+    and the run's own client key, the only one it takes)."""
+    (folder / "data").mkdir(parents=True, mode=0o700)
+    (folder / "drives").mkdir(mode=0o700)
+    script = Path(__file__).with_name("tape_hsm.py")
+    wrapper = folder / "hsm-tape"
+    wrapper.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -I "
+                       f"{shlex.quote(str(script))} \"$@\"\n")
+    wrapper.chmod(0o700)
+    admin = folder / "admin"
+    admin.mkdir(mode=0o700)
+    keygen = shutil.which("ssh-keygen")
+    if keygen is None:
+        raise EndpointError("the embedded dCache's tape needs ssh-keygen and ssh (its admin "
+                            "door evicts replicas): 'sudo apt-get install openssh-client'.")
+    for name in ("ssh_host_rsa_key", "client_key"):
+        subprocess.run([keygen, "-q", "-t", "rsa", "-b", "2048", "-N", "", "-m", "PEM",
+                        "-f", str(admin / name)], check=True, capture_output=True, timeout=120)
+    public = (admin / "client_key.pub").read_text().split()
+    (admin / "authorized_keys2").write_text(f"{public[0]} {public[1]} admin@localhost\n")
+
+
+def log_records(folder: Path) -> list[dict[str, Any]]:
+    """The library's log: one record per flush (``put``) or stage (``get``)."""
+    try:
+        lines = (folder / "tape.log").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+@dataclass(frozen=True)
+class TapeAccess:
+    """How to reach a running embedded dCache's tape (picklable: a load step's
+    operations get it through their step context): the frontend, the admin door, the
+    pools' and the library's folders."""
+
+    area: str
+    user: str
+    password: str
+    ca_dir: str
+    frontend_port: int
+    admin_port: int
+    admin_key: str
+    pools: str
+    library: str
+    srm_url: str
+    xrootd_url: str
+    driver_options: tuple[tuple[str, str], ...] = ()
+    #: the doors' URLs by scheme (``davs``, ``root``, ``srm``...)
+    doors: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, server: Any) -> TapeAccess:
+        from .dcache import AREA, USER
+
+        folder = server.directory / "tape"
+        return cls(area=area(AREA), user=USER, password=server.password,
+                   ca_dir=server.ca_dir, frontend_port=server.ports["frontend"],
+                   admin_port=server.ports["admin"],
+                   admin_key=str(folder / "admin" / "client_key"),
+                   pools=str(server.directory / "pools"), library=str(folder),
+                   srm_url=server.url_for("srm"), xrootd_url=server.url_for("root"),
+                   driver_options=tuple(server.driver_options().items()),
+                   doors=tuple((scheme, server.url_for(scheme)) for scheme in server.schemes))
+
+    def __repr__(self) -> str:  # never the password
+        return f"TapeAccess(area={self.area!r}, frontend_port={self.frontend_port})"
+
+    def control(self) -> TapeControl:
+        return TapeControl(self)
+
+    def client(self, scheme: str = "davs", driver: str | None = None, name: str = "tape",
+               timeout: float = 60) -> Any:
+        """A client of the door ``scheme`` that may write in the tape-backed directory
+        (and nowhere else)."""
+        from ..drivers.registry import driver_spec
+
+        urls = dict(self.doors)
+        if scheme not in urls:
+            raise EndpointError(f"the embedded dCache has no {scheme} door "
+                                f"(doors: {', '.join(urls)})")
+        options = {key: value for key, value in self.driver_options
+                   if not (key == "security_protocol" and scheme in ("davs", "https"))}
+        return driver_spec(urls[scheme], driver=driver, options=options,
+                           writable_root=self.area).connect(name, timeout=timeout)
+
+
+class TapeControl:
+    """What the tests and the suite ask of the tape of a running embedded dCache."""
+
+    def __init__(self, access: TapeAccess) -> None:
+        self.access = access
+        self.folder = Path(access.library)
+        self.area = access.area
+
+    # -- the admin door -----------------------------------------------------------------
+    def admin(self, command: str, timeout: float = 60) -> str:
+        """One admin shell command (``\\s pool1 rep ls``) through the ssh door;
+        several, one a line, are sent as the session's input."""
+        ssh = shutil.which("ssh")
+        if ssh is None:
+            raise EndpointError("ssh is not on PATH: 'sudo apt-get install openssh-client'")
+        key = self.access.admin_key
+        done = subprocess.run(
+            [ssh, "-p", str(self.access.admin_port), "-i", key, "-F", "/dev/null",
+             "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+             "-o", "LogLevel=ERROR", "admin@127.0.0.1",
+             *(() if "\n" in command else (command,))],
+            capture_output=True, text=True, timeout=timeout,
+            input=command + "\n" if "\n" in command else "")
+        if done.returncode != 0:
+            raise EndpointError(f"the admin door answered {command!r} with exit "
+                                f"{done.returncode}: {(done.stderr + done.stdout).strip()[-300:]}")
+        return done.stdout
+
+    # -- the frontend ---------------------------------------------------------------------
+    def rest(self, method: str, path: str, body: Any = None, timeout: float = 60
+             ) -> tuple[int, Any, dict[str, str]]:
+        """A request to the frontend (HTTPS, the user's password): status, JSON, headers."""
+        import base64
+        import http.client
+
+        context = ssl.create_default_context(capath=self.access.ca_dir)
+        connection = http.client.HTTPSConnection("localhost", self.access.frontend_port,
+                                                 context=context, timeout=timeout)
+        secret = base64.b64encode(f"{self.access.user}:{self.access.password}".encode())
+        headers = {"Authorization": f"Basic {secret.decode()}", "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        try:
+            connection.request(method, path, body=data, headers=headers)
+            response = connection.getresponse()
+            raw = response.read(16 << 20)
+        finally:
+            connection.close()
+        try:
+            parsed = json.loads(raw) if raw.strip() else None
+        except ValueError:
+            parsed = raw.decode(errors="replace")[:500]
+        return response.status, parsed, {key.lower(): value
+                                         for key, value in response.getheaders()}
+
+    def attributes(self, path: str) -> dict[str, Any]:
+        """The namespace's attributes of ``path`` with its locality."""
+        status, answer, _ = self.rest("GET", f"/api/v1/namespace{quote(path)}?locality=true")
+        if status != 200 or not isinstance(answer, dict):
+            raise EndpointError(f"the frontend answered GET namespace {path} with {status}: "
+                                f"{str(answer)[:300]}")
+        return answer
+
+    def locality(self, path: str) -> str:
+        return str(self.attributes(path).get("fileLocality", ""))
+
+    def wait_locality(self, path: str, wanted: frozenset[str], timeout: float) -> float:
+        """Seconds until ``path``'s locality is one of ``wanted`` (an EndpointError
+        naming the last one seen after ``timeout``)."""
+        began = time.monotonic()
+        seen = ""
+        while time.monotonic() - began < timeout:
+            seen = self.locality(path)
+            if seen in wanted:
+                return time.monotonic() - began
+            time.sleep(0.2)
+        raise EndpointError(f"{path}: locality {seen or 'unknown'} after {timeout:.0f} s, "
+                            f"not {' or '.join(sorted(wanted))}")
+
+    # -- the pools' disks ------------------------------------------------------------------
+    def replicas(self, pnfsid: str) -> list[Path]:
+        """The replica files of ``pnfsid`` in the pools' data folders."""
+        pools = Path(self.access.pools)
+        return sorted(path for path in pools.glob(f"*/data/{pnfsid}") if path.is_file())
+
+    def evict(self, path: str, timeout: float = 60) -> str:
+        """Remove ``path``'s replicas from the pools' disks (once it is on tape):
+        ``rep rm -force`` through the admin door; returns its pnfsid once no pool
+        folder holds the file and its locality says NEARLINE."""
+        attributes = self.attributes(path)
+        pnfsid, locality = str(attributes.get("pnfsId", "")), attributes.get("fileLocality")
+        if locality not in ON_TAPE:
+            raise EndpointError(f"{path} is {locality}, not on tape: evicting it would lose it")
+        for replica in self.replicas(pnfsid):
+            self.admin(f"\\s {replica.parent.parent.name} rep rm -force {pnfsid}")
+        began = time.monotonic()
+        while self.replicas(pnfsid) or self.locality(path) != "NEARLINE":
+            if time.monotonic() - began > timeout:
+                raise EndpointError(f"{path} ({pnfsid}) still on a pool's disk after "
+                                    f"{timeout:.0f} s: {self.replicas(pnfsid)}")
+            time.sleep(0.2)
+        return pnfsid
+
+    # -- the stage interfaces ---------------------------------------------------------
+    def stage_tape_rest(self, paths: list[str], lifetime: str = "PT1H"
+                        ) -> str:
+        """``POST /api/v1/tape/stage``: the request's id."""
+        status, answer, headers = self.rest(
+            "POST", "/api/v1/tape/stage",
+            {"files": [{"path": path, "diskLifetime": lifetime} for path in paths]})
+        if status not in (200, 201) or not isinstance(answer, dict) or "requestId" not in answer:
+            raise StageRefused(f"POST /api/v1/tape/stage answered {status}: {str(answer)[:300]}")
+        return str(answer["requestId"])
+
+
+    def poll_tape_rest(self, request_id: str) -> dict[str, str]:
+        """``GET /api/v1/tape/stage/<id>``: path -> state (``COMPLETED``, ``FAILED``...)."""
+        status, answer, _ = self.rest("GET", f"/api/v1/tape/stage/{quote(request_id)}")
+        if status != 200 or not isinstance(answer, dict):
+            raise EndpointError(f"GET /api/v1/tape/stage/{request_id} answered {status}: "
+                                f"{str(answer)[:300]}")
+        return {str(entry.get("path")): str(entry.get("state", ""))
+                for entry in answer.get("files", [])}
+
+
+    def release_tape_rest(self, request_id: str, paths: list[str]) -> int:
+        """``POST /api/v1/tape/release/<id>``: the status."""
+        status, _, _ = self.rest("POST", f"/api/v1/tape/release/{quote(request_id)}",
+                                    {"paths": paths})
+        return status
+
+
+    def archiveinfo(self, paths: list[str]) -> dict[str, str]:
+        """``POST /api/v1/tape/archiveinfo``: path -> locality (or the error it names)."""
+        status, answer, _ = self.rest("POST", "/api/v1/tape/archiveinfo", {"paths": paths})
+        if status != 200 or not isinstance(answer, list):
+            raise EndpointError(f"POST /api/v1/tape/archiveinfo answered {status}: "
+                                f"{str(answer)[:300]}")
+        return {str(entry.get("path")): str(entry.get("locality") or entry.get("error", ""))
+                for entry in answer}
+
+
+    def prepare_xrootd(self, paths: list[str], timeout: float = 60) -> str:
+        """``xrdfs <door> prepare -s <paths>``: the request id it prints; StageRefused
+        with the door's answer when it refuses (dCache 11.2: ``[3013] Request 3021 not
+        supported``)."""
+        xrdfs = shutil.which("xrdfs")
+        if xrdfs is None:
+            raise EndpointError("xrdfs (XRootD's client) is not on PATH: install xrootd-client")
+        url = self.access.xrootd_url.rsplit("//", 1)[0]
+        done = subprocess.run([xrdfs, url, "prepare", "-s", *paths], capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        said = " ".join((done.stdout + done.stderr).replace("\0", " ").split())
+        if done.returncode != 0:
+            raise StageRefused(f"xrdfs prepare -s answered {said!r} (exit {done.returncode})")
+        return said
+
+    def srm_stager(self, timeout: float = 60) -> SRMStager:
+        """SRM bringOnline through gfal2 (its driver sets this process's credentials)."""
+        return SRMStager(self.access, timeout)
+
+    def evict_many(self, paths: list[str], timeout: float = 600) -> list[str]:
+        """:meth:`evict` of many files with one admin session: their pnfsids."""
+        found = {}
+        for path in paths:
+            attributes = self.attributes(path)
+            if attributes.get("fileLocality") not in ON_TAPE:
+                raise EndpointError(f"{path} is {attributes.get('fileLocality')}, not on "
+                                    f"tape: evicting it would lose it")
+            found[path] = str(attributes.get("pnfsId", ""))
+        commands = [f"\\s {replica.parent.parent.name} rep rm -force {pnfsid}"
+                    for pnfsid in found.values() for replica in self.replicas(pnfsid)]
+        if commands:
+            self.admin("\n".join(commands), timeout=timeout)
+        began = time.monotonic()
+        for path, pnfsid in found.items():
+            while self.replicas(pnfsid) or self.locality(path) != "NEARLINE":
+                if time.monotonic() - began > timeout:
+                    raise EndpointError(f"{path} ({pnfsid}) still on a pool's disk after "
+                                        f"{timeout:.0f} s: {self.replicas(pnfsid)}")
+                time.sleep(0.2)
+        return list(found.values())
+
+    def on_tape(self, pnfsid: str) -> bool:
+        return (self.folder / "data" / pnfsid).is_file()
+
+    def records(self) -> list[dict[str, Any]]:
+        return log_records(self.folder)
+
+
+# -- the stage interfaces ---------------------------------------------------------------
+#: the stage interfaces by the thresholds' door names: SRM bringOnline through gfal2,
+#: kXR_prepare with the stage flag through the xrootd door, the WLCG Tape REST API
+STAGE_DOORS = ("srm", "root", "tape-rest")
+
+
+class StageRefused(RuntimeError):
+    """The door refused the stage request itself (not a file that failed to stage)."""
+
+
+class SRMStager:
+    """SRM ``bringOnline`` through gfal2 (``bring_online``, ``bring_online_poll``,
+    ``release``), with the gfal2 driver's settings for dCache's SRM door."""
+
+    def __init__(self, access: TapeAccess, timeout: float = 60) -> None:
+        from urllib.parse import urlsplit
+
+        from ..drivers.gfal2 import new_context
+        from ..drivers.registry import driver_spec
+        from ..drivers.srm import SERVICE_PATH
+
+        # the driver sets the process's credentials (the proxy, the CA) for gfal2
+        spec = driver_spec(access.srm_url, driver="gfal2", options=dict(access.driver_options))
+        self.driver = spec.connect("stage", timeout=timeout)
+        self.context = new_context()
+        self.context.set_opt_boolean("SRM PLUGIN", "KEEP_ALIVE", False)
+        self.context.set_opt_boolean("BDII", "ENABLED", False)
+        # the protocols a bringOnline names (gfal2's default, gsiftp rfio gsidcap dcap
+        # kdcap, was refused 'Protocol(s) not supported' by a dCache without GridFTP
+        # and dcap doors): the doors every embedded dCache has first
+        self.context.set_opt_string_list("SRM PLUGIN", "TURL_PROTOCOLS",
+                                         ["https", "root", "gsiftp", "dcap"])
+        self.prefix = f"srm://{urlsplit(access.srm_url).netloc}{SERVICE_PATH}?SFN="
+        self.timeout = timeout
+
+    def surl(self, path: str) -> str:
+        return self.prefix + path
+
+    def bring_online(self, path: str, pin_s: int = 3600) -> tuple[str, bool]:
+        """An asynchronous bringOnline of ``path``: its request token, and whether the
+        file was online at once."""
+        import gfal2
+
+        try:
+            status, token = self.context.bring_online(self.surl(path), pin_s,
+                                                      int(self.timeout), True)
+        except gfal2.GError as exc:
+            raise StageRefused(f"srmBringOnline of {path} answered {exc}") from None
+        return str(token), status == 1
+
+    def poll(self, path: str, token: str) -> bool:
+        """Whether ``path`` is online now (``srmStatusOfBringOnlineRequest``)."""
+        import gfal2
+
+        try:
+            return self.context.bring_online_poll(self.surl(path), token) == 1
+        except gfal2.GError as exc:
+            raise EndpointError(f"srmStatusOfBringOnlineRequest of {path} answered "
+                                f"{exc}") from None
+
+    def release(self, path: str, token: str) -> None:
+        import gfal2
+
+        try:
+            self.context.release(self.surl(path), token)
+        except gfal2.GError as exc:
+            raise EndpointError(f"srmReleaseFiles of {path} answered {exc}") from None
+
+    def close(self) -> None:
+        self.driver.close()

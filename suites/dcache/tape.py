@@ -1,0 +1,204 @@
+"""The tape steps' operations (seed 004: the pools in front of HPSS): ``flush`` and
+``stage``, registered by the suite's conftest (``pytest_storagescale_operations``).
+
+Both need the tape of the embedded dCache (``EmbeddedDCache(tape=...)``: a tape
+library emulated in the run's folder behind both pools, ``servers/dcache_tape.py``),
+given to the step as ``context={"tape": server.tape_access}``; each makes a folder of
+its own in the tape-backed directory (``/storagescale/tape``) and the test removes it.
+
+- ``flush``: one repetition writes a new file through the step's door into the
+  tape-backed directory and waits until its locality says it is on tape
+  (``NEARLINE``/``ONLINE_AND_NEARLINE``, the frontend's answer): the latency is the
+  flush latency (write included), the rate the flushes per second.
+- ``stage``: the set-up writes ``files`` files, waits for their flush and evicts each
+  from the pools' disks (the replica file leaves the pool's folder); one repetition
+  stages the next one through the ``interface`` (``srm``: SRM bringOnline through
+  gfal2, polled; ``root``: ``xrdfs prepare -s`` through the xrootd door, the locality
+  polled; ``tape-rest``: the WLCG Tape REST API, ``POST /api/v1/tape/stage``, polled,
+  then ``release``) and waits until it is on disk again: the latency is the stage
+  latency. A step stages each file once (``operations = files``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import threading
+import time
+from typing import Any
+
+from pytest_storagescale import Operation, Param, StorageScaleUsageError
+
+#: the most one file's flush or stage is waited for (s); the step's hang_timeout is
+#: what judges a slow one
+WAIT_S = 900.0
+#: the pause between polls (s)
+POLL_S = 0.2
+#: the localities of a file on tape, and on disk
+ON_TAPE = frozenset({"NEARLINE", "ONLINE_AND_NEARLINE"})
+ON_DISK = frozenset({"ONLINE", "ONLINE_AND_NEARLINE"})
+#: the stage interfaces (the thresholds' and records' names)
+INTERFACES = ("srm", "root", "tape-rest")
+
+
+def _access(step: Any, name: str) -> Any:
+    access = (step.extra or {}).get("tape") if step is not None else None
+    if access is None:
+        raise StorageScaleUsageError(
+            f"the {name} step needs the embedded dCache's tape: run it with "
+            f"storage_load.run(..., context={{'tape': server.tape_access}}) on an "
+            f"EmbeddedDCache(tape=TapeLibrary(...)).")
+    return access
+
+
+def _folder(driver: Any, step: Any, workdir: str) -> str:
+    """The step's folder in the tape-backed directory: under the run's own folder
+    there (``context={"prefix": <run id>}``), which the test removes. Made through a
+    client of the step's door that may write there (the step's own clients may write
+    only in the run's directory)."""
+    extra = step.extra or {}
+    prefix = str(extra.get("prefix") or "steps")
+    folder = (f"{extra['tape'].area}/{prefix}/"
+              f"{workdir.rstrip('/').rsplit('/', 1)[-1]}-{secrets.token_hex(3)}")
+    client = extra["tape"].client(driver.endpoint.scheme, driver.name, "tape-set-up")
+    try:
+        client.mkdir(folder)
+    finally:
+        client.close()
+    return folder
+
+
+def _client(driver: Any, client: int, context: dict) -> Any:
+    """Client ``client``'s own client of the step's door, writable in the tape-backed
+    directory (made once, closed by the operation's clean-up)."""
+    with context["lock"]:
+        made = context["clients"].get(client)
+    if made is None:
+        made = context["access"].client(driver.endpoint.scheme, driver.name, f"tape-{client}")
+        with context["lock"]:
+            context["clients"][client] = made
+    return made
+
+
+class _TapeOperation(Operation):
+    in_process = True  # the frontend's password is in the context: never pickled out
+
+    def cleanup(self, context):
+        for made in context.get("clients", {}).values():
+            made.close()
+
+
+class Flush(_TapeOperation):
+    """Write a file into the tape-backed directory, wait until it is on tape."""
+
+    name = "flush"
+    parameters = {"file_size": Param("bytes", 1_000_000, description="bytes per file")}
+
+    def prepare(self, driver, workdir, params, clients, step=None):
+        access = _access(step, self.name)
+        return {"folder": _folder(driver, step, workdir), "access": access,
+                "data": b"f" * params["file_size"], "lock": threading.Lock(),
+                "clients": {}, **params}
+
+    def run(self, driver, client, iteration, context):
+        path = f"{context['folder']}/c{client}-{iteration}"
+        _client(driver, client, context).put(path, context["data"])
+        context["access"].control().wait_locality(path, ON_TAPE, WAIT_S)
+        return len(context["data"])
+
+
+class Stage(_TapeOperation):
+    """Stage the next evicted file through ``interface``, wait until it is on disk."""
+
+    name = "stage"
+    parameters = {
+        "file_size": Param("bytes", 1_000_000, description="bytes per file"),
+        "files": Param("count", 10, description="files written, flushed and evicted first"),
+        "interface": Param("choice", "tape-rest", INTERFACES,
+                           description="how the stage is asked for"),
+        "per_request": Param("count", 1, description="files one stage request names"),
+    }
+    def prepare(self, driver, workdir, params, clients, step=None):
+        access = _access(step, self.name)
+        control = access.control()
+        folder = _folder(driver, step, workdir)
+        data = b"s" * params["file_size"]
+        paths = [f"{folder}/staged-{index}" for index in range(params["files"])]
+        writer = access.client(driver.endpoint.scheme, driver.name, "tape-set-up")
+        try:
+            for path in paths:
+                writer.put(path, data)
+        finally:
+            writer.close()
+        for path in paths:
+            control.wait_locality(path, ON_TAPE, WAIT_S)
+        control.evict_many(paths)
+        return {"folder": folder, "access": access, "paths": paths, "next": itertools.count(),
+                "lock": threading.Lock(), "clients": {}, "size": len(data), **params}
+
+    def run(self, driver, client, iteration, context):
+        count = context["per_request"]
+        with context["lock"]:
+            first = next(context["next"]) * count
+        paths = context["paths"][first:first + count]
+        if len(paths) < count:
+            raise StorageScaleUsageError(
+                f"every one of the {len(context['paths'])} evicted files was staged: give "
+                f"the stage section operations = files / per_request")
+        stage(context["access"].control(), context["interface"], paths)
+        return context["size"] * count
+
+
+def stage(control: Any, interface: str, paths: list[str], timeout: float = WAIT_S) -> float:
+    """Stage ``paths`` through ``interface`` in one request (SRM: one bringOnline a
+    file, all asked before any is polled) and wait until each is on disk (then
+    release them where the interface has a release): the seconds it took."""
+    began = time.monotonic()
+    deadline = began + timeout
+    if interface == "tape-rest":
+        request = control.stage_tape_rest(paths)
+        while True:
+            states = control.poll_tape_rest(request)
+            if all(states.get(path) == "COMPLETED" for path in paths):
+                break
+            failed = {path: state for path, state in states.items()
+                      if state in ("FAILED", "CANCELLED", "SKIPPED")}
+            if failed or time.monotonic() > deadline:
+                raise TimeoutError(f"Tape REST stage {request}: {failed or states}")
+            time.sleep(POLL_S)
+        control.release_tape_rest(request, paths)
+    elif interface == "srm":
+        _bring_online(control, paths, deadline)
+    elif interface == "root":
+        control.prepare_xrootd(paths)
+        for path in paths:
+            control.wait_locality(path, ON_DISK, max(1.0, deadline - time.monotonic()))
+    else:
+        raise StorageScaleUsageError(f"unknown stage interface {interface!r}: "
+                                     f"{', '.join(INTERFACES)}")
+    for path in paths:
+        locality = control.locality(path)
+        if locality not in ON_DISK:
+            raise AssertionError(f"{path}: staged through {interface}, but its locality is "
+                                 f"{locality}")
+    return time.monotonic() - began
+
+
+def _bring_online(control: Any, paths: list[str], deadline: float) -> None:
+    """SRM bringOnline of each path, polled until all are online, then released."""
+    stager = control.srm_stager()
+    try:
+        tokens = {path: stager.bring_online(path) for path in paths}
+        waiting = [path for path, (_, done) in tokens.items() if not done]
+        while waiting:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"srmBringOnline: {waiting[:3]} not online in time")
+            time.sleep(POLL_S)
+            waiting = [path for path in waiting if not stager.poll(path, tokens[path][0])]
+        for path, (token, _) in tokens.items():
+            stager.release(path, token)
+    finally:
+        stager.close()
+
+
+OPERATIONS = (Flush(), Stage())

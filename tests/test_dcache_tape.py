@@ -1,0 +1,291 @@
+"""The tape behind the embedded dCache (servers/dcache_tape.py, servers/tape_hsm.py).
+
+The script alone (no server): what dCache's script provider asks of it (put prints
+the URI, get copies back, remove), the drives (never more requests at once than
+drives), the mounts (a volume is mounted once while a drive keeps it, again after
+another volume), its answers to bad requests. Then on the tests' shared dCache
+(``embedded_dcache``, started with a tape): a file written into the tape-backed
+directory is flushed (its locality, the library's folder, the log), evicted (the
+replica file leaves the pool's folder), staged back through each interface (the
+WLCG Tape REST API with archiveinfo, SRM bringOnline through gfal2, ``xrdfs prepare
+-s``, which 11.2's door refuses) and read back the same; a file outside it is never
+flushed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_storagescale.servers import dcache_tape
+from pytest_storagescale.servers.dcache_tape import TapeLibrary
+
+SCRIPT = Path(dcache_tape.__file__).with_name("tape_hsm.py")
+SI = "size=5;new=true;stored=false;sClass=storagescale:tape;cClass=-;hsm=osm;"
+
+
+def hsm(base: Path, *arguments: str, timeout: float = 60, **options: str
+        ) -> subprocess.CompletedProcess:
+    """The script as dCache's script provider runs it."""
+    extra = [f"-{key}={value}" for key, value in
+             {"hsmBase": str(base), "hsmType": "osm", "hsmInstance": "osm", **options}.items()]
+    return subprocess.run([sys.executable, "-I", str(SCRIPT), *arguments, *extra],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def records(base: Path) -> list[dict]:
+    return dcache_tape.log_records(base)
+
+
+def test_put_get_remove_as_dcache_calls_them(tmp_path: Path) -> None:
+    replica = tmp_path / "replica"
+    replica.write_bytes(b"tape!")
+    put = hsm(tmp_path / "lib", "put", "0000ABCD", str(replica), f"-si={SI}")
+    assert put.returncode == 0, put.stderr
+    uri = put.stdout.strip()
+    assert uri == "osm://osm/?store=storagescale&group=tape&bfid=0000ABCD"
+    assert (tmp_path / "lib" / "data" / "0000ABCD").read_bytes() == b"tape!"
+    back = tmp_path / "back"
+    got = hsm(tmp_path / "lib", "get", "0000ABCD", str(back), f"-si={SI}", f"-uri={uri}")
+    assert got.returncode == 0, got.stderr
+    assert back.read_bytes() == b"tape!"
+    assert [record["op"] for record in records(tmp_path / "lib")] == ["put", "get"]
+    removed = hsm(tmp_path / "lib", "remove", f"-uri={uri}")
+    assert removed.returncode == 0, removed.stderr
+    assert not (tmp_path / "lib" / "data" / "0000ABCD").exists()
+    # removed already: not an error (dCache's hsmcp.rb's rule)
+    assert hsm(tmp_path / "lib", "remove", f"-uri={uri}").returncode == 0
+
+
+def test_bad_requests_are_refused_with_a_reason(tmp_path: Path) -> None:
+    missing = hsm(tmp_path / "lib", "get", "0000FFFF", str(tmp_path / "x"), f"-si={SI}",
+                  "-uri=osm://osm/?store=s&group=g&bfid=0000FFFF")
+    assert missing.returncode == 5 and "not on the tape" in missing.stderr
+    sneaky = hsm(tmp_path / "lib", "remove", "-uri=osm://osm/?bfid=../../etc")
+    assert sneaky.returncode == 5 and "no usable bfid" in sneaky.stderr
+    assert hsm(tmp_path / "lib", "rewind").returncode == 4
+    no_base = subprocess.run([sys.executable, "-I", str(SCRIPT), "put", "a", "b"],
+                             capture_output=True, text=True, timeout=60)
+    assert no_base.returncode == 4 and "usage" in no_base.stderr
+
+
+def test_no_more_requests_at_once_than_drives_and_mounts_counted(tmp_path: Path) -> None:
+    """Two drives, six puts at once, 0.4 s a file: never three on drives at once;
+    each drive mounts its volume once (1 s), then keeps it."""
+    library = tmp_path / "lib"
+    replicas = []
+    for index in range(6):
+        replica = tmp_path / f"r{index}"
+        replica.write_bytes(b"x" * 1000)
+        replicas.append(replica)
+    done: list[subprocess.CompletedProcess] = []
+
+    def put(index: int) -> None:
+        done.append(hsm(library, "put", f"0000{index:04X}", str(replicas[index]), f"-si={SI}",
+                        drives="2", mount="1", perFile="0.4", dismount="60"))
+
+    threads = [threading.Thread(target=put, args=(index,)) for index in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert [result.returncode for result in done] == [0] * 6, [r.stderr for r in done]
+    seen = records(library)
+    assert len(seen) == 6
+    assert {record["drive"] for record in seen} <= {0, 1}
+    moments = sorted([(record["started"], 1) for record in seen]
+                     + [(record["ended"], -1) for record in seen])
+    busy, most = 0, 0
+    for _, change in moments:
+        busy += change
+        most = max(most, busy)
+    assert most <= 2
+    mounts = [record for record in seen if record["mounted"]]
+    assert 1 <= len(mounts) <= 2  # a drive mounts its volume once, then keeps it
+    for record in seen:
+        spent = record["ended"] - record["started"]
+        assert spent >= 0.4 + (1.0 if record["mounted"] else 0.0) - 0.05
+
+
+def test_another_volume_or_an_idle_drive_mounts_again(tmp_path: Path) -> None:
+    library = tmp_path / "lib"
+    replica = tmp_path / "r"
+    replica.write_bytes(b"y")
+    options = {"drives": "1", "mount": "0.2", "perFile": "0", "dismount": "600"}
+    for index, sclass in enumerate(("a:one", "a:one", "b:two")):
+        info = SI.replace("storagescale:tape", sclass)
+        assert hsm(library, "put", f"1{index}", str(replica), f"-si={info}",
+                   **options).returncode == 0
+    # a drive idle longer than its dismount time unloaded its volume (0 s: any pause)
+    info = SI.replace("storagescale:tape", "b:two")
+    assert hsm(library, "put", "13", str(replica), f"-si={info}",
+               **{**options, "dismount": "0"}).returncode == 0
+    assert [record["mounted"] for record in records(library)] == [True, False, True, True]
+    assert [record["volume"] for record in records(library)] == ["a:one", "a:one", "b:two",
+                                                                 "b:two"]
+
+
+@pytest.mark.parametrize("field, value", [("drives", 0), ("mount_s", -1.0),
+                                          ("per_file_s", 7200.0), ("flush_files", -1)])
+def test_a_library_out_of_range_is_refused(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=field.split("_")[0]):
+        TapeLibrary(**{field: value})
+
+
+def test_the_pools_setup_names_the_script_and_the_flush_triggers(tmp_path: Path) -> None:
+    library = TapeLibrary(drives=3, mount_s=2, per_file_s=0.5, flush_after_s=600,
+                          flush_files=10, flush_bytes=200_000_000)
+    setup = dcache_tape.pool_setup(library, tmp_path, "storagescale")
+    assert (f"hsm create osm osm script -command={tmp_path / 'hsm-tape'} -hsmBase={tmp_path}"
+            in setup)
+    assert "-drives=3 -mount=2 -perFile=0.5" in setup and "-c:puts=3 -c:gets=3" in setup
+    # seed 004's central-flushing triggers: max.minutes=10 max.files=10 max.megabytes=200
+    assert ("queue define class osm storagescale:tape -expire=600 -pending=10 "
+            "-total=200000000") in setup
+    assert "pm set default -stage-allowed=yes" in dcache_tape.poolmanager_conf(("p1", "p2"))
+
+
+# -- on the shared dCache ---------------------------------------------------------------
+def _writer(server):
+    from pytest_storagescale.drivers.registry import driver_spec
+
+    options = {key: value for key, value in server.driver_options().items()
+               if key != "security_protocol"}
+    return driver_spec(server.url_for("davs"), driver="http", options=options,
+                       writable_root=server.tape_control.area).connect("tape-tests", timeout=60)
+
+
+@pytest.fixture(scope="module")
+def tape_folder(embedded_dcache):
+    """A folder of the tape-backed directory for this module, and a WebDAV client."""
+    control = embedded_dcache.tape_control
+    client = _writer(embedded_dcache)
+    folder = f"{control.area}/tests-{int(time.time())}"
+    client.mkdir(folder)
+    yield folder, client, control
+    try:
+        client.remove_tree(folder)
+    finally:
+        client.close()
+
+
+def _flushed_and_evicted(folder, client, control, name: str, data: bytes) -> tuple[str, str]:
+    path = f"{folder}/{name}"
+    client.put(path, data)
+    control.wait_locality(path, dcache_tape.ON_TAPE, 300)
+    pnfsid = control.evict(path)
+    return path, pnfsid
+
+
+def test_a_file_in_the_tape_directory_is_flushed_evicted_and_staged_by_tape_rest(
+        tape_folder) -> None:
+    folder, client, control = tape_folder
+    data = b"written to tape\n" * 1000
+    path = f"{folder}/rest.dat"
+    client.put(path, data)
+    seconds = control.wait_locality(path, dcache_tape.ON_TAPE, 300)
+    pnfsid = str(control.attributes(path)["pnfsId"])
+    print(f"flushed in {seconds:.1f} s")
+    assert control.on_tape(pnfsid)
+    assert (control.folder / "data" / pnfsid).read_bytes() == data
+    assert any(r["op"] == "put" and r["pnfsid"] == pnfsid for r in control.records())
+    assert control.replicas(pnfsid)  # still on a pool's disk: ONLINE_AND_NEARLINE
+    # the WLCG Tape REST API's words: DISK_AND_TAPE, TAPE
+    assert control.archiveinfo([path]) == {path: "DISK_AND_TAPE"}
+    control.evict(path)
+    assert control.replicas(pnfsid) == []  # the replica file left the pool's folder
+    assert control.archiveinfo([path]) == {path: "TAPE"}
+    began = time.monotonic()
+    request = control.stage_tape_rest([path])
+    states = {}
+    while time.monotonic() - began < 300:
+        states = control.poll_tape_rest(request)
+        if states.get(path) in ("COMPLETED", "FAILED"):
+            break
+        time.sleep(0.2)
+    assert states == {path: "COMPLETED"}
+    print(f"staged through the Tape REST API in {time.monotonic() - began:.1f} s")
+    assert control.replicas(pnfsid)  # back on a pool's disk
+    assert control.archiveinfo([path]) == {path: "DISK_AND_TAPE"}
+    assert control.release_tape_rest(request, [path]) == 200
+    assert any(r["op"] == "get" and r["pnfsid"] == pnfsid for r in control.records())
+    assert client.read(path, 0, len(data)) == data
+
+
+def test_archiveinfo_names_a_missing_file(tape_folder) -> None:
+    folder, _, control = tape_folder
+    missing = f"{folder}/never-written"
+    answer = control.archiveinfo([missing])
+    assert list(answer) == [missing]
+    assert "No such file" in answer[missing]  # its error, not a locality
+
+
+def test_srm_bring_online_stages_an_evicted_file(tape_folder) -> None:
+    folder, client, control = tape_folder
+    data = b"srm" * 3000
+    path, pnfsid = _flushed_and_evicted(folder, client, control, "srm.dat", data)
+    stager = control.srm_stager()
+    try:
+        token, done = stager.bring_online(path)
+        began = time.monotonic()
+        while not done and time.monotonic() - began < 300:
+            time.sleep(0.2)
+            done = stager.poll(path, token)
+        assert done, "srmBringOnline: not online within 300 s"
+        stager.release(path, token)
+    finally:
+        stager.close()
+    assert control.replicas(pnfsid)
+    assert control.locality(path) == "ONLINE_AND_NEARLINE"
+    assert client.read(path, 0, len(data)) == data
+
+
+def test_xrootd_prepare_stages_on_10_2_and_is_refused_by_11_2(embedded_dcache, tape_folder
+                                                              ) -> None:
+    """``xrdfs prepare -s``: 10.2.25's door stages the file; 11.2's answers Unsupported
+    (docs/dcache-upgrade.md: a site switches to the Tape REST API)."""
+    folder, client, control = tape_folder
+    path, pnfsid = _flushed_and_evicted(folder, client, control, "root.dat", b"r" * 5000)
+    major = int(embedded_dcache.version.split(".")[0])
+    if major >= 11:
+        with pytest.raises(dcache_tape.StageRefused, match="3021 not supported"):
+            control.prepare_xrootd([path])
+        assert control.locality(path) == "NEARLINE"
+        return
+    control.prepare_xrootd([path])
+    control.wait_locality(path, dcache_tape.ON_DISK, 300)
+    assert control.replicas(pnfsid)
+
+
+def test_a_file_outside_the_tape_directory_is_never_flushed(embedded_dcache) -> None:
+    from pytest_storagescale.drivers.registry import driver_spec
+
+    control = embedded_dcache.tape_control
+    options = {key: value for key, value in embedded_dcache.driver_options().items()
+               if key != "security_protocol"}
+    client = driver_spec(embedded_dcache.url_for("davs"), driver="http", options=options,
+                         writable_root="/storagescale").connect("tape-tests", timeout=60)
+    path = f"/storagescale/disk-only-{int(time.time())}.dat"
+    try:
+        client.put(path, b"disk only")
+        # longer than the flush trigger (1 s) and a flush of the same size took
+        time.sleep(5)
+        attributes = control.attributes(path)
+        assert attributes["fileLocality"] == "ONLINE"
+        assert not control.on_tape(str(attributes["pnfsId"]))
+    finally:
+        client.delete(path)
+        client.close()
+
+
+def test_the_tape_log_is_json_lines(embedded_dcache) -> None:
+    log = embedded_dcache.tape_control.folder / "tape.log"
+    for line in log.read_text().splitlines():
+        record = json.loads(line)
+        assert {"op", "pnfsid", "drive", "mounted", "started", "ended"} <= set(record)
