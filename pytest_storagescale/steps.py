@@ -33,6 +33,7 @@ from .gate import (
     HostProbe,
     StepGate,
     host_pvalue,
+    host_shown_slowdown,
     host_slowdown,
     judge_samples,
     probe_client_host,
@@ -231,10 +232,28 @@ def server_watch(run: StorageRun, record: StepRecord):
             driver.close()
 
     pids = server.server_pids() if server is not None else []
+    billing = _billing_watch(server, plan)
     where = ([f"embedded {server.kind} (pid {', '.join(map(str, pids))})"] if pids else []) \
-        + ([f"xrd.report to {listener.address}"] if listener is not None else [])
+        + ([f"xrd.report to {listener.address}"] if listener is not None else []) \
+        + ([f"billing in {billing.log.folder}"] if billing is not None else [])
     return ServerWatch(source="; ".join(where), operation=plan.operation.name, pids=pids,
-                       listener=listener, door=record.door, send=send)
+                       listener=listener, door=record.door, send=send, billing=billing,
+                       billing_counter=billing.counter if billing is not None else "")
+
+
+def _billing_watch(server, plan):
+    """The step's folder in dCache's billing (:mod:`.load.dcache_billing`) when the
+    embedded server keeps one (``billing_directory``: the embedded dCache) and the
+    step's operation moves files (a get, a put, readers beside writers), else None."""
+    folder = getattr(server, "billing_directory", None)
+    if folder is None:
+        return None
+    from .load.dcache_billing import BillingLog, BillingWatch, counter_for
+
+    counter = counter_for(plan.operation.name, len(plan.operation.sides) > 1)
+    if not counter:  # a namespace step moves no file: nothing to compare
+        return None
+    return BillingWatch(BillingLog(folder), plan.workdir, counter=counter)
 
 
 def measure(run: StorageRun, record: StepRecord,
@@ -374,7 +393,9 @@ def gate_step(run: StorageRun, record: StepRecord, section: SectionPlan,
     probes = [base.probe for base in bases]
     return judge_samples(record.windows, [base.windows for base in bases], settings=settings,
                          host_slowdown=host_slowdown(record.probe, probes),
-                         host_p=host_pvalue(record.probe, probes), not_comparable=why)
+                         host_p=host_pvalue(record.probe, probes),
+                         host_shown=host_shown_slowdown(record.probe, probes),
+                         not_comparable=why)
 
 
 def gate_check(gate: StepGate) -> RuleCheck:

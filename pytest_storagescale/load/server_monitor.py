@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from xml.etree import ElementTree
 
 from ..drivers import xmlsafe
+from .dcache_billing import BillingWatch
 from .server_usage import ServerUsage
 
 #: after Ctrl-C or SIGTERM, how long the servers' last report is waited for (s)
@@ -558,8 +559,13 @@ class ServerWatch:
 
     def __init__(self, *, source: str, operation: str, pids: list[int] | None = None,
                  listener: SummaryListener | None = None, door: str = "",
-                 send: Callable[[int], None] | None = None) -> None:
+                 send: Callable[[int], None] | None = None,
+                 billing: BillingWatch | None = None, billing_counter: str = "") -> None:
         self.source = source
+        #: dCache's billing over the load (:mod:`.dcache_billing`), and the counter of
+        #: its transfers compared with the step's operations ("" none)
+        self.billing = billing
+        self.billing_counter = billing_counter
         self.operation = operation
         self.pids = list(pids or [])
         self.listener = listener
@@ -589,6 +595,8 @@ class ServerWatch:
         if self.pids:
             self.sampler = ProcessSampler(self.pids)
             self.sampler.start()
+        if self.billing is not None:
+            self.billing.start()
         wait = None  # the listener's own limit
         try:
             yield
@@ -600,6 +608,8 @@ class ServerWatch:
                 self.sampler.stop()
             if self.listener is not None and self.before:
                 self.after = self.listener.fresh(time.time(), wait)
+            if self.billing is not None:
+                self.billing.finish(wait)
 
     def refused(self) -> str:
         """What the listener refused since the bracket was entered, as a clause
@@ -642,6 +652,8 @@ class ServerWatch:
         cpu_s = threads = connections = None
         if self.sampler is not None:
             cpu_s, threads, connections = self.sampler.over(measure_from, end_at)
+        if self.billing is not None:
+            return self._billing_usage(cpu_s, threads, connections, end_at - measure_from)
         ops, note = self._counters()
         counter = COUNTERS.get(self.operation, "")
         per_operation = self.per_operation
@@ -656,6 +668,23 @@ class ServerWatch:
             per_operation=per_operation or 1.0, counters_note=note,
             compare_with=counter if self.listener is not None and self.entered else "",
         )
+
+
+    def _billing_usage(self, cpu_s: float | None, threads: int | None,
+                       connections: int | None, window_s: float) -> ServerUsage:
+        """The step as dCache's billing recorded it: its folder's pool transfers over
+        the load (``read``, ``write``, ``transfers``, ``failed``), one per operation."""
+        assert self.billing is not None
+        counts = self.billing.counts if self.entered else None
+        counter = self.billing_counter
+        note = ("the load never began" if counts is None else counts.note)
+        ops = counts.ops() if counts is not None else {}
+        return ServerUsage(
+            source=self.source, window_s=max(0.0, window_s), cpu_s=cpu_s,
+            cores=usable_cores(self.pids) if self.pids else 0, threads=threads,
+            connections=connections, ops=ops,
+            counted=counter if ops and counter and not note else "",
+            per_operation=1.0, counters_note=note, compare_with=counter, per_login=0.0)
 
 
 def report_line(address: str) -> str:
@@ -673,7 +702,7 @@ def disagreement(client_operations: int, in_flight: int, usage: ServerUsage,
     served = usage.operations
     if served is None or client_operations + in_flight <= 0:
         return None
-    logins = clients * LOGIN_REQUESTS / usage.per_operation
+    logins = clients * usage.per_login / usage.per_operation
     low, high = client_operations, client_operations + in_flight + logins
     nearest = min(max(served, low), high)
     gap = (served - nearest) / max(nearest, 1)

@@ -16,6 +16,8 @@ from typing import Any
 
 #: the counters of XRootD's summary (``<ops>``) that count requests; ``rs`` (the
 #: segments of vector reads) and ``ws`` count segments, not requests
+#: dCache's billing (:mod:`.dcache_billing`): every pool transfer of the step
+TRANSFERS = "transfers"
 REQUEST_COUNTERS = ("open", "rf", "rd", "pr", "rv", "wv", "wr", "sync", "getf", "putf",
                     "misc")
 
@@ -52,6 +54,9 @@ class ServerUsage:
     #: asked for counters and the operation has one; "" none), whether or not they
     #: could be: see :attr:`counts_unmeasured`
     compare_with: str = ""
+    #: how many of ``counted`` one client's login may add (XRootD: its ``kXR_ping``
+    #: counts twice in ``misc``; dCache's billing: none, a login moves no file)
+    per_login: float = 2.0
 
     @property
     def counts_unmeasured(self) -> str:
@@ -75,6 +80,8 @@ class ServerUsage:
         """Every request the server counted over the load (None: no counters)."""
         if not self.ops:
             return None
+        if TRANSFERS in self.ops:  # dCache's billing counts pool transfers, not requests
+            return self.ops[TRANSFERS]
         return sum(self.ops.get(name, 0) for name in REQUEST_COUNTERS)
 
     @property
@@ -93,7 +100,7 @@ class ServerUsage:
                 "requests": self.requests, "ops": dict(self.ops), "counted": self.counted,
                 "per_operation": self.per_operation, "operations": self.operations,
                 "counters_note": self.counters_note, "compare_with": self.compare_with,
-                "counts_unmeasured": self.counts_unmeasured}
+                "per_login": self.per_login, "counts_unmeasured": self.counts_unmeasured}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ServerUsage:
@@ -105,4 +112,5 @@ class ServerUsage:
                    counted=str(data.get("counted") or ""),
                    per_operation=float(data.get("per_operation") or 1.0),
                    counters_note=str(data.get("counters_note") or ""),
-                   compare_with=str(data.get("compare_with") or ""))
+                   compare_with=str(data.get("compare_with") or ""),
+                   per_login=float(data.get("per_login", 2.0)))
