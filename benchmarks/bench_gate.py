@@ -327,13 +327,19 @@ def injected(kind: str, pid: int, settings: Settings) -> Iterator[DutyCycle | No
 def judge(run: Run, bases: list[Run], probed: bool = True):
     """The gate as the plugin's (``probed``: with the client host's probe), or the
     statistics alone."""
-    from pytest_storagescale.gate import host_pvalue, host_slowdown, judge_samples
+    from pytest_storagescale.gate import (
+        host_pvalue,
+        host_shown_slowdown,
+        host_slowdown,
+        judge_samples,
+    )
 
     probes = [base.probe for base in bases]
     slowdown = host_slowdown(run.probe, probes) if probed else None  # type: ignore[arg-type]
     p = host_pvalue(run.probe, probes) if probed else None  # type: ignore[arg-type]
+    shown = host_shown_slowdown(run.probe, probes) if probed else None  # type: ignore[arg-type]
     return judge_samples(run.windows, [base.windows for base in bases],
-                         host_slowdown=slowdown, host_p=p)
+                         host_slowdown=slowdown, host_p=p, host_shown=shown)
 
 
 def final(gate, again: Run | None, bases: list[Run], probed: bool) -> str:

@@ -69,6 +69,7 @@ __all__ = [
     "DEFAULT_LATENCY_FLOOR_S", "DEFAULT_MIN_EFFECT_P99", "DEFAULT_MIN_EFFECT_RATE", "Effect",
     "GateSettings",
     "GateVerdict", "HostProbe", "StepGate", "WindowSample", "effect", "host_pvalue",
+    "host_shown_slowdown",
     "judge_pairs", "judge_samples", "paired_effect", "probe_client_host",
 ]
 
@@ -525,6 +526,7 @@ def stall_note(now: Sequence[WindowSample], base: Sequence[WindowSample]) -> str
 def judge_samples(now: Sequence[WindowSample], bases: Sequence[Sequence[WindowSample]], *,
                   settings: GateSettings = GateSettings(),
                   host_slowdown: float | None = None, host_p: float | None = None,
+                  host_shown: float | None = None,
                   not_comparable: str | None = None) -> StepGate:
     """The gate of a step with window samples ``now`` against the windows of the same
     step in each baseline run (``bases``, pooled). ``host_slowdown``: how much slower
@@ -532,7 +534,8 @@ def judge_samples(now: Sequence[WindowSample], bases: Sequence[Sequence[WindowSa
     probes being slower (:func:`host_pvalue`; None: not tested). A regression is
     blamed on the host (``inconclusive``) only when the host is both that much slower
     (:data:`HOST_SLOWER`) and shown slower (``host_p`` below :data:`HOST_ALPHA`), and
-    the slowdown can explain it. ``not_comparable``: a reason the step cannot be
+    the slowdown every probe shows (``host_shown``, :func:`host_shown_slowdown`; None:
+    ``host_slowdown``) can explain it. ``not_comparable``: a reason the step cannot be
     judged at all (an open loop that missed its schedule)."""
     pooled = [sample for base in bases for sample in base]
     common: dict[str, Any] = dict(samples=len(now), baseline_samples=len(pooled),
@@ -583,12 +586,14 @@ def judge_samples(now: Sequence[WindowSample], bases: Sequence[Sequence[WindowSa
                                     f"{host_slowdown:.0%} slower than the baseline's, not "
                                     f"shown slower ({shown}; at least {HOST_ALPHA:g} with "
                                     f"fewer than three baseline runs): not blamed on it")
-    if (slower and host_slowdown is not None
-            and not _beyond_the_host(deciding, host_slowdown)):
+    credit = host_slowdown if host_shown is None else host_shown
+    if (slower and credit is not None and not _beyond_the_host(deciding, credit)):
+        assert host_p is not None
         gate = replace(gate, verdict=GateVerdict.INCONCLUSIVE,
                        reason=f"client host {host_slowdown:.0%} slower than the baseline's "
-                              f"(its probe before and after the step): {gate.reason}, which "
-                              f"may be the host's; run again on a quieter host")
+                              f"(its probe before and after the step; every probe at least "
+                              f"{credit:.0%}, Mann-Whitney p={host_p:.2g}): {gate.reason}, "
+                              f"which may be the host's; run again on a quieter host")
     elif (gate.verdict is GateVerdict.REGRESSED and host_slowdown is not None
             and host_slowdown > HOST_SLOWER):
         gate = replace(gate, reason=f"{gate.reason}; the client host was {host_slowdown:.0%} "
@@ -718,6 +723,22 @@ def host_pvalue(now: HostProbe | None, bases: Sequence[HostProbe | None]) -> flo
     if not mine or not theirs:
         return None
     return float(mannwhitneyu(mine, theirs, alternative="less", method="exact").pvalue)
+
+
+def host_shown_slowdown(now: HostProbe | None, bases: Sequence[HostProbe | None]
+                        ) -> float | None:
+    """The slowdown every probe shows: 1 - (this step's fastest probe) / (the baseline
+    runs' slowest probe), 0 when they overlap; None when a side was not probed. What a
+    regression is credited with before the host is blamed for it (the median's
+    slowdown, :func:`host_slowdown`, is said, not credited): beside ``stress-ng`` a
+    capped server whose probes were all below the three baseline runs' was excused by
+    a median slowdown of 60 % with a rate of 0.10 [0.05-0.39]."""
+    mine = [v for v in (now.before_mb_s, now.after_mb_s) if v is not None] if now else []
+    theirs = [v for base in bases if base is not None
+              for v in (base.before_mb_s, base.after_mb_s) if v is not None]
+    if not mine or not theirs or min(theirs) <= 0:
+        return None
+    return max(0.0, 1 - max(mine) / min(theirs))
 
 
 def host_slowdown(now: HostProbe | None, bases: Sequence[HostProbe | None]) -> float | None:

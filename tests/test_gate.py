@@ -128,6 +128,28 @@ def test_a_host_probed_slower_but_not_shown_slower_is_not_blamed():
             in gate.reason
 
 
+def test_the_host_is_credited_with_the_slowdown_every_probe_shows():
+    """Seen beside stress-ng with three baseline runs: a server capped to a tenth of its
+    rate (0.10 [0.05-0.39]) on a host whose probes were all below the baseline runs'
+    (median 60 % slower) was excused. The credit is what every probe shows (here 37 %:
+    its fastest probe against their slowest), not the median's 60 %: a rate of 0.40 is
+    still a regression.
+    A host every probe shows 60 % slower can explain it."""
+    three = [HostProbe(400.0, 700.0), HostProbe(500.0, 650.0), HostProbe(600.0, 550.0)]
+    now = HostProbe(200.0, 250.0)
+    shown = gate_module.host_shown_slowdown(now, three)
+    assert shown == pytest.approx(1 - 250 / 400)
+    assert gate_module.host_shown_slowdown(HostProbe(500.0, 900.0), three) == 0.0
+    assert gate_module.host_shown_slowdown(None, three) is None
+    slow, base = windows(400, 0.05, seed=4, noise=0.02), baselines(4)
+    kept = judge_samples(slow, base, host_slowdown=0.6, host_p=1 / 28, host_shown=shown)
+    assert kept.verdict is GateVerdict.REGRESSED, kept.reason
+    assert "which cannot explain it" in kept.reason
+    excused = judge_samples(slow, base, host_slowdown=0.6, host_p=1 / 28, host_shown=0.6)
+    assert excused.verdict is GateVerdict.INCONCLUSIVE, excused.reason
+    assert "every probe at least 60%, Mann-Whitney p=0.036" in excused.reason
+
+
 def test_host_pvalue_is_a_one_sided_rank_test_of_the_probes():
     """Two probes against one baseline run's two: at best 1/6; against three runs'
     six, 1/28 when both are below all six; a faster host: near 1; not probed: None."""
