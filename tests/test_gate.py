@@ -683,3 +683,14 @@ def test_a_real_xrootd_capped_by_a_cgroup_fails_the_gate(pytester):
     capped.assert_outcomes(failed=1)
     capped.stdout.fnmatch_lines(["*gate: * vs baseline * (95 % interval) wholly *VIOLATED*"])
     assert step["gate"]["verdict"] == "regressed" and step["gate"]["retest"] == "confirmed"
+
+
+def test_a_regression_against_one_baseline_run_says_what_one_run_cannot_know():
+    """Beside stress-ng (load 20-40) the same xrootd came out regressed (confirmed)
+    against one earlier run: a regressed verdict against one run says so, against
+    three it does not."""
+    slow = windows(400, 0.05, seed=9, noise=0.02)
+    one = judge_samples(slow, baselines(9, runs=1))
+    assert one.verdict is GateVerdict.REGRESSED and one.reason.endswith(gate_module.ONE_RUN)
+    three = judge_samples(slow, baselines(9, runs=3))
+    assert three.verdict is GateVerdict.REGRESSED and "one baseline run" not in three.reason
