@@ -236,7 +236,8 @@ class History:
         self.engine.dispose()
 
     def check_schema(self, *, create: bool) -> None:
-        """Make the tables of a new history (``create``); refuse a newer schema."""
+        """Make the tables of a new history (``create``); refuse a newer schema;
+        upgrade an older one (:meth:`upgrade`)."""
         from sqlalchemy import inspect, select
 
         names = set(inspect(self.engine).get_table_names())
