@@ -165,7 +165,8 @@ def prepare(folder: Path) -> None:
     """The library's folder (``<run>/tape``), the wrapper dCache runs (the session's
     python, isolated, on the shipped script), and the admin door's keys (the host key
     and the run's own client key, the only one it takes)."""
-    (folder / "data").mkdir(parents=True, mode=0o700)
+    folder.mkdir(mode=0o700)  # the library is the run's alone (its files 0600: umask 077)
+    (folder / "data").mkdir(mode=0o700)
     (folder / "drives").mkdir(mode=0o700)
     script = Path(__file__).with_name("tape_hsm.py")
     wrapper = folder / "hsm-tape"
