@@ -69,9 +69,9 @@ LEAN_SERVER_PACKAGES=("${XROOTD6_BUILD_PACKAGES[@]}"
           # the embedded dCache (--storage-embedded dcache): its namespace's PostgreSQL;
           # maven (and java 17) for scripts/dcache-dist.sh
           postgresql maven
-          # the embedded dCache's dcap and GridFTP doors: dccp, gfal2's dcap plug-in,
-          # globus-url-copy
-          dcap gfal2-plugin-dcap globus-gass-copy-progs
+          # the embedded dCache's dcap and GridFTP doors: dccp, gfal2's dcap plug-in and
+          # libdcap's GSI tunnel (gsidcap://), globus-url-copy
+          dcap gfal2-plugin-dcap dcap-tunnel-gsi globus-gass-copy-progs
           # client hosts from a batch system (cluster/slurm.py, tests/test_slurm.py): a
           # SLURM controller and one slurmd per namespace host, with the run's munge key
           slurmctld slurmd slurm-client munge

@@ -268,6 +268,16 @@ class Driver(abc.ABC):
         return cls.protocol_of(scheme) == "http"
 
     @classmethod
+    def has_checksum(cls, scheme: str) -> bool:
+        """``scheme``'s protocol has a checksum request (dcap has none)."""
+        return True
+
+    @classmethod
+    def has_listing(cls, scheme: str) -> bool:
+        """This driver lists a directory over ``scheme`` (not over dcap: gfal2's)."""
+        return True
+
+    @classmethod
     def url_of(cls, endpoint: EndpointURL, path: str) -> str:
         """The URL of the absolute ``path`` on ``endpoint``'s server, without
         credentials: XRootD writes the path after a second slash (``root://host//a/f``)."""

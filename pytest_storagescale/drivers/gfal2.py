@@ -105,6 +105,15 @@ _GLOBUS_STARTED = new_context()
 #: (a GridFTP client holds a control and a data connection, and Globus some pipes)
 _SELECT_LIMIT, _GRIDFTP_MARGIN = 1024, 64
 
+#: dcap, plain and through libdcap's GSI tunnel (``dcap-tunnel-gsi``)
+DCAP_SCHEMES = ("dcap", "gsidcap")
+#: why a dcap directory is not listed (measured with libdcap 2.47.14, dCache 11.2.5)
+DCAP_NO_LISTING = (
+    "a dcap directory listing is not sent: libdcap's dc_opendir has the door's lookup "
+    "service connect back to the client, which listens for it on every interface "
+    "(ss: LISTEN *:<port>, also with DCACHE_CLIENT_ACTIVE), and the second listing of a "
+    "process waits for that call for ever (poll without a timeout in "
+    "data_hello_conversation); list through another door of the same namespace")
 _CHUNK = 8 * 1024 * 1024
 _TIMEOUT_ERRNOS = {errno.ETIMEDOUT, errno.ECANCELED}
 _UNREACHABLE_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.EHOSTDOWN,
@@ -116,7 +125,7 @@ class Gfal2Driver(XRootDLogins, Driver):
 
     name = "gfal2"
     isolate_clients = True  # its plugins (XrdCl, Globus) may crash their process
-    schemes = (*HTTP_SCHEMES, *XROOTD_SCHEMES, "file", "srm", "gsiftp", "dcap")
+    schemes = (*HTTP_SCHEMES, *XROOTD_SCHEMES, "file", "srm", "gsiftp", *DCAP_SCHEMES)
     option_names = tuple(CREDENTIAL_ENVIRONMENT)
     secret_options = SECRET_OPTIONS
 
@@ -127,6 +136,16 @@ class Gfal2Driver(XRootDLogins, Driver):
             return "xrootd"
         return "http" if scheme in HTTP_SCHEMES else scheme
     option_environment = CREDENTIAL_ENVIRONMENT
+
+    @classmethod
+    def has_checksum(cls, scheme: str) -> bool:
+        """dcap has no checksum request (gfal2's dcap plug-in answers EPROTONOSUPPORT)."""
+        return scheme not in DCAP_SCHEMES
+
+    @classmethod
+    def has_listing(cls, scheme: str) -> bool:
+        """A dcap directory is not listed (:data:`DCAP_NO_LISTING`)."""
+        return scheme not in DCAP_SCHEMES
 
     def __init__(self, endpoint, **kwargs) -> None:
         # the environment (CA, credentials) is set before the context loads its plugins
@@ -154,7 +173,7 @@ class Gfal2Driver(XRootDLogins, Driver):
         self._gridftp = endpoint.scheme == "gsiftp"
         #: dcap has no checksum request (gfal2's dcap plug-in: EPROTONOSUPPORT): its
         #: copies are verified by the content read back, not by the storage's checksum
-        self._dcap = endpoint.scheme == "dcap"
+        self._dcap = endpoint.scheme in DCAP_SCHEMES
         #: on HTTP doors what writes or removes goes through the http driver (module doc)
         self._writer = self._http_writer() if self._http else None
 
@@ -313,6 +332,10 @@ class Gfal2Driver(XRootDLogins, Driver):
                         modified=float(info.st_mtime))
 
     def _ls(self, path: str) -> list[str]:
+        if self._dcap:  # dc_opendir: never sent (DCAP_NO_LISTING)
+            raise StorageError(DCAP_NO_LISTING, driver=self.name,
+                               endpoint=self.endpoint.server, operation="ls", path=path,
+                               error_class="unsupported")
         if self._srm and self._own_srm_ls:
             return self._srm_ls(path)
         try:

@@ -240,7 +240,7 @@ register_driver(
 # the http driver serves the HTTP doors
 register_driver(
     "pytest_storagescale.drivers.gfal2:Gfal2Driver", name="gfal2",
-    schemes=("srm", "gsiftp", "dcap"),
+    schemes=("srm", "gsiftp", "dcap", "gsidcap"),
     install_hint="gfal2-python: 'apt-get install python3-gfal2 gfal2-plugin-http "
     "gfal2-plugin-xrootd gfal2-plugin-file' (then a venv with --system-site-packages)",
     start_early=True,

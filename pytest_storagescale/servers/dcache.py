@@ -74,9 +74,22 @@ HEAP, DIRECT_MEMORY = "768m", "512m"
 #: the listening ports of the domain (then the pools' movers' ranges: WAN, LAN)
 PORT_NAMES = ("webdav", "xrootd", "xrootd_gsi", "srm", "srm_tls", "zookeeper", "dcap", "ftp",
               "frontend", "admin")
-#: the doors a server has only when asked (``extra_doors``), by their URL scheme: dcap
-#: (plain, anonymous acting as any user: the xrootd door's rule) and GridFTP (GSI)
+#: the doors every embedded dCache has, by their URL scheme
+BASE_DOORS = ("davs", "root", "srm")
+#: the doors beside them (``extra_doors``), by their names: dcap with GSI
+#: (``gsidcap://``: a plain door's anonymous user is nobody, who may not write into a
+#: directory it made, :data:`DCAP_LOGIN`) and GridFTP (GSI)
 EXTRA_DOORS = ("dcap", "gsiftp")
+#: the extra doors a server has by default, and so the session's doors
+#: (``--storage-load-doors all``, the conformance checks): GridFTP. Not dcap: gfal2
+#: lists no dcap directory (drivers/gfal2.py DCAP_NO_LISTING), which the clean-up of a
+#: check's or step's folder needs, and dcap has no rename (docs/servers.md)
+DEFAULT_EXTRA_DOORS = ("gsiftp",)
+#: why the dcap door logs in with GSI (docs/servers.md)
+DCAP_LOGIN = ("a plain dcap door's anonymous user (dcap.authz.anonymous-operations=FULL) is "
+              "gPlazma's nobody: chimera gives a directory nobody makes its parent's owner "
+              "and mode 755, so nobody may not write into it (Access denied); with GSI the "
+              "session's proxy is mapped to the test user, as on WebDAV and GridFTP")
 WAN_PORTS, LAN_PORTS = 100, 40
 #: the databases dCache's services use (owned by the role ``dcache``)
 DATABASES = ("chimera", "pinmanager", "srm")
@@ -189,8 +202,8 @@ class EmbeddedDCache(EmbeddedServer):
     """A throwaway dCache on loopback (see the module's doc)."""
 
     kind = "dcache"
-    summary = "a real dCache release: WebDAV, xrootd and SRM doors"
-    schemes = ("davs", "root", "srm")
+    summary = "a real dCache release: WebDAV, xrootd, SRM and GridFTP doors"
+    schemes = (*BASE_DOORS, *DEFAULT_EXTRA_DOORS)
     logins = ("unix", "gsi")
     packages = PACKAGES
     binaries = ("java",)
@@ -199,7 +212,7 @@ class EmbeddedDCache(EmbeddedServer):
 
     def __init__(self, *, login: str = "unix", startup_timeout: float = 300.0,
                  gsi_xrootd: bool | None = None, state_directory: Path | None = None,
-                 extra_doors: tuple[str, ...] = (),
+                 extra_doors: tuple[str, ...] = DEFAULT_EXTRA_DOORS,
                  tape: TapeLibrary | None | str = "default") -> None:
         super().__init__(login=login)
         #: the tape behind both pools (:mod:`.dcache_tape`: an HSM script emulating a
@@ -339,11 +352,11 @@ class EmbeddedDCache(EmbeddedServer):
         if scheme == "srm":
             return f"srm://{self.door_host}:{self.ports['srm']}{AREA}"
         if scheme == "dcap" and "dcap" in self.extra_doors:
-            return f"dcap://{self.door_host}:{self.ports['dcap']}{AREA}"
+            return f"gsidcap://{self.door_host}:{self.ports['dcap']}{AREA}"
         if scheme == "gsiftp" and "gsiftp" in self.extra_doors:
             return f"gsiftp://{self.door_host}:{self.ports['ftp']}{AREA}"
         raise EndpointError(f"the embedded dcache serves "
-                            f"{', '.join((*self.schemes, *self.extra_doors))}, "
+                            f"{', '.join((*BASE_DOORS, *self.extra_doors))}, "
                             f"not {scheme}://")
 
     @property
@@ -370,6 +383,11 @@ class EmbeddedDCache(EmbeddedServer):
                 f"{', '.join(doors[:-1])} and {doors[-1]} doors, chimera in PostgreSQL "
                 f"{database}"
                 + (f"; {self.tape.describe()} behind both pools" if self.tape else "") + ")")
+
+    @property
+    def billing_directory(self) -> Path | None:
+        """Where the billing service writes its records (``dcache.paths.billing``)."""
+        return self.home / "var" / "billing" if self.home is not None else None
 
     @property
     def log_path(self) -> Path:
@@ -615,6 +633,9 @@ class EmbeddedDCache(EmbeddedServer):
             # the throwaway CA publishes a CRL; IF_VALID still takes a certificate
             # when a CRL is out of date (the trial found REQUIRE refusing clients)
             "dcache.authn.crl-mode=IF_VALID",
+            # billing's records as JSON lines (load/dcache_billing.py reads them: the
+            # transfers dCache counted beside the clients' counts)
+            "billing.format.json=true",
             *(tape_config.conf_lines() if self.tape is not None else ()),
             "",
         ]))
@@ -637,9 +658,10 @@ class EmbeddedDCache(EmbeddedServer):
             *([f"[{DOMAIN}/xrootd]", "xrootd.cell.name=xrootd-gsi",
                f"xrootd.net.port={p['xrootd_gsi']}", "xrootd.plugins=gplazma:gsi",
                f"xrootd.authz.write-paths={AREA}"] if self.gsi_xrootd else []),
-            # dcap, plain: anonymous, read and write (the unix login's xrootd door's rule)
-            *([f"[{DOMAIN}/dcap]", "dcap.authn.protocol=plain", f"dcap.net.port={p['dcap']}",
-               "dcap.authz.anonymous-operations=FULL"] if "dcap" in self.extra_doors else []),
+            # dcap with GSI (gsidcap): the user's proxy, mapped to the test user as on
+            # WebDAV (a plain door's anonymous user is nobody: see DCAP_LOGIN)
+            *([f"[{DOMAIN}/dcap]", "dcap.authn.protocol=gsi", f"dcap.net.port={p['dcap']}"]
+              if "dcap" in self.extra_doors else []),
             # GridFTP with GSI: the user's certificate or proxy, mapped as on WebDAV
             *([f"[{DOMAIN}/ftp]", "ftp.authn.protocol=gsi", f"ftp.net.port={p['ftp']}"]
               if "gsiftp" in self.extra_doors else []),

@@ -59,6 +59,16 @@ class Door:
         """It speaks HTTP (WebDAV)."""
         return self.spec.driver_class.is_http(self.scheme)
 
+    @property
+    def has_checksum(self) -> bool:
+        """Its protocol has a checksum request (dcap has none: :meth:`Driver.has_checksum`)."""
+        return self.spec.driver_class.has_checksum(self.scheme)
+
+    @property
+    def has_listing(self) -> bool:
+        """Its client lists a directory (not through dcap: :meth:`Driver.has_listing`)."""
+        return self.spec.driver_class.has_listing(self.scheme)
+
     def url(self, path: str) -> str:
         """The URL of the absolute ``path`` through this door (XRootD's ``//path``)."""
         return self.spec.driver_class.url_of(self.spec.endpoint, path)

@@ -28,13 +28,25 @@ import pytest
 from pytest_storagescale import embedded_class, storage_view
 
 from ..conformance.checks import KnownIssues, VectorReadChecks
-from . import tape
+from . import streaming, tape
 
 #: door scheme -> why a vector read does not apply to it
 NO_VECTOR_READ = {
     "gsiftp": "GridFTP has no vector read request: gfal2 would send one partial read "
               "(ERET) per chunk, which test_partial_read already checks",
 }
+
+
+#: door scheme -> why a directory listing does not apply to it (its load steps that
+#: list are skipped, saying so; the conformance checks list through the other doors)
+NO_LISTING = {
+    "dcap": "dcap's directory listing (libdcap's dc_opendir) listens for a call back on "
+            "every interface and hangs on a process's second listing: the gfal2 driver "
+            "does not send it (docs/servers.md, the dcap door)",
+}
+#: the load tests whose steps list a directory (their sections' operation is ``ls``)
+LISTING_STEPS = ("test_namespace_scan", "test_namespace_open_loop",
+                 "test_recovery_after_overload")
 
 
 def pytest_storagescale_embedded(config: pytest.Config) -> str:
@@ -44,8 +56,14 @@ def pytest_storagescale_embedded(config: pytest.Config) -> str:
 
 
 def pytest_storagescale_operations() -> list:
-    """The tape steps' operations, ``flush`` and ``stage`` (``tape.py``)."""
-    return list(tape.OPERATIONS)
+    """The tape steps' operations, ``flush`` and ``stage`` (``tape.py``), and the
+    streaming steps' (``streaming.py``)."""
+    return [*tape.OPERATIONS, *streaming.OPERATIONS]
+
+
+def pytest_storagescale_metrics() -> dict[str, str]:
+    """The streaming steps' per-client rates and their spread (``streaming.py``)."""
+    return dict(streaming.METRICS)
 
 
 def _dcache_available(config: pytest.Config) -> bool:
@@ -97,6 +115,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     checks that may get this host blocked to the end."""
     items.sort(key=lambda item: getattr(item, "originalname", "") in RUN_LAST)
     for item in items:
+        _skip_listing(config, item)
         cls = getattr(item, "cls", None)
         callspec = getattr(item, "callspec", None)
         if cls is None or callspec is None or not issubclass(cls, VectorReadChecks):
@@ -107,6 +126,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = NO_VECTOR_READ.get(_door_scheme(config, door))
         if reason:
             item.add_marker(pytest.mark.skip(reason=f"{door} door: not applicable: {reason}"))
+
+
+def _skip_listing(config: pytest.Config, item: pytest.Item) -> None:
+    """A load test whose steps list through a door without a usable listing
+    (:data:`NO_LISTING`) is skipped, saying why."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or getattr(item, "originalname", "") not in LISTING_STEPS:
+        return
+    door = callspec.params.get("storage_load_door")
+    scheme = _door_scheme(config, door) if door else ""
+    reason = NO_LISTING.get(scheme) or NO_LISTING.get(scheme.removeprefix("gsi"))
+    if reason:
+        item.add_marker(pytest.mark.skip(reason=f"{door} door: not applicable: {reason}"))
 
 
 def _door_scheme(config: pytest.Config, door: str | None) -> str:

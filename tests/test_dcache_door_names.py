@@ -1,0 +1,39 @@
+"""The embedded dCache's doors by name (issue 35): ``--storage-load-doors`` takes
+``gsiftp`` beside ``davs``, ``root`` and ``srm``, and ``all`` is the four; ``dcap`` is
+not a door of the session (the gfal2 driver lists no dcap directory, which a folder's
+clean-up needs: servers/dcache.py DEFAULT_EXTRA_DOORS). The load tests of suites/dcache
+are collected once per door, without a dCache start (``--storage-version``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SUITE = str(REPO / "suites" / "dcache" / "test_dcache_scalability.py")
+
+
+def _collected(pytester, *options: str):
+    return pytester.runpytest_subprocess(
+        SUITE, "--co", "-q", "--storage-embedded=dcache", "--storage-version=11.2.5",
+        "-k", "test_copy_out_scan", "-p", "no:cacheprovider", *options, timeout=300)
+
+
+@pytest.mark.parametrize(("doors", "expected"), [
+    ("all", ["davs", "root", "srm", "gsiftp"]),
+    ("root,gsiftp", ["root", "gsiftp"]),
+])
+def test_the_dcap_and_gridftp_doors_are_load_doors(pytester, doors, expected):
+    result = _collected(pytester, f"--storage-load-doors={doors}")
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    ids = [line for line in result.stdout.lines if "test_copy_out_scan[" in line]
+    assert sorted({line.rpartition("-")[2].rstrip("]") for line in ids}) \
+        == sorted(expected), ids
+
+
+def test_an_unknown_door_names_the_four(pytester):
+    result = _collected(pytester, "--storage-load-doors=dcap")
+    result.stderr.fnmatch_lines(["*--storage-load-doors: unknown door 'dcap'. The doors of "
+                                 "the embedded dcache: davs, root, srm, gsiftp.*"])
+    assert result.ret == 4
