@@ -37,3 +37,20 @@ def test_an_unknown_door_names_the_four(pytester):
     result.stderr.fnmatch_lines(["*--storage-load-doors: unknown door 'dcap'. The doors of "
                                  "the embedded dcache: davs, root, srm, gsiftp.*"])
     assert result.ret == 4
+
+
+@pytest.mark.parametrize(("url", "checksum", "listing"), [
+    ("gsidcap://localhost:1/storagescale", False, False),
+    ("dcap://localhost:1/storagescale", False, False),
+    ("gsiftp://localhost:1/storagescale", True, True),
+    ("root://localhost:1//storagescale", True, True),
+])
+def test_a_dcap_door_is_asked_for_no_checksum_and_no_listing(url, checksum, listing):
+    """What the conformance checks ask of a door (``Door.has_checksum``,
+    ``Door.has_listing``, from its driver class): dcap has no checksum request, and the
+    gfal2 driver lists no dcap directory; the other doors do both."""
+    from pytest_storagescale.drivers.registry import driver_spec
+    from pytest_storagescale.session.doors import Door
+
+    door = Door("door", driver_spec(url), "/storagescale/run")
+    assert (door.has_checksum, door.has_listing) == (checksum, listing)
