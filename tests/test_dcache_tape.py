@@ -285,7 +285,12 @@ def test_a_file_outside_the_tape_directory_is_never_flushed(embedded_dcache) -> 
 
 
 def test_the_tape_log_is_json_lines(embedded_dcache) -> None:
+    """Every request of the session's library is one JSON line (the tests above made
+    flushes and stages: the log cannot be empty)."""
     log = embedded_dcache.tape_control.folder / "tape.log"
-    for line in log.read_text().splitlines():
+    lines = log.read_text().splitlines()
+    assert {json.loads(line)["op"] for line in lines} >= {"put", "get"}
+    for line in lines:
         record = json.loads(line)
         assert {"op", "pnfsid", "drive", "mounted", "started", "ended"} <= set(record)
+        assert record["ended"] >= record["started"] >= record["asked"]

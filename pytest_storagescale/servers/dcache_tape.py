@@ -50,6 +50,8 @@ FOLDER, GROUP = "tape", "tape"
 SERVICES = ("frontend", "bulk", "cleaner-hsm", "admin")
 #: the database of the bulk service (the Tape REST API's requests)
 DATABASE = "bulk"
+#: the longest the first use of the admin door waits for it to come up (s)
+ADMIN_WAIT_S = 600.0
 #: localities of a file (the frontend's ``fileLocality``, the Tape REST API's)
 ON_TAPE = frozenset({"NEARLINE", "ONLINE_AND_NEARLINE"})
 ON_DISK = frozenset({"ONLINE", "ONLINE_AND_NEARLINE"})
@@ -248,7 +250,7 @@ class TapeAccess:
                                 f"(doors: {', '.join(urls)})")
         options = {key: value for key, value in self.driver_options
                    if not (key == "security_protocol" and scheme in ("davs", "https"))}
-        return driver_spec(urls[scheme], driver=driver, options=options,
+        return driver_spec(urls[scheme], driver=driver or "auto", options=options,
                            writable_root=self.area).connect(name, timeout=timeout)
 
 
@@ -268,6 +270,7 @@ class TapeControl:
         if ssh is None:
             raise EndpointError("ssh is not on PATH: 'sudo apt-get install openssh-client'")
         key = self.access.admin_key
+        self._wait_for_admin(timeout)
         done = subprocess.run(
             [ssh, "-p", str(self.access.admin_port), "-i", key, "-F", "/dev/null",
              "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
@@ -280,6 +283,23 @@ class TapeControl:
             raise EndpointError(f"the admin door answered {command!r} with exit "
                                 f"{done.returncode}: {(done.stderr + done.stdout).strip()[-300:]}")
         return done.stdout
+
+    def _wait_for_admin(self, timeout: float) -> None:
+        """Until the admin door takes connections (it comes up last: the start does not
+        wait for it), at most ``max(timeout, ADMIN_WAIT_S)`` seconds."""
+        import socket
+
+        deadline = time.monotonic() + max(timeout, ADMIN_WAIT_S)
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.access.admin_port), timeout=10).close()
+                return
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise EndpointError(f"the embedded dCache's admin door (127.0.0.1:"
+                                        f"{self.access.admin_port}) did not come up: "
+                                        f"{exc}") from None
+                time.sleep(1)
 
     # -- the frontend ---------------------------------------------------------------------
     def rest(self, method: str, path: str, body: Any = None, timeout: float = 60
