@@ -108,6 +108,21 @@ def parse_fraction(value: str | float, *, what: str) -> float:
     return fraction
 
 
+def parse_embedded_hosts(value: str | int) -> int:
+    """``--storage-embedded-hosts``: a whole number of at least 1 (which counts a kind
+    takes is its own check, at the start)."""
+    try:
+        hosts = int(str(value).strip())
+    except ValueError:
+        hosts = 0
+    if hosts < 1:
+        raise StorageScaleUsageError(
+            f"--storage-embedded-hosts: {value!r} is not a number of hosts. Give a whole "
+            f"number: 1 (the default), or 4 or more for the embedded dcache over several "
+            f"hosts.")
+    return hosts
+
+
 def parse_driver(value: str) -> str:
     """``auto`` or a driver name; checked against the driver registry when the
     endpoint is first used (a site's conftest or package may register drivers)."""
@@ -351,6 +366,12 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "(e.g. dcache: 10.2.25, 11.2.5, or the path of a dcache-VERSION.tar.gz a site is "
         "about to deploy; xrootd: 5.5.3 or 6.2.1). Default: the kind's default release.",
     ),
+    "storage_embedded_hosts": (
+        "--storage-embedded-hosts", parse_embedded_hosts, 1,
+        "on how many hosts the embedded server runs (dcache: 1, one domain, the default; "
+        "4 or more: a core host with PostgreSQL and ZooKeeper, a door host and a pool host "
+        "each for the rest, network namespaces on a private bridge, as root).",
+    ),
     "storage_embedded_login": (
         "--storage-embedded-login", lambda v: parse_name(v, what="--storage-embedded-login"),
         "unix",
@@ -505,7 +526,8 @@ FLAGS = ("storage_clean_stale",)
 SECRET_SETTINGS = ("storage_driver_options",)
 #: settings of the embedded server, which does not run when an endpoint is given
 EMBEDDED_SETTINGS = ("storage_embedded", "storage_embedded_protocol",
-                     "storage_embedded_login", "storage_embedded_version")
+                     "storage_embedded_login", "storage_embedded_version",
+                     "storage_embedded_hosts")
 
 
 def register_credentials(values: dict[str, Any]) -> None:
@@ -578,6 +600,7 @@ class Settings:
     client_cpu_limit: float = 0.9
     embedded: str | None = None
     embedded_version: str | None = None
+    embedded_hosts: int = 1
     embedded_login: str = "unix"
     embedded_protocol: str | None = None
     driver: str = "auto"

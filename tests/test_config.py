@@ -114,6 +114,7 @@ def test_header_shows_defaults_only_when_verbose():
         "storage_version: 1.0 (from --storage-version)", "storage_executor: auto (from default)",
         "storage_client_cpu_limit: 0.9 (from default)",
         "storage_embedded: xrootd (from default)",  # no endpoint: the embedded server runs
+        "storage_embedded_hosts: 1 (from default)",
         "storage_embedded_login: unix (from default)", "storage_driver: auto (from default)",
         "storage_scale: 1.0 (from default)"]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import abc
 import re
 import shutil
-from typing import TYPE_CHECKING, ClassVar, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from ..errors import EndpointError, StorageScaleUsageError
 from ..registry import RegistrationError, Registry
@@ -301,15 +301,18 @@ def check_embedded_choice(kind: str, protocol: str | None, login: str) -> str:
 
 
 def start_embedded(kind: str, login: str, version: str | None = None, *,
-                   report_to: str = "") -> EmbeddedServer:
+                   report_to: str = "", server_class: type[EmbeddedServer] | None = None,
+                   options: dict[str, Any] | None = None) -> EmbeddedServer:
     """Check the installation, then start a ``kind`` server requiring ``login`` (of the
     release ``version`` when given, see :meth:`EmbeddedServer.check_version`; reporting
-    its summary monitoring to ``report_to`` when it can)."""
-    cls = embedded_class(kind)
+    its summary monitoring to ``report_to`` when it can). ``server_class`` (a subclass
+    of the kind's, e.g. the dCache over several hosts) and ``options`` (its keyword
+    arguments) when the run asked for one."""
+    cls = server_class or embedded_class(kind)
     chosen = cls.check_version(version) if version else None
     cls.check_installed()
     try:
-        server = cls(login=login)
+        server = cls(login=login, **(options or {}))
         server.requested_version = chosen
         server.report_to = report_to
         return started(server)

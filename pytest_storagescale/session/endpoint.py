@@ -120,6 +120,16 @@ class EndpointUnderTest:
             _ = self.protocol  # refuses a protocol or login the embedded server lacks
             if self.settings.embedded_version:
                 embedded_class(self.embedded_kind).check_version(self.settings.embedded_version)
+            if self.settings.embedded_hosts != 1:
+                from ..servers.dcache_hosts import check_hosts
+
+                if self.embedded_kind != "dcache":
+                    raise StorageScaleUsageError(
+                        f"--storage-embedded-hosts {self.settings.embedded_hosts}: only the "
+                        f"embedded dcache runs on several hosts, not the embedded "
+                        f"{self.embedded_kind}. Give --storage-embedded dcache, or leave the "
+                        f"option out (1 host).")
+                check_hosts(self.settings.embedded_hosts)
             if self.settings.driver != "auto":
                 driver_class(self.settings.driver)
         load_door_names(self)
@@ -210,8 +220,19 @@ class EndpointUnderTest:
             self._server = start_embedded(
                 self.embedded_kind, self.settings.embedded_login,
                 self.settings.embedded_version,
-                report_to=self.listener.address if self.listener is not None else "")
+                report_to=self.listener.address if self.listener is not None else "",
+                **self._hosts_class())
         return self._server.url_for(protocol)
+
+    def _hosts_class(self) -> dict[str, Any]:
+        """The server class and options of ``--storage-embedded-hosts N`` (N > 1: the
+        dCache over several hosts; nothing for 1, the kind's own layout)."""
+        hosts = self.settings.embedded_hosts
+        if hosts == 1:
+            return {}
+        from ..servers.dcache_hosts import EmbeddedDCacheHosts
+
+        return {"server_class": EmbeddedDCacheHosts, "options": {"hosts": hosts}}
 
     def _server_pids(self) -> list[int]:
         """The embedded server's daemons (none before it started)."""
