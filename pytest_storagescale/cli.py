@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from .errors import StorageScaleUsageError
+from .servers.xrootd_releases import use_client_release
 
 #: pytest's exit statuses the command shares: a gate that failed, bad input
 GATE_FAILED, USAGE_ERROR = 1, 4
@@ -79,6 +80,7 @@ def compare_command(arguments: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     try:
         arguments = parser().parse_args(argv)
+        use_client_release()  # STORAGESCALE_XROOTD_CLIENT: before any XRootD import
         return getattr(arguments, "handler", compare_command)(arguments)
     except StorageScaleUsageError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)

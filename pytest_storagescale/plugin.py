@@ -80,6 +80,7 @@ from .reporting.outcomes import RunSummary, TestOutcomes, note_fixed_known_issue
 from .reporting.progress import StepLines
 from .reporting.table import format_failures, format_table
 from .servers.orphans import STOPPED_ORPHANS
+from .servers.xrootd_releases import use_client_release
 from .session import WORKER_INPUT_KEY, Role, StorageRun, client_versions, role_of
 from .session.stopping import TermAsInterrupt, xdist_worker_pids
 from .shipped import pyargs_folders
@@ -194,7 +195,10 @@ def pytest_plugin_registered(plugin: object, manager: pytest.PytestPluginManager
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """Under ``--pyargs``, the named packages' conftests load now, as a path argument's
     do (pytest would load them only at collection: a shipped suite's server and options
-    would be lost). Only the list pytest reads for its initial conftests is extended."""
+    would be lost). Only the list pytest reads for its initial conftests is extended.
+    First, before a conftest can import the XRootD bindings: the client release the
+    run's environment names (``STORAGESCALE_XROOTD_CLIENT``, docs/upgrade.md)."""
+    use_client_release()
     namespace = early_config.known_args_namespace
     if not (getattr(namespace, "pyargs", False) and namespace.file_or_dir):
         return

@@ -51,10 +51,11 @@ CHECK_PACKAGES=(python3-gfal2)
 SERVER_PACKAGES=(gfal2 gfal2-plugin-file gfal2-plugin-http gfal2-plugin-xrootd python3-gfal2
                  chromium chromium-driver)
 # scripts/build-xrootd6.sh: XRootD 6.2.1 from source (--storage-embedded-version)
-# (patchelf: the built files' library search path set to the prefix's lib/ only)
+# (patchelf: the built files' library search path set to the prefix's lib/ only;
+# python3-dev: its --client build of the 6.2.1 Python bindings, STORAGESCALE_XROOTD_CLIENT)
 XROOTD6_BUILD_PACKAGES=(cmake make pkg-config libssl-dev zlib1g-dev uuid-dev libxml2-dev
                         libcurl4-openssl-dev libkrb5-dev libscitokens-dev libmacaroons-dev
-                        libjson-c-dev patchelf)
+                        libjson-c-dev patchelf python3-dev)
 # installed without their recommends (Ceph's would add ceph-mgr and more)
 LEAN_SERVER_PACKAGES=("${XROOTD6_BUILD_PACKAGES[@]}"
           # make bench: h2load beside the engine; stress-ng loads the machine while
@@ -201,7 +202,9 @@ case "$PART" in
     servers) allure_command_line ;;
     all) python_environment; allure_command_line ;;
 esac
-# XRootD 6.2.1 into ~/.cache, once per machine (15-30 min the first time, then a no-op)
+# XRootD 6.2.1 into ~/.cache, once per machine (15-30 min the first time, then a no-op);
+# then its client environment (the 6.2.1 Python bindings from the same sdist: 20-40 min)
 case "$PART" in servers|all|upgrade) run bash scripts/build-xrootd6.sh ;; esac
+case "$PART" in servers|all) run bash scripts/build-xrootd6.sh --client ;; esac
 # the dCache releases of the shared folder into ~/.cache, once per machine (2 min)
 case "$PART" in servers|all) run bash scripts/dcache-dist.sh ;; esac

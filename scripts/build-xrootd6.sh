@@ -29,7 +29,24 @@
 # include: that comes from the shared material ($STORAGESCALE_SHARED/xrootd6/vendor,
 # default <checkout>/../shared, then /work/shared).
 #
-# Options: --print-prefix prints the prefix and exits; --dry-run prints what it would do.
+# Options: --print-prefix prints the prefix and exits; --dry-run prints what it would do;
+# --client builds (after the server, when missing) the client environment below, and
+# --print-client-prefix prints its prefix.
+#
+# The client environment (`STORAGESCALE_XROOTD_CLIENT=6.2.1`, xrootd_releases.py): the
+# 6.2.1 Python bindings built from the same sdist by its own setup.py (the client
+# libraries, XrdCl's security plug-ins and pyxrootd: `pip install --target`, CMake's
+# client-only build), into
+#
+#   $XDG_CACHE_HOME/pytest-storagescale/xrootd-client-6.2.1-<ckey>/
+#       python/  XRootD/, pyxrootd/ (client.so, libXrdCl.so.3, libXrdSecgsi-6.so ...),
+#                xrootd-6.2.1.dist-info
+#       bin/     xrdcp xrdfs xrdadler32: links to the server build's 6.2.1 tools
+#       .storagescale-built
+#
+# <ckey> hashes the version, the server's <key>, the CMake options and the Python
+# ABI (cpython-311: the extension is built for this interpreter). Every ELF file's
+# RUNPATH is set to exactly $ORIGIN (its own folder), checked before the marker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CHECKOUT=$(pwd)
@@ -48,13 +65,18 @@ TARGETS=(xrootd cmsd xrdfs xrdcp xrdadler32 XrdHttp-6 XrdHttpTPC-6 XrdPfc-6 XrdT
 JOBS=${STORAGESCALE_BUILD_JOBS:-2}
 
 PRINT_PREFIX=
+PRINT_CLIENT_PREFIX=
 DRY_RUN=
+CLIENT=
 for arg in "$@"; do
     case "$arg" in
         --print-prefix) PRINT_PREFIX=1 ;;
+        --print-client-prefix) PRINT_CLIENT_PREFIX=1 ;;
         --dry-run) DRY_RUN=1 ;;
-        *) echo "build-xrootd6: unknown argument '$arg': write --print-prefix or" \
-                "--dry-run, or nothing to build" >&2; exit 2 ;;
+        --client) CLIENT=1 ;;
+        *) echo "build-xrootd6: unknown argument '$arg': write --print-prefix," \
+                "--print-client-prefix, --client or --dry-run, or nothing to build" >&2
+           exit 2 ;;
     esac
 done
 
@@ -63,6 +85,13 @@ KEY=$(printf '%s\n' "$VERSION" "${CMAKE_OPTIONS[*]}" "${TARGETS[*]}" | sha256sum
 PREFIX=$CACHE/xrootd-$VERSION-$KEY
 MARKER=$PREFIX/.storagescale-built
 if [ -n "$PRINT_PREFIX" ]; then echo "$PREFIX"; exit 0; fi
+PYTHON=python3
+[ -x "$CHECKOUT/.venv/bin/python" ] && PYTHON=$CHECKOUT/.venv/bin/python
+CLIENT_CMAKE_ARGS="-DENABLE_TESTS=OFF -DENABLE_XRDEC=OFF -DENABLE_FUSE=OFF -DENABLE_VOMS=OFF"
+PY_TAG=$("$PYTHON" -c 'import sys; print(sys.implementation.cache_tag)')
+CLIENT_KEY=$(printf '%s\n' "$VERSION" "$KEY" "$CLIENT_CMAKE_ARGS" "$PY_TAG" | sha256sum | cut -c1-12)
+CLIENT_PREFIX=$CACHE/xrootd-client-$VERSION-$CLIENT_KEY
+if [ -n "$PRINT_CLIENT_PREFIX" ]; then echo "$CLIENT_PREFIX"; exit 0; fi
 run() { if [ -n "$DRY_RUN" ]; then echo "build-xrootd6 (dry run): $*"; else "$@"; fi; }
 elf_files() {  # the regular ELF files (programs, libraries, plug-ins) of bin/ and lib/
     local file
@@ -121,6 +150,93 @@ already_built() {
     echo "build-xrootd6: XRootD $VERSION in $PREFIX repaired"
     exit 0
 }
+client_problems() {  # each ELF file of the client environment whose RUNPATH is not $ORIGIN
+    local file paths
+    find "$CLIENT_PREFIX/python" -type f -name '*.so*' 2>/dev/null | sort | while read -r file; do
+        paths=$(readelf -d "$file" | sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\]$/\2/p')
+        if [ -n "$paths" ] && [ "$paths" != '$ORIGIN' ]; then echo "$file: [$paths]"; fi
+    done
+}
+build_client() {
+    local work started left tool
+    if [ -f "$CLIENT_PREFIX/.storagescale-built" ] && [ -z "$(client_problems)" ]; then
+        echo "build-xrootd6: the XRootD $VERSION client environment is already built in" \
+             "$CLIENT_PREFIX"
+        return 0
+    fi
+    for tool in cmake make g++ patchelf readelf; do
+        command -v "$tool" >/dev/null || { echo "build-xrootd6: '$tool' is missing: run" \
+            "scripts/bootstrap.sh servers (it installs the build dependencies)" >&2; exit 1; }
+    done
+    "$PYTHON" -c 'import sysconfig, os, sys; sys.exit(not os.path.isfile(os.path.join(
+        sysconfig.get_paths()["include"], "Python.h")))' || { echo "build-xrootd6: the" \
+        "Python headers are missing (Python.h): run scripts/bootstrap.sh servers (it" \
+        "installs python3-dev)" >&2; exit 1; }
+    started=$(date +%s)
+    work=$CACHE/build-xrootd-client-$VERSION-$CLIENT_KEY
+    echo "build-xrootd6: building the XRootD $VERSION client environment (Python bindings)" \
+         "into $CLIENT_PREFIX (5-15 minutes on 2 busy cores)"
+    run rm -rf "$CLIENT_PREFIX" "$work"
+    run mkdir -p "$work" "$CLIENT_PREFIX/bin"
+    # the sdist's own setup.py: XRDCL_LIB_ONLY, the libraries and plug-ins beside the
+    # extension (RUNPATH $ORIGIN); TMPDIR: its build folder in the work folder
+    if [ -n "$DRY_RUN" ]; then
+        echo "build-xrootd6 (dry run): pip install --target $CLIENT_PREFIX/python $SDIST"
+    else
+        CMAKE_ARGS="$CLIENT_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL=$JOBS TMPDIR=$work \
+            nice -n 19 "$PYTHON" -m pip install --no-deps --no-build-isolation \
+            --no-cache-dir --no-compile --target "$CLIENT_PREFIX/python" "$SDIST" \
+            >"$work/pip.log" 2>&1 || { echo "build-xrootd6: the client build failed: see" \
+                                       "$work/pip.log" >&2; tail -30 "$work/pip.log" >&2; exit 1; }
+    fi
+    for tool in xrdcp xrdfs xrdadler32; do
+        run ln -sfn "$PREFIX/bin/$tool" "$CLIENT_PREFIX/bin/$tool"
+    done
+    [ -z "$DRY_RUN" ] || return 0
+    find "$CLIENT_PREFIX/python" -type f -name '*.so*' | while read -r file; do
+        if readelf -d "$file" | grep -E '\((RUNPATH|RPATH)\)' >/dev/null; then
+            patchelf --set-rpath '$ORIGIN' "$file"
+        fi
+    done
+    left=$(client_problems)
+    if [ -n "$left" ]; then
+        echo "build-xrootd6: the client's library search path is still wrong: $left" >&2
+        exit 1
+    fi
+    PYTHONPATH=$CLIENT_PREFIX/python "$PYTHON" -c 'import XRootD.client, pyxrootd.client, sys
+from importlib import metadata
+sys.exit(metadata.version("xrootd") != sys.argv[1])' "$VERSION" \
+        || { echo "build-xrootd6: the built bindings do not load as $VERSION" >&2; exit 1; }
+    {
+        echo "version=$VERSION"
+        echo "key=$CLIENT_KEY"
+        echo "server_prefix=$PREFIX"
+        echo "cmake_args=$CLIENT_CMAKE_ARGS"
+        echo "python=$PY_TAG"
+        echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        echo "build_seconds=$(( $(date +%s) - started ))"
+        echo "size_bytes=$(du -sb "$CLIENT_PREFIX" | cut -f1)"
+    } >"$CLIENT_PREFIX/.storagescale-built.tmp"
+    mv "$CLIENT_PREFIX/.storagescale-built.tmp" "$CLIENT_PREFIX/.storagescale-built"
+    rm -rf "$work"
+    echo "build-xrootd6: the XRootD $VERSION client environment built in $CLIENT_PREFIX in" \
+         "$(( $(date +%s) - started )) s"
+}
+if [ -n "$CLIENT" ]; then
+    # the server's build first (its tools, its sdist), then the client's, one at a time
+    bash "$0" ${DRY_RUN:+--dry-run}
+    mkdir -p "$CACHE"
+    exec 9>"$CACHE/xrootd-$VERSION.lock"
+    flock 9
+    SDIST=$CACHE/sdist/xrootd-$VERSION.tar.gz
+    [ -f "$SDIST" ] || { echo "build-xrootd6: $SDIST is missing: run the script without" \
+                              "--client first" >&2; exit 1; }
+    [ "$(sha256sum "$SDIST" | cut -d' ' -f1)" = "$SDIST_SHA256" ] || {
+        echo "build-xrootd6: $SDIST is not PyPI's xrootd-$VERSION.tar.gz (sha256): delete" \
+             "it and run the script again" >&2; exit 1; }
+    build_client
+    exit 0
+fi
 already_built
 # one build at a time on a machine (two make test set-ups): the second waits, then finds it
 mkdir -p "$CACHE"
@@ -141,9 +257,6 @@ for tool in cmake make g++ pkg-config patchelf readelf; do
     command -v "$tool" >/dev/null || { echo "build-xrootd6: '$tool' is missing: run" \
         "scripts/bootstrap.sh servers (it installs the build dependencies)" >&2; exit 1; }
 done
-PYTHON=python3
-[ -x "$CHECKOUT/.venv/bin/python" ] && PYTHON=$CHECKOUT/.venv/bin/python
-
 logged() {  # logged FILE WHAT command...: its output into FILE; on failure FILE's tail
     local file=$1 what=$2
     shift 2

@@ -11,6 +11,18 @@ plugin's one-line reason. suites/gpfs needs a POSIX mount: it runs once against
 
     .venv/bin/python scripts/compat_matrix.py            # writes docs/compatibility.md
     .venv/bin/python scripts/compat_matrix.py --only xrootd --output -
+
+``--clients`` measures another matrix instead: the embedded xrootd's client release x
+server release (issue 34: clients upgrade apart from the servers). Each client release
+(the process's XRootD bindings and tools: ``STORAGESCALE_XROOTD_CLIENT``) x each server
+release (``--storage-embedded-version``) runs the authentication scans
+(``suites/xrootd -k auth_rate``, one run per login: unix, gsi) and the conformance
+checks (``suites/conformance``), each a real pytest run as above; the table gives the
+measured logins/s per step and the checks' outcomes, and the client library the run
+itself recorded (its results' client versions: a run whose bindings are not the
+release asked for is said, never counted as it).
+
+    .venv/bin/python scripts/compat_matrix.py --clients --output -
 """
 
 from __future__ import annotations
@@ -405,6 +417,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="Markdown file to write ('-': print only)")
     parser.add_argument("--keep-logs", metavar="DIR",
                         help="keep every run's log, JUnit XML and JSON results in DIR")
+    parser.add_argument("--clients", action="store_true",
+                        help="measure the embedded xrootd's client release x server release "
+                        "matrix instead (authentication scans and conformance checks)")
+    parser.add_argument("--releases", default="5.5.3,6.2.1",
+                        help="with --clients: the releases, each as client and as server "
+                        "(default 5.5.3,6.2.1)")
+    parser.add_argument("--check", choices=("auth", "conformance"),
+                        help="with --clients: run one check's cells only")
+    parser.add_argument("--client", metavar="RELEASE",
+                        help="with --clients: run one client release's cells only (with "
+                        "--keep-logs DIR: the other cells an earlier run kept in DIR are "
+                        "shown as measured then)")
     parser.add_argument("--from-logs", metavar="DIR",
                         help="run nothing: render the runs a --keep-logs DIR holds (an "
                         "interrupted matrix); combinations without a log are 'not run'")
@@ -470,8 +494,261 @@ def measure(args: argparse.Namespace, workdir: Path) -> tuple[list[Result], RunH
     return results, RunHeader(**{**header.__dict__, "total_s": total})
 
 
+# -- the client x server release matrix (--clients) --------------------------------------
+
+#: the logins of the authentication scans in the client x server matrix
+CLIENT_MATRIX_LOGINS = ("unix", "gsi")
+#: each authentication step's length in the client x server matrix (the plans differ:
+#: 5.x.toml's auth_gsi 10 s, 6.x.toml's 100 s; one length measures every cell alike)
+CLIENT_MATRIX_STEP_S = 10.0
+
+
+@dataclass(frozen=True)
+class ReleaseCell:
+    """One run of the client x server matrix: a check against a server release with a
+    client release ("" for either: the installed one)."""
+
+    client: str
+    server: str
+    check: str  # "auth" or "conformance"
+    login: str = "unix"
+
+    @property
+    def slug(self) -> str:
+        # no dot: the files' suffixes (.json, .xml) replace what follows the last one
+        return "-".join(("clients", self.client or "installed", self.server or "installed",
+                         self.check, self.login)).replace(".", "_")
+
+    def argv(self, results: Path, junit: Path, scale: float) -> list[str]:
+        suite, chosen = (("suites/xrootd", ["-k", f"auth_rate_{self.login}",
+                                            "--storage-duration", f"{CLIENT_MATRIX_STEP_S:g}"])
+                         if self.check == "auth" else ("suites/conformance", []))
+        return [sys.executable, "-m", "pytest", suite, *chosen, "--storage-embedded", "xrootd",
+                *(["--storage-embedded-login", self.login] if self.login != "unix" else []),
+                *(["--storage-embedded-version", self.server] if self.server else []),
+                "--storage-scale", str(scale), "-p", "no:cacheprovider", "-q",
+                "--storage-results", str(results), "--junitxml", str(junit)]
+
+    def environment(self) -> dict[str, str]:
+        from pytest_storagescale.servers.xrootd_releases import CLIENT_VARIABLE
+
+        env = {k: v for k, v in os.environ.items() if k != CLIENT_VARIABLE}
+        return {**env, CLIENT_VARIABLE: self.client} if self.client else env
+
+
+@dataclass
+class ReleaseResult:
+    """What one client x server run gave: outcome, counts, the steps' rates, and the
+    client and server versions the run recorded."""
+
+    cell: ReleaseCell
+    outcome: str
+    counts: Counts = field(default_factory=Counts)
+    #: (clients, logins/s, p99 s, failed, hung) per authentication step
+    steps: list[tuple[int, float, float, int, int]] = field(default_factory=list)
+    client_version: str = ""
+    server_version: str = ""
+    wall_s: float = 0.0
+    load_1m: float = 0.0
+    reason: str = ""
+
+
+def release_cells(clients: list[str], servers: list[str]) -> list[ReleaseCell]:
+    """Every run of the client x server matrix: per server, per client, the
+    authentication scans (one per login), then the conformance checks."""
+    return [ReleaseCell(client, server, check, login)
+            for server in servers for client in clients
+            for check, login in [*(("auth", login) for login in CLIENT_MATRIX_LOGINS),
+                                 ("conformance", "unix")]]
+
+
+def read_release_results(path: Path) -> tuple[str, str, list[tuple[int, float, float, int, int]]]:
+    """The client library (``xrootd`` of the run's client versions), the server version
+    and each load step's (clients, rate, p99, failed, hung) from a run's JSON results."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return "", "", []
+    run = data.get("run") or {}
+    client = str(((run.get("client") or {}).get("versions") or {}).get("xrootd") or "")
+    steps = [(int(step.get("clients") or 0), float(step.get("rate_hz") or 0.0),
+              float(step.get("p99_s") or 0.0), int(step.get("failed") or 0),
+              int(step.get("hung") or 0))
+             for step in data.get("steps") or [] if "rate_hz" in step]
+    return client, str(run.get("version") or ""), steps
+
+
+def run_release_cell(cell: ReleaseCell, workdir: Path, scale: float,
+                     timeout: float) -> ReleaseResult:
+    """Run one client x server cell and classify it (as :func:`run_combination`)."""
+    stem = workdir / cell.slug
+    junit, results, log = (stem.with_suffix(s) for s in (".xml", ".json", ".log"))
+    for stale in (junit, results):
+        stale.unlink(missing_ok=True)
+    load_1m, started = os.getloadavg()[0], time.monotonic()
+    with log.open("w") as out:
+        proc = subprocess.Popen(cell.argv(results, junit, scale), cwd=ROOT, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=cell.environment())
+        try:
+            code: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_run(proc)
+            code = None
+    client, server, steps = read_release_results(results)
+    result = ReleaseResult(cell, "fail", wall_s=time.monotonic() - started, load_1m=load_1m,
+                           client_version=client, server_version=server, steps=steps)
+    output = log.read_text(errors="replace")
+    if code == USAGE_ERROR:
+        result.outcome, result.reason = "n/a", usage_reason(output)
+        return result
+    if junit.exists():
+        result.counts = read_junit(junit)
+    wanted = cell.client or installed_client()
+    if code is None:
+        result.outcome = "timeout"
+        result.reason = timeout_reason(results, timeout)
+    elif client and client != wanted:
+        result.reason = f"the run's client library was xrootd {client}, not {wanted}"
+    elif code == 0 and junit.exists() and not (result.counts.failed or result.counts.errors):
+        result.outcome = "pass"
+    else:
+        result.reason = result.counts.first_failure or f"exit {code}: {usage_reason(output)}"
+    stem.with_suffix(".cell.json").write_text(json.dumps({
+        "outcome": result.outcome, "reason": result.reason, "wall_s": result.wall_s,
+        "load_1m": result.load_1m}))
+    return result
+
+
+def kept_release_result(cell: ReleaseCell, workdir: Path) -> ReleaseResult | None:
+    """A cell an earlier ``--clients --keep-logs DIR`` run measured (None: not run)."""
+    stem = workdir / cell.slug
+    try:
+        kept = json.loads(stem.with_suffix(".cell.json").read_text())
+    except (OSError, ValueError):
+        return None
+    client, server, steps = read_release_results(stem.with_suffix(".json"))
+    junit = stem.with_suffix(".xml")
+    return ReleaseResult(cell, str(kept["outcome"]),
+                         read_junit(junit) if junit.exists() else Counts(), steps, client,
+                         server, float(kept["wall_s"]), float(kept["load_1m"]),
+                         str(kept["reason"]))
+
+
+def installed_client() -> str:
+    """The installed XRootD bindings' version (the client of a run without the variable)."""
+    from pytest_storagescale.servers.xrootd_releases import installed_client_version
+
+    return installed_client_version() or "installed"
+
+
+def render_releases(results: list[ReleaseResult], header: RunHeader) -> str:
+    """The client x server matrix as Markdown: the logins/s table, the conformance
+    table, then each failure's reason."""
+    lines = [
+        "# XRootD client release x server release",
+        "",
+        f"Measured {header.date} on `{header.host}` (commit `{header.commit}`), the "
+        f"embedded xrootd, authentication steps of {CLIENT_MATRIX_STEP_S:g} s "
+        f"(`--storage-duration`), `--storage-scale {header.scale}`, each run bounded to "
+        f"{header.timeout:.0f} s; load average at start {header.load}, {header.cpus} CPUs "
+        f"(a shared machine). Total wall time {header.total_s / 60:.1f} min. Regenerate "
+        "with `.venv/bin/python scripts/compat_matrix.py --clients`. Client: the XRootD "
+        "library the run recorded (`STORAGESCALE_XROOTD_CLIENT`); server: the embedded "
+        "xrootd's version.",
+        "",
+        "| check | client | server | clients | logins/s | p99 | failed | hung | outcome |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        if r.cell.check != "auth":
+            continue
+        who = [f"auth {r.cell.login}", r.client_version or r.cell.client or "-",
+               r.server_version or r.cell.server or "-"]
+        rows = r.steps or [(0, 0.0, 0.0, 0, 0)]
+        for clients, rate, p99, failed, hung in rows:
+            measured = ([str(clients), f"{rate:.2f}", f"{p99:.2f} s", str(failed), str(hung)]
+                        if r.steps else ["-"] * 5)
+            lines.append("| " + " | ".join(cell(x) for x in (
+                *who, *measured, f"**{r.outcome}**")) + " |")
+    lines += ["", "| check | client | server | passed | failed | errors | skipped | xfailed "
+              "| wall | outcome |", "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in results:
+        if r.cell.check != "conformance":
+            continue
+        n = r.counts
+        lines.append("| " + " | ".join(cell(x) for x in (
+            "conformance", r.client_version or r.cell.client or "-",
+            r.server_version or r.cell.server or "-",
+            *(str(v) for v in (n.passed, n.failed, n.errors, n.skipped, n.xfailed)),
+            f"{r.wall_s:.0f} s", f"**{r.outcome}**")) + " |")
+    bad = [r for r in results if r.outcome != "pass"]
+    if bad:
+        lines += ["", "## Not passed", ""]
+        lines += [f"- {r.cell.check} {r.cell.login} client {r.client_version or r.cell.client} "
+                  f"x server {r.server_version or r.cell.server}: {r.outcome}: {r.reason}"
+                  for r in bad]
+    return "\n".join(lines) + "\n"
+
+
+def measure_releases(args: argparse.Namespace,
+                     workdir: Path) -> tuple[list[ReleaseResult], RunHeader]:
+    """Run every cell of the client x server matrix, one progress line per run."""
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    header = RunHeader(
+        date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        host=os.uname().nodename, commit=git_commit(), load=load,
+        cpus=os.cpu_count() or 0, scale=args.scale, timeout=args.timeout)
+    started = time.monotonic()
+    releases = [r.strip() for r in args.releases.split(",")]
+    installed = installed_client()
+    # a client release by its name ("": the installed bindings, no variable set); a
+    # server release as --storage-embedded-version takes it (the installed one by name)
+    clients = [("" if r == installed else r) for r in releases]
+    results = []
+    for cell_ in release_cells(clients, releases):
+        if (args.check and cell_.check != args.check) or (
+                args.client and cell_.client != ("" if args.client == installed
+                                                 else args.client)):
+            kept = kept_release_result(cell_, workdir)
+            if kept is not None:  # measured by an earlier run into the same folder
+                results.append(kept)
+            continue
+        if args.from_logs:
+            kept = kept_release_result(cell_, workdir)
+            results.append(kept or ReleaseResult(cell_, "not run",
+                                                 reason="not in the kept logs"))
+            continue
+        result = run_release_cell(cell_, workdir, args.scale, args.timeout)
+        results.append(result)
+        rates = ", ".join(f"{c}: {rate:.2f}/s" for c, rate, *_ in result.steps)
+        print(f"{cell_.slug}: {result.outcome} in {result.wall_s:.0f} s (load "
+              f"{result.load_1m:.1f}; client {result.client_version}, server "
+              f"{result.server_version}) {rates} {result.reason}", file=sys.stderr, flush=True)
+    total = time.monotonic() - started
+    return results, RunHeader(**{**header.__dict__, "total_s": total})
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.clients:
+        if args.from_logs:
+            found, header = measure_releases(args, Path(args.from_logs))
+        elif args.keep_logs:
+            Path(args.keep_logs).mkdir(parents=True, exist_ok=True)
+            found, header = measure_releases(args, Path(args.keep_logs))
+        else:
+            with tempfile.TemporaryDirectory(prefix="compat-clients-") as tmp:
+                found, header = measure_releases(args, Path(tmp))
+        text = render_releases(found, header)
+        print(text)
+        if args.output not in ("-", str(ROOT / "docs" / "compatibility.md")):
+            Path(args.output).write_text(text)
+        # 1 when a cell measured nothing: an authentication run without a step, a run
+        # refused or stopped at the time bound
+        unmeasured = [r for r in found if r.outcome in ("n/a", "timeout")
+                      or (r.cell.check == "auth" and not r.steps)]
+        return 1 if unmeasured else 0
     if args.from_logs:
         results, header = from_logs(args, Path(args.from_logs))
     elif args.keep_logs:

@@ -76,9 +76,11 @@ class XRootDRelease:
         return version_key(self.version) >= version
 
     def tool(self, name: str) -> str:
-        """A command of this installation (``xrdcp``): beside its ``xrootd``, else on PATH."""
+        """A command of this installation (``xrdcp``): beside its ``xrootd``, else on PATH
+        (the system's too: a client environment's ``xrdcp`` first on PATH,
+        :data:`CLIENT_VARIABLE`, is the clients', not this server's)."""
         beside = Path(self.binary).with_name(name)
-        if self.lib_dir is not None and beside.is_file():
+        if beside.is_file():
             return str(beside)
         return shutil.which(name) or name
 
@@ -384,3 +386,118 @@ def foreign_libraries(pid: int, release_: XRootDRelease) -> list[str]:
     mapped = {line.split()[-1] for line in maps.splitlines() if "/libXrd" in line}
     own = os.path.realpath(release_.lib_dir)
     return sorted(path for path in mapped if not os.path.realpath(path).startswith(own + "/"))
+
+
+# -- the client release (STORAGESCALE_XROOTD_CLIENT) ------------------------------------
+#
+# The XRootD client of a run is the one whose Python bindings the process imports (the
+# xrootd driver, the load clients, the tree) and whose tools (xrdcp, xrdfs) it runs.
+# By default Debian's (python3-xrootd, 5.5.3); STORAGESCALE_XROOTD_CLIENT=6.2.1 names
+# the client environment scripts/build-xrootd6.sh --client builds from the same sdist:
+# its folder goes first on ``sys.path`` (the bindings load their own libraries and
+# security plug-ins by RUNPATH $ORIGIN: no LD_LIBRARY_PATH) and its ``bin/`` first on
+# PATH, before anything imports ``XRootD``. Children inherit it: the variable stays set
+# (an xdist worker, a ``storagescale`` command, a subprocess), and spawned load
+# processes get the parent's ``sys.path``. The server keeps its own release's tools
+# (:meth:`XRootDRelease.tool` prefers the one beside its ``xrootd``).
+
+#: the environment variable that names the client release of a run
+CLIENT_VARIABLE = "STORAGESCALE_XROOTD_CLIENT"
+#: the client environment's folders in the cache: ``xrootd-client-<version>-<key>``
+CLIENT_PREFIX = "xrootd-client"
+
+
+@dataclass(frozen=True)
+class ClientRelease:
+    """One XRootD client environment: its version, the folder of its Python bindings
+    and of its tools (None: the system's, found on the default paths)."""
+
+    version: str
+    python_dir: str | None = None
+    bin_dir: str | None = None
+
+
+def client_prefix(version: str = BUILT_VERSION) -> Path | None:
+    """The newest whole client environment of ``version`` in the cache (None: not built)."""
+    root = cache_root()
+    if not root.is_dir():
+        return None
+    markers = sorted(root.glob(f"{CLIENT_PREFIX}-{version}-*/{MARKER}"),
+                     key=lambda path: path.stat().st_mtime)
+    return markers[-1].parent if markers else None
+
+
+def installed_client_version() -> str:
+    """The version of the XRootD Python bindings on the default path (Debian's
+    python3-xrootd), read from their metadata without importing them ("" when none)."""
+    from importlib import metadata
+
+    own = client_prefix()
+    for found in metadata.distributions(name="xrootd"):
+        location = str(found.locate_file(""))
+        if own is None or not location.startswith(str(own) + "/"):
+            return str(found.version)
+    return ""
+
+
+def client_release(requested: str | None) -> ClientRelease:
+    """The client environment ``requested`` names (None or "": the installed one); a
+    usage error naming the releases offered or the build command."""
+    installed = installed_client_version()
+    if not requested or requested in ("installed", installed):
+        return ClientRelease(installed or "unknown")
+    offered_here = ", ".join(dict.fromkeys(v for v in (installed, BUILT_VERSION) if v))
+    if requested != BUILT_VERSION:
+        raise StorageScaleUsageError(
+            f"{CLIENT_VARIABLE}={requested}: the XRootD client releases offered are "
+            f"{offered_here} (the installed bindings, or the client environment "
+            f"'bash {BUILD_SCRIPT} --client' builds). Set one of those, or unset it for "
+            f"the installed {installed or 'client'}.")
+    prefix = client_prefix(requested)
+    if prefix is None:
+        raise StorageScaleUsageError(
+            f"{CLIENT_VARIABLE}={requested}: the XRootD {requested} client environment is "
+            f"not built on this machine (no {cache_root()}/{CLIENT_PREFIX}-{requested}-*/"
+            f"{MARKER}). Build it once with 'bash {BUILD_SCRIPT} --client' in the "
+            f"pytest-storagescale checkout (5-15 minutes; 'make setup' runs it), or unset "
+            f"{CLIENT_VARIABLE} for the installed {installed or 'client'}.")
+    return ClientRelease(requested, str(prefix / "python"), str(prefix / "bin"))
+
+
+def use_client_release() -> ClientRelease:
+    """Make this process use the client release :data:`CLIENT_VARIABLE` names (unset:
+    the installed one, nothing changed): its bindings first on ``sys.path``, its tools
+    first on PATH. Called before anything imports ``XRootD`` (the plugin's first hook,
+    the ``storagescale`` command); a usage error when the bindings of another release
+    were imported already, or the release is not offered."""
+    import sys
+
+    chosen = client_release(os.environ.get(CLIENT_VARIABLE, "").strip() or None)
+    if chosen.python_dir is None:
+        return chosen
+    loaded = sys.modules.get("XRootD")
+    where = str(getattr(loaded, "__file__", "") or "")
+    if loaded is not None and not where.startswith(chosen.python_dir + "/"):
+        raise StorageScaleUsageError(
+            f"{CLIENT_VARIABLE}={chosen.version}: this process imported the XRootD "
+            f"bindings from {where or 'elsewhere'} before the client release was chosen. "
+            f"Set the variable before Python starts (in the shell or CI job), not in a "
+            f"conftest or plugin.")
+    if chosen.python_dir not in sys.path:
+        sys.path.insert(0, chosen.python_dir)
+    if chosen.bin_dir:
+        path = os.environ.get("PATH", "")
+        if path.split(os.pathsep)[:1] != [chosen.bin_dir]:
+            os.environ["PATH"] = chosen.bin_dir + (os.pathsep + path if path else "")
+    return chosen
+
+
+def client_foreign_libraries(chosen: ClientRelease, pid: int | None = None) -> list[str]:
+    """The XRootD libraries this process (or ``pid``) mapped from outside the chosen
+    client environment's folder (``/proc/PID/maps``): empty when it runs on its own
+    only (a ``libXrdCl.so.3`` of another release loaded first, by gfal2's xroot
+    plug-in, would be shared under the same soname)."""
+    if chosen.python_dir is None:
+        return []
+    release_ = XRootDRelease("", chosen.python_dir + "/pyxrootd", chosen.version)
+    return foreign_libraries(pid or os.getpid(), release_)
