@@ -113,3 +113,28 @@ def test_a_step_whose_counts_disagree_says_so(tmp_path):
         assert usage.counted == "read" and usage.operations == recorded
         said = disagreement(10, 0, usage, clients=4)
         assert (said is None) if verdict is None else (verdict in said), said
+
+
+def test_a_step_of_the_embedded_dcache_is_watched_in_its_folder(tmp_path):
+    """steps.server_watch's billing part: a server with ``billing_directory`` (the
+    embedded dCache) has a get step watched in the step's own folder, compared by its
+    reads, readers beside writers by every transfer; a namespace step, or a server
+    without billing, is not watched."""
+    from types import SimpleNamespace
+
+    from pytest_storagescale.load.operations import get_operation
+    from pytest_storagescale.steps import _billing_watch
+
+    server = SimpleNamespace(billing_directory=tmp_path / "billing")
+    for operation, counter in (("get", "read"), ("put", "write"), ("mixed", "transfers"),
+                               ("ls", None), ("stat", None)):
+        plan = SimpleNamespace(operation=get_operation(operation),
+                               workdir="//storagescale/run/step-1")
+        watch = _billing_watch(server, plan)
+        if counter is None:
+            assert watch is None, operation
+            continue
+        assert (watch.counter, watch.folder, watch.log.folder) == (
+            counter, "//storagescale/run/step-1", tmp_path / "billing"), operation
+    plan = SimpleNamespace(operation=get_operation("get"), workdir="/storagescale/x")
+    assert _billing_watch(SimpleNamespace(), plan) is None
