@@ -97,12 +97,17 @@ def pytest_storagescale_stand_in(config: pytest.Config) -> str | None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    """Say why the suite's own server is the Apache door, not a dCache."""
+    """Say why the suite's own server is the Apache door, not a dCache; say that the
+    tape steps are left out on an embedded server without a tape."""
+    other = _no_tape_server(config)
+    lines = [f"storagescale: suites/dcache's tape steps (test_tape.py) deselected: the "
+             f"embedded {other} has no tape (--storage-embedded dcache has)"] if other else []
     if not _on_apache(config):
-        return []
-    return ["storagescale: suites/dcache runs against the Apache WebDAV door: no dCache "
-            "distribution (scripts/dcache-dist.sh fills the cache; --storage-embedded "
-            "dcache --storage-embedded-version PATH gives a tarball)"]
+        return lines
+    return lines + [
+        "storagescale: suites/dcache runs against the Apache WebDAV door: no dCache "
+        "distribution (scripts/dcache-dist.sh fills the cache; --storage-embedded "
+        "dcache --storage-embedded-version PATH gives a tarball)"]
 
 
 #: checks that make a door block this host for a while (dCache 11.2's WebDAV limiter
@@ -110,10 +115,32 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 RUN_LAST = ("test_bad_logins_do_not_block_a_correct_client",)
 
 
+def _no_tape_server(config: pytest.Config) -> str | None:
+    """The embedded server that has no tape (another kind than dcache), else None."""
+    view = storage_view(config)
+    settings = view.settings if view is not None else None
+    if settings is None or settings.endpoint is not None or not settings.embedded:
+        return None
+    return None if settings.embedded == "dcache" else settings.embedded
+
+
+def _deselect_tape(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tape steps (``test_tape.py``) need the embedded dCache's tape: on another
+    embedded server they are deselected, and the header says so (against a remote
+    endpoint they run and skip, saying why)."""
+    if _no_tape_server(config) is None:
+        return
+    tape_items = [item for item in items if item.nodeid.split("::")[0].endswith("test_tape.py")]
+    if tape_items:
+        config.hook.pytest_deselected(items=tape_items)
+        items[:] = [item for item in items if item not in tape_items]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip the vector-read checks on doors without a vector read, saying why; move the
     checks that may get this host blocked to the end."""
     items.sort(key=lambda item: getattr(item, "originalname", "") in RUN_LAST)
+    _deselect_tape(config, items)
     for item in items:
         _skip_listing(config, item)
         cls = getattr(item, "cls", None)
