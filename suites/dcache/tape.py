@@ -32,6 +32,8 @@ from pytest_storagescale import Operation, Param, StorageScaleUsageError
 #: the most one file's flush or stage is waited for (s); the step's hang_timeout is
 #: what judges a slow one
 WAIT_S = 900.0
+#: how long a file asked for with ``xrdfs prepare -s`` may stay on tape only (s)
+ROOT_STAGE_S = 120.0
 #: the pause between polls (s)
 POLL_S = 0.2
 #: the localities of a file on tape, and on disk
@@ -78,6 +80,10 @@ def _client(driver: Any, client: int, context: dict) -> Any:
         with context["lock"]:
             context["clients"][client] = made
     return made
+
+
+class StageFailed(RuntimeError):
+    """The step's interface failed an earlier file (said again for the rest)."""
 
 
 class _TapeOperation(Operation):
@@ -145,7 +151,14 @@ class Stage(_TapeOperation):
             raise StorageScaleUsageError(
                 f"every one of the {len(context['paths'])} evicted files was staged: give "
                 f"the stage section operations = files / per_request")
-        stage(context["access"].control(), context["interface"], paths)
+        if context.get("refused"):  # the interface failed this step already: say it again
+            raise StageFailed(context["refused"])
+        try:
+            stage(context["access"].control(), context["interface"], paths)
+        except Exception as exc:
+            if context["interface"] == "root":  # one answer per step, not one wait a file
+                context["refused"] = f"{type(exc).__name__}: {exc}"
+            raise
         return context["size"] * count
 
 
@@ -171,8 +184,11 @@ def stage(control: Any, interface: str, paths: list[str], timeout: float = WAIT_
         _bring_online(control, paths, deadline)
     elif interface == "root":
         control.prepare_xrootd(paths)
+        # 10.2.25's door answers OK and stages nothing (the files stayed on tape 4 min
+        # and more): a stage that has not begun within ROOT_STAGE_S is a failure
         for path in paths:
-            control.wait_locality(path, ON_DISK, max(1.0, deadline - time.monotonic()))
+            control.wait_locality(path, ON_DISK,
+                                  max(1.0, min(deadline, began + ROOT_STAGE_S) - time.monotonic()))
     else:
         raise StorageScaleUsageError(f"unknown stage interface {interface!r}: "
                                      f"{', '.join(INTERFACES)}")
