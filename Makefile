@@ -72,9 +72,10 @@ upgrade-inplace: setup
 # into one SQLite history and a real Pushgateway and Prometheus on loopback; then
 # storagescale history must name the slowed run, Prometheus answer the last run's stat
 # rate per version, and each Grafana panel's query return series. Needs root (the
-# cgroup); ~8 min. Its folder: storagescale-results/history-demo/.
+# cgroup); ~9 min. Its folder: storagescale-results/history-demo/. HISTORY_DCACHE=1 adds
+# a run of suites/dcache's ls scan on each cached embedded dCache release (minutes each).
 history-demo: setup
-	$(PY) scripts/history_demo.py
+	$(PY) scripts/history_demo.py $(if $(HISTORY_DCACHE),--dcache,)
 
 # ruff, mypy on the package, the import contracts (pyproject.toml [tool.importlinter])
 lint:

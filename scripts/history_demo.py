@@ -18,6 +18,11 @@ worse; Prometheus's HTTP API is asked for the last run's stat rate per version (
 to that run's results file), and each panel query of the shipped Grafana dashboard
 (docs/examples/grafana-storagescale.json) must return series.
 
+``--dcache`` (``make history-demo HISTORY_DCACHE=1``) then adds a run of suites/dcache's
+namespace scan (ls, plan scale 0.2) on each cached embedded dCache release, into the
+same history and Pushgateway: a series of its own (storage ``dcache``); a run whose
+dCache did not start makes the exit status 1.
+
 Exit status: 0 when the history named the slowed run at one client count at least and
 Prometheus answered both versions with the last runs' rates and every panel returned
 series; 1 otherwise; 4 when something it needs is missing (root for the cgroup, the
@@ -239,12 +244,45 @@ def _run(number: int, label: str, requested: str | None, slowed: bool, folder: P
     return document
 
 
+def _run_dcache(number: int, release: str, folder: Path, history: Path, gateway: str,
+                scale: str) -> dict | None:
+    """A run of suites/dcache's namespace scan (ls) on the embedded dCache ``release``
+    (the plugin starts it: minutes), into the same history and Pushgateway."""
+    results = folder / f"run{number}.json"
+    command = [sys.executable, "-m", "pytest", "suites/dcache/test_dcache_scalability.py",
+               "-k", "test_namespace_scan", "-p", "no:cacheprovider", "-q",
+               "--storage-embedded=dcache", f"--storage-embedded-version={release}",
+               f"--storage-scale={scale}", f"--storage-results={results}",
+               f"--storage-history={history}", f"--storage-pushgateway={gateway}"]
+    began = time.monotonic()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600,
+                          check=False)
+    took = time.monotonic() - began
+    (folder / f"run{number}.log").write_text(done.stdout + done.stderr)
+    if not results.is_file():
+        print(f"run {number}: dcache {release}: NO results (pytest exit {done.returncode} "
+              f"in {took:.0f} s; see {folder / f'run{number}.log'})", flush=True)
+        return None
+    document = json.loads(results.read_text())
+    rates = ", ".join(f"{step['clients']} clients {step['rate_hz']:,.0f} Hz"
+                      for step in document["steps"] if step.get("rate_hz") is not None)
+    print(f"run {number}: dcache {document['run'].get('version')}: pytest exit "
+          f"{done.returncode} in {took:.0f} s (its start included); ls {rates}", flush=True)
+    for line in done.stdout.splitlines():
+        if line.startswith(("history:", "pushgateway:")):
+            print(f"    {line}", flush=True)
+    return document
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--folder", type=Path, default=ROOT / "storagescale-results" /
                         "history-demo", help="the run's folder (emptied first)")
     parser.add_argument("--scale", default="1", help="--storage-scale of each run (1: the "
                         "plans' 5 s steps)")
+    parser.add_argument("--dcache", action="store_true", help="then a run of suites/dcache's "
+                        "namespace scan on each cached embedded dCache release (at plan scale "
+                        "0.2; each start takes minutes)")
     arguments = parser.parse_args(argv)
     from pytest_storagescale.servers.xrootd_releases import BUILT_VERSION, built_prefix
 
@@ -262,7 +300,15 @@ def main(argv: list[str] | None = None) -> int:
             documents = [_run(number, label, requested, slowed, folder, history, gateway,
                               arguments.scale)
                          for number, (label, requested, slowed) in enumerate(SEQUENCE, 1)]
-            good = _judge(folder, history, prometheus, documents)
+            dcache_good = True
+            if arguments.dcache:
+                from pytest_storagescale.servers.dcache import cached_releases
+
+                for number, release in enumerate(sorted(cached_releases()),
+                                                 len(SEQUENCE) + 1):
+                    dcache_good &= _run_dcache(number, release, folder, history, gateway,
+                                               "0.2") is not None
+            good = _judge(folder, history, prometheus, documents) and dcache_good
         print(f"history-demo: {len(documents)} runs and the checks in "
               f"{time.monotonic() - began:.0f} s; verdict "
               f"{'as expected' if good else 'NOT as expected'}")
