@@ -178,7 +178,7 @@ def tape_folder(embedded_dcache):
 def _flushed_and_evicted(folder, client, control, name: str, data: bytes) -> tuple[str, str]:
     path = f"{folder}/{name}"
     client.put(path, data)
-    control.wait_locality(path, dcache_tape.ON_TAPE, 300)
+    control.wait_locality(path, dcache_tape.ON_TAPE, 900)
     pnfsid = control.evict(path)
     return path, pnfsid
 
@@ -189,7 +189,7 @@ def test_a_file_in_the_tape_directory_is_flushed_evicted_and_staged_by_tape_rest
     data = b"written to tape\n" * 1000
     path = f"{folder}/rest.dat"
     client.put(path, data)
-    seconds = control.wait_locality(path, dcache_tape.ON_TAPE, 300)
+    seconds = control.wait_locality(path, dcache_tape.ON_TAPE, 900)
     pnfsid = str(control.attributes(path)["pnfsId"])
     print(f"flushed in {seconds:.1f} s")
     assert control.on_tape(pnfsid)
