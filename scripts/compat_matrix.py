@@ -572,7 +572,8 @@ def read_release_results(path: Path) -> tuple[str, str, list[tuple[int, float, f
     run = data.get("run") or {}
     client = str(((run.get("client") or {}).get("versions") or {}).get("xrootd") or "")
     steps = [(int(step.get("clients") or 0), float(step.get("rate_hz") or 0.0),
-              float(step.get("p99_s") or 0.0), int(step.get("failed") or 0),
+              float((step.get("latency_s") or {}).get("p99") or 0.0),
+              int(step.get("failed") or 0),
               int(step.get("hung") or 0))
              for step in data.get("steps") or [] if "rate_hz" in step]
     return client, str(run.get("version") or ""), steps

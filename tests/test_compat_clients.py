@@ -183,3 +183,17 @@ def test_a_matrix_cell_is_a_real_run_with_its_client_release(tmp_path, built_cli
                               scale=0.05, timeout=600)
     table = compat.render_releases([result], header)
     assert f"| auth unix | {BUILT_VERSION} | 5.5.3 | " in table
+
+
+def test_bindings_imported_before_the_choice_are_refused_not_switched(built_client,
+                                                                      monkeypatch):
+    """A process that imported Debian's bindings before the client release was chosen
+    (a conftest, another plugin) is told to set the variable before Python starts: two
+    releases' libXrdCl of one soname in one process is never attempted."""
+    pytest.importorskip("XRootD")
+    from pytest_storagescale.errors import StorageScaleUsageError
+
+    monkeypatch.setenv(CLIENT_VARIABLE, BUILT_VERSION)
+    with pytest.raises(StorageScaleUsageError, match="imported the XRootD bindings from"):
+        xrootd_releases.use_client_release()
+    assert str(built_client / "python") not in sys.path
