@@ -197,3 +197,35 @@ def test_bindings_imported_before_the_choice_are_refused_not_switched(built_clie
     with pytest.raises(StorageScaleUsageError, match="imported the XRootD bindings from"):
         xrootd_releases.use_client_release()
     assert str(built_client / "python") not in sys.path
+
+
+def test_the_client_build_is_keyed_cached_and_marked_last(tmp_path):
+    """scripts/build-xrootd6.sh --client: its prefix is under the cache, keyed apart
+    from the server's; a prefix with the marker and a clean RUNPATH is not built again
+    (a dry run says what it would build otherwise: pip from the pinned sdist)."""
+    script = ROOT / "scripts" / "build-xrootd6.sh"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(script), *args], env=env, capture_output=True,
+                              text=True, timeout=120)
+    prefix = Path(run("--print-client-prefix").stdout.strip())
+    server = Path(run("--print-prefix").stdout.strip())
+    assert prefix.is_relative_to(tmp_path / "pytest-storagescale")
+    assert prefix.name.startswith(f"xrootd-client-{BUILT_VERSION}-") and prefix != server
+    (server).mkdir(parents=True)
+    (server / ".storagescale-built").write_text("version=6.2.1\n")
+    sdist = tmp_path / "pytest-storagescale" / "sdist" / f"xrootd-{BUILT_VERSION}.tar.gz"
+    sdist.parent.mkdir(parents=True)
+    cached = Path.home() / ".cache" / "pytest-storagescale" / "sdist" / sdist.name
+    if not cached.is_file():
+        pytest.skip("the pinned sdist is not cached on this machine")
+    sdist.symlink_to(cached)
+    dry = run("--client", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"pip install --target {prefix}/python {sdist}" in dry.stdout
+    prefix.mkdir(parents=True)
+    (prefix / ".storagescale-built").write_text("version=6.2.1\n")
+    again = run("--client")
+    assert again.returncode == 0, again.stderr
+    assert "client environment is already built" in again.stdout
