@@ -268,10 +268,10 @@ def _dcache(workdir: Path, seed: str, size: str, corrupt: bool, suite: SuiteRuns
 
     # the xrootd door answers non-ASCII characters as '?', SRM refuses names with spaces
     # (docs/upgrade.md): the tree under ASCII names, written through WebDAV and xrootd;
-    # with --gridftp the new release verifies it through its GridFTP door too (its md5
-    # answer is an error: asked only the types offered at write time; not measured
-    # yet), never through SRM (the tree's names with spaces) nor dcap (gfal2's dcap
-    # plug-in lists no directory)
+    # the new release verifies it through its GridFTP door too (--no-gridftp: not; its
+    # md5 answer is an error: asked only the types offered at write time), never
+    # through SRM (the tree's names with spaces) nor dcap (gfal2's dcap plug-in lists
+    # no directory)
     before, after, doors = "10.2.25", "11.2.5", ("davs", "root")
     verify_doors = (*doors, "gsiftp") if gridftp else doors
     name = f"dcache {before} -> {after}"
@@ -329,9 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corrupt", action="store_true",
                         help=f"flip a byte of {FLIPPED!r} between the two releases")
     parser.add_argument("--workdir", type=Path, default=Path("storagescale-results/inplace"))
-    parser.add_argument("--gridftp", action="store_true",
+    parser.add_argument("--gridftp", action=argparse.BooleanOptionalAction, default=True,
                         help="dcache: verify through the new release's GridFTP door too "
-                        "(not measured yet: docs/upgrade.md)")
+                        "(default; --no-gridftp leaves it out)")
     parser.add_argument("--no-suite", action="store_true",
                         help="check the files only: no suite run before and after")
     parser.add_argument("--pytest-args", default="",
