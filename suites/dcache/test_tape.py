@@ -40,7 +40,7 @@ pytestmark = pytest.mark.storagescale_system("dcache")
 @pytest.fixture(scope="module")
 def first_flush(storage_embedded_server, storage_endpoint):
     """One file flushed before the steps, its time printed: the first flush after a
-    dCache start waited 220-229 s here (11.2.5, measured twice; later ones took
+    dCache start waited 206-293 s here (both releases, six starts; later ones took
     seconds), which a step's first operation would otherwise measure."""
     server = storage_embedded_server
     if server is None or getattr(server, "tape", None) is None:
