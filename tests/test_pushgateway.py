@@ -4,13 +4,12 @@ the last run's stat rate per version answered by Prometheus's HTTP API."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import shutil
-import socket
-import subprocess
 import time
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,70 +20,37 @@ pytestmark = pytest.mark.integration
 DASHBOARD = Path(__file__).parent.parent / "docs" / "examples" / "grafana-storagescale.json"
 
 
+SCRIPT = Path(__file__).parent.parent / "scripts" / "history_demo.py"
+
+
+@functools.cache
+def _demo():
+    """scripts/history_demo.py, whose Pushgateway and Prometheus these tests start too
+    (one way to start them, the demo's)."""
+    spec = importlib.util.spec_from_file_location("history_demo_monitoring", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return _demo()._free_port()
 
 
 def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - loopback
-        return answer.read()
-
-
-def _ready(url: str, process: subprocess.Popen, deadline_s: float = 60) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"{process.args[0]} exited {process.returncode}")
-        try:
-            _get(url)
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"{url} not ready in {deadline_s} s")
+    return _demo()._get(url)
 
 
 @pytest.fixture
 def monitoring(tmp_path):
-    """A Pushgateway and a Prometheus scraping it every second, on loopback."""
+    """A Pushgateway and a Prometheus scraping it every second, on loopback, their data
+    (the gateway's persistence file too: Debian's default is the shared
+    /var/lib/prometheus) in the test's folder."""
     for command in ("prometheus", "prometheus-pushgateway"):
         if shutil.which(command) is None:
             pytest.skip(f"{command} is not installed (scripts/bootstrap.sh servers installs it)")
-    gateway_port, prometheus_port = _free_port(), _free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: pushgateway\n"
-        "    honor_labels: true\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{gateway_port}']}}]\n")
-    log = (tmp_path / "monitoring.log").open("wb")
-    processes = [
-        # Debian's default persistence file is shared (/var/lib/prometheus): the test's own
-        subprocess.Popen(["prometheus-pushgateway",
-                          f"--web.listen-address=127.0.0.1:{gateway_port}",
-                          f"--persistence.file={tmp_path / 'pushgateway.data'}"],
-                         stdout=log, stderr=log, start_new_session=True),
-        subprocess.Popen(["prometheus", f"--config.file={config}",
-                          f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                          f"--web.listen-address=127.0.0.1:{prometheus_port}"],
-                         stdout=log, stderr=log, start_new_session=True),
-    ]
-    try:
-        _ready(f"http://127.0.0.1:{gateway_port}/-/ready", processes[0])
-        _ready(f"http://127.0.0.1:{prometheus_port}/-/ready", processes[1])
-        yield f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{prometheus_port}"
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-        log.close()
+    with _demo().monitoring(tmp_path) as urls:
+        yield urls
 
 
 def _query(prometheus: str, query: str) -> list[dict]:
