@@ -11,6 +11,7 @@ and the workers' own ports directly (a Dask worker and nanny answer ``run`` too)
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 
@@ -36,6 +37,13 @@ def client_runs(address: str, security=None) -> str:
     (the door is open) or the refusal."""
     from distributed import Client
 
+    # a Client whose start was refused is never closed: its __del__ closes it when the
+    # garbage collector finds it, and distributed's LoopRunner takes one lock for every
+    # client (a class attribute, not re-entrant). Found during the next Client's start,
+    # which holds that lock, it waited for ever (py-spy in a fresh-clone make test:
+    # Client.__init__ > LoopRunner.start > gc > Client.__del__ > LoopRunner.stop). So
+    # the garbage is collected here, before a start and after a refusal.
+    gc.collect()
     began = time.monotonic()
     try:
         with Client(address, timeout=ATTEMPT_TIMEOUT, security=security,
@@ -44,6 +52,8 @@ def client_runs(address: str, security=None) -> str:
             return "ran"
     except Exception as exc:  # noqa: BLE001 - any refusal will do; which one is reported
         return f"refused after {time.monotonic() - began:.1f} s: {type(exc).__name__}"
+    finally:
+        gc.collect()
 
 
 def direct_run(address: str, security=None) -> str:

@@ -35,13 +35,44 @@ def small_plan(tmp_path):
         text = text.replace(old, new)
     folder = tmp_path / "thr" / "dcache"
     folder.mkdir(parents=True)
-    (folder / "default.toml").write_text(text)
+    (folder / "default.toml").write_text(text + STREAMING)
     return folder.parent
 
 
-#: the suite's own tests (functional, scalability: 5 and the open-loop scan's 2 rates),
-#: all of which pass on either door
-OWN_TESTS = 9 + 5 + 2
+#: suites/dcache/test_streaming.py's two steps (the fallback plan has none: a site's
+#: storage of no known version is not asked for bulk reads), small: whole files read
+#: one after another, and as many writers beside the readers
+STREAMING = """
+[ops.streaming]
+op = "stream"
+clients = [2]
+file_size = "4MB"
+files = 3
+duration = "2s"
+warmup = "0s"
+
+[[ops.streaming.expect]]
+clients = "*"
+rules = ["failed == 0", "hung == 0", "client_mb_s_min > 0"]
+
+[ops.streaming_mixed]
+op = "stream_mixed"
+clients = [2]
+file_size = "4MB"
+files = 3
+duration = "2s"
+warmup = "0s"
+
+[[ops.streaming_mixed.expect]]
+clients = "*"
+rules = ["readers.failed == 0", "writers.failed == 0", "readers.hung == 0",
+         "writers.hung == 0"]
+"""
+
+
+#: the suite's own tests (functional, scalability: 5 and the open-loop scan's 2 rates,
+#: streaming 2), all of which pass on either door
+OWN_TESTS = 9 + 5 + 2 + 2
 #: the conformance checks (17 by 2 doors) whose outcome is not a pass on the embedded
 #: xrootd 5.5, and the words their reasons must carry: the known issues of
 #: thresholds/xrootd/5.x.toml, and persist-on-close, which only root:// can ask for
@@ -133,7 +164,11 @@ def test_dcache_suite(pytester, small_plan, protocol, workers, monkeypatch):
     steps = document["steps"]
     assert document["run"]["system"] == "dcache"
     ops = sorted({s["op"] for s in steps})
-    assert ops == ["copyout", "ls", "ls_open", "mixed", "recovery", "transactions"]
+    assert ops == ["copyout", "ls", "ls_open", "mixed", "recovery", "streaming",
+                   "streaming_mixed", "transactions"]
+    streaming = next(s for s in steps if s["op"] == "streaming")
+    assert streaming["verdict"] == "pass" and streaming["succeeded"] > 0
+    assert streaming["derived"]["client_mb_s_min"] > 0, streaming["derived"]
     transactions = next(s for s in steps if s["op"] == "transactions")
     # the count bound, scaled with the files: 450 -> 9
     assert transactions["operations_bound"] == 9

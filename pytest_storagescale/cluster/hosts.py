@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import os
 import resource
 import signal
@@ -111,6 +112,11 @@ class ClusterConnection:
         # config's TLS settings (distributed.comm.tls.*), as the dask tools read them
         security = (getattr(self.cluster, "security", None) if self.cluster is not None
                     else security_for(str(address.scheduler)))
+        # a Client of an earlier refused start in this process is closed by its __del__
+        # when the garbage collector finds it, and distributed's LoopRunner takes one lock
+        # (a class attribute, not re-entrant) that this start holds: found during it, the
+        # start waited for ever (seen in tests/test_cluster_security.py). Collect it first.
+        gc.collect()
         try:
             self.client = Client(target, timeout=_CONNECT_TIMEOUT, set_as_default=False,
                                  security=security)
