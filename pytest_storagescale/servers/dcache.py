@@ -527,7 +527,7 @@ class EmbeddedDCache(EmbeddedServer):
         """How to reach the running tape (picklable: a load step's context)."""
         if self.tape is None or self.directory is None:
             raise EndpointError("this embedded dCache has no tape (EmbeddedDCache(tape=...))")
-        return tape_config.TapeAccess.of(self)
+        return tape_config.TapeAccess.of(self, AREA, USER)
 
     @property
     def tape_control(self) -> tape_config.TapeControl:

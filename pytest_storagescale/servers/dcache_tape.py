@@ -219,11 +219,11 @@ class TapeAccess:
     doors: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def of(cls, server: Any) -> TapeAccess:
-        from .dcache import AREA, USER
-
+    def of(cls, server: Any, root: str, user: str) -> TapeAccess:
+        """What reaches ``server``'s tape; ``root`` and ``user``: its area and login (given
+        by servers/dcache.py, which this module must not import: a circle)."""
         folder = server.directory / "tape"
-        return cls(area=area(AREA), user=USER, password=server.password,
+        return cls(area=area(root), user=user, password=server.password,
                    ca_dir=server.ca_dir, frontend_port=server.ports["frontend"],
                    admin_port=server.ports["admin"],
                    admin_key=str(folder / "admin" / "client_key"),
