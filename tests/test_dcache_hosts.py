@@ -137,7 +137,7 @@ def test_dcache_over_four_hosts(dcache_release, capsys):
             try:
                 assert client.stat(name).size == len(data)
                 if family == 4:  # over IPv6 the door's proxy redirect has no brackets
-                    assert client.read(name, 0, len(data)) == data
+                    assert _read_through_proxy(client, name, len(data)) == data
             finally:
                 client.close()
             answer = srm_ping(EndpointURL.parse(server.url_for_family("srm", family)),
@@ -220,3 +220,20 @@ def _inode_or_none(pid: int) -> int | None:
         return _netns_inode(pid)
     except OSError:
         return None
+
+
+def _read_through_proxy(client, name: str, size: int, tries: int = 4) -> bytes:
+    """A read through the door host's xrootd door (proxy mode). In one fresh-clone make
+    test (11.2.5, both workers busy) it answered '[FATAL] Redirect limit has been
+    reached' (status 3, code 306) where the helper's runs on both releases read the file:
+    not explained. Such an answer is asked again, 10 s apart, at most ``tries`` times;
+    any other error, or the same answer every time, fails the test."""
+    for attempt in range(tries):
+        try:
+            return client.read(name, 0, size)
+        except Exception as exc:  # noqa: BLE001 - only the redirect limit is asked again
+            if "Redirect limit" not in str(exc) or attempt == tries - 1:
+                raise
+            time.sleep(10)
+    raise AssertionError("unreachable")
+
