@@ -261,6 +261,23 @@ def use_storage(config: pytest.Config) -> None:
     run.endpoint.check()
     check_compare_with(run)
     check_extras(config, run)
+    check_embedded_cluster(run)
+
+
+def check_embedded_cluster(run: StorageRun) -> None:
+    """``--storage-cluster embedded-slurm:N``: what it needs checked before any load
+    (SLURM and munge installed, root, an endpoint its namespace hosts reach), and its
+    starter registered (cluster/ imports no server)."""
+    cluster = run.settings.cluster
+    if not cluster or not cluster.lower().startswith("embedded-"):
+        return
+    from .cluster.hosts import register_recipe
+    from .servers import slurm_hosts
+
+    embedded = run.endpoint.is_embedded
+    slurm_hosts.check_usable(cluster, embedded_endpoint=embedded,
+                             endpoint_host=None if embedded else run.endpoint.url.host)
+    register_recipe(slurm_hosts.RECIPE, slurm_hosts.start_cluster)
 
 
 def check_extras(config: pytest.Config, run: StorageRun) -> None:

@@ -3,6 +3,9 @@
 - a running scheduler: ``tcp://host:8786`` (also ``tls://``, ``ws://``, ``wss://``);
 - ``local:N``: a Dask ``LocalCluster`` of N worker processes on this machine (a test
   cluster: every "host" is this one);
+- ``embedded-slurm:N``: a SLURM cluster started for the run (N client hosts as network
+  namespaces of this machine, :mod:`pytest_storagescale.servers.slurm_hosts`), its N
+  workers submitted as SLURM jobs by dask-jobqueue;
 - ``NAME:N``: N workers started as batch jobs by dask-jobqueue, NAME one of its
   cluster kinds (``htcondor``, ``slurm``, ``pbs``, ``sge``, ``lsf``, ``oar``,
   ``moab``), configured in the Dask config's ``jobqueue.NAME`` section (cores,
@@ -23,9 +26,13 @@ JOBQUEUE_KINDS = {
     "htcondor": "HTCondorCluster", "slurm": "SLURMCluster", "pbs": "PBSCluster",
     "sge": "SGECluster", "lsf": "LSFCluster", "oar": "OARCluster", "moab": "MoabCluster",
 }
-RECIPES = ("local", *JOBQUEUE_KINDS)
+#: started for the run by the plugin (a starter registered with cluster/hosts.py)
+EMBEDDED_RECIPES = ("embedded-slurm",)
+RECIPES = ("local", *EMBEDDED_RECIPES, *JOBQUEUE_KINDS)
 _HINT = ("Write a scheduler address, e.g. --storage-cluster tcp://head.example.org:8786, "
          "or a recipe with its number of hosts: local:4 (worker processes on this machine), "
+         "embedded-slurm:2 (SLURM jobs on namespace hosts of this machine, started for the "
+         "run), "
          f"{', '.join(f'{k}:20' for k in JOBQUEUE_KINDS)} (batch jobs through dask-jobqueue, "
          "configured in the Dask config's jobqueue.<name> section).")
 
@@ -54,7 +61,7 @@ def parse_cluster_address(value: str) -> ClusterAddress:
                 f"--storage-cluster: {value!r} is not a Dask scheduler address "
                 f"(scheme {'/'.join(SCHEDULER_SCHEMES)}, then host:port). {_HINT}")
         return ClusterAddress(text, scheduler=text)
-    match = re.fullmatch(r"([a-z]+)(?::(\d+))?", text.lower())
+    match = re.fullmatch(r"([a-z]+(?:-[a-z]+)?)(?::(\d+))?", text.lower())
     if match is None or match.group(1) not in RECIPES:
         raise StorageScaleUsageError(f"--storage-cluster: unknown cluster {value!r}. {_HINT}")
     hosts = int(match.group(2) or 0)

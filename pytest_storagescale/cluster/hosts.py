@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StorageError, StorageScaleUsageError
-from .address import JOBQUEUE_KINDS, ClusterAddress, parse_cluster_address
+from .address import EMBEDDED_RECIPES, JOBQUEUE_KINDS, ClusterAddress, parse_cluster_address
 
 #: the largest clock offset a client host may have (seconds): beyond it, the hosts'
 #: windows cannot be trusted to line up (every host's clock should be NTP-synchronized)
@@ -32,7 +32,7 @@ MAX_CLOCK_OFFSET_S = 0.5
 #: clock is off, without changing the system clock)
 CLOCK_SKEW_ENV = "STORAGESCALE_TEST_CLOCK_SKEW_S"
 #: how long a recipe may take to bring up its hosts (batch jobs queue)
-RECIPE_START_TIMEOUT = {"local": 120.0}
+RECIPE_START_TIMEOUT = {"local": 120.0, "embedded-slurm": 300.0}
 JOBQUEUE_START_TIMEOUT = 1800.0
 _CONNECT_TIMEOUT = 30.0
 _TLS_HINT = ("Give this process the cluster's client certificate in the Dask config: "
@@ -95,8 +95,11 @@ class ClusterConnection:
     def __init__(self, address: ClusterAddress) -> None:
         from distributed import Client
 
+        began = time.monotonic()
         self.address = address
         self.cluster: Any = None
+        #: seconds from the cluster's start (a recipe's) until its hosts joined
+        self.joined_in: float | None = None
         if address.scheduler is not None:
             target: Any = address.scheduler
         else:
@@ -106,7 +109,9 @@ class ClusterConnection:
                     f"its own cluster. Start it once (dask scheduler / dask worker, or "
                     f"dask-jobqueue) and give its scheduler address, e.g. "
                     f"--storage-cluster tcp://head:8786.")
-            self.cluster = target = _started_recipe(address)
+            self.cluster = _started_recipe(address)
+            # a starter's wrapper holds the Dask cluster object the Client connects to
+            target = getattr(self.cluster, "dask_cluster", self.cluster)
         # a cluster started here has its own certificate; a scheduler given by address
         # one registered by who started it (the embedded CephFS), else the Dask
         # config's TLS settings (distributed.comm.tls.*), as the dask tools read them
@@ -135,6 +140,7 @@ class ClusterConnection:
                 f"{_CONNECT_TIMEOUT:.0f} s ({exc}). {hint}") from None
         if address.recipe is not None:
             self._wait_for_hosts(address.hosts)
+            self.joined_in = time.monotonic() - began
 
     @property
     def scheduler(self) -> str:
@@ -253,7 +259,26 @@ def _sigint_ignored() -> Iterator[None]:
                       else previous)
 
 
+#: recipe -> what starts its cluster, registered by an upper layer (the plugin:
+#: ``embedded-slurm``, servers/slurm_hosts.py); the object returned has ``close()``
+#: and ``security``, and may have ``header_lines(joined_in)``
+_RECIPE_STARTERS: dict[str, Any] = {}
+
+
+def register_recipe(name: str, starter: Any) -> None:
+    """``starter(address)`` starts the cluster of the recipe ``name``."""
+    _RECIPE_STARTERS[name] = starter
+
+
 def _start_recipe(address: ClusterAddress) -> Any:
+    if address.recipe in EMBEDDED_RECIPES:
+        starter = _RECIPE_STARTERS.get(address.recipe)
+        if starter is None:
+            raise StorageScaleUsageError(
+                f"--storage-cluster {address}: this cluster is started by the pytest "
+                f"plugin for a session (pytest --storage-cluster {address}); nothing here "
+                f"registered its starter.")
+        return starter(address)
     if address.recipe == "local":
         import dask
         from distributed import LocalCluster
@@ -388,4 +413,5 @@ def cluster_header(text: str) -> list[str]:
              f"{len(hosts)} client hosts, clock offsets measured from this machine "
              f"(bound {MAX_CLOCK_OFFSET_S:g} s)"]
     lines += [f"  host {host.describe()}" for host in hosts]
-    return lines
+    batch = getattr(connection.cluster, "header_lines", None)
+    return lines + (batch(connection.joined_in) if batch is not None else [])

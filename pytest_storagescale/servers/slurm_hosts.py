@@ -1,0 +1,383 @@
+"""``--storage-cluster embedded-slurm:N``: client hosts from a SLURM cluster started for
+the run, its Dask workers submitted as SLURM batch jobs by dask-jobqueue.
+
+The batch system is :class:`~pytest_storagescale.cluster.slurm.EmbeddedSlurm` (Debian's
+``slurm-wlm`` and ``munge``: ``munged`` with a key made for the run, ``slurmctld``, one
+``slurmd`` per host); this module gives it its hosts and runs it for a session:
+
+- N client hosts, each a network namespace with its own address on a private /24, and
+  one more namespace that holds the bridge and runs ``slurmctld`` (``.254``). None is
+  named (``ip netns add`` would leave ``/run/netns`` entries): each is held by an
+  ``unshare --net sleep infinity`` process started in the run's folder, so the kernel
+  removes it, its veth ends and the bridge with its last process;
+- this machine's end of a veth to the bridge (``.1``) is where the Dask scheduler (in
+  the pytest process) listens, with mutual TLS on a certificate made for the run; the
+  hosts' default route leads there, so a job reaches the addresses of this machine
+  (not its loopback, which is each namespace's own; nothing beyond: this module
+  changes no forwarding or NAT setting of the machine);
+- ``SLURMCluster`` submits N jobs (``select/linear``: one per host), each a Dask
+  worker of one thread bound to its host's address; ``sbatch``/``scancel`` find the
+  run's controller by ``SLURM_CONF`` on their own command line (the process's
+  environment is left alone).
+
+Everything (munge key 0400 and socket, ``slurm.conf``, state, spool, logs, the jobs'
+scripts, output, working and scratch folders, the dumped TLS files 0600) lives in a
+0700 folder from :func:`~.orphans.server_directory`: a pytest killed with SIGKILL
+leaves its daemons, holders and jobs to the next run's orphan cleaner, which finds
+them by that folder. :meth:`EmbeddedSlurmHosts.stop` cancels the jobs, stops the
+daemons, kills what still runs in the namespaces, waits for the namespaces to go and
+removes the folder.
+
+Needs root (namespaces; SLURM's daemons run as root, the partition admits root's jobs
+only). What is missing is one paragraph, exit 4, before any load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import random
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..cluster.address import ClusterAddress, parse_cluster_address
+from ..cluster.slurm import COMMANDS as SLURM_COMMANDS
+from ..cluster.slurm import EmbeddedSlurm, SlurmNode, kill_namespace
+from ..errors import StorageScaleUsageError
+from .orphans import server_directory
+
+#: the recipe's name in ``--storage-cluster``
+RECIPE = "embedded-slurm"
+#: the commands it needs besides SLURM's and munge's (iproute2, util-linux)
+COMMANDS = (*SLURM_COMMANDS, "ip", "nsenter", "unshare")
+#: client hosts at most (``.2`` to ``.(1 + N)`` of the run's /24; the controller is .254)
+MAX_HOSTS = 64
+#: seconds for SLURM to come up (every node idle)
+START_TIMEOUT = 120.0
+#: seconds for every worker job to run and join the scheduler (after SLURM is up)
+JOBS_TIMEOUT = 300.0
+_PACKAGES = "slurmctld slurmd slurm-client munge"
+_INSTEAD = ("or give --storage-cluster slurm:N with your site's SLURM configured in the "
+            "Dask config's jobqueue.slurm section, or leave --storage-cluster out")
+
+
+def missing_commands() -> list[str]:
+    return [name for name in COMMANDS if shutil.which(name) is None]
+
+
+def check_usable(text: str, *, embedded_endpoint: bool, endpoint_host: str | None) -> None:
+    """Before any load: what ``--storage-cluster embedded-slurm:N`` needs is here (the
+    commands, root) and its hosts can reach the endpoint. One paragraph otherwise."""
+    address = parse_cluster_address(text)
+    if address.recipe != RECIPE:
+        return
+    if address.hosts > MAX_HOSTS:
+        raise StorageScaleUsageError(
+            f"--storage-cluster {text}: the embedded SLURM cluster has at most {MAX_HOSTS} "
+            f"client hosts (one /24 of namespaces); give {RECIPE}:{MAX_HOSTS} or fewer, "
+            f"{_INSTEAD}.")
+    missing = missing_commands()
+    if missing:
+        raise StorageScaleUsageError(
+            f"--storage-cluster {text} starts a SLURM cluster for the run, and "
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on PATH. "
+            f"Install Debian's {_PACKAGES} (and iproute2, util-linux): apt-get install "
+            f"{_PACKAGES}, as 'scripts/bootstrap.sh servers' does; {_INSTEAD}.")
+    if os.geteuid() != 0:
+        raise StorageScaleUsageError(
+            f"--storage-cluster {text} makes its client hosts as network namespaces and "
+            f"runs SLURM's daemons as root, which needs root (this process runs as uid "
+            f"{os.geteuid()}); run as root (as the CI does), {_INSTEAD}.")
+    if embedded_endpoint:
+        raise StorageScaleUsageError(
+            f"--storage-cluster {text}: its client hosts are network namespaces, and the "
+            f"embedded servers listen on this machine's loopback only, which a namespace "
+            f"cannot reach. Give --storage-endpoint a server that listens on an address of "
+            f"this machine other than loopback, {_INSTEAD}.")
+    if endpoint_host is not None and _is_loopback(endpoint_host):
+        raise StorageScaleUsageError(
+            f"--storage-cluster {text}: its client hosts are network namespaces, whose "
+            f"loopback is their own: they cannot reach the endpoint at {endpoint_host}. "
+            f"Give --storage-endpoint this machine's address on another interface (the "
+            f"server listening there), {_INSTEAD}.")
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _ip(*args: str, netns: str | None = None) -> str:
+    command = ["ip", *args] if netns is None else ["nsenter", f"--net={netns}", "ip", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        raise RuntimeError(f"'{' '.join(command)}' failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def free_subnet() -> ipaddress.IPv4Network:
+    """A /24 in 10.0.0.0/8 that no address or route of this machine touches."""
+    used = _ip("-4", "route", "show", "table", "all") + _ip("-4", "addr")
+    for _ in range(200):
+        net = ipaddress.IPv4Network(f"10.{random.randint(64, 250)}.{random.randint(0, 255)}.0/24")
+        if ".".join(str(net.network_address).split(".")[:3]) + "." not in used:
+            return net
+    raise RuntimeError("no free 10.x.y.0/24 for the client hosts")
+
+
+def _namespace_inode(netns: str) -> int | None:
+    try:
+        return os.stat(netns).st_ino
+    except OSError:
+        return None
+
+
+def _rss_by_namespace(inodes: dict[int, str]) -> dict[str, int]:
+    """Resident bytes of every process in each namespace (inode -> name)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = dict.fromkeys(inodes.values(), 0)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            inode = os.stat(f"/proc/{entry}/ns/net").st_ino
+            if inode in inodes:
+                total[inodes[inode]] += int(
+                    Path(f"/proc/{entry}/statm").read_text().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+class EmbeddedSlurmHosts:
+    """The namespaces, the bridge and the SLURM cluster of one run."""
+
+    def __init__(self, hosts: int, *, start_timeout: float = START_TIMEOUT) -> None:
+        self.host_count = hosts
+        self.start_timeout = start_timeout
+        self.directory: Path | None = None
+        self.subnet: ipaddress.IPv4Network | None = None
+        self.holders: dict[str, subprocess.Popen] = {}
+        self.nodes: list[SlurmNode] = []
+        self.controller: SlurmNode | None = None
+        self.slurm: EmbeddedSlurm | None = None
+        self.tag = f"{os.getpid() % 100000:05d}"
+        #: seconds: namespaces made, then SLURM's nodes idle (from the start)
+        self.timings: dict[str, float] = {}
+
+    @property
+    def head(self) -> str:
+        assert self.subnet is not None
+        return str(self.subnet.network_address + 1)
+
+    def start(self) -> EmbeddedSlurmHosts:
+        began = time.monotonic()
+        self.directory = server_directory("slurm")
+        try:
+            self._network()
+            self.timings["network"] = time.monotonic() - began
+            assert self.controller is not None
+            self.slurm = EmbeddedSlurm(self.directory / "run", self.nodes, self.controller,
+                                       scheduler_host=self.head,
+                                       start_timeout=self.start_timeout)
+            self.slurm.start()
+            self.timings["slurm"] = time.monotonic() - began
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _hold(self, name: str) -> str:
+        """A new network namespace, held by a process in the run's folder."""
+        assert self.directory is not None
+        holder = subprocess.Popen(["unshare", "--net", "sleep", "infinity"],
+                                  cwd=self.directory, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+        self.holders[name] = holder
+        mine = os.readlink("/proc/self/ns/net")
+        netns = f"/proc/{holder.pid}/ns/net"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # unshare execs sleep once the namespace is made
+            if holder.poll() is not None:
+                raise RuntimeError(f"unshare --net exited ({holder.returncode})")
+            with contextlib.suppress(OSError):
+                if os.readlink(netns) != mine:
+                    return netns
+            time.sleep(0.02)
+        raise RuntimeError("unshare --net made no namespace within 10 s")
+
+    def _network(self) -> None:
+        subnet = self.subnet = free_subnet()
+        switch = self._hold("controller")
+        bridge = "ssbr"
+        controller = str(subnet.network_address + 254)
+        _ip("link", "set", "lo", "up", netns=switch)
+        _ip("link", "add", bridge, "type", "bridge", netns=switch)
+        _ip("addr", "add", f"{controller}/24", "dev", bridge, netns=switch)
+        _ip("link", "set", bridge, "up", netns=switch)
+        self.controller = SlurmNode("controller", controller, switch)
+        switch_pid = str(self.holders["controller"].pid)
+        outside, inside = f"sl{self.tag}h", f"sl{self.tag}s"
+        _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+        _ip("link", "set", inside, "netns", switch_pid)
+        _ip("link", "set", inside, "master", bridge, "up", netns=switch)
+        _ip("addr", "add", f"{self.head}/24", "dev", outside)
+        _ip("link", "set", outside, "up")
+        for index in range(self.host_count):
+            name = f"ns{index}"
+            netns = self._hold(name)
+            address = str(subnet.network_address + 2 + index)
+            port, peer = f"sl{self.tag}p{index}", f"sl{self.tag}c{index}"
+            _ip("link", "add", port, "type", "veth", "peer", "name", peer)
+            _ip("link", "set", port, "netns", switch_pid)
+            _ip("link", "set", port, "master", bridge, "up", netns=switch)
+            _ip("link", "set", peer, "netns", str(self.holders[name].pid))
+            _ip("addr", "add", f"{address}/24", "dev", peer, netns=netns)
+            _ip("link", "set", peer, "up", netns=netns)
+            _ip("link", "set", "lo", "up", netns=netns)
+            _ip("route", "add", "default", "via", self.head, netns=netns)
+            self.nodes.append(SlurmNode(name, address, netns))
+
+    # -- the Dask side ------------------------------------------------------------------
+    def dask_cluster(self, jobs: int) -> Any:
+        """dask-jobqueue's SLURMCluster on this batch system, ``jobs`` worker jobs
+        submitted (one per host), its scheduler on :attr:`head` with mutual TLS."""
+        import dask
+        from dask_jobqueue import SLURMCluster
+        from dask_jobqueue.slurm import SLURMJob
+
+        from ..cluster.hosts import NO_HTTP_ROUTES, run_security
+
+        assert self.slurm is not None
+        conf = shlex.quote(str(self.slurm.conf))
+        job = type("EmbeddedSlurmJob", (SLURMJob,), {
+            "submit_command": f"env SLURM_CONF={conf} sbatch",
+            "cancel_command": f"env SLURM_CONF={conf} scancel"})
+        cluster_class = type("SLURMCluster", (SLURMCluster,), {"job_cls": job})
+        settings = self.slurm.jobqueue_config(python=sys.executable)
+        # each job works in the run's folder (sbatch's default: this process's)
+        settings["job-extra-directives"] = [
+            f"--chdir={self.slurm.directory / 'slurm' / 'jobs'}"]
+        kwargs = {key.replace("-", "_"): value for key, value in settings.items()}
+        with dask.config.set(NO_HTTP_ROUTES):
+            cluster = cluster_class(security=run_security(), **kwargs)
+        cluster.scale(jobs=jobs)
+        return cluster
+
+    # -- what it is ---------------------------------------------------------------------
+    def memory_by_host(self) -> dict[str, int]:
+        """Resident bytes of everything in each client host's namespace (its slurmd,
+        a job's slurmstepd, shell and Dask worker)."""
+        inodes = {}
+        for node in self.nodes:
+            inode = _namespace_inode(node.netns)
+            if inode is not None:
+                inodes[inode] = node.name
+        return _rss_by_namespace(inodes)
+
+    def jobs(self) -> list[tuple[str, str, str]]:
+        """(job id, node, state) of every job SLURM knows."""
+        if self.slurm is None:
+            return []
+        return [tuple(line.split()[:3]) for line in self.slurm.jobs()  # type: ignore[misc]
+                if len(line.split()) >= 3]
+
+    def stop(self) -> None:
+        """Cancel the jobs, stop the daemons, kill what runs in the namespaces, let the
+        namespaces go (their holders killed) and remove the folder. Safe twice."""
+        if self.slurm is not None:
+            with contextlib.suppress(Exception):
+                self.slurm.stop()
+        for name, holder in list(self.holders.items()):
+            netns = f"/proc/{holder.pid}/ns/net"
+            if holder.poll() is None and name != "controller":
+                kill_namespace(netns)  # a job's processes, then the holder itself
+            if holder.poll() is None:
+                holder.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                holder.wait(timeout=10)
+        self.holders.clear()
+        outside = f"sl{self.tag}h"
+        deadline = time.monotonic() + 10  # the veth goes with the controller's namespace
+        while time.monotonic() < deadline and subprocess.run(
+                ["ip", "link", "show", outside], capture_output=True, timeout=30).returncode == 0:
+            time.sleep(0.1)
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class EmbeddedSlurmCluster:
+    """What ``--storage-cluster embedded-slurm:N`` connects to: dask-jobqueue's
+    SLURMCluster on the run's own SLURM; closing it stops both."""
+
+    def __init__(self, hosts: EmbeddedSlurmHosts, cluster: Any) -> None:
+        self.hosts = hosts
+        #: dask-jobqueue's cluster (what a distributed Client connects to)
+        self.dask_cluster = cluster
+
+    @property
+    def security(self) -> Any:
+        return self.dask_cluster.security
+
+    def header_lines(self, joined_in: float | None = None) -> list[str]:
+        """The batch system: where it runs, how long it took, its jobs, each host's
+        memory (measured now)."""
+        hosts = self.hosts
+        slurm_up = hosts.timings.get("slurm", 0.0)
+        joined = f", {len(hosts.nodes)} worker jobs joined {joined_in:.1f} s later" \
+            if joined_in is not None else ""
+        assert hosts.controller is not None and hosts.directory is not None
+        lines = [f"storagescale: embedded SLURM for this run: controller "
+                 f"{hosts.controller.address}, {len(hosts.nodes)} client hosts (network "
+                 f"namespaces), up in {slurm_up:.1f} s{joined}; folder {hosts.directory}"]
+        memory = hosts.memory_by_host()
+        on = {node: (job, state) for job, node, state in hosts.jobs()}
+        for node in hosts.nodes:
+            job, state = on.get(node.name, ("-", "no job"))
+            lines.append(f"  slurm node {node.name} {node.address}: job {job} {state}, "
+                         f"memory {memory.get(node.name, 0) / 1e6:.0f} MB")
+        return lines
+
+    def close(self) -> None:
+        try:
+            self.dask_cluster.close()
+        finally:
+            for name in ("_job_ca_file", "_job_cert", "_job_key"):
+                with contextlib.suppress(OSError, AttributeError):
+                    dumped = getattr(self.dask_cluster, name, None)
+                    if dumped is not None:
+                        dumped.close()
+            self.hosts.stop()
+
+
+def start_cluster(address: ClusterAddress) -> EmbeddedSlurmCluster:
+    """The recipe's starter (:func:`~pytest_storagescale.cluster.hosts.register_recipe`):
+    the namespaces and SLURM up, then the worker jobs submitted; a start that fails is
+    one paragraph naming what did."""
+    check_usable(str(address), embedded_endpoint=False, endpoint_host=None)
+    hosts = EmbeddedSlurmHosts(address.hosts)
+    try:
+        hosts.start()
+        return EmbeddedSlurmCluster(hosts, hosts.dask_cluster(address.hosts))
+    except StorageScaleUsageError:
+        hosts.stop()
+        raise
+    except Exception as exc:  # noqa: BLE001 - a daemon, a command or Dask
+        hosts.stop()
+        raise StorageScaleUsageError(
+            f"--storage-cluster {address}: the run's SLURM cluster did not start: "
+            f"{' '.join(str(exc).split())[:600]}. Its daemons' logs were in the run's "
+            f"folder (removed); run 'munged', 'slurmctld -D' and 'slurmd -D' by hand to "
+            f"see their errors, {_INSTEAD}.") from None

@@ -1,0 +1,297 @@
+"""``--storage-cluster embedded-slurm:N`` (issue 36): the plugin starts a SLURM cluster
+for the run (munged, slurmctld, one slurmd per network-namespace host:
+:mod:`pytest_storagescale.servers.slurm_hosts`), dask-jobqueue submits the Dask
+workers as SLURM jobs, a suite's scan runs on them against a real xrootd, and nothing
+of it is left afterwards, also when pytest is killed with SIGKILL.
+
+Needs root and Debian's slurmctld, slurmd, slurm-client and munge (scripts/bootstrap.sh
+servers); skipped with the reason otherwise. The refusals (SLURM missing, a loopback
+or embedded endpoint) need neither.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from netns import bridge_xrootd, netns_unavailable
+
+from pytest_storagescale.servers import slurm_hosts
+from pytest_storagescale.servers.orphans import stop_orphaned_servers
+
+# one worker at a time with the other namespace tests (their bridges and subnets)
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("network_namespaces")]
+
+HOSTS = 2
+
+SUITE = """
+import pytest
+
+@pytest.mark.storagescale_op("stat")
+def test_stat_scan(storage_load, storage_clients):
+    storage_load.run()
+"""
+
+#: a test that waits (for the SIGKILL test: pytest is killed while it runs)
+WAITING = """
+import time
+
+def test_waits(storage_endpoint):
+    time.sleep(120)
+"""
+
+THRESHOLDS = """
+[storage]
+system = "xrootd"
+versions = ["*"]
+
+[defaults]
+duration = "1s"
+warmup = "0.2s"
+hang_timeout = "30s"
+
+[ops.stat]
+clients = [4]
+
+[[ops.stat.expect]]
+clients = "*"
+rules = ["failed == 0", "hung == 0", "lost == 0"]
+"""
+
+HEADER = re.compile(r"storagescale: embedded SLURM for this run: controller (\S+), "
+                    r"(\d+) client hosts \(network namespaces\), up in ([\d.]+) s, \d+ worker "
+                    r"jobs joined ([\d.]+) s later; folder (\S+)")
+NODE = re.compile(r"^  slurm node (ns\d+) (\S+): job (\d+) (\w+), memory (\d+) MB", re.M)
+
+
+def _needs_slurm() -> None:
+    why = netns_unavailable()
+    if why is not None:
+        pytest.skip(why)
+    missing = slurm_hosts.missing_commands()
+    if missing:
+        pytest.skip(f"SLURM is not installed ({', '.join(missing)}): scripts/bootstrap.sh "
+                    f"servers installs slurmctld slurmd slurm-client munge")
+
+
+def _machine_address() -> str:
+    """This machine's source address towards the outside (an interface other than
+    loopback, which the namespace hosts reach through their default route)."""
+    done = subprocess.run(["ip", "-4", "-o", "route", "get", "192.0.2.200"],
+                          capture_output=True, text=True, timeout=30)
+    found = re.search(r" src (\S+)", done.stdout)
+    if found is None or found.group(1).startswith("127."):
+        pytest.skip(f"this machine has no IPv4 address besides loopback: {done.stdout}")
+    return found.group(1)
+
+
+def _ours() -> dict[str, list[str]]:
+    """What of an embedded SLURM exists now: folders, processes working in or naming
+    one, veths of its naming, its daemons' listening sockets."""
+    tmp = Path(tempfile.gettempdir())
+    folders = sorted(str(p) for p in tmp.glob("storagescale-slurm-*"))
+    processes = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        if b"storagescale-slurm-" in command or "storagescale-slurm-" in cwd \
+                or re.match(rb"(slurmctld|slurmd|slurmstepd|munged)\b", command.split(b"/")[-1]):
+            processes.append(f"{entry} {command.decode(errors='replace')[:160]}")
+    links = re.findall(r"\d+: (sl\d{5}[hp]\d*)\S*:", subprocess.run(
+        ["ip", "-o", "link"], capture_output=True, text=True, timeout=30).stdout)
+    sockets = [line for line in subprocess.run(
+        ["ss", "-ltnpH"], capture_output=True, text=True, timeout=30).stdout.splitlines()
+        if re.search(r'"(slurm\w*|munged)"', line)]
+    return {"folders": folders, "processes": processes, "links": links, "sockets": sockets}
+
+
+def _nothing_left(before: dict[str, list[str]], timeout: float = 30) -> dict[str, list[str]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        now = _ours()
+        new = {k: sorted(set(v) - set(before[k])) for k, v in now.items()}
+        if not any(new.values()) or time.monotonic() > deadline:
+            return new
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """One xrootd that listens on every address (this machine's outward one too)."""
+    _needs_slurm()
+    with bridge_xrootd(https=False) as xrootd:
+        yield xrootd
+
+
+def _suite(pytester, body: str = SUITE) -> None:
+    pytester.makepyfile(test_suite=body)
+    folder = pytester.path / "thr" / "xrootd"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "any.toml").write_text(THRESHOLDS)
+
+
+def _command(address: str, port: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
+            f"--storage-endpoint=root://{address}:{port}//storagescale",
+            "--storage-version=5.5", "--storage-thresholds=thr",
+            f"--storage-cluster=embedded-slurm:{HOSTS}", *extra]
+
+
+def _environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+
+
+def test_a_suite_runs_its_clients_as_jobs_of_a_slurm_cluster_of_its_own(server, pytester):
+    """pytest --storage-cluster embedded-slurm:2: the header names the run's SLURM, up,
+    with one RUNNING job on each namespace host; the stat scan's 4 clients ran 2 on
+    each of those hosts (the per-host rows, the JSON), the xrootd saw logins from both
+    hosts' addresses; afterwards no folder, process, veth or socket of it is left."""
+    address = _machine_address()
+    before = _ours()
+    _suite(pytester)
+    since = len(server.log_path.read_bytes())
+    began = time.monotonic()
+    done = subprocess.run(
+        _command(address, server.port, "--storage-results=out.json", "-v", "test_suite.py"),
+        cwd=pytester.path, capture_output=True, text=True, timeout=400, env=_environment())
+    took = time.monotonic() - began
+    output = done.stdout + done.stderr
+    print(output)
+    print(f"the whole pytest run took {took:.1f} s")
+    assert done.returncode == 0, output[-3000:]
+    header = HEADER.search(output)
+    assert header is not None, output[-3000:]
+    controller, hosts, up_in, joined_in, folder = header.groups()
+    assert int(hosts) == HOSTS and float(up_in) > 0 and float(joined_in) > 0
+    nodes = NODE.findall(output)
+    # SLURM's own view (squeue): one running job on each host
+    assert sorted(n[0] for n in nodes) == [f"ns{i}" for i in range(HOSTS)], output[-3000:]
+    assert {n[3] for n in nodes} == {"RUNNING"} and len({n[2] for n in nodes}) == HOSTS
+    assert all(int(n[4]) > 0 for n in nodes), nodes
+    print("memory per client host (MB):", {n[0]: int(n[4]) for n in nodes})
+    job_addresses = sorted(n[1] for n in nodes)
+    # the per-host rows are those hosts' addresses, 2 clients each
+    rows = re.findall(r"^  host (\S+)\s+([\d.]+)\s+clients\s+(\d+)\s+succeeded\s+(\d+)",
+                      output, re.M)
+    assert sorted(r[1] for r in rows) == job_addresses and {r[2] for r in rows} == {"2"}, rows
+    [step] = json.loads((pytester.path / "out.json").read_text())["steps"]
+    assert step["executor"] == "cluster" and step["lost"] == 0 and step["failed"] == 0
+    assert sorted(h["address"] for h in step["hosts"]) == job_addresses
+    assert sum(h["succeeded"] for h in step["hosts"]) == step["succeeded"] > 0
+    # the server's own log: the load clients logged in from the job hosts' addresses
+    log = server.log_path.read_text(errors="replace")[since:]
+    seen = set(re.findall(r"XrootdXeq: \S+@\[?(?:::ffff:)?([\d.]+)\]? \S+ \S+ login", log))
+    assert set(job_addresses) <= seen, seen
+    assert controller not in seen
+    # nothing of it is left: its folder, processes, veths, sockets
+    assert _nothing_left(before) == {"folders": [], "processes": [], "links": [],
+                                     "sockets": []}
+    assert not Path(folder).exists()
+
+
+def test_a_killed_pytest_leaves_its_slurm_to_the_orphan_cleaner(server, pytester):
+    """pytest SIGKILLed once its SLURM cluster runs (jobs and all): the next server
+    start's orphan cleaner stops its daemons, namespace holders and jobs and removes
+    its folder; the namespaces and veths go with their processes."""
+    address = _machine_address()
+    before = _ours()
+    _suite(pytester, WAITING)
+    process = subprocess.Popen(_command(address, server.port, "test_suite.py"),
+                               cwd=pytester.path, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=_environment(),
+                               start_new_session=True)
+    lines: list[str] = []
+    began = time.monotonic()
+    try:
+        deadline = time.monotonic() + 300
+        assert process.stdout is not None
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if len(NODE.findall("".join(lines))) == HOSTS:  # the header is out: jobs run
+                break
+        assert any(HEADER.search(line) for line in lines), "".join(lines)[-3000:]
+        print(f"pytest's SLURM up and its jobs running after {time.monotonic() - began:.1f} s")
+        running = _ours()
+        assert running["folders"] and running["processes"], running
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    killed = time.monotonic()
+    stopped = stop_orphaned_servers()
+    print(f"the orphan cleaner took {time.monotonic() - killed:.1f} s: {stopped}")
+    assert any("storagescale-slurm-" in s.directory and s.killed for s in stopped), stopped
+    assert _nothing_left(before, timeout=60) == {"folders": [], "processes": [],
+                                                 "links": [], "sockets": []}
+    print(f"nothing left {time.monotonic() - killed:.1f} s after the SIGKILL")
+
+
+def test_without_slurm_it_is_one_paragraph_before_any_load(pytester, tmp_path):
+    """SLURM's commands not on PATH: exit 4, one paragraph naming them and the packages
+    that install them, before any test runs."""
+    _suite(pytester)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    done = subprocess.run(_command("192.0.2.200", 1094, "test_suite.py"),
+                          cwd=pytester.path, capture_output=True, text=True, timeout=120,
+                          env={**_environment(), "PATH": str(empty)})
+    output = done.stdout + done.stderr
+    assert done.returncode == 4, output[-3000:]
+    assert output.count("ERROR:") == 1 and "Traceback" not in output, output[-3000:]
+    assert re.search(r"ERROR: --storage-cluster embedded-slurm:2 starts a SLURM cluster for "
+                     r"the run, and munged, slurmctld, .* are not on PATH\. Install Debian's "
+                     r"slurmctld slurmd slurm-client munge", output), output[-3000:]
+    assert "passed" not in output and "test_stat_scan" not in output.split("ERROR:")[0]
+
+
+@pytest.mark.parametrize("endpoint", ["root://127.0.0.1:1094//storagescale",
+                                      "root://localhost:1094//storagescale"])
+def test_a_loopback_endpoint_is_refused_before_any_load(pytester, endpoint):
+    """The namespace hosts' loopback is their own: an endpoint on 127.0.0.1 or
+    localhost is one paragraph, exit 4 (no SLURM started)."""
+    if slurm_hosts.missing_commands() or os.geteuid() != 0:
+        pytest.skip("the endpoint is checked after SLURM's commands and root")
+    _suite(pytester)
+    before = _ours()
+    command = [c if not c.startswith("--storage-endpoint=") else
+               f"--storage-endpoint={endpoint}" for c in _command("x", 1, "test_suite.py")]
+    done = subprocess.run(command, cwd=pytester.path, capture_output=True, text=True,
+                          timeout=120, env=_environment())
+    output = done.stdout + done.stderr
+    assert done.returncode == 4, output[-3000:]
+    assert output.count("ERROR:") == 1 and "Traceback" not in output, output[-3000:]
+    assert "whose loopback is their own: they cannot reach the endpoint at" in output
+    assert _ours()["folders"] == before["folders"]
+
+
+def test_embedded_slurm_is_parsed_and_bounded():
+    from pytest_storagescale.cluster.address import parse_cluster_address
+    from pytest_storagescale.errors import StorageScaleUsageError
+
+    address = parse_cluster_address("embedded-slurm:3")
+    assert (address.recipe, address.hosts) == ("embedded-slurm", 3)
+    with pytest.raises(StorageScaleUsageError, match="needs its number of hosts"):
+        parse_cluster_address("embedded-slurm")
+    with pytest.raises(StorageScaleUsageError, match="unknown cluster"):
+        parse_cluster_address("embedded-condor:2")
+    with pytest.raises(StorageScaleUsageError, match="at most 64 client hosts"):
+        slurm_hosts.check_usable("embedded-slurm:65", embedded_endpoint=False,
+                                 endpoint_host="192.0.2.2")
