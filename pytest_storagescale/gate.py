@@ -66,11 +66,13 @@ from enum import StrEnum
 from typing import Any
 
 __all__ = [
-    "DEFAULT_LATENCY_FLOOR_S", "DEFAULT_MIN_EFFECT_P99", "DEFAULT_MIN_EFFECT_RATE", "Effect",
+    "DEFAULT_LATENCY_FLOOR_S", "DEFAULT_MIN_EFFECT_P99", "DEFAULT_MIN_EFFECT_RATE",
+    "DEFAULT_PAIRED_BUDGET", "Effect",
     "GateSettings",
     "GateVerdict", "HostProbe", "StepGate", "WindowSample", "effect", "host_pvalue",
     "host_shown_slowdown",
-    "judge_pairs", "judge_samples", "paired_effect", "probe_client_host",
+    "judge_pairs", "judge_samples", "paired_effect", "pairs_needed", "pairs_needed_note",
+    "probe_client_host",
 ]
 
 #: a step this much slower in rate than its baseline (at 95 % confidence) regressed
@@ -81,8 +83,15 @@ DEFAULT_MIN_EFFECT_P99 = 0.25
 #: seek or a WAN round trip; a change among microseconds is the client host's scheduling
 #: (a busy machine made a file driver's p99 of 7 us read 105 us), not a storage to fix
 DEFAULT_LATENCY_FLOOR_S = 0.001
+#: a paired step measured while ``inconclusive`` until each side measured this many
+#: times its duration (a section's ``paired_budget``)
+DEFAULT_PAIRED_BUDGET = 3.0
 #: the bootstrap's seed: the same samples give the same interval, run after run
 SEED = 32
+#: the share of the pairs' log ratios cut at each end by the ``trimmed`` statistic
+TRIM = 0.2
+#: the paired gate's statistics (:attr:`GateSettings.paired_statistic`)
+PAIRED_STATISTICS = ("mean", "trimmed", "t")
 #: the client host probe this much slower than in the baseline's runs: a regression
 #: is the host's, not (provably) the storage's
 HOST_SLOWER = 0.25
@@ -170,6 +179,14 @@ class GateSettings:
     #: fewer window samples than this on either side: ``inconclusive``
     min_samples: int = 4
     seed: int = SEED
+    #: the paired gate's statistic over the pairs' log ratios (:func:`paired_effect`):
+    #: ``mean`` (their geometric mean, a BCa interval), ``trimmed`` (the mean of the
+    #: middle 60 %, :data:`TRIM` cut at each end, a BCa interval), ``t`` (the geometric
+    #: mean with Student's t interval)
+    paired_statistic: str = "mean"
+    #: a paired step's budget: while ``inconclusive`` more pairs are measured until each
+    #: side measured this many times the step's duration (:mod:`.paired`)
+    paired_budget: float = DEFAULT_PAIRED_BUDGET
 
 
 @dataclass(frozen=True)
@@ -369,19 +386,35 @@ def paired_effect(metric: str, pairs: Sequence[tuple[float, float]], *, min_effe
     a = np.asarray([max(x, y / 100) for x, y in usable], dtype=float)
     b = np.asarray([max(y, x / 100) for x, y in usable], dtype=float)
     logs = np.log(b / a)
-    ratio = float(np.exp(logs.mean()))
+    name = settings.paired_statistic
+    if name not in PAIRED_STATISTICS:
+        raise ValueError(f"paired_statistic {name!r}: one of {', '.join(PAIRED_STATISTICS)}")
+    if name == "trimmed":
+        from scipy.stats import trim_mean
+
+        def center(x, axis=-1):
+            return trim_mean(x, TRIM, axis=axis)
+    else:
+        def center(x, axis=-1):
+            return np.mean(x, axis=axis)
+    ratio = float(np.exp(center(logs)))
     if np.ptp(logs) == 0:
         low = high = ratio
+    elif name == "t":
+        from scipy.stats import ttest_1samp
+
+        interval = ttest_1samp(logs, 0.0).confidence_interval(settings.confidence)
+        low, high = float(np.exp(interval.low)), float(np.exp(interval.high))
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # degenerate resamples: reported as NaN
-            result = bootstrap((logs,), np.mean, n_resamples=settings.resamples,
+            result = bootstrap((logs,), center, n_resamples=settings.resamples,
                                confidence_level=settings.confidence, method="BCa",
                                rng=np.random.default_rng(settings.seed))
         low, high = (float(np.exp(result.confidence_interval.low)),
                      float(np.exp(result.confidence_interval.high)))
-        if not (math.isfinite(low) and math.isfinite(high)):
-            return inconclusive(ratio)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return inconclusive(ratio)
     return Effect(metric, ratio, low, high,
                   _against(low, high, min_effect, higher_is_better), min_effect)
 
@@ -479,8 +512,54 @@ def judge_pairs(pairs: Sequence[tuple[WindowSample, WindowSample]], *,
     empty = sum(1 for _, b in pairs if b.operations == 0)
     stall = (f"{empty} of {len(pairs)} runs of side B completed nothing (stalls)"
              if empty else None)
-    return StepGate(deciding.verdict, _with_floor(_reason(deciding), effects), effects,
-                    deciding.metric, stall=stall, **common)
+    reason = _with_floor(_reason(deciding), effects)
+    if deciding.verdict is GateVerdict.INCONCLUSIVE:
+        note = pairs_needed_note([(a.rate_hz, b.rate_hz) for a, b in pairs],
+                                 settings.min_effect_rate, settings.confidence)
+        reason = f"{reason}; {note}" if note else reason
+    return StepGate(deciding.verdict, reason, effects, deciding.metric, stall=stall, **common)
+
+
+def pairs_needed(spread: float, ratio: float, bound: float, confidence: float = 0.95
+                 ) -> int | None:
+    """About how many pairs whose log ratios B / A spread by ``spread`` (their
+    standard deviation) it takes for the interval of a true ``ratio`` to end beyond
+    ``bound`` (half the time: the interval's half-width equal to the distance between
+    them on the log scale; the normal quantile, so a slight underestimate at a few
+    pairs). None when ``ratio`` is not beyond ``bound`` (no count of pairs shows it)."""
+    from scipy.stats import norm
+
+    if spread <= 0 or ratio <= 0 or bound <= 0 or math.isclose(ratio, bound):
+        return None
+    distance = abs(math.log(bound) - math.log(ratio))
+    if distance == 0:
+        return None
+    z = float(norm.ppf(0.5 + confidence / 2))
+    return max(2, math.ceil((z * spread / distance) ** 2))
+
+
+def pairs_needed_note(rates: Sequence[tuple[float, float]], min_effect: float,
+                      confidence: float = 0.95) -> str | None:
+    """What an ``inconclusive`` paired step says of its noise: the spread of its
+    pairs' log rate ratios, and how many pairs it would take to show a rate loss of
+    the minimum effect's and a half (0.85 -> 0.75 of A: the issue's 25 % against the
+    default 15 %) at that spread. Beside ``stress-ng --cpu 4`` on 2 cores the spread
+    of one xrootd against itself was 0.6-1.3: a 25 % loss takes 90-400 pairs, where
+    the default budget measures 12 (docs/benchmarks.md)."""
+    import statistics
+
+    logs = [math.log(b / a) for a, b in rates if a > 0 and b > 0]
+    if len(logs) < 2:
+        return None
+    spread = statistics.stdev(logs)
+    target = 1 - 1.5 * min_effect
+    needed = pairs_needed(spread, target, 1 - min_effect, confidence)
+    if needed is None or target <= 0:
+        return None
+    return (f"the pairs' log rate ratios spread by {spread:.2f} (standard deviation): at "
+            f"that spread a rate of {target:.2f} of A's takes about {needed} pairs to come "
+            f"out regressed ({len(logs)} measured; raise the paired budget, or quiet the "
+            f"client host)")
 
 
 def run_spread(runs: Sequence[Sequence[float]]) -> tuple[float, float]:

@@ -46,7 +46,7 @@ from urllib.parse import urlsplit
 from hdrh.histogram import HdrHistogram
 
 from .errors import StorageScaleUsageError
-from .gate import GateSettings, StepGate, WindowSample, judge_pairs
+from .gate import DEFAULT_PAIRED_BUDGET, GateSettings, StepGate, WindowSample, judge_pairs
 from .load.engine import StepInterrupted, run_step
 from .load.plan import StepPlan, StepProgress
 from .load.stats import OpenLoopResult, SideResult, StepResult, latency_summary, new_histogram
@@ -59,14 +59,15 @@ if TYPE_CHECKING:
     from .session.endpoint import EndpointUnderTest
 
 __all__ = ["BUDGET", "PAIRS", "SideB", "check_compare_with", "finish", "joined",
-           "measure_alternating", "measure_paired", "run_sample", "side_b"]
+           "look_points", "measure_alternating", "measure_paired", "run_sample", "side_b"]
 
 #: the first round of runs per side (A B B A A B B A: ``PAIRS`` pairs, the fewest the
 #: gate judges, :attr:`~.gate.GateSettings.min_samples`)
 PAIRS = 4
 #: an inconclusive step gets more pairs until each side measured this many times the
-#: step's duration
-BUDGET = 3.0
+#: step's duration (the default of a section's ``paired_budget``,
+#: :attr:`~.gate.GateSettings.paired_budget`)
+BUDGET = DEFAULT_PAIRED_BUDGET
 #: the shortest run of one side (a shorter step gets fewer, longer runs)
 MIN_RUN_S = 0.5
 
@@ -177,6 +178,15 @@ def finish(run: StorageRun) -> None:
                                                         f"side B: {note}"]))
     finally:
         side.endpoint.stop()
+
+
+def look_points(first: int, budget: int) -> list[int]:
+    """The counts of pairs after which the gate looks: ``first``, then every mirrored
+    block of two more pairs up to ``budget`` (the last block may be one pair)."""
+    points = [first]
+    while points[-1] < budget:
+        points.append(min(budget, points[-1] + 2))
+    return points
 
 
 def pairs_order(count: int) -> list[str]:
@@ -330,22 +340,25 @@ def measure_alternating(plan: StepPlan, plan_b: Callable[[StepPlan, int], StepPl
         result.gate = _judge(result, settings)
         return result
 
+    budget = settings.paired_budget
+    budget_runs = max(count, int(budget * plan.duration / run_s + 1e-9))
+    looks = look_points(count, budget_runs)
     for which in pairs_order(count):
         one(which)
     result = judged()
     began = time.monotonic()
-    budget_runs = max(count, int(BUDGET * plan.duration / run_s + 1e-9))
-    while (result.gate is not None and result.gate.verdict.value == "inconclusive"
-           and len(runs["A"]) < budget_runs
-           and time.monotonic() - began < BUDGET * plan.duration * 4 + 60):
+    for target in looks[1:]:
+        if (result.gate is None or result.gate.verdict.value != "inconclusive"
+                or time.monotonic() - began >= budget * plan.duration * 4 + 60):
+            break
         block = "BAAB" if (len(order) // 2) % 2 == 1 else "ABBA"
-        for which in block[:2 * min(2, budget_runs - len(runs["A"]))]:
+        for which in block[:2 * (target - len(runs["A"]))]:
             one(which)
         result = judged()
     if result.gate is not None and result.gate.verdict.value == "inconclusive":
         result.gate = replace(result.gate, reason=(
             f"{result.gate.reason} (after {len(runs['A'])} runs per side, "
-            f"{result.a.duration_s:.3g} s of B and of A: the budget of {BUDGET:g}x the "
+            f"{result.a.duration_s:.3g} s of B and of A: the budget of {budget:g}x the "
             f"step's duration)"))
     return result
 

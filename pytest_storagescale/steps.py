@@ -328,7 +328,8 @@ def _gate_settings(section: SectionPlan | None) -> GateSettings:
         return GateSettings()
     return GateSettings(min_effect_rate=section.min_effect_rate,
                         min_effect_p99=section.min_effect_p99,
-                        latency_floor_s=section.latency_floor)
+                        latency_floor_s=section.latency_floor,
+                        paired_budget=section.paired_budget)
 
 
 def step_run_info(run: StorageRun, system: str, thresholds: ThresholdSet) -> RunInfo:

@@ -50,7 +50,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import StorageScaleUsageError, ThresholdsError
-from .gate import DEFAULT_LATENCY_FLOOR_S, DEFAULT_MIN_EFFECT_P99, DEFAULT_MIN_EFFECT_RATE
+from .gate import (
+    DEFAULT_LATENCY_FLOOR_S,
+    DEFAULT_MIN_EFFECT_P99,
+    DEFAULT_MIN_EFFECT_RATE,
+    DEFAULT_PAIRED_BUDGET,
+)
 from .limits import check_clients
 from .load.plan import ARRIVALS
 from .metrics import known_metrics
@@ -73,8 +78,10 @@ COMPARISONS: dict[str, Callable[[float, float], bool]] = {
 DEFAULT_KEYS = ("duration", "warmup", "hang_timeout")
 #: a section's minimum effects for the gate against a baseline (gate.py): a step whose
 #: rate is lower by (p99 higher by) more than this, at 95 % confidence, regressed; a
-#: latency below ``latency_floor`` (a duration, 0: none) on both sides is not judged
-GATE_KEYS = ("min_effect_rate", "min_effect_p99", "latency_floor")
+#: latency below ``latency_floor`` (a duration, 0: none) on both sides is not judged;
+#: a paired step inconclusive is measured until each side measured ``paired_budget``
+#: times its duration
+GATE_KEYS = ("min_effect_rate", "min_effect_p99", "latency_floor", "paired_budget")
 #: keys an ``[ops.<section>]`` table may hold besides its operation's parameters
 SECTION_KEYS = ("op", "clients", "expect", "operations", "tries", "min_operations",
                 "clients_per_host", "arrival_rate", "arrivals", "max_in_flight",
@@ -356,6 +363,8 @@ class SectionPlan:
     min_effect_p99: float = DEFAULT_MIN_EFFECT_P99
     #: the gate's latency floor in seconds (``latency_floor``; 0: every latency judged)
     latency_floor: float = DEFAULT_LATENCY_FLOOR_S
+    #: a paired step's budget, times its duration a side (``paired_budget``)
+    paired_budget: float = DEFAULT_PAIRED_BUDGET
 
     @property
     def open_loop(self) -> bool:
@@ -637,7 +646,19 @@ def _section(name: str, table: Any, path: Path, defaults: dict[str, float]) -> S
         min_effect_p99=_min_effect(table, "min_effect_p99", DEFAULT_MIN_EFFECT_P99, 100.0,
                                    path, key, "0.25 (a p99 25 % higher regressed)"),
         latency_floor=_latency_floor(table, path, key),
+        paired_budget=_paired_budget(table, path, key),
     )
+
+
+def _paired_budget(table: dict, path: Path, key: str) -> float:
+    """A paired step's budget: 1 to 100 times its duration a side."""
+    value = table.get("paired_budget", DEFAULT_PAIRED_BUDGET)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= 100:
+        raise ThresholdsError(
+            f"{_where(path, f'{key}.paired_budget')}: must be a number from 1 to 100 (times "
+            f"the step's duration each side may measure while the paired gate is "
+            f"inconclusive), e.g. paired_budget = 10; got {value!r}.")
+    return float(value)
 
 
 def _latency_floor(table: dict, path: Path, key: str) -> float:

@@ -694,3 +694,86 @@ def test_a_regression_against_one_baseline_run_says_what_one_run_cannot_know():
     assert one.verdict is GateVerdict.REGRESSED and one.reason.endswith(gate_module.ONE_RUN)
     three = judge_samples(slow, baselines(9, runs=3))
     assert three.verdict is GateVerdict.REGRESSED and "one baseline run" not in three.reason
+
+
+# -- the paired gate's statistics, its note on noise, its budget (issue 32, 2026-11-29) ---
+
+def heavy_tailed_pairs(factor: float, *, seed: int, count: int = 16,
+                       outliers: int = 2) -> list[tuple[WindowSample, WindowSample]]:
+    """``count`` pairs, B at ``factor`` times A's rate, a small noise per pair; in
+    ``outliers`` of them side A starved (a twentieth of its rate: the runs' scheduler
+    on a loaded host), as the calibration's streams showed (log ratios up to +-2.5)."""
+    draw = random.Random(seed)
+    pairs = []
+    for index in range(count):
+        a = 10_000 * draw.lognormvariate(0, 0.05)
+        b = 10_000 * factor * draw.lognormvariate(0, 0.05)
+        if index < outliers:
+            a /= 20
+        pairs.append((WindowSample(0, 1.0, round(a)), WindowSample(0, 1.0, round(b))))
+    return pairs
+
+
+def test_the_trimmed_statistic_is_not_carried_by_a_starved_run():
+    """One of 16 pairs whose side A was starved pulls the geometric mean of a 0.6 rate
+    over the bound (inconclusive); the trimmed mean of the log ratios (the middle 60 %)
+    stays at 0.6 and decides; the same server (no outlier) is unchanged by all three."""
+    pairs = heavy_tailed_pairs(0.6, seed=3, outliers=1)
+    mean = gate_module.judge_pairs(pairs)
+    trimmed = gate_module.judge_pairs(pairs, settings=GateSettings(paired_statistic="trimmed"))
+    assert mean.verdict is GateVerdict.INCONCLUSIVE, mean.short()
+    assert trimmed.verdict is GateVerdict.REGRESSED, trimmed.short()
+    assert trimmed.ratio is not None and 0.55 < trimmed.ratio < 0.65
+    for name in ("mean", "trimmed", "t"):
+        same = gate_module.judge_pairs(heavy_tailed_pairs(1.0, seed=4, outliers=0),
+                                       settings=GateSettings(paired_statistic=name))
+        assert same.verdict is GateVerdict.UNCHANGED, (name, same.short())
+
+
+def test_the_t_interval_is_students_on_the_log_ratios():
+    from scipy.stats import ttest_1samp
+
+    pairs = loaded_pairs(0.7, seed=5, count=8)
+    gate = gate_module.judge_pairs(pairs, settings=GateSettings(paired_statistic="t"))
+    logs = [math.log(b.rate_hz / a.rate_hz) for a, b in pairs]
+    ci = ttest_1samp(logs, 0.0).confidence_interval(0.95)
+    rate = gate.effects["rate_hz"]
+    assert rate.low == pytest.approx(math.exp(ci.low))
+    assert rate.high == pytest.approx(math.exp(ci.high))
+    with pytest.raises(ValueError, match="paired_statistic 'median'"):
+        gate_module.judge_pairs(pairs, settings=GateSettings(paired_statistic="median"))
+
+
+def test_pairs_needed_from_the_spread():
+    # (1.96 * 1.0 / ln(0.85 / 0.75)) ** 2 = 245.2
+    assert gate_module.pairs_needed(1.0, 0.75, 0.85) == 246
+    assert gate_module.pairs_needed(0.5, 0.75, 0.85) == 62
+    assert gate_module.pairs_needed(1.0, 0.85, 0.85) is None
+
+
+def test_an_inconclusive_paired_step_says_how_many_pairs_its_noise_needs():
+    """A wide spread of the pairs' ratios: inconclusive, and the reason names the
+    spread and the pairs a 25 % loss would take at it; a decided step says nothing of
+    it."""
+    noisy = gate_module.judge_pairs(loaded_pairs(0.8, seed=6, count=8, noise=0.8))
+    assert noisy.verdict is GateVerdict.INCONCLUSIVE, noisy.short()
+    assert "spread by" in noisy.reason and "a rate of 0.78 of A's takes about" in noisy.reason
+    decided = gate_module.judge_pairs(loaded_pairs(0.5, seed=6, count=8))
+    assert decided.verdict is GateVerdict.REGRESSED and "spread by" not in decided.reason
+
+
+def test_paired_budget_key_of_a_section(tmp_path):
+    from pytest_storagescale.steps import _gate_settings
+
+    path = tmp_path / "t.toml"
+    path.write_text(SECTION.replace("EXTRA", "paired_budget = 10"))
+    section = load_thresholds(path).sections["stat"]
+    assert section.paired_budget == 10.0
+    assert _gate_settings(section).paired_budget == 10.0
+    path.write_text(SECTION.replace("EXTRA", ""))
+    assert load_thresholds(path).sections["stat"].paired_budget == 3.0
+    for bad in ("paired_budget = 0.5", "paired_budget = 101", 'paired_budget = "10x"'):
+        path.write_text(SECTION.replace("EXTRA", bad))
+        with pytest.raises(ThresholdsError, match=r"\[ops.stat\].paired_budget: must be a number "
+                                                  "from 1 to 100"):
+            load_thresholds(path)

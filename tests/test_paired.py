@@ -204,3 +204,38 @@ def test_a_side_b_that_cannot_be_used_is_one_paragraph_before_any_load(paired_ru
     assert "--storage-compare-with memory://side-b/area?latency=-1 (side B): memory driver " \
            "option latency='-1'" in text, text
     assert "Traceback" not in text and document is None
+
+
+def test_the_gate_looks_after_the_first_pairs_then_every_two():
+    from pytest_storagescale.paired import look_points
+
+    assert look_points(4, 12) == [4, 6, 8, 10, 12]
+    assert look_points(4, 5) == [4, 5]
+    assert look_points(1, 1) == [1]
+
+
+@pytest.mark.parametrize("budget, runs", [(1.0, 4), (2.0, 8)])
+def test_an_inconclusive_step_measures_up_to_the_sections_budget(budget, runs):
+    """Two memory stores whose rates differ by about the minimum effect (latency 20
+    and 23 ms: 0.87 of A's rate, the bound 0.85 inside any interval): inconclusive,
+    measured until each side measured ``paired_budget`` times the step's duration
+    (4 runs of 0.5 s a side per 2 s of budget), not beyond."""
+    from dataclasses import replace
+
+    from pytest_storagescale.drivers.registry import driver_spec
+    from pytest_storagescale.gate import GateSettings
+    from pytest_storagescale.load.operations import get_operation
+    from pytest_storagescale.load.plan import StepPlan
+    from pytest_storagescale.paired import measure_alternating
+
+    spec_a = driver_spec("memory://budget-a/area?latency=0.02", writable_root="/area")
+    spec_b = driver_spec("memory://budget-b/area?latency=0.023", writable_root="/area")
+    plan = StepPlan(operation=get_operation("stat"), clients=2, duration=2.0, warmup=0.1,
+                    hang_timeout=30.0, driver=spec_a, workdir="/area/budget")
+    result = measure_alternating(
+        plan, lambda sub, n: replace(sub, driver=spec_b, workdir=f"/area/budget-b{n}"), "B",
+        settings=GateSettings(paired_budget=budget), executor="threads")
+    assert result.gate is not None and result.gate.verdict.value == "inconclusive", \
+        result.gate.short() if result.gate else None
+    assert len(result.pairs) == runs and result.order.count("A") == runs
+    assert f"the budget of {budget:g}x the step's duration" in result.gate.reason
