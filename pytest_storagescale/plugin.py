@@ -23,6 +23,7 @@ from . import extensions, fixtures
 from .cluster import breakdown_lines as cluster_breakdown_lines
 from .cluster import disconnect as cluster_disconnect
 from .cluster import header_lines as cluster_header_lines
+from .cluster.address import refuse_recipe_under_xdist
 from .compare import session_gate
 from .config import (
     EMBEDDED_CHOICES,
@@ -637,6 +638,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return
     run.check_outputs()
     check_history_outputs(run.settings)  # a newer schema, an unwritable file: exit 4
+    if run.role is Role.CONTROLLER and run.settings.cluster:
+        refuse_recipe_under_xdist(run.settings.cluster)  # each worker would start one
     if run.role is Role.CONTROLLER and run.settings.endpoint and (
             not session.config.option.collectonly):
         run.check_endpoint()

@@ -229,6 +229,7 @@ def test_a_killed_pytest_leaves_its_slurm_to_the_orphan_cleaner(server, pytester
         print(f"pytest's SLURM up and its jobs running after {time.monotonic() - began:.1f} s")
         running = _ours()
         assert running["folders"] and running["processes"], running
+        _no_door(Path(HEADER.search("".join(lines)).group(5)), process.pid)
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
     finally:
@@ -242,6 +243,72 @@ def test_a_killed_pytest_leaves_its_slurm_to_the_orphan_cleaner(server, pytester
     assert _nothing_left(before, timeout=60) == {"folders": [], "processes": [],
                                                  "links": [], "sockets": []}
     print(f"nothing left {time.monotonic() - killed:.1f} s after the SIGKILL")
+
+
+def _no_door(folder: Path, pytest_pid: int) -> None:
+    """While it runs: the folder 0700, the munge key 0400 and slurm.conf 0600 in 0700
+    folders; nothing of SLURM's or munge's listens in this machine's namespace, and the
+    pytest process (the Dask scheduler) listens on loopback and the run's bridge only."""
+    assert folder.stat().st_mode & 0o777 == 0o700
+    key, conf = folder / "run" / "munge" / "munge.key", folder / "run" / "slurm" / "slurm.conf"
+    assert key.stat().st_mode & 0o777 == 0o400 and conf.stat().st_mode & 0o777 == 0o600
+    for path in (key, conf):
+        parent = path.parent
+        while parent != folder.parent:
+            assert parent.stat().st_mode & 0o077 == 0, parent
+            parent = parent.parent
+    assert _ours()["sockets"] == []
+    listening = [line.split()[3] for line in subprocess.run(
+        ["ss", "-ltnpH"], capture_output=True, text=True, timeout=30).stdout.splitlines()
+        if f"pid={pytest_pid}," in line]
+    head = HEADER_HEAD.search(conf.read_text())
+    assert head is not None
+    bridge = head.group(1).rsplit(".", 1)[0] + ".1"
+    assert listening and all(a.rsplit(":", 1)[0] in ("127.0.0.1", bridge)
+                             for a in listening), (listening, bridge)
+
+
+HEADER_HEAD = re.compile(r"SlurmctldHost=\S+\((\S+)\)")
+
+
+def test_a_start_past_its_deadline_is_one_paragraph_and_leaves_nothing(monkeypatch):
+    """SLURM's nodes not idle within the deadline (0 s here): one paragraph naming the
+    deadline, the nodes' states and slurmctld's log; every daemon, namespace and file
+    of the start gone."""
+    _needs_slurm()
+    from pytest_storagescale.cluster.address import parse_cluster_address
+    from pytest_storagescale.errors import StorageScaleUsageError
+
+    before = _ours()
+    monkeypatch.setattr(slurm_hosts, "START_TIMEOUT", 0.0)
+    with pytest.raises(StorageScaleUsageError) as raised:
+        slurm_hosts.start_cluster(parse_cluster_address("embedded-slurm:2"))
+    text = str(raised.value)
+    assert text.startswith("--storage-cluster embedded-slurm:2: the run's SLURM cluster did "
+                           "not start: the SLURM nodes were not idle within 0 s"), text
+    assert "slurmctld:" in text and "\n" not in text
+    assert _nothing_left(before) == {"folders": [], "processes": [], "links": [],
+                                     "sockets": []}
+
+
+def test_jobs_that_do_not_join_in_time_are_cancelled_and_nothing_is_left(monkeypatch):
+    """The worker jobs not joined within the recipe's deadline (1 s here): one paragraph
+    saying how many joined, and the jobs, daemons, namespaces and folder gone with it
+    (the connection that was never made closed its cluster)."""
+    _needs_slurm()
+    from pytest_storagescale.cluster import hosts as cluster_hosts
+    from pytest_storagescale.errors import StorageScaleUsageError
+
+    before = _ours()
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # a recipe, not under -n
+    monkeypatch.setitem(cluster_hosts.RECIPE_START_TIMEOUT, "embedded-slurm", 1.0)
+    cluster_hosts.register_recipe(slurm_hosts.RECIPE, slurm_hosts.start_cluster)
+    with pytest.raises(StorageScaleUsageError, match=r"--storage-cluster embedded-slurm:2: "
+                       r"only [01] of 2 hosts joined within 1 s"):
+        cluster_hosts.connect("embedded-slurm:2")
+    assert "embedded-slurm:2" not in cluster_hosts._OPEN
+    assert _nothing_left(before) == {"folders": [], "processes": [], "links": [],
+                                     "sockets": []}
 
 
 def test_without_slurm_it_is_one_paragraph_before_any_load(pytester, tmp_path):
@@ -260,6 +327,25 @@ def test_without_slurm_it_is_one_paragraph_before_any_load(pytester, tmp_path):
                      r"the run, and munged, slurmctld, .* are not on PATH\. Install Debian's "
                      r"slurmctld slurmd slurm-client munge", output), output[-3000:]
     assert "passed" not in output and "test_stat_scan" not in output.split("ERROR:")[0]
+
+
+def test_under_xdist_it_is_one_paragraph_before_the_workers_start(pytester):
+    """pytest -n 2 --storage-cluster embedded-slurm:2: the controller says once, exit 4,
+    that every worker would start its own cluster (each worker's header raised it with a
+    traceback, and xdist replaced the crashed workers 8 times); no SLURM started."""
+    _suite(pytester)
+    before = _ours()
+    command = _command("192.0.2.200", 1094, "test_suite.py")
+    at = command.index("no:xdist")
+    del command[at - 1:at + 1]  # -p no:xdist
+    done = subprocess.run([*command, "-n", "2"], cwd=pytester.path, capture_output=True,
+                          text=True, timeout=300, env=_environment())
+    output = done.stdout + done.stderr
+    assert done.returncode == 4, output[-3000:]
+    assert output.count("ERROR:") == 1 and "Traceback" not in output, output[-3000:]
+    assert "ERROR: --storage-cluster embedded-slurm:2: under pytest -n every worker would " \
+           "start its own cluster." in output, output[-3000:]
+    assert _ours()["folders"] == before["folders"]
 
 
 @pytest.mark.parametrize("endpoint", ["root://127.0.0.1:1094//storagescale",

@@ -70,3 +70,19 @@ def parse_cluster_address(value: str) -> ClusterAddress:
             f"--storage-cluster: {value!r} needs its number of hosts (1 to 10000), e.g. "
             f"{match.group(1)}:4. {_HINT}")
     return ClusterAddress(text, recipe=match.group(1), hosts=hosts)
+
+
+def under_xdist_refusal(address: ClusterAddress) -> str:
+    """Why a recipe cannot run under pytest -n (one paragraph)."""
+    return (f"--storage-cluster {address}: under pytest -n every worker would start its own "
+            f"cluster. Start it once (dask scheduler / dask worker, or dask-jobqueue) and "
+            f"give its scheduler address, e.g. --storage-cluster tcp://head:8786, or run "
+            f"without -n.")
+
+
+def refuse_recipe_under_xdist(text: str) -> None:
+    """On the xdist controller, before its workers start: a recipe is one paragraph,
+    exit 4 (each worker would start a cluster, and say so in a traceback)."""
+    address = parse_cluster_address(text)
+    if address.recipe is not None:
+        raise StorageScaleUsageError(under_xdist_refusal(address))

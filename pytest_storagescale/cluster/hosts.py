@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StorageError, StorageScaleUsageError
-from .address import EMBEDDED_RECIPES, JOBQUEUE_KINDS, ClusterAddress, parse_cluster_address
+from .address import (
+    EMBEDDED_RECIPES,
+    JOBQUEUE_KINDS,
+    ClusterAddress,
+    parse_cluster_address,
+    under_xdist_refusal,
+)
 
 #: the largest clock offset a client host may have (seconds): beyond it, the hosts'
 #: windows cannot be trusted to line up (every host's clock should be NTP-synchronized)
@@ -104,11 +110,7 @@ class ClusterConnection:
             target: Any = address.scheduler
         else:
             if os.environ.get("PYTEST_XDIST_WORKER"):
-                raise StorageScaleUsageError(
-                    f"--storage-cluster {address}: under pytest -n every worker would start "
-                    f"its own cluster. Start it once (dask scheduler / dask worker, or "
-                    f"dask-jobqueue) and give its scheduler address, e.g. "
-                    f"--storage-cluster tcp://head:8786.")
+                raise StorageScaleUsageError(under_xdist_refusal(address))
             self.cluster = _started_recipe(address)
             # a starter's wrapper holds the Dask cluster object the Client connects to
             target = getattr(self.cluster, "dask_cluster", self.cluster)
@@ -139,7 +141,11 @@ class ClusterConnection:
                 f"--storage-cluster {address}: no Dask scheduler answered within "
                 f"{_CONNECT_TIMEOUT:.0f} s ({exc}). {hint}") from None
         if address.recipe is not None:
-            self._wait_for_hosts(address.hosts)
+            try:
+                self._wait_for_hosts(address.hosts)
+            except BaseException:  # its jobs cancelled, its daemons stopped: not left
+                self.close()
+                raise
             self.joined_in = time.monotonic() - began
 
     @property

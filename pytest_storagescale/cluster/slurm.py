@@ -110,7 +110,11 @@ class EmbeddedSlurm:
             for node in self.nodes:
                 self._private(f"slurm/spool/{node.name}")
             self._start_munge()
-            self.conf.write_text(self._slurm_conf())
+            self.directory.chmod(0o700)
+            handle = os.open(self.conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                             0o600)  # read by root's daemons and commands only
+            with open(handle, "w") as sink:
+                sink.write(self._slurm_conf())
             self._spawn("slurmctld", ["nsenter", f"--net={self.controller.netns}",
                                       "slurmctld", "-D", "-f", str(self.conf)])
             for node in self.nodes:

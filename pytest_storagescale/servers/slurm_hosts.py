@@ -367,7 +367,7 @@ def start_cluster(address: ClusterAddress) -> EmbeddedSlurmCluster:
     the namespaces and SLURM up, then the worker jobs submitted; a start that fails is
     one paragraph naming what did."""
     check_usable(str(address), embedded_endpoint=False, endpoint_host=None)
-    hosts = EmbeddedSlurmHosts(address.hosts)
+    hosts = EmbeddedSlurmHosts(address.hosts, start_timeout=START_TIMEOUT)
     try:
         hosts.start()
         return EmbeddedSlurmCluster(hosts, hosts.dask_cluster(address.hosts))
