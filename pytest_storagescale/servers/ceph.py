@@ -101,6 +101,25 @@ class Daemon(ServerProcess):
             pass
 
 
+def daemon_state(daemon: ServerProcess) -> str:
+    """What a daemon is doing, from ``/proc``: its pid and state, where it sleeps in the
+    kernel, its threads and the CPU time it used (0 s: it never ran), or how it ended."""
+    status = daemon.exit_status()
+    if status is not None:
+        return f"pid {daemon.pid} exited with code {status}"
+    proc = Path(f"/proc/{daemon.pid}")
+    try:
+        fields = dict(line.split(":", 1) for line in
+                      (proc / "status").read_text().splitlines() if ":" in line)
+        stat = (proc / "stat").read_text().rpartition(")")[2].split()
+        cpu_s = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+        wchan = (proc / "wchan").read_text().strip() or "-"
+    except (OSError, ValueError, IndexError):
+        return f"pid {daemon.pid}, no /proc entry"
+    return (f"pid {daemon.pid} {fields.get('State', '?').strip()}, in {wchan}, "
+            f"{fields.get('Threads', '?').strip()} threads, {cpu_s:.1f} s of CPU")
+
+
 def ceph_version() -> str:
     """The cluster software's version from ``ceph --version`` (e.g. ``16.2.15``)."""
     done = subprocess.run(["ceph", "--version"], capture_output=True, text=True, timeout=30)
@@ -148,6 +167,8 @@ class EmbeddedCephGateway(EmbeddedServer):
         self.xrootd_version = ""
         #: seconds from start() to each milestone (for the report)
         self.timings: dict[str, float] = {}
+        #: why the last readiness probe failed (quoted if the start gives up)
+        self._probe_error = ""
 
     # -- what the family asks -----------------------------------------------------------
     @classmethod
@@ -224,10 +245,20 @@ class EmbeddedCephGateway(EmbeddedServer):
 
     def _fail(self, what: str, daemon: Daemon | None = None, log: Path | None = None
               ) -> EndpointError:
-        log = log or (daemon.log if daemon is not None else None)
-        tail = log_tail(log) if log is not None and log.exists() else ""
-        return EndpointError(f"the embedded {self.title} did not start: {what}."
-                             + (f" Log tail ({log.name}):\n{tail}" if log and tail else ""))
+        """Why the start failed, with the daemon's state and both of its logs (its own
+        ``<name>.log`` and its console output ``<name>.out``, which holds what it wrote
+        before its log was open, e.g. a refused address or keyring): a daemon whose
+        console output is empty has more to say in its own log."""
+        logs = [log] if log is not None else list(daemon.logs) if daemon is not None else []
+        parts = [f"the embedded {self.title} did not start: {what}."]
+        if daemon is not None:
+            parts.append(f" {daemon.name}: {daemon_state(daemon)}.")
+        for path in logs:
+            if path.exists():
+                parts.append(f"\nLog tail ({path.name}):\n{log_tail(path)}")
+            else:
+                parts.append(f"\n{path.name}: not written")
+        return EndpointError("".join(parts))
 
     # the cluster ------------------------------------------------------------------------
     @property
@@ -386,7 +417,9 @@ class EmbeddedCephGateway(EmbeddedServer):
     def _mon_answers(self) -> bool:
         try:
             self.ceph("mon", "stat")
-        except EndpointError:
+        except EndpointError as exc:  # said by the failure if it never answers
+            self._probe_error = (str(exc).partition("did not start: ")[2] or str(exc)
+                                 ).rstrip(".")
             return False
         return True
 
@@ -435,11 +468,14 @@ class EmbeddedCephGateway(EmbeddedServer):
     def _wait_for(self, ready, what: str, name: str) -> None:
         """Probe ``ready()`` until true; the probes' own duration paces them."""
         deadline = time.monotonic() + self.startup_timeout
+        self._probe_error = ""
+        probes = 0
         while time.monotonic() < deadline:
             for daemon in self.daemons:
                 if not daemon.alive():
                     raise self._fail(f"{daemon.name} exited with code "
                                      f"{daemon.process.returncode}", daemon)
+            probes += 1
             if ready():
                 return
             daemon = self._daemon(name)
@@ -448,7 +484,9 @@ class EmbeddedCephGateway(EmbeddedServer):
                     daemon.process.wait(timeout=0.2)
                 except subprocess.TimeoutExpired:
                     pass
-        raise self._fail(f"{what} within {self.startup_timeout:.0f} s", self._daemon(name))
+        last = f"; the last of {probes} probes: {self._probe_error}" if self._probe_error else ""
+        raise self._fail(f"{what} within {self.startup_timeout:.0f} s{last}",
+                         self._daemon(name))
 
     # the gateway ------------------------------------------------------------------
     def _gateway_config(self) -> Path:

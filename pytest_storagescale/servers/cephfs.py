@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EndpointError
-from .ceph import CEPH_COMMAND_TIMEOUT, Daemon, EmbeddedCephGateway, ceph_version
+from .ceph import CEPH_COMMAND_TIMEOUT, Daemon, EmbeddedCephGateway, ceph_version, daemon_state
 from .family import EmbeddedServer
 from .orphans import mounts_inside, server_directory
 
@@ -231,7 +231,10 @@ class EmbeddedCephFS(EmbeddedCephGateway):
         self.version = f"{self.ceph_version}+cephfs"
         self.directory = server_directory(self.kind)
         try:
-            self._start_network()
+            try:
+                self._start_network()
+            except EndpointError as exc:
+                raise self._holders_gone(exc) from None
             self.timings["network"] = time.monotonic() - began
             self._start_mon_and_osds()
             self.timings["cluster"] = time.monotonic() - began
@@ -248,9 +251,51 @@ class EmbeddedCephFS(EmbeddedCephGateway):
             raise
         return self
 
+    #: the process that holds a new network namespace: ``unshare`` makes it, then
+    #: becomes ``sleep``
+    HOLDER = ("unshare", "--net", "sleep", "infinity")
+
     def _hold(self, name: str) -> Daemon:
-        """A process holding a new network namespace (gone with it)."""
-        return self._spawn(name, ["unshare", "--net", "sleep", "infinity"])
+        """A process holding a new network namespace (gone with it), returned once its
+        namespace is made.
+
+        The spawn returns once ``unshare`` is exec-ed, before it has unshared: until
+        then ``/proc/PID/ns/net`` is this machine's own namespace, and an ``nsenter``
+        into it acts here. On a starved CPU that gap was long enough for the first
+        command, ``ip link set lo up`` in the daemons' namespace, to run in this one:
+        their loopback stayed down, a connection to their own bridge address is
+        delivered through it, and no ``ceph`` command reached the monitor ("the
+        monitor did not answer within 180 s", the monitor itself up). Measured: 1 in
+        50 ``nsenter`` right after such a spawn on this 2-core machine under load."""
+        holder = self._spawn(name, list(self.HOLDER))
+        own = os.readlink("/proc/self/ns/net")
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            try:
+                if os.readlink(f"/proc/{holder.process.pid}/ns/net") != own:
+                    return holder
+            except OSError:
+                pass  # it ended: said below
+            if not holder.alive():
+                raise self._fail(f"the holder of the network namespace {name} exited with "
+                                 f"code {holder.process.returncode} before making it", holder)
+            if time.monotonic() > deadline:
+                raise self._fail(f"the holder of the network namespace {name} did not make "
+                                 f"it within {self.startup_timeout:.0f} s", holder)
+            try:
+                holder.process.wait(timeout=0.05)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _holders_gone(self, error: EndpointError) -> EndpointError:
+        """``error`` of the network's set-up, with how the namespaces' holders that are
+        gone ended (``ip link set ... netns PID`` answers only "No such process")."""
+        gone = [daemon for daemon in self.daemons if daemon.name.startswith(("switch", "host."))
+                and not daemon.alive()]
+        if not gone:
+            return error
+        return EndpointError(f"{error} The holder of a namespace is gone: " + "; ".join(
+            f"{daemon.name} {daemon_state(daemon)}" for daemon in gone) + ".")
 
     def _start_network(self) -> None:
         d = self.directory
@@ -288,6 +333,19 @@ class EmbeddedCephFS(EmbeddedCephGateway):
             _ip("link", "set", peer, "up", netns=host.netns)
             _ip("link", "set", "lo", "up", netns=host.netns)
             self.hosts.append(host)
+
+    def _fail(self, what: str, daemon: Daemon | None = None, log: Path | None = None
+              ) -> EndpointError:
+        """The base failure; a daemon's with the daemons' namespace's interfaces and
+        addresses (a loopback that is DOWN there keeps every client from the monitor)."""
+        error = super()._fail(what, daemon, log)
+        if daemon is None or self.switch is None or not self.switch.alive():
+            return error
+        try:
+            links = _ip("-br", "addr", netns=self.servers_netns).strip()
+        except (EndpointError, OSError, subprocess.SubprocessError):
+            return error
+        return EndpointError(f"{error}\nThe daemons' namespace (ip -br addr):\n{links}")
 
     @property
     def servers_netns(self) -> str:
