@@ -443,8 +443,10 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
     "storage_cluster": (
         "--storage-cluster", _parse_cluster, None,
         "run each step's clients on the hosts of a Dask cluster: a scheduler address "
-        "(tcp://head:8786), local:N (N worker processes here) or a dask-jobqueue recipe "
-        "with its number of hosts (htcondor:20, slurm:20). Default: clients run here.",
+        "(tcp://head:8786), local:N (N worker processes here), embedded-slurm:N (a SLURM "
+        "cluster started for the run, N namespace hosts of this machine, root) or a "
+        "dask-jobqueue recipe with its number of hosts (htcondor:20, slurm:20). Default: "
+        "clients run here.",
     ),
     "storage_server_monitor": (
         "--storage-server-monitor", lambda v: _parse_listen_address(v), None,

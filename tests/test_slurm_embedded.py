@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -213,19 +214,9 @@ def test_a_killed_pytest_leaves_its_slurm_to_the_orphan_cleaner(server, pytester
                                cwd=pytester.path, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, env=_environment(),
                                start_new_session=True)
-    lines: list[str] = []
     began = time.monotonic()
     try:
-        deadline = time.monotonic() + 300
-        assert process.stdout is not None
-        while time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if len(NODE.findall("".join(lines))) == HOSTS:  # the header is out: jobs run
-                break
-        assert any(HEADER.search(line) for line in lines), "".join(lines)[-3000:]
+        lines = _until_jobs_run(process)  # the header is out: the jobs run
         print(f"pytest's SLURM up and its jobs running after {time.monotonic() - began:.1f} s")
         running = _ours()
         assert running["folders"] and running["processes"], running
@@ -243,6 +234,52 @@ def test_a_killed_pytest_leaves_its_slurm_to_the_orphan_cleaner(server, pytester
     assert _nothing_left(before, timeout=60) == {"folders": [], "processes": [],
                                                  "links": [], "sockets": []}
     print(f"nothing left {time.monotonic() - killed:.1f} s after the SIGKILL")
+
+
+def test_sigterm_stops_its_slurm_and_leaves_nothing(server, pytester):
+    """pytest given SIGTERM (a CI runner's cancel) while its jobs run: the session ends
+    as after Ctrl-C, and its own clean-up cancels the jobs, stops the daemons and
+    removes the namespaces and the folder (no orphan cleaner needed)."""
+    address = _machine_address()
+    before = _ours()
+    _suite(pytester, WAITING)
+    process = subprocess.Popen(_command(address, server.port, "test_suite.py"),
+                               cwd=pytester.path, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=_environment(),
+                               start_new_session=True)
+    try:
+        lines = _until_jobs_run(process)
+        assert _ours()["processes"], lines
+        os.kill(process.pid, signal.SIGTERM)
+        began = time.monotonic()
+        rest, _ = process.communicate(timeout=120)
+        print(f"pytest ended {time.monotonic() - began:.1f} s after SIGTERM")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    assert process.returncode not in (0, -signal.SIGTERM), "".join(lines) + rest
+    assert _nothing_left(before) == {"folders": [], "processes": [], "links": [],
+                                     "sockets": []}, rest[-3000:]
+
+
+def _until_jobs_run(process: subprocess.Popen) -> list[str]:
+    """pytest's output up to its header's SLURM nodes (its jobs run then)."""
+    lines: list[str] = []
+    stream = process.stdout
+    assert stream is not None
+
+    def read() -> None:  # a reader thread: the wait below stays bounded
+        for line in iter(stream.readline, ""):
+            lines.append(line)
+            if len(NODE.findall("".join(lines))) == HOSTS:
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=300)
+    assert any(HEADER.search(line) for line in lines), "".join(lines)[-3000:]
+    return list(lines)
 
 
 def _no_door(folder: Path, pytest_pid: int) -> None:
