@@ -87,7 +87,9 @@ check: setup-check lint
 	$(PY) -m pytest tests -p no:cacheprovider -q -n 2 -m "$(FAST)"
 
 # --dist loadgroup: the tests of one xdist_group run on one worker (tests/conftest.py
-# puts every test of the shared embedded_dcache in one, so the run starts it once)
+# puts every test of the shared embedded_dcache in one, so the run starts it once); the
+# groups go first, then the modules holding a long_running test (tests/conftest.py
+# collects them first), so that short tests, not a 2-minute suite run, end the run
 test: setup
 	$(MAKE) lint
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site

@@ -101,6 +101,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "embedded_dcache" in fixtures:
             item.add_marker(pytest.mark.slow_server)
             item.add_marker(pytest.mark.xdist_group(DCACHE_GROUP))
+    _long_modules_first(items)
+
+
+#: a test that runs a minute or more on the reference machine (a whole suite against a
+#: real server, dCache starts of its own): its module is collected first
+LONG = "long_running"
+
+
+def _long_modules_first(items: list[pytest.Item]) -> None:
+    """The modules holding a ``long_running`` test first, each in its own order (a
+    module's fixtures stay together), then the others. Under ``-n 2 --dist loadgroup``
+    the groups go first (xdist hands out the largest unit first), then the single tests
+    in this order: the long ones start while the short ones are left to fill the end.
+    In collection order, the suite runs of test_xrootd_integration.py (96 s) and
+    test_reports.py (83 s) came near the end of the run and could leave one worker idle
+    for their length while the other finished them."""
+    long_modules = {item.path for item in items if item.get_closest_marker(LONG)}
+    if long_modules:
+        items.sort(key=lambda item: item.path not in long_modules)  # stable
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker sends the collected ids

@@ -110,6 +110,7 @@ def _only_lost_gridftp_connections(results: Path) -> bool:
                                 for step in failed)
 
 
+@pytest.mark.long_running
 def test_dcache_suite_over_gsiftp(pytester, monkeypatch):
     """`pytest suites/dcache --storage-embedded gridftp`: the functional and conformance
     checks over gsiftp:// (vector reads not applicable, said so) and every scan."""

@@ -194,6 +194,7 @@ def test_installed_suites_conftests_import(installed_run):
     assert len(result.stdout.splitlines()) == len(names)
 
 
+@pytest.mark.long_running
 def test_installed_suite_runs_against_the_embedded_server(installed_run):
     """A real run of the shipped suite from the installed wheel, at a small plan scale,
     with the shipped thresholds: every scan step measured and judged."""
@@ -260,6 +261,7 @@ def _servers_their_conftests_name(site: Path, suites: list[str]) -> dict[str, st
     return json.loads(result.stdout)
 
 
+@pytest.mark.long_running
 def test_every_shipped_suite_runs_against_the_server_its_conftest_names(installed_run):
     """``pytest --pyargs storagescale_suites.<suite> --co`` of the installed wheel, for
     every shipped suite: it collects, the header names the embedded server the suite's

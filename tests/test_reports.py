@@ -63,6 +63,7 @@ def _results(directory: Path) -> dict[str, dict]:
 
 
 @pytest.mark.integration
+@pytest.mark.long_running
 def test_allure_results_and_stable_history(pytester):
     first = _run_suite(pytester, "--alluredir=first")
     first.assert_outcomes(passed=4)

@@ -311,6 +311,7 @@ def test_unreachable_endpoint_is_a_clear_error(pytester):
     assert "Traceback" not in result.stderr.str()
 
 
+@pytest.mark.long_running
 def test_xrootd_suite_against_embedded_server(pytester):
     """The shipped suite and thresholds, as `make demo` runs them, with tiny steps."""
     args = (
