@@ -36,7 +36,9 @@ LEAVE_A_DCACHE = """
 import os, sys
 from pytest_storagescale.servers.dcache import EmbeddedDCache
 
-server = EmbeddedDCache()
+# what the reaper stops is the JVMs and PostgreSQL: no tape services nor GridFTP door,
+# which only lengthen the start
+server = EmbeddedDCache(tape=None, extra_doors=())
 server.requested_version = sys.argv[1] or None
 server.start()
 print(server.process.pid, server.database.process.pid, server.zookeeper.pid, server.directory,
@@ -181,6 +183,7 @@ def _the_webdav_door_redirects_put_and_get_to_a_pool(dcache: EmbeddedDCache) -> 
 
 
 @pytest.mark.slow_server
+@pytest.mark.long_running
 def test_a_dcache_whose_pytest_was_killed_is_reaped(dcache_release):
     """A process starts a dCache and dies without stopping it: the JVM and PostgreSQL
     keep running; the orphan reaper (run by the next server start) stops both and
@@ -255,3 +258,46 @@ def test_suites_dcache_says_why_it_runs_against_apache_without_a_distribution(
         "distribution (scripts/dcache-dist.sh fills the cache; --storage-embedded dcache "
         "--storage-embedded-version PATH gives a tarball)",
     ])
+
+
+def test_a_door_is_probed_only_once_its_port_listens():
+    """The readiness probes (a Python process each for the GSI xrootd door and the extra
+    doors) run only once the door's port takes a connection: while the JVM starts, a
+    round costs a connect per door, not a process per door. Here the xrootd door's port
+    has no listener for the whole wait: its probe never runs, and the answer names the
+    port; the WebDAV and SRM ports listen, so theirs run."""
+    import socket
+
+    server = EmbeddedDCache(tape=None, extra_doors=())
+    called: list[str] = []
+
+    def probe(door: str, error: str = ""):
+        def run() -> None:
+            called.append(door)
+            if error:
+                raise RuntimeError(error)
+        return run
+
+    server._probe_webdav = probe("davs")
+    server._probe_xrootd = probe("root")
+    server._probe_srm = probe("srm", "srm not ready")
+    listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    closed = socket.create_server(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()  # nothing listens there from now on
+    server.ports = {"webdav": listeners[0].getsockname()[1], "xrootd": closed_port,
+                    "srm": listeners[1].getsockname()[1]}
+    server.startup_timeout = 2.0
+    server.process = subprocess.Popen(["sleep", "30"])
+    try:
+        error = server._probe_doors()
+    finally:
+        server.process.kill()
+        server.process.wait()
+        for listener in listeners:
+            listener.close()
+    assert "root" not in called and "davs" in called and "srm" in called, called
+    assert f"the root door did not answer (nothing listens on its port {closed_port} yet)" \
+        in error, error
+    assert "the srm door did not answer (srm not ready)" in error, error
+    assert set(server.door_seconds) == {"davs"}

@@ -142,6 +142,14 @@ CLASSPATH="$classpath" exec "$JAVA" ${JAVA_OPTIONS} "-Ddcache.home=$DCACHE_HOME"
 """
 
 
+#: each door's listening port (:attr:`EmbeddedDCache.ports`): its readiness probe runs
+#: once the port takes a connection. The probes of the GSI xrootd door and the extra
+#: doors start a Python process each (gfal2, the XRootD client: ~0.3 s of CPU), which
+#: every half-second round of a start took from the JVMs starting beside them. The
+#: tape's frontend is probed as it is (in process, over HTTPS)
+_DOOR_PORTS = {"davs": "webdav", "root": "xrootd", "srm": "srm", "root-gsi": "xrootd_gsi",
+               "dcap": "dcap", "gsiftp": "ftp"}
+
 #: a stat of the test area through gfal2, in a process of its own (the extra doors' probe)
 _STAT_APART = """
 import json, sys
@@ -836,6 +844,10 @@ class EmbeddedDCache(EmbeddedServer):
             except subprocess.TimeoutExpired:
                 pass
             for door, probe in list(probes.items()):
+                port = self.ports.get(_DOOR_PORTS.get(door, ""))
+                if port and not _listening(self.door_host, port):
+                    last[door] = f"nothing listens on its port {port} yet"
+                    continue  # the probe (a Python process for some) once it listens
                 try:
                     probe()
                 except Exception as exc:  # noqa: BLE001 - keep probing until the deadline
@@ -1012,6 +1024,17 @@ def free_port_block(size: int) -> int:
                 probe.close()
     raise EndpointError(f"no {size} consecutive free ports on 127.0.0.1 between "
                         f"{low} and {high} for the dCache domain and its pools' movers")
+
+
+def _listening(host: str, port: int) -> bool:
+    """Whether ``host:port`` takes a TCP connection (a door's cell listens)."""
+    import socket
+
+    try:
+        with socket.create_connection((host.strip("[]"), port), timeout=5):
+            return True
+    except OSError:
+        return False
 
 
 def _ruok(port: int, host: str = "127.0.0.1") -> bool:
