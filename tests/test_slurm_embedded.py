@@ -111,7 +111,7 @@ def _ours() -> dict[str, list[str]]:
         if b"storagescale-slurm-" in command or "storagescale-slurm-" in cwd \
                 or re.match(rb"(slurmctld|slurmd|slurmstepd|munged)\b", command.split(b"/")[-1]):
             processes.append(f"{entry} {command.decode(errors='replace')[:160]}")
-    links = re.findall(r"\d+: (sl\d{5}[hp]\d*)\S*:", subprocess.run(
+    links = re.findall(r"\d+: (sl[0-9a-f]{6}[hpc]\d*)\S*:", subprocess.run(
         ["ip", "-o", "link"], capture_output=True, text=True, timeout=30).stdout)
     sockets = [line for line in subprocess.run(
         ["ss", "-ltnpH"], capture_output=True, text=True, timeout=30).stdout.splitlines()
@@ -326,6 +326,30 @@ def test_a_start_past_its_deadline_is_one_paragraph_and_leaves_nothing(monkeypat
     assert "slurmctld:" in text and "\n" not in text
     assert _nothing_left(before) == {"folders": [], "processes": [], "links": [],
                                      "sockets": []}
+
+
+def test_a_network_that_fails_half_made_leaves_no_veth(monkeypatch):
+    """The second host's veth pair made, moving it into the bridge's namespace failing
+    (both ends still in this machine's namespace): one paragraph, and no veth, holder
+    or folder left."""
+    _needs_slurm()
+    from pytest_storagescale.cluster.address import parse_cluster_address
+    from pytest_storagescale.errors import StorageScaleUsageError
+
+    before = _ours()
+    real = slurm_hosts._ip
+
+    def failing(*args: str, netns: str | None = None) -> str:
+        if args[:2] == ("link", "set") and args[2].endswith("p1") and "netns" in args:
+            raise RuntimeError(f"'ip {' '.join(args)}' failed: made to fail by the test")
+        return real(*args, netns=netns)
+
+    monkeypatch.setattr(slurm_hosts, "_ip", failing)
+    with pytest.raises(StorageScaleUsageError, match=r"the run's SLURM cluster did not "
+                       r"start: 'ip link set sl[0-9a-f]{6}p1 netns \d+' failed: made to fail"):
+        slurm_hosts.start_cluster(parse_cluster_address("embedded-slurm:2"))
+    assert _nothing_left(before, timeout=15) == {"folders": [], "processes": [],
+                                                 "links": [], "sockets": []}
 
 
 def test_jobs_that_do_not_join_in_time_are_cancelled_and_nothing_is_left(monkeypatch):

@@ -38,6 +38,8 @@ import contextlib
 import ipaddress
 import os
 import random
+import re
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -172,7 +174,8 @@ class EmbeddedSlurmHosts:
         self.nodes: list[SlurmNode] = []
         self.controller: SlurmNode | None = None
         self.slurm: EmbeddedSlurm | None = None
-        self.tag = f"{os.getpid() % 100000:05d}"
+        #: the run's veths are named sl<tag>h (this machine's end), sl<tag>p<i>/c<i>
+        self.tag = secrets.token_hex(3)
         #: seconds: namespaces made, then SLURM's nodes idle (from the start)
         self.timings: dict[str, float] = {}
 
@@ -309,13 +312,21 @@ class EmbeddedSlurmHosts:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 holder.wait(timeout=10)
         self.holders.clear()
-        outside = f"sl{self.tag}h"
-        deadline = time.monotonic() + 10  # the veth goes with the controller's namespace
-        while time.monotonic() < deadline and subprocess.run(
-                ["ip", "link", "show", outside], capture_output=True, timeout=30).returncode == 0:
+        deadline = time.monotonic() + 10  # the veths go with the namespaces they are in
+        while self._own_links() and time.monotonic() < deadline:
             time.sleep(0.1)
+        for link in self._own_links():  # a start that failed before it moved them
+            subprocess.run(["ip", "link", "del", link], capture_output=True, timeout=30)
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+    def _own_links(self) -> list[str]:
+        """This run's veth ends still in this machine's namespace."""
+        listed = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True,
+                                timeout=30).stdout
+        return [name for name in re.findall(r"^\d+: ([^:@]+)", listed, re.M)
+                if name.startswith(f"sl{self.tag}")]
 
 
 class EmbeddedSlurmCluster:
