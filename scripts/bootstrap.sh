@@ -73,9 +73,11 @@ LEAN_SERVER_PACKAGES=("${XROOTD6_BUILD_PACKAGES[@]}"
           # the embedded dCache's dcap and GridFTP doors: dccp, gfal2's dcap plug-in and
           # libdcap's GSI tunnel (gsidcap://), globus-url-copy
           dcap gfal2-plugin-dcap dcap-tunnel-gsi globus-gass-copy-progs
-          # client hosts from a batch system (cluster/slurm.py, tests/test_slurm.py): a
-          # SLURM controller and one slurmd per namespace host, with the run's munge key
-          slurmctld slurmd slurm-client munge
+          # client hosts from a batch system (cluster/slurm.py, tests/test_slurm.py,
+          # --storage-cluster embedded-slurm:N: servers/slurm_hosts.py): a SLURM
+          # controller and one slurmd per namespace host, with the run's munge key; ip
+          # for the namespace hosts' veths and routes
+          slurmctld slurmd slurm-client munge iproute2
           # --storage-pushgateway's tests: a real Pushgateway and Prometheus on loopback
           prometheus prometheus-pushgateway)
 # commands that may come from elsewhere on the machine (a JDK, nodesource's node):
