@@ -70,7 +70,8 @@ rules = ["failed == 0", "hung == 0", "lost == 0"]
 HEADER = re.compile(r"storagescale: embedded SLURM for this run: controller (\S+), "
                     r"(\d+) client hosts \(network namespaces\), up in ([\d.]+) s, \d+ worker "
                     r"jobs joined ([\d.]+) s later; folder (\S+)")
-NODE = re.compile(r"^  slurm node (ns\d+) (\S+): job (\d+) (\w+), memory (\d+) MB", re.M)
+NODE = re.compile(r"^  slurm node (ns\d+) (\S+): job (\d+) (\w+), Dask worker (\S+), "
+                  r"memory (\d+) MB", re.M)
 
 
 def _needs_slurm() -> None:
@@ -181,13 +182,15 @@ def test_a_suite_runs_its_clients_as_jobs_of_a_slurm_cluster_of_its_own(server, 
     # SLURM's own view (squeue): one running job on each host
     assert sorted(n[0] for n in nodes) == [f"ns{i}" for i in range(HOSTS)], output[-3000:]
     assert {n[3] for n in nodes} == {"RUNNING"} and len({n[2] for n in nodes}) == HOSTS
-    assert all(int(n[4]) > 0 for n in nodes), nodes
-    print("memory per client host (MB):", {n[0]: int(n[4]) for n in nodes})
+    assert all(int(n[5]) > 0 for n in nodes), nodes
+    print("memory per client host (MB):", {n[0]: int(n[5]) for n in nodes})
     job_addresses = sorted(n[1] for n in nodes)
-    # the per-host rows are those hosts' addresses, 2 clients each
+    # the per-host rows are those hosts' addresses and Dask workers, 2 clients each
     rows = re.findall(r"^  host (\S+)\s+([\d.]+)\s+clients\s+(\d+)\s+succeeded\s+(\d+)",
                       output, re.M)
     assert sorted(r[1] for r in rows) == job_addresses and {r[2] for r in rows} == {"2"}, rows
+    assert sorted((r[1], r[0]) for r in rows) == sorted((n[1], n[4]) for n in nodes), \
+        (rows, nodes)
     [step] = json.loads((pytester.path / "out.json").read_text())["steps"]
     assert step["executor"] == "cluster" and step["lost"] == 0 and step["failed"] == 0
     assert sorted(h["address"] for h in step["hosts"]) == job_addresses

@@ -355,11 +355,21 @@ class EmbeddedSlurmCluster:
                  f"namespaces), up in {slurm_up:.1f} s{joined}; folder {hosts.directory}"]
         memory = hosts.memory_by_host()
         on = {node: (job, state) for job, node, state in hosts.jobs()}
+        workers = self._worker_names()
         for node in hosts.nodes:
             job, state = on.get(node.name, ("-", "no job"))
             lines.append(f"  slurm node {node.name} {node.address}: job {job} {state}, "
+                         f"Dask worker {workers.get(node.address, '-')}, "
                          f"memory {memory.get(node.name, 0) / 1e6:.0f} MB")
         return lines
+
+    def _worker_names(self) -> dict[str, str]:
+        """Host address -> the name of the Dask worker there (the scheduler's view)."""
+        try:
+            workers = dict(self.dask_cluster.scheduler_info.get("workers") or {})
+        except Exception:  # noqa: BLE001 - a header line, not a reason to stop
+            return {}
+        return {str(info.get("host")): str(info.get("name")) for info in workers.values()}
 
     def close(self) -> None:
         try:
