@@ -82,12 +82,76 @@ def in_namespace(netns: str, function: Callable[[], _T]) -> _T:
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             outcome["error"] = exc
 
+    elsewhere = set(foreign_threads())
     thread = threading.Thread(target=enter_and_run, name=f"netns {netns}", daemon=True)
     thread.start()
     thread.join()
+    rehome_xrootd_client(elsewhere)
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
     return outcome["value"]  # type: ignore[return-value]
+
+
+def foreign_threads() -> dict[int, int]:
+    """The threads of this process in another network namespace than the calling
+    thread's: {thread id: namespace inode}."""
+    here = os.stat(f"/proc/self/task/{threading.get_native_id()}/ns/net").st_ino
+    found = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            space = os.stat(f"/proc/self/task/{task}/ns/net").st_ino
+        except OSError:  # the thread ended meanwhile
+            continue
+        if space != here:
+            found[int(task)] = space
+    return found
+
+
+def rehome_xrootd_client(known: set[int] | frozenset[int] = frozenset()) -> None:
+    """The XRootD client's threads back in the calling thread's network namespace.
+
+    XrdCl stops its event loop and worker threads before a ``fork()`` and starts them
+    again in the parent from the thread that forked (its ``pthread_atfork`` handlers;
+    its log: "Running the parent fork handler ... Creating and starting the built-in
+    poller"). A thread of :func:`in_namespace` that forks (PostgreSQL's commands run as
+    another user: ``Popen(user=...)`` forks where other starts vfork, which runs no
+    handler) thus moves them into its host's namespace, and every connection the
+    client opens from them (a redirect's, as the dCache door's to its proxy) fails
+    there: ``network is unreachable``, the client asks the door again, the door
+    redirects again, until "[FATAL] Redirect limit has been reached" (fresh-clone
+    make test, where earlier tests of the worker had started the client). One
+    ``fork()`` here, whose child exits at once, starts them again in this thread's
+    namespace. Nothing to do when the client library is not loaded or no thread of
+    this process but the ``known`` ones is elsewhere. (Threads that stay there are the
+    ones started there for good, as the process watchers of PostgreSQL and ZooKeeper,
+    which only wait for their process.)"""
+    if not set(foreign_threads()) - set(known):
+        return
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        if "libXrdCl" not in maps.read():
+            return
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only exits
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def wait_unshared(holder: subprocess.Popen, what: str, timeout: float = 30.0) -> None:
+    """Until ``holder`` (``unshare --net ...``) is in a network namespace of its own:
+    right after its start it is still in this one, and ``/proc/<pid>/ns/net`` names
+    this machine's."""
+    here = os.stat("/proc/self/ns/net").st_ino
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if holder.poll() is not None:
+            raise EndpointError(f"{what}: 'unshare --net' exited with code {holder.returncode}.")
+        try:
+            if os.stat(f"/proc/{holder.pid}/ns/net").st_ino != here:
+                return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise EndpointError(f"{what}: 'unshare --net' made no namespace within {timeout:.0f} s.")
 
 
 def _ip(*args: str, netns: str | None = None) -> str:
@@ -184,9 +248,12 @@ class ServerNetwork:
     def _hold(self, name: str) -> subprocess.Popen:
         log = self.directory / "log" / f"netns-{name}.out"
         with open(log, "ab") as sink:
-            return subprocess.Popen(["unshare", "--net", "sleep", "infinity"],
-                                    cwd=self.directory, stdout=sink, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            holder = subprocess.Popen(["unshare", "--net", "sleep", "infinity"],
+                                      cwd=self.directory, stdout=sink,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      start_new_session=True)
+        wait_unshared(holder, f"the embedded dCache's {name} host")
+        return holder
 
     def start(self) -> ServerNetwork:
         (self.directory / "log").mkdir(exist_ok=True)
