@@ -26,7 +26,7 @@ import pytest
 
 from pytest_storagescale.servers.dcache import cached_releases
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow_server]
+pytestmark = [pytest.mark.integration, pytest.mark.slow_server, pytest.mark.long_running]
 REPO = Path(__file__).resolve().parent.parent
 BEFORE, AFTER = "10.2.25", "11.2.5"
 #: what 11.2.5 changed, each check with a word of the answer seen (its known issue)
@@ -36,6 +36,11 @@ CHANGED = {
 }
 #: every step's measured seconds: the mechanism (a copy, a scan, the gate), not speed
 STEP_S = 6
+#: the doors the scans load, as thresholds/dcache/10.2.25.toml and 11.2.5.toml were
+#: measured: not all (the embedded dCache's GridFTP door since, whose two scans added a
+#: quarter to each run's steps: 40 s of 175 s at load 30); the conformance and
+#: behaviour checks still run over every door
+LOAD_DOORS = "davs,root,srm"
 SUBSET = ("test_namespace_scan or test_copy_out_scan or test_put_get_checksum "
           "or test_stat_file_and_directory or test_prepare_stage "
           "or test_bad_logins_do_not_block_a_correct_client")
@@ -44,7 +49,7 @@ SUBSET = ("test_namespace_scan or test_copy_out_scan or test_put_get_checksum "
 def _run(pytester, version: str, *extra: str):
     return pytester.runpytest_subprocess(
         str(REPO / "suites" / "dcache"), "--storage-embedded=dcache",
-        f"--storage-embedded-version={version}", "--storage-load-doors=all",
+        f"--storage-embedded-version={version}", f"--storage-load-doors={LOAD_DOORS}",
         "--storage-scale=0.02", "--storage-clients=2", "-k", SUBSET,
         # steps long enough that a 10 MB SRM copy finishes on a machine at load 20 (at
         # 0.02 the plan's steps are 1 s: a busy CI box finished no copy, issue 31 #15)
@@ -59,14 +64,14 @@ def test_an_upgrade_from_10_2_to_11_2_is_judged_against_the_first_run(pytester):
                     "run 'make setup' (scripts/dcache-dist.sh)")
     before, after = pytester.path / "before.json", pytester.path / "after.json"
     first = _run(pytester, BEFORE, f"--storage-results={before}")
-    assert first.ret == 0, first.stdout.str()[-3000:]
+    assert first.ret == 0, first.stdout.str()[-3000:] + first.stderr.str()[-3000:]
     first.stdout.fnmatch_lines([f"storagescale: dcache {BEFORE} at davs://*",
                                 f"*thresholds: *dcache/*.toml (matched version {BEFORE}*"])
     second = _run(pytester, AFTER, f"--storage-baseline={before}",
                   f"--storage-results={after}")
     # the gate's verdict is the second run's exit status: the two behaviour changes are
     # not accepted (no --storage-accept), so 1 whatever the steps measured, naming both
-    assert second.ret == 1, second.stdout.str()[-3000:]
+    assert second.ret == 1, second.stdout.str()[-3000:] + second.stderr.str()[-3000:]
     gate = second.stdout.str().partition("storagescale gate")[2]
     # (a load step meeting an error kind its baseline step did not would add a change)
     assert re.search(r"gate: \d+ behaviour changes not accepted", gate), gate
@@ -87,7 +92,7 @@ def test_an_upgrade_from_10_2_to_11_2_is_judged_against_the_first_run(pytester):
                                  f"{AFTER}*"])
     judged = [step for step in documents[1]["steps"] if step.get("baseline")]
     assert judged, "no step of the second run was compared with the first"
-    assert {step["door"] for step in judged} >= {"davs", "root", "srm"}
+    assert {step["door"] for step in judged} == set(LOAD_DOORS.split(","))
     compare = subprocess.run(
         [str(Path(sys.executable).with_name("storagescale")), "compare", str(before),
          str(after)], capture_output=True, text=True, timeout=120)
