@@ -544,7 +544,7 @@ def pairs_needed_note(rates: Sequence[tuple[float, float]], min_effect: float,
     pairs' log rate ratios, and how many pairs it would take to show a rate loss of
     the minimum effect's and a half (0.85 -> 0.75 of A: the issue's 25 % against the
     default 15 %) at that spread. Beside ``stress-ng --cpu 4`` on 2 cores the spread
-    of one xrootd against itself was 0.6-1.3: a 25 % loss takes 90-400 pairs, where
+    of one xrootd against itself was 0.6-1.3: a 25 % loss takes 90-420 pairs, where
     the default budget measures 12 (docs/benchmarks.md)."""
     import statistics
 
