@@ -505,11 +505,12 @@ def paired_trial(kind: str, index: int, specs, groups, settings: Settings,
                 cycle = stack.enter_context(DutyCycle(
                     settings.extra["pid_b"], stopped_s=stop / 1e3, period_s=period / 1e3,
                     limit_s=2 * paired_limit(settings) + 60))
-            result = measure_alternating(plan, plan_b, "B", settings=GateSettings())
+            gate_settings = GateSettings(paired_budget=settings.extra.get("paired_budget", 3.0))
+            result = measure_alternating(plan, plan_b, "B", settings=gate_settings)
             again = None
             if result.gate is not None and result.gate.fails:
                 again = measure_alternating(replace_plan(plan, workdir=f"{ROOT}/t{index}r"),
-                                            plan_b, "B", settings=GateSettings())
+                                            plan_b, "B", settings=gate_settings)
         if cycle is not None:
             stopped = cycle.stopped_share
         seconds = time.monotonic() - began
@@ -543,8 +544,9 @@ def paired_limit(settings: Settings) -> float:
     duration, in runs with a warm-up each."""
     from pytest_storagescale.paired import BUDGET, PAIRS
 
-    runs = BUDGET * PAIRS
-    return 2 * (BUDGET * settings.duration + runs * (settings.warmup + 1.0))
+    budget = settings.extra.get("paired_budget", BUDGET)
+    runs = budget * PAIRS
+    return 2 * (budget * settings.duration + runs * (settings.warmup + 1.0))
 
 
 def paired_rows(trials: list[dict]) -> list[str]:
@@ -647,7 +649,8 @@ def calibrate_paired(args, settings: Settings) -> int:
         f"stat at {settings.clients} clients, a {settings.duration:g} s step measured "
         f"as the plugin's paired mode does (A B B A A B B A runs of "
         f"{settings.duration / 4:g} s after {settings.warmup:g} s of warm-up each, more "
-        f"mirrored blocks while inconclusive up to 3x the step's duration a side, a "
+        f"mirrored blocks while inconclusive up to {settings.extra.get('paired_budget', 3):g}x "
+        f"the step's duration a side, a "
         f"regressed step measured again), the machine loaded by "
         f"{f'`stress-ng --cpu {args.stress}` and by ' if args.stress else 'no stress-ng, only '}"
         f"other jobs sharing it (1-minute load average {load_start:.1f} at the start, "
@@ -723,6 +726,9 @@ def main() -> int:
                         help="the kinds of judged runs, comma-separated, of A/A, capped, rate, "
                              "p99 (default: A/A,rate,p99; --capped: A/A,capped; --paired: "
                              "A/A,capped)")
+    parser.add_argument("--paired-budget", type=float, default=3.0,
+                        help="--paired: the gate's paired_budget (times the step's duration "
+                             "a side while inconclusive)")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--json", type=Path, help="every judged run's outcome, to this file")
     args = parser.parse_args()
@@ -748,12 +754,15 @@ def main() -> int:
     if args.stress and shutil.which("stress-ng") is None:
         problems.append("--stress needs stress-ng: bash scripts/bootstrap.sh all "
                         "(or --stress 0)")
+    problems += [f"--paired-budget {args.paired_budget}: from 1 to 100"] * (
+        not 1 <= args.paired_budget <= 100)
     if problems:
         print("bench_gate: " + "; ".join(problems), file=sys.stderr)
         return 4
     settings = Settings(clients=args.clients, duration=args.duration, warmup=args.warmup,
                         rate_stop_ms=args.rate_stop_ms, rate_period_ms=args.rate_period_ms,
                         p99_stop_ms=args.p99_stop_ms, p99_period_ms=args.p99_period_ms)
+    settings.extra["paired_budget"] = args.paired_budget
     if args.dry_run:
         dry_run(args, settings)
         return 0
