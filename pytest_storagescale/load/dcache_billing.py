@@ -292,3 +292,54 @@ def billing_folder(home: Path | str) -> Path:
     ``<home>/var/billing``)."""
     return Path(home) / "var" / "billing"
 
+
+
+# -- dCache 11.1+'s Prometheus JMX exporter ------------------------------------------------
+#: the most bytes of one scrape of the exporter (its answer is some 100 kB)
+MAX_SCRAPE_BYTES = 16 * 1024 * 1024
+#: the exporter's namespace counters (PnfsManager's requests by message type, and
+#: chimera's calls by method, with the release's own rules): what a namespace step
+#: made dCache do, beside the clients' operations
+NAMESPACE_PREFIXES = ("dcache_pnfsmanager_ops_", "dcache_pnfsmanager_messages_")
+
+
+def scrape_exporter(url: str, user: str, password: str, timeout: float = 30
+                    ) -> dict[str, float]:
+    """One scrape of dCache's Prometheus JMX exporter (``dcache.enable.prometheus.
+    exporter``: the JVM's agent, HTTP basic authentication): every sample, by its name
+    and labels (``name{label="v"}``), parsed by prometheus_client's parser. At most
+    :data:`MAX_SCRAPE_BYTES`; an error naming the URL (never the password)."""
+    import base64
+    import urllib.error
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from ..errors import EndpointError
+
+    secret = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request = urllib.request.Request(url, headers={"Authorization": f"Basic {secret}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310
+            body = answer.read(MAX_SCRAPE_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        raise EndpointError(f"dCache's Prometheus exporter {url} answered {exc.code}") from None
+    except (OSError, urllib.error.URLError) as exc:
+        raise EndpointError(f"dCache's Prometheus exporter {url}: {exc}") from None
+    if len(body) > MAX_SCRAPE_BYTES:
+        raise EndpointError(f"dCache's Prometheus exporter {url} answered more than "
+                            f"{MAX_SCRAPE_BYTES >> 20} MiB: not read")
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(body.decode("utf-8", errors="replace")):
+        for sample in family.samples:
+            labels = ",".join(f'{key}="{value}"' for key, value in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = float(sample.value)
+    return samples
+
+
+def exporter_counts(before: dict[str, float], after: dict[str, float],
+                    prefixes: tuple[str, ...] = NAMESPACE_PREFIXES) -> dict[str, float]:
+    """What the exporter's namespace counters rose by between two scrapes (only those
+    that rose; a counter gone or lower, a restarted JVM, is left out)."""
+    return {name: after[name] - before.get(name, 0.0) for name in sorted(after)
+            if name.startswith(prefixes) and after[name] > before.get(name, 0.0)}

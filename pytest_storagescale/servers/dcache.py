@@ -73,7 +73,10 @@ USER, UID, GID = "storagescale", 1000, 1000
 HEAP, DIRECT_MEMORY = "768m", "512m"
 #: the listening ports of the domain (then the pools' movers' ranges: WAN, LAN)
 PORT_NAMES = ("webdav", "xrootd", "xrootd_gsi", "srm", "srm_tls", "zookeeper", "dcap", "ftp",
-              "frontend", "admin")
+              "frontend", "admin", "prometheus")
+#: the user of the Prometheus JMX exporter's basic authentication (11.1+: the JVM's
+#: agent, ``dcache.enable.prometheus.exporter``; the run's password)
+PROMETHEUS_USER = "prometheus"
 #: the doors every embedded dCache has, by their URL scheme
 BASE_DOORS = ("davs", "root", "srm")
 #: the doors beside them (``extra_doors``), by their names: dcap with GSI
@@ -276,6 +279,8 @@ class EmbeddedDCache(EmbeddedServer):
         self.proxy: Path | None = None
         #: seconds from start() to every door ready, and per door from the JVM's start
         self.start_seconds = 0.0
+        #: the tape's flush timer while dCache holds it (:class:`.dcache_tape.HoldBridge`)
+        self.hold_bridge: tape_config.HoldBridge | None = None
         self.door_seconds: dict[str, float] = {}
         self.setup_seconds = 0.0
 
@@ -393,6 +398,44 @@ class EmbeddedDCache(EmbeddedServer):
                 + (f"; {self.tape.describe()} behind both pools" if self.tape else "") + ")")
 
     @property
+    def prometheus_url(self) -> str:
+        """The JVM's Prometheus JMX exporter (``http://127.0.0.1:<port>/metrics``, basic
+        authentication: :data:`PROMETHEUS_USER` and the run's password), "" when the
+        release ships none (10.2.25: no ``jmx_prometheus_javaagent`` jar, no option)."""
+        if self.home is None or not self._prometheus_jar():
+            return ""
+        return f"http://127.0.0.1:{self.ports['prometheus']}/metrics"
+
+    def _prometheus_jar(self) -> Path | None:
+        assert self.home is not None
+        return next(iter(sorted((self.home / "share" / "classes").glob(
+            "jmx_prometheus_javaagent-*.jar"))), None)
+
+    def _prometheus_lines(self) -> list[str]:
+        """``dcache.conf`` lines enabling the release's Prometheus JMX exporter on
+        loopback, with the release's own rules and basic authentication (the run's
+        password as a salted SHA-256: the file holds no secret; another local user
+        reads no counter), when the release ships the agent."""
+        import hashlib
+        import secrets
+
+        assert self.home is not None and self.directory is not None
+        shipped = self.home / "etc" / "prometheus_exporter_config.yaml"
+        if not self._prometheus_jar() or not shipped.is_file():
+            return []
+        salt = secrets.token_hex(16)
+        digest = hashlib.sha256(f"{salt}:{self.password}".encode()).hexdigest()
+        config = self.directory / "prometheus-exporter.yaml"
+        config.write_text("httpServer:\n  authentication:\n    basic:\n"
+                          f"      username: {PROMETHEUS_USER}\n"
+                          f"      passwordHash: {digest}\n      algorithm: SHA-256\n"
+                          f"      salt: {salt}\n" + shipped.read_text())
+        config.chmod(0o600)
+        return ["dcache.enable.prometheus.exporter=true",
+                f"dcache.enable.prometheus.exporter.endpoint=127.0.0.1:{self.ports['prometheus']}",
+                f"dcache.enable.prometheus.exporter.config={config}"]
+
+    @property
     def billing_directory(self) -> Path | None:
         """Where the billing service writes its records (``dcache.paths.billing``)."""
         return self.home / "var" / "billing" if self.home is not None else None
@@ -451,7 +494,17 @@ class EmbeddedDCache(EmbeddedServer):
             raise EndpointError(f"the embedded dCache did not start: {error}. Log tail "
                                 f"({DOMAIN}.log):\n{tail}")
         self.start_seconds = time.monotonic() - began
+        self._bridge_hold()
         return self
+
+    def _bridge_hold(self) -> None:
+        """dCache holds each pool's flush timer for 5 minutes after its start (the
+        first flush after a start waited 206-293 s): the tape's :class:`HoldBridge`
+        asks the pools to flush every trigger interval until the hold ends."""
+        if (self.tape is not None and self.directory is not None
+                and self.tape.flush_after_s <= tape_config.BRIDGE_MAX_AFTER_S):
+            self.hold_bridge = tape_config.HoldBridge(
+                self.tape_control, self.tape.flush_after_s).start()
 
     def _prepare(self) -> None:
         """Unpack, credentials, database, configuration, pools, schema, test area."""
@@ -645,6 +698,7 @@ class EmbeddedDCache(EmbeddedServer):
             # transfers dCache counted beside the clients' counts)
             "billing.format.json=true",
             *(tape_config.conf_lines() if self.tape is not None else ()),
+            *self._prometheus_lines(),
             "",
         ]))
         layout = [
@@ -967,6 +1021,9 @@ class EmbeddedDCache(EmbeddedServer):
     def stop(self) -> None:
         """Stop the JVM (SIGTERM: dCache's own shutdown, then SIGKILL to its group)
         and PostgreSQL, and remove the private directory (idempotent)."""
+        if self.hold_bridge is not None:  # its ssh session first: the door goes next
+            self.hold_bridge.stop()
+            self.hold_bridge = None
         process = self.process
         if self.watched is not None:
             self.watched.stopping()

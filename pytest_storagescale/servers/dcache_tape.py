@@ -34,6 +34,7 @@ import shutil
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,14 @@ from ..errors import EndpointError
 HSM = "osm"
 #: the tape-backed directory's name under the test area, and its storage group
 FOLDER, GROUP = "tape", "tape"
+#: the store of the tape's storage class (``<store>:<group>@osm``: the test area's)
+STORE = "storagescale"
+#: how long a pool holds its flush timer after it starts (s): dCache's
+#: HsmFlushController schedules its first flush ``_holdUntil = now + 5 minutes`` after
+#: the pool's start (10.2.25 and 11.2.5; no command or property changes it;
+#: ``flush set interval`` reschedules with the hold still in force): the first flush
+#: after a start waited 206-293 s here until :class:`HoldBridge` asked for it
+HOLD_S = 300.0
 #: the services a tape needs beside the embedded dCache's own
 SERVICES = ("frontend", "bulk", "cleaner-hsm", "admin")
 #: the database of the bulk service (the Tape REST API's requests)
@@ -269,20 +278,23 @@ class TapeControl:
         ssh = shutil.which("ssh")
         if ssh is None:
             raise EndpointError("ssh is not on PATH: 'sudo apt-get install openssh-client'")
-        key = self.access.admin_key
         self._wait_for_admin(timeout)
         done = subprocess.run(
-            [ssh, "-p", str(self.access.admin_port), "-i", key, "-F", "/dev/null",
-             "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-             "-o", "LogLevel=ERROR", "admin@127.0.0.1",
-             *(() if "\n" in command else (command,))],
+            [*self.ssh_argv(ssh), *(() if "\n" in command else (command,))],
             capture_output=True, text=True, timeout=timeout,
             input=command + "\n" if "\n" in command else "")
         if done.returncode != 0:
             raise EndpointError(f"the admin door answered {command!r} with exit "
                                 f"{done.returncode}: {(done.stderr + done.stdout).strip()[-300:]}")
         return done.stdout
+
+    def ssh_argv(self, ssh: str) -> list[str]:
+        """ssh to the admin door with the run's key (no other key, no config, no
+        known-hosts file: the door's host key is the run's own)."""
+        return [ssh, "-p", str(self.access.admin_port), "-i", self.access.admin_key,
+                "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+                "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "LogLevel=ERROR", "admin@127.0.0.1"]
 
     def _wait_for_admin(self, timeout: float) -> None:
         """Until the admin door takes connections (it comes up last: the start does not
@@ -461,8 +473,163 @@ class TapeControl:
     def on_tape(self, pnfsid: str) -> bool:
         return (self.folder / "data" / pnfsid).is_file()
 
+    # -- faults ---------------------------------------------------------------------------
+    def inject(self, **faults: dict[str, Any] | None) -> None:
+        """Make the library fail requests from now on (:mod:`.tape_hsm`'s fault file):
+        ``put=`` (flushes) and ``get=`` (stages), each ``{"mode": "fail" | "lost" |
+        "hang", "rc": N, "seconds": S, "pnfsids": [...]}`` or None (none). Replaces
+        the faults injected before; :meth:`clear_faults` ends them."""
+        from .tape_hsm import check_fault
+
+        unknown = sorted(set(faults) - {"put", "get"})
+        if unknown:
+            raise ValueError(f"tape faults of {unknown}: give put= or get=")
+        checked = {what: check_fault(what, fault) for what, fault in faults.items()
+                   if fault is not None}
+        path = self.folder / "faults.json"
+        part = path.with_suffix(".part")
+        part.write_text(json.dumps(checked))
+        part.replace(path)  # the script reads the whole file or none of it
+
+    def clear_faults(self) -> None:
+        (self.folder / "faults.json").unlink(missing_ok=True)
+
+    def failures(self) -> list[dict[str, Any]]:
+        """The library's failed requests (the log's records with an error)."""
+        return [record for record in self.records() if record.get("error")]
+
+    # -- the pools' flush timers ---------------------------------------------------------
+    def flush_held_s(self, timeout: float = 60) -> float:
+        """The longest any pool's next timed flush is away (s; 0: every timer runs):
+        the pools' ``info`` (``Next flush : 2026-11-29 08:15:49.652 (3 min in the
+        future)``, the JVM's local time, this host's), more than the flush interval
+        while dCache holds the timer after the pool's start."""
+        import re
+        from datetime import datetime
+
+        pools = sorted(path.name for path in Path(self.access.pools).iterdir()
+                       if (path / "setup").is_file())
+        answer = self.admin("\n".join(f"\\s {pool} info" for pool in pools), timeout=timeout)
+        stamps = re.findall(r"Next flush\s*:\s*(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)",
+                            answer)
+        if len(stamps) != len(pools):
+            raise EndpointError(f"the pools' info named {len(stamps)} next flush(es) for "
+                                f"{len(pools)} pools: {answer[-300:]!r}")
+        now = time.time()
+        return max(0.0, *(datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f").timestamp() - now
+                          for stamp in stamps))
+
+    def flush_class(self, timeout: float = 60) -> str:
+        """``flush class osm <store>:tape`` on every pool (one admin session): each
+        pool flushes the tape class's queued files now, whatever its timer (dCache
+        holds a pool's flush timer for its first 5 minutes: :data:`HOLD_S`)."""
+        return self.admin(flush_class_commands(self.access.pools).rstrip("\n"),
+                          timeout=timeout)
+
     def records(self) -> list[dict[str, Any]]:
         return log_records(self.folder)
+
+
+# -- the pools' flush timers while dCache holds them ------------------------------------
+#: the longest flush trigger (``flush_after_s``) whose hold is bridged (s): a library
+#: with seed 004's triggers (10 minutes) keeps dCache's hold, as a site's pools do
+BRIDGE_MAX_AFTER_S = 10
+
+
+def flush_class_commands(pools: str) -> str:
+    """Admin shell lines asking every pool of the folder ``pools`` to flush the tape's
+    storage class now (``flush class osm storagescale:tape``), one a line."""
+    names = sorted(path.name for path in Path(pools).iterdir() if (path / "setup").is_file())
+    return "".join(f"\\s {name} flush class {HSM} {STORE}:{GROUP}\n" for name in names)
+
+
+class HoldBridge:
+    """The pools' flush timer while dCache holds it: for :data:`HOLD_S` after the
+    start, every ``flush_after_s`` seconds (at least 1), ``flush class`` of the tape's
+    storage class on every pool through one admin session (an ssh process whose input
+    stays open; its answers go to ``<run>/tape/hold-bridge.log``). The pools' own
+    timers take over when the hold ends (the bridge stops; its deadline is from the
+    start's end, later than the pools' own hold). Only for a library whose trigger is
+    at most :data:`BRIDGE_MAX_AFTER_S`: ``flush class`` flushes every queued file, so
+    a longer trigger (seed 004's ``max.minutes``) would not be the pool's rule."""
+
+    def __init__(self, control: TapeControl, every: float, seconds: float = HOLD_S) -> None:
+        self.control = control
+        self.every = max(1.0, float(every))
+        self.deadline = time.monotonic() + seconds
+        self.stopping = threading.Event()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.thread = threading.Thread(target=self._run, name="tape-hold-bridge", daemon=True)
+        #: the ticks sent (each a ``flush class`` to every pool), and why it ended early
+        self.sent = 0
+        self.error = ""
+
+    def start(self) -> HoldBridge:
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        import socket
+
+        ssh = shutil.which("ssh")
+        if ssh is None:
+            self.error = "no ssh on PATH"
+            return
+        while not self.stopping.is_set():  # the admin door comes up last
+            if time.monotonic() > self.deadline:
+                self.error = "the admin door did not come up within the hold"
+                return
+            try:
+                socket.create_connection(("127.0.0.1", self.control.access.admin_port),
+                                         timeout=5).close()
+                break
+            except OSError:
+                self.stopping.wait(1)
+        try:
+            with open(self.control.folder / "hold-bridge.log", "ab") as log:
+                self.process = subprocess.Popen(
+                    self.control.ssh_argv(ssh), stdin=subprocess.PIPE, stdout=log,
+                    stderr=subprocess.STDOUT, start_new_session=True)
+            commands = flush_class_commands(self.control.access.pools).encode()
+            while not self.stopping.is_set() and time.monotonic() < self.deadline:
+                if self.process.poll() is not None:
+                    self.error = f"the admin session ended (exit {self.process.returncode})"
+                    return
+                assert self.process.stdin is not None
+                self.process.stdin.write(commands)
+                self.process.stdin.flush()
+                self.sent += 1
+                self.stopping.wait(self.every)
+        except OSError as exc:  # the session ended under a write: the server stops
+            self.error = str(exc)
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        process = self.process
+        if process is None:
+            return
+        try:
+            if process.stdin is not None:
+                process.stdin.close()
+        except OSError:
+            pass
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """End the bridge and its ssh process (idempotent; the server's stop)."""
+        self.stopping.set()
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.terminate()
+        self.thread.join(timeout=30)
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
 
 
 # -- the stage interfaces ---------------------------------------------------------------

@@ -21,6 +21,19 @@ that holds another volume, or sat idle longer than ``dismount`` seconds, mounts 
 which file, which drive, whether it mounted, when it started and ended): what the
 tests and the suite read back.
 
+Faults (a site's tape fails in these ways; the tests and the suite check that a tape
+step reports them as failures of the storage, never a pass): ``DIR/faults.json``, read
+at every request, written by :meth:`~.dcache_tape.TapeControl.inject` (absent: none):
+``{"put": FAULT, "get": FAULT}``, a FAULT ``{"mode": "fail" | "lost" | "hang",
+"rc": N, "seconds": S, "pnfsids": [...]}``: ``fail`` the drive fails the request (exit
+``rc``, 1 unless given: dCache's pool retries a flush, reports a failed stage to
+PoolManager), ``lost`` (stages only) the file's tape copy cannot be read (exit ``rc``,
+the copy is kept: clearing the fault makes it readable again), ``hang`` the drive
+holds the request ``seconds`` (at most :data:`MAX_HANG_S`) and then fails it (a drive
+stuck past dCache's or the client's deadline; dCache may kill the script before).
+``pnfsids`` limits the fault to those files (absent: every file). A failed request is
+a line of the log as well, with ``"error"``.
+
 Python's standard library only (the pool's JVM runs it through the wrapper
 ``hsm-tape`` the embedded dCache writes beside the folder).
 """
@@ -39,6 +52,46 @@ from urllib.parse import parse_qs, urlsplit
 DRIVE_WAIT_S = 3600.0
 #: the pause between looks for a free drive (s)
 DRIVE_POLL_S = 0.05
+#: the longest an injected hang holds a drive (s)
+MAX_HANG_S = 3600.0
+#: the injectable faults' modes, and the requests each applies to
+FAULT_MODES = {"fail": ("put", "get"), "lost": ("get",), "hang": ("put", "get")}
+#: the exit code of a request failed by an injected fault (dCache: "other" codes are
+#: retried by the pool for a flush, reported to PoolManager for a stage)
+FAULT_RC = 1
+
+
+class InjectedFault(Exception):
+    """A request failed by the library's fault file: the exit code and the reason."""
+
+    def __init__(self, rc: int, reason: str) -> None:
+        super().__init__(reason)
+        self.rc = rc
+
+
+def check_fault(what: str, fault: object) -> dict:
+    """A fault of ``what`` requests (``put``, ``get``) as the fault file holds it,
+    checked (ValueError naming what is wrong)."""
+    if not isinstance(fault, dict):
+        raise ValueError(f"the {what} fault {fault!r} is no object")
+    mode = fault.get("mode")
+    if mode not in FAULT_MODES or what not in FAULT_MODES[mode]:
+        allowed = [name for name, ops in FAULT_MODES.items() if what in ops]
+        raise ValueError(f"the {what} fault's mode {mode!r}: give one of {allowed}")
+    rc = fault.get("rc", FAULT_RC)
+    if not isinstance(rc, int) or not 1 <= rc <= 255:
+        raise ValueError(f"the {what} fault's rc {rc!r}: give 1 to 255")
+    seconds = fault.get("seconds", 0)
+    if not isinstance(seconds, (int, float)) or not 0 <= seconds <= MAX_HANG_S:
+        raise ValueError(f"the {what} fault's seconds {seconds!r}: give 0 to {MAX_HANG_S:g}")
+    if mode == "hang" and not seconds:
+        raise ValueError(f"the {what} hang fault needs seconds (1 to {MAX_HANG_S:g})")
+    pnfsids = fault.get("pnfsids")
+    if pnfsids is not None and (not isinstance(pnfsids, list)
+                                or not all(isinstance(one, str) for one in pnfsids)):
+        raise ValueError(f"the {what} fault's pnfsids {pnfsids!r}: give a list of pnfsids")
+    return {"mode": mode, "rc": rc, "seconds": float(seconds),
+            **({"pnfsids": pnfsids} if pnfsids is not None else {})}
 
 
 def _options(arguments: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -75,6 +128,7 @@ class Library:
         self.per_file_s = float(options.get("perFile", "0"))
         self.dismount_s = float(options.get("dismount", "60"))
         self.data = os.path.join(self.base, "data")
+        self.faults_path = os.path.join(self.base, "faults.json")
         for folder in (self.data, os.path.join(self.base, "drives")):
             os.makedirs(folder, exist_ok=True)
 
@@ -95,9 +149,33 @@ class Library:
                 raise TimeoutError(f"no free drive of {self.drives} within {DRIVE_WAIT_S:.0f} s")
             time.sleep(DRIVE_POLL_S)
 
+    def fault(self, what: str, pnfsid: str) -> dict | None:
+        """The injected fault of this request (None: none). A fault file that cannot
+        be read or holds no valid fault fails the request: a test's fault is never
+        silently ignored."""
+        try:
+            with open(self.faults_path) as stream:
+                faults = json.load(stream)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise InjectedFault(FAULT_RC, f"the fault file {self.faults_path} is unreadable: "
+                                          f"{exc}") from None
+        if not isinstance(faults, dict) or faults.get(what) is None:
+            return None
+        try:
+            fault = check_fault(what, faults[what])
+        except ValueError as exc:
+            raise InjectedFault(FAULT_RC, f"the fault file {self.faults_path}: {exc}") from None
+        if "pnfsids" in fault and pnfsid not in fault["pnfsids"]:
+            return None
+        return fault
+
     def on_drive(self, what: str, volume: str, pnfsid: str, copy) -> None:
-        """Take a drive, mount ``volume`` if it is not there, position, copy, log."""
+        """Take a drive, mount ``volume`` if it is not there, position, copy, log
+        (an injected fault: the request fails on the drive, logged with its error)."""
         asked = time.time()
+        fault = self.fault(what, pnfsid)
         number, descriptor = self._drive()
         try:
             state_path = os.path.join(self.base, "drives", f"{number}.json")
@@ -112,19 +190,38 @@ class Library:
             if mounted:
                 time.sleep(self.mount_s)
             time.sleep(self.per_file_s)
+            if fault is not None:
+                self._fail(what, volume, pnfsid, number, mounted, asked, started, fault)
             size = copy()
             ended = time.time()
             with open(state_path + ".new", "w") as stream:
                 json.dump({"volume": volume, "used": ended}, stream)
             os.replace(state_path + ".new", state_path)
-            line = json.dumps({"op": what, "pnfsid": pnfsid, "volume": volume,
-                               "drive": number, "mounted": mounted, "bytes": size,
-                               "asked": asked, "started": started, "ended": ended})
-            with open(os.path.join(self.base, "tape.log"), "a") as log:
-                fcntl.flock(log, fcntl.LOCK_EX)
-                log.write(line + "\n")
+            self.log({"op": what, "pnfsid": pnfsid, "volume": volume, "drive": number,
+                      "mounted": mounted, "bytes": size, "asked": asked, "started": started,
+                      "ended": ended})
         finally:
             os.close(descriptor)
+
+    def _fail(self, what: str, volume: str, pnfsid: str, drive: int, mounted: bool,
+              asked: float, started: float, fault: dict) -> None:
+        """Fail the request as ``fault`` says (after its hang), logged."""
+        if fault["mode"] == "hang":
+            time.sleep(fault["seconds"])
+            reason = f"the drive hung {fault['seconds']:g} s (injected)"
+        elif fault["mode"] == "lost":
+            reason = f"{pnfsid}: the tape copy cannot be read (injected: lost on tape)"
+        else:
+            reason = f"the drive failed the {what} (injected)"
+        self.log({"op": what, "pnfsid": pnfsid, "volume": volume, "drive": drive,
+                  "mounted": mounted, "bytes": 0, "asked": asked, "started": started,
+                  "ended": time.time(), "error": reason, "fault": fault["mode"]})
+        raise InjectedFault(fault["rc"], reason)
+
+    def log(self, record: dict) -> None:
+        with open(os.path.join(self.base, "tape.log"), "a") as log:
+            fcntl.flock(log, fcntl.LOCK_EX)
+            log.write(json.dumps(record) + "\n")
 
     def put(self, pnfsid: str, replica: str, storage_info: str) -> str:
         volume = _storage_class(storage_info) or "default"
@@ -187,6 +284,9 @@ def main(arguments: list[str]) -> int:
         else:
             print(f"unknown request {' '.join(positional)!r}", file=sys.stderr)
             return 4
+    except InjectedFault as exc:
+        print(f"tape {command}: {exc}", file=sys.stderr)
+        return exc.rc
     except (OSError, ValueError, TimeoutError) as exc:
         print(f"tape {command}: {exc}", file=sys.stderr)
         return 5

@@ -56,14 +56,15 @@ def pytest_storagescale_embedded(config: pytest.Config) -> str:
 
 
 def pytest_storagescale_operations() -> list:
-    """The tape steps' operations, ``flush`` and ``stage`` (``tape.py``), and the
+    """The tape steps' operations, ``flush``, ``stage``, ``tape_write`` (``tape.py``), and the
     streaming steps' (``streaming.py``)."""
     return [*tape.OPERATIONS, *streaming.OPERATIONS]
 
 
 def pytest_storagescale_metrics() -> dict[str, str]:
-    """The streaming steps' per-client rates and their spread (``streaming.py``)."""
-    return dict(streaming.METRICS)
+    """The streaming steps' per-client rates and their spread (``streaming.py``), the
+    flushes beside the central-flushing step's writes (``tape.py``)."""
+    return {**streaming.METRICS, **tape.METRICS}
 
 
 def _dcache_available(config: pytest.Config) -> bool:

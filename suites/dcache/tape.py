@@ -41,6 +41,12 @@ ON_TAPE = frozenset({"NEARLINE", "ONLINE_AND_NEARLINE"})
 ON_DISK = frozenset({"ONLINE", "ONLINE_AND_NEARLINE"})
 #: the stage interfaces (the thresholds' and records' names)
 INTERFACES = ("srm", "root", "tape-rest")
+#: what the central-flushing step observes (``TapeWrite.observe``): the rules may name them
+METRICS = {
+    "flushes_during": "files the pools flushed to tape while the step's clients wrote "
+                      "(the tape library's log)",
+    "flushed_mb_during": "MB the pools flushed to tape while the step's clients wrote",
+}
 
 
 def _access(step: Any, name: str) -> Any:
@@ -162,6 +168,47 @@ class Stage(_TapeOperation):
         return context["size"] * count
 
 
+class TapeWrite(_TapeOperation):
+    """Seed 004's central-flushing question: write throughput while the pools flush.
+
+    ``into = "tape"``: each repetition writes a new file into the tape-backed
+    directory (the pools flush each a second after its write, so flushes, which read
+    the pools' disks, run between and beside the writes); ``into = "disk"``: the same
+    writes into the step's own folder, never flushed (the baseline). The step's MB/s
+    of the two labels answer the question; :meth:`observe` says how many flushes ran
+    while the clients wrote (``flushes_during``, ``flushed_mb_during``: the library's
+    log, requests that began after the set-up), so a "tape" step during which nothing
+    was flushed is seen as such (a rule ``flushes_during > 0``)."""
+
+    name = "tape_write"
+    parameters = {
+        "file_size": Param("bytes", 10_000_000, description="bytes per file"),
+        "into": Param("choice", "tape", ("tape", "disk"),
+                      description="the tape-backed directory, or the step's own folder"),
+    }
+
+    def prepare(self, driver, workdir, params, clients, step=None):
+        access = _access(step, self.name)
+        driver.mkdir(workdir)
+        folder = _folder(driver, step, workdir) if params["into"] == "tape" else workdir
+        return {"folder": folder, "access": access, "data": b"w" * params["file_size"],
+                "lock": threading.Lock(), "clients": {}, "began": time.time(), **params}
+
+    def run(self, driver, client, iteration, context):
+        path = f"{context['folder']}/c{client}-{iteration}"
+        writer = _client(driver, client, context) if context["into"] == "tape" else driver
+        writer.put(path, context["data"])
+        return len(context["data"])
+
+    def observe(self, context):
+        ended = time.time()
+        flushes = [record for record in context["access"].control().records()
+                   if record.get("op") == "put" and not record.get("error")
+                   and context["began"] <= record.get("started", 0) <= ended]
+        return {"flushes_during": float(len(flushes)),
+                "flushed_mb_during": sum(record.get("bytes", 0) for record in flushes) / 1e6}
+
+
 def stage(control: Any, interface: str, paths: list[str], timeout: float = WAIT_S) -> float:
     """Stage ``paths`` through ``interface`` in one request (SRM: one bringOnline a
     file, all asked before any is polled) and wait until each is on disk (then
@@ -217,4 +264,4 @@ def _bring_online(control: Any, paths: list[str], deadline: float) -> None:
         stager.close()
 
 
-OPERATIONS = (Flush(), Stage())
+OPERATIONS = (Flush(), Stage(), TapeWrite())
