@@ -20,6 +20,7 @@ Needs root and SLURM (scripts/bootstrap.sh servers). Usage::
 
     .venv/bin/python benchmarks/bench_slurm_scale.py [--hosts 4] [--clients 400,1000,2000]
         [--ops stat,ls] [--duration 3] [--warmup 1] [--hang-timeout 60] [--timeout 1500]
+        [--nofile 1024]
 """
 
 from __future__ import annotations
@@ -158,12 +159,17 @@ def run(args) -> tuple[list[dict], dict, str, Sampler, float]:
                    f"--storage-cluster=embedded-slurm:{args.hosts}",
                    "--storage-results=out.json", "-v", "-k", selected, str(SUITE)]
         environment = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+
+        def limits() -> None:  # pytest (and the jobs it submits) with the user's limit
+            if args.nofile:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (args.nofile, hard))
         print(f"# load average {load_average()} before; {' '.join(command[3:])}", flush=True)
         began = time.time()
         with Sampler() as sampler:
             try:
                 done = subprocess.run(command, cwd=work, capture_output=True, text=True,
-                                      timeout=args.timeout, env=environment)
+                                      timeout=args.timeout, env=environment,
+                                      preexec_fn=limits)
                 output, code = done.stdout + done.stderr, done.returncode
             except subprocess.TimeoutExpired as exc:
                 output = (exc.stdout or b"").decode(errors="replace") if isinstance(
@@ -243,6 +249,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1500.0,
                         help="seconds for the whole pytest run")
     parser.add_argument("--log", default="/tmp/bench_slurm_scale.log")
+    parser.add_argument("--nofile", type=int, default=0,
+                        help="pytest's soft limit on open files (its jobs inherit it: "
+                             "SLURM's PropagateResourceLimits); else the hard limit, as "
+                             "the xrootd's")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces, SLURM's daemons)")
