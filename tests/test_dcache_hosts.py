@@ -11,10 +11,12 @@ namespace tests (one at a time on a 2-core machine)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import secrets
 import socket
 import subprocess
+import threading
 import time
 
 import psutil
@@ -89,13 +91,14 @@ def test_a_wrong_hosts_option_is_one_paragraph_and_exit_4(pytester, arguments, s
     assert said in output and "Traceback" not in output
 
 
-def test_a_fork_in_a_host_leaves_the_xrootd_client_here(monkeypatch):
+def test_a_fork_in_a_host_leaves_the_xrootd_client_here():
     """XrdCl starts its event loop and worker threads again, after a fork, in the thread
-    that forked: a fork in a thread of ``in_namespace`` (``Popen(user=...)`` forks, as
-    PostgreSQL's commands do on the core host) moved them into that host, and the
-    client's redirected connections (the dCache door's to its proxy) left from there:
-    'network is unreachable', then 'Redirect limit has been reached' (make test). After
-    ``in_namespace`` they are back in the caller's namespace."""
+    that forked: a fork in a thread that entered a host's namespace (``Popen(user=...)``
+    forks, as PostgreSQL's commands do on the core host) moves them into that host, and
+    the client's redirected connections (the dCache door's to its proxy) leave from
+    there: 'network is unreachable', then 'Redirect limit has been reached' (make test).
+    ``in_namespace`` turns the handlers off while it runs (none moves);
+    ``rehome_xrootd_client`` brings back threads that moved anyway."""
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     xrootd_client = pytest.importorskip("XRootD.client")
@@ -103,24 +106,37 @@ def test_a_fork_in_a_host_leaves_the_xrootd_client_here(monkeypatch):
     xrootd_client.FileSystem("root://127.0.0.1:1").stat("/", timeout=5)
     holder = subprocess.Popen(["unshare", "--net", "sleep", "infinity"],
                               stdin=subprocess.DEVNULL, start_new_session=True)
-    dcache_hosts.wait_unshared(holder, "the test's host")
-    moved: list[dict[int, int]] = []
-    real = dcache_hosts.rehome_xrootd_client
-
-    def seen_then_rehomed(known=frozenset()) -> None:
-        moved.append(foreign_threads())
-        real(known)
-
-    monkeypatch.setattr(dcache_hosts, "rehome_xrootd_client", seen_then_rehomed)
     try:
+        dcache_hosts.wait_unshared(holder, "the test's host")
         netns = f"/proc/{holder.pid}/ns/net"
         space = os.stat(netns).st_ino
-        in_namespace(netns, lambda: subprocess.run(["true"], user=65534, check=True,
-                                                   timeout=30))
-        # the fork moved some threads (the client's) into the namespace ...
-        assert moved and space in moved[0].values(), moved
-        # ... and none is there any more
+
+        def fork_there() -> None:
+            subprocess.run(["true"], user=65534, check=True, timeout=30)
+
+        # the mechanism: a fork from a thread in the host moves the client's threads
+        # there (setns as in_namespace does, without its care) ...
+        def enter_and_fork() -> None:
+            descriptor = os.open(netns, os.O_RDONLY)
+            try:
+                assert ctypes.CDLL(None, use_errno=True).setns(descriptor, 0x40000000) == 0
+            finally:
+                os.close(descriptor)
+            fork_there()
+
+        thread = threading.Thread(target=enter_and_fork)
+        thread.start()
+        thread.join()
+        moved = [tid for tid, where in foreign_threads().items() if where == space]
+        assert moved
+        # ... and rehome_xrootd_client brings them back
+        dcache_hosts.rehome_xrootd_client()
         assert space not in foreign_threads().values()
+
+        # through in_namespace none moves, and the handlers are on again after it
+        in_namespace(netns, fork_there)
+        assert space not in foreign_threads().values()
+        assert xrootd_client.EnvGetInt("RunForkHandler") == 1
     finally:
         holder.kill()
         holder.wait(timeout=30)

@@ -28,15 +28,17 @@ interface is on the private network.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ipaddress
 import os
 import random
 import shutil
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -83,13 +85,45 @@ def in_namespace(netns: str, function: Callable[[], _T]) -> _T:
             outcome["error"] = exc
 
     elsewhere = set(foreign_threads())
-    thread = threading.Thread(target=enter_and_run, name=f"netns {netns}", daemon=True)
-    thread.start()
-    thread.join()
+    with xrootd_fork_handlers_off():
+        thread = threading.Thread(target=enter_and_run, name=f"netns {netns}", daemon=True)
+        thread.start()
+        thread.join()
     rehome_xrootd_client(elsewhere)
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
     return outcome["value"]  # type: ignore[return-value]
+
+
+def _xrootd_client_loaded() -> bool:
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        return "libXrdCl" in maps.read()
+
+
+@contextlib.contextmanager
+def xrootd_fork_handlers_off() -> Iterator[None]:
+    """XrdCl's fork handlers off in the block (its ``RunForkHandler``, read at each
+    fork), on again (as they were) after it. XrdCl stops its event loop and worker
+    threads before a ``fork()`` and starts them again in the parent from the thread
+    that forked: a fork in a thread of :func:`in_namespace` would start them in its
+    host (see :func:`rehome_xrootd_client`). The forks there start programs at once,
+    which is what the handlers are not needed for. Nothing done without the client's
+    Python bindings or when the library is not loaded."""
+    client = sys.modules.get("XRootD.client")
+    if client is None and _xrootd_client_loaded():
+        try:
+            from XRootD import client  # type: ignore[no-redef]
+        except ImportError:
+            client = None
+    if client is None:
+        yield
+        return
+    before = client.EnvGetInt("RunForkHandler")
+    client.EnvPutInt("RunForkHandler", 0)
+    try:
+        yield
+    finally:
+        client.EnvPutInt("RunForkHandler", before)
 
 
 def foreign_threads() -> dict[int, int]:
@@ -121,15 +155,14 @@ def rehome_xrootd_client(known: set[int] | frozenset[int] = frozenset()) -> None
     redirects again, until "[FATAL] Redirect limit has been reached" (fresh-clone
     make test, where earlier tests of the worker had started the client). One
     ``fork()`` here, whose child exits at once, starts them again in this thread's
-    namespace. Nothing to do when the client library is not loaded or no thread of
-    this process but the ``known`` ones is elsewhere. (Threads that stay there are the
-    ones started there for good, as the process watchers of PostgreSQL and ZooKeeper,
-    which only wait for their process.)"""
-    if not set(foreign_threads()) - set(known):
+    namespace. :func:`in_namespace` turns the handlers off while it runs
+    (:func:`xrootd_fork_handlers_off`); this is for a process whose client has no
+    Python bindings to do so (gfal2's). Nothing to do when the client library is not
+    loaded or no thread of this process but the ``known`` ones is elsewhere. (Threads
+    that stay there are the ones started there for good, as the process watchers of
+    PostgreSQL and ZooKeeper, which only wait for their process.)"""
+    if not set(foreign_threads()) - set(known) or not _xrootd_client_loaded():
         return
-    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-        if "libXrdCl" not in maps.read():
-            return
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child only exits
         os._exit(0)
@@ -139,7 +172,7 @@ def rehome_xrootd_client(known: set[int] | frozenset[int] = frozenset()) -> None
 def wait_unshared(holder: subprocess.Popen, what: str, timeout: float = 30.0) -> None:
     """Until ``holder`` (``unshare --net ...``) is in a network namespace of its own:
     right after its start it is still in this one, and ``/proc/<pid>/ns/net`` names
-    this machine's."""
+    this machine's. A holder that made none within ``timeout`` is killed."""
     here = os.stat("/proc/self/ns/net").st_ino
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -151,6 +184,8 @@ def wait_unshared(holder: subprocess.Popen, what: str, timeout: float = 30.0) ->
         except OSError:
             pass
         time.sleep(0.01)
+    holder.kill()
+    holder.wait(timeout=10)
     raise EndpointError(f"{what}: 'unshare --net' made no namespace within {timeout:.0f} s.")
 
 
