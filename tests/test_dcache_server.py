@@ -260,6 +260,23 @@ def test_suites_dcache_says_why_it_runs_against_apache_without_a_distribution(
     ])
 
 
+def test_a_set_up_tool_past_its_deadline_is_one_paragraph(tmp_path: Path):
+    """``bin/dcache database update`` that did not end within its deadline (seen at a
+    load above 40) stops the start with a message naming the command and the deadline,
+    not a TimeoutExpired traceback."""
+    (tmp_path / "bin").mkdir()
+    tool = tmp_path / "bin" / "dcache"
+    tool.write_text("#!/bin/sh\necho migrating; exec sleep 30\n")
+    tool.chmod(0o700)
+    server = EmbeddedDCache(tape=None)
+    server.home = tmp_path
+    with pytest.raises(dcache_module.EndpointError) as caught:
+        server._dcache("database", "update", timeout=1)
+    text = str(caught.value)
+    assert "'bin/dcache database update' did not end within 1 s" in text, text
+    assert "migrating" in text and "Traceback" not in text
+
+
 def test_a_door_is_probed_only_once_its_port_listens():
     """The readiness probes (a Python process each for the GSI xrootd door and the extra
     doors) run only once the door's port takes a connection: while the JVM starts, a

@@ -781,9 +781,18 @@ class EmbeddedDCache(EmbeddedServer):
         java; an EndpointError with its output when it fails."""
         assert self.home is not None
         command = arguments if arguments[0].startswith("bin/") else ("bin/dcache", *arguments)
-        done = subprocess.run([str(self.home / command[0]), *command[1:]], input=stdin,
-                              capture_output=True, text=True, timeout=timeout,
-                              cwd=self.home, env=self._environment(), umask=0o077)
+        try:
+            done = subprocess.run([str(self.home / command[0]), *command[1:]], input=stdin,
+                                  capture_output=True, text=True, timeout=timeout,
+                                  cwd=self.home, env=self._environment(), umask=0o077)
+        except subprocess.TimeoutExpired as exc:  # killed by run(); its output so far
+            said = b"".join(part if isinstance(part, bytes) else (part or "").encode()
+                            for part in (exc.stderr, exc.output)).decode(errors="replace")
+            raise EndpointError(
+                f"the embedded dCache's set-up: '{' '.join(command)}' did not end within "
+                f"{timeout:g} s and was stopped (a JVM tool; seen under a load average "
+                f"above 40 on 2 cores): run it on a less busy machine; its output so far: "
+                f"{said.strip()[-800:] or '(none)'}") from None
         if done.returncode != 0:
             raise EndpointError(
                 f"the embedded dCache's set-up: '{' '.join(command)}' failed "
