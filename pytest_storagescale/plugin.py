@@ -276,8 +276,13 @@ def check_embedded_cluster(run: StorageRun) -> None:
     from .servers import slurm_hosts
 
     embedded = run.endpoint.is_embedded
+    # the dCache over several hosts: its door host is linked to the client hosts
+    # (slurm_hosts.offer_door), its doors' address is not this machine's loopback
+    on_hosts = (embedded and run.endpoint.embedded_kind == "dcache"
+                and run.settings.embedded_hosts > 1)
     slurm_hosts.check_usable(cluster, embedded_endpoint=embedded,
-                             endpoint_host=None if embedded else run.endpoint.url.host)
+                             endpoint_host=None if embedded else run.endpoint.url.host,
+                             embedded_on_hosts=on_hosts)
     register_recipe(slurm_hosts.RECIPE, slurm_hosts.start_cluster)
 
 

@@ -445,3 +445,101 @@ def test_embedded_slurm_is_parsed_and_bounded():
     with pytest.raises(StorageScaleUsageError, match="at most 64 client hosts"):
         slurm_hosts.check_usable("embedded-slurm:65", embedded_endpoint=False,
                                  endpoint_host="192.0.2.2")
+
+
+def test_an_embedded_endpoint_is_refused_unless_its_door_host_is_linked():
+    """An embedded server on this machine's loopback cannot be reached from the client
+    hosts: one paragraph. The dCache over several hosts (its door host linked to the
+    client hosts, slurm_hosts.offer_door) is let through."""
+    from pytest_storagescale.errors import StorageScaleUsageError
+
+    if slurm_hosts.missing_commands() or os.geteuid() != 0:
+        pytest.skip("the endpoint is checked after SLURM's commands and root")
+    with pytest.raises(StorageScaleUsageError, match="listen on this machine's loopback only"
+                       ".*--storage-embedded-hosts 4"):
+        slurm_hosts.check_usable("embedded-slurm:4", embedded_endpoint=True,
+                                 endpoint_host=None)
+    slurm_hosts.check_usable("embedded-slurm:4", embedded_endpoint=True, endpoint_host=None,
+                             embedded_on_hosts=True)
+
+
+def _listener(netns: str):
+    import socket
+
+    from pytest_storagescale.servers.dcache_hosts import in_namespace
+
+    return in_namespace(netns, lambda: socket.create_server(("0.0.0.0", 0)))
+
+
+def _connects(netns: str, address: str, port: int) -> str:
+    """'' when a TCP connection from ``netns`` to ``address:port`` is made, else why not."""
+    import socket
+
+    from pytest_storagescale.servers.dcache_hosts import in_namespace
+
+    def attempt() -> str:
+        try:
+            socket.create_connection((address, port), timeout=3).close()
+            return ""
+        except OSError as exc:
+            return str(exc) or type(exc).__name__
+    return in_namespace(netns, attempt)
+
+
+def test_a_server_door_host_is_linked_to_the_client_hosts_and_its_pools_are_not(tmp_path):
+    """The wiring of the dCache over several hosts with embedded-slurm, without a
+    dCache or SLURM: the server's hosts (ServerNetwork: core, door, 2 pools on their
+    bridge) and the client hosts' namespaces and bridge. A door offered before and one
+    offered after the client hosts started are both reached from every client host at
+    the door's client-side address; a listener on a pool host is not, even from a
+    client host that routes the pools' network to the door (no namespace forwards);
+    withdrawn, the routes go."""
+    unavailable = netns_unavailable()
+    if unavailable:
+        pytest.skip(unavailable)
+    from pytest_storagescale.servers.dcache_hosts import ServerNetwork
+
+    first = ServerNetwork(tmp_path / "a", pools=2)
+    second = ServerNetwork(tmp_path / "b", pools=2)
+    clients = slurm_hosts.EmbeddedSlurmHosts(2)
+    doors = []
+    try:
+        for network in (first, second):
+            network.directory.mkdir()
+        first.start()
+        door = slurm_hosts.ServerDoor(first.host("door").holder.pid, (first.front,))
+        slurm_hosts.offer_door(door)  # before the client hosts
+        doors.append(door)
+        clients.start_network()
+        second.start()
+        later = slurm_hosts.ServerDoor(second.host("door").holder.pid, (second.front,))
+        slurm_hosts.offer_door(later)  # after them
+        doors.append(later)
+        for network in (first, second):
+            served = _listener(network.host("door").netns)
+            pool = network.host("pool1")
+            mover = _listener(pool.netns)
+            for node in clients.nodes:
+                assert _connects(node.netns, network.front, served.getsockname()[1]) == ""
+                assert _connects(node.netns, pool.address, mover.getsockname()[1]) != ""
+            # a client host that routes the pools' bridge through the door host: still no
+            node = clients.nodes[0]
+            via = clients.doors[doors[0] if network is first else doors[1]]
+            slurm_hosts._ip("route", "add", f"{pool.address}/32", "via", via,
+                            netns=node.netns)
+            assert _connects(node.netns, pool.address, mover.getsockname()[1]) != ""
+            # and the pool host is up: reached from its own bridge (the door host)
+            assert _connects(network.host("door").netns, pool.address,
+                             mover.getsockname()[1]) == ""
+            served.close()
+            mover.close()
+        slurm_hosts.withdraw_door(doors.pop())
+        routes = slurm_hosts._ip("route", netns=clients.nodes[1].netns)
+        assert first.front in routes and second.front not in routes, routes
+    finally:
+        for door in doors:
+            slurm_hosts.withdraw_door(door)
+        clients.stop()
+        first.stop()
+        second.stop()
+    assert not slurm_hosts._RUNNING and not slurm_hosts._DOORS

@@ -24,6 +24,11 @@ The doors therefore proxy the data (``webdav.redirect.on-read/on-write=false``,
 ``xrootd.net.proxy-transfers=true``), as a site's doors do in front of pools on a
 private network. No loopback preload here (:mod:`.loopback`): each host's every
 interface is on the private network.
+
+The door host is offered to the client hosts of ``--storage-cluster embedded-slurm:N``
+of the same process (:func:`.slurm_hosts.offer_door`): a veth from their bridge into the
+door host, and their route to the door's IPv4 address through it; the pools' bridge
+stays theirs alone (no namespace forwards). Nothing happens when no such cluster runs.
 """
 
 from __future__ import annotations
@@ -41,11 +46,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import EndpointError, StorageScaleUsageError
 from .dcache import DOMAIN, LAYOUT, EmbeddedDCache, _end
 from .processes import ServerProcess, log_tail
+
+if TYPE_CHECKING:
+    from .slurm_hosts import ServerDoor
 
 #: the fewest hosts of the layout: core, door and two pools
 MIN_HOSTS = 4
@@ -385,6 +393,8 @@ class EmbeddedDCacheHosts(EmbeddedDCache):
                 f"EmbeddedDCache).")
         self.host_count = hosts
         self.network: ServerNetwork | None = None
+        #: the door host as offered to the embedded SLURM's client hosts
+        self.offered_door: ServerDoor | None = None
         # no tape behind the pools over several hosts (its frontend and admin door are
         # reached on localhost): the one-domain layout's tape, where there is one
         if getattr(self, "tape", None) is not None:
@@ -448,8 +458,24 @@ class EmbeddedDCacheHosts(EmbeddedDCache):
         assert self.directory is not None
         self.network = ServerNetwork(self.directory, self.host_count - 2).start()
         self.door_host = self.network.front
+        self._offer_door()
         self.zookeeper_listen = self.network.host("core").address
         in_namespace(self.network.host("core").netns, super()._prepare)
+
+    def _offer_door(self) -> None:
+        """The door host linked to the client hosts of an embedded SLURM cluster of
+        this process, now or once one starts (:mod:`.slurm_hosts`)."""
+        from .slurm_hosts import ServerDoor, offer_door
+
+        assert self.network is not None
+        door = self.network.host("door")
+        assert door.holder is not None
+        self.offered_door = ServerDoor(door.holder.pid, (self.network.front,))
+        try:
+            offer_door(self.offered_door)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            raise EndpointError(f"the embedded dCache's door host could not be linked to "
+                                f"the embedded SLURM's client hosts: {exc}") from None
 
     def _make_credentials(self) -> None:
         """The host certificate names the door's addresses (the clients verify it): its
@@ -585,6 +611,11 @@ class EmbeddedDCacheHosts(EmbeddedDCache):
                 _end(host.jvm)  # waits, then SIGKILL to its group
                 host.jvm = None
         began = time.monotonic()
+        if self.offered_door is not None:
+            from .slurm_hosts import withdraw_door
+
+            withdraw_door(self.offered_door)
+            self.offered_door = None
         try:
             super().stop()
         finally:

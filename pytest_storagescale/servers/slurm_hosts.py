@@ -28,6 +28,15 @@ them by that folder. :meth:`EmbeddedSlurmHosts.stop` cancels the jobs, stops the
 daemons, kills what still runs in the namespaces, waits for the namespaces to go and
 removes the folder.
 
+A server on namespace hosts of its own in the same process (the dCache over several
+hosts, :mod:`.dcache_hosts`) offers its door host (:func:`offer_door`): each run's
+bridge gets one more port, a veth whose other end is in the door host's namespace
+(``.253``, ``.252``... of the run's /24), and every client host a route to the door's
+client-side address through it (a ``/32``, nothing else). Only the door host is
+linked, and no namespace forwards (a new namespace's ``ip_forward`` is 0, this
+machine's is left as it is): the pools' movers, on the server's own bridge, stay out
+of the client hosts' reach.
+
 Needs root (namespaces; SLURM's daemons run as root, the partition admits root's jobs
 only). What is missing is one paragraph, exit 4, before any load.
 """
@@ -44,7 +53,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +84,15 @@ def missing_commands() -> list[str]:
     return [name for name in COMMANDS if shutil.which(name) is None]
 
 
-def check_usable(text: str, *, embedded_endpoint: bool, endpoint_host: str | None) -> None:
+def check_usable(text: str, *, embedded_endpoint: bool, endpoint_host: str | None,
+                 embedded_on_hosts: bool = False) -> None:
     """Before any load: what ``--storage-cluster embedded-slurm:N`` needs is here (the
-    commands, root) and its hosts can reach the endpoint. One paragraph otherwise."""
+    commands, root) and its hosts can reach the endpoint. One paragraph otherwise.
+
+    ``embedded_on_hosts``: the embedded server runs on namespace hosts whose door host
+    offers itself to the client hosts (:func:`offer_door`: the dCache over several
+    hosts), which the client hosts reach; any other embedded server listens on this
+    machine's loopback, which they cannot."""
     address = parse_cluster_address(text)
     if address.recipe != RECIPE:
         return
@@ -96,12 +113,14 @@ def check_usable(text: str, *, embedded_endpoint: bool, endpoint_host: str | Non
             f"--storage-cluster {text} makes its client hosts as network namespaces and "
             f"runs SLURM's daemons as root, which needs root (this process runs as uid "
             f"{os.geteuid()}); run as root (as the CI does), {_INSTEAD}.")
-    if embedded_endpoint:
+    if embedded_endpoint and not embedded_on_hosts:
         raise StorageScaleUsageError(
             f"--storage-cluster {text}: its client hosts are network namespaces, and the "
             f"embedded servers listen on this machine's loopback only, which a namespace "
             f"cannot reach. Give --storage-endpoint a server that listens on an address of "
-            f"this machine other than loopback, {_INSTEAD}.")
+            f"this machine other than loopback, or the embedded dCache over several hosts "
+            f"(--storage-embedded dcache --storage-embedded-hosts 4), whose door host is "
+            f"linked to the client hosts, {_INSTEAD}.")
     if endpoint_host is not None and _is_loopback(endpoint_host):
         raise StorageScaleUsageError(
             f"--storage-cluster {text}: its client hosts are network namespaces, whose "
@@ -162,6 +181,42 @@ def _rss_by_namespace(inodes: dict[int, str]) -> dict[str, int]:
     return total
 
 
+@dataclass(frozen=True)
+class ServerDoor:
+    """A server's door host to link to the client hosts: the process holding its
+    namespace, and its client-side addresses (the doors' URLs name them)."""
+
+    pid: int
+    addresses: tuple[str, ...]
+
+
+#: doors offered by servers of this process, and the client hosts started (each links
+#: every door, whichever started first)
+_DOORS: list[ServerDoor] = []
+_RUNNING: list[EmbeddedSlurmHosts] = []
+_LINKING = threading.Lock()
+#: the doors' addresses on a run's bridge, from .253 down (the hosts end at .65)
+FIRST_DOOR, MAX_DOORS = 253, 8
+
+
+def offer_door(door: ServerDoor) -> None:
+    """Link ``door`` to the client hosts of every run of this process, now and to
+    those started later (until :func:`withdraw_door`)."""
+    with _LINKING:
+        _DOORS.append(door)
+        for hosts in _RUNNING:
+            hosts.link_door(door)
+
+
+def withdraw_door(door: ServerDoor) -> None:
+    """The client hosts' routes to ``door`` removed (its veth goes with its namespace)."""
+    with _LINKING:
+        with contextlib.suppress(ValueError):
+            _DOORS.remove(door)
+        for hosts in _RUNNING:
+            hosts.unlink_door(door)
+
+
 class EmbeddedSlurmHosts:
     """The namespaces, the bridge and the SLURM cluster of one run."""
 
@@ -178,6 +233,8 @@ class EmbeddedSlurmHosts:
         self.tag = secrets.token_hex(3)
         #: seconds: namespaces made, then SLURM's nodes idle (from the start)
         self.timings: dict[str, float] = {}
+        #: the doors linked to the bridge: door -> its veth's address on the bridge
+        self.doors: dict[ServerDoor, str] = {}
 
     @property
     def head(self) -> str:
@@ -186,9 +243,8 @@ class EmbeddedSlurmHosts:
 
     def start(self) -> EmbeddedSlurmHosts:
         began = time.monotonic()
-        self.directory = server_directory("slurm")
         try:
-            self._network()
+            self.start_network()
             self.timings["network"] = time.monotonic() - began
             assert self.controller is not None
             self.slurm = EmbeddedSlurm(self.directory / "run", self.nodes, self.controller,
@@ -200,6 +256,16 @@ class EmbeddedSlurmHosts:
             self.stop()
             raise
         return self
+
+    def start_network(self) -> None:
+        """The run's folder, the namespaces and the bridge, every offered door linked
+        (SLURM not started: :meth:`start` does)."""
+        self.directory = server_directory("slurm")
+        self._network()
+        with _LINKING:
+            _RUNNING.append(self)
+            for door in _DOORS:
+                self.link_door(door)
 
     def _hold(self, name: str) -> str:
         """A new network namespace, held by a process in the run's folder."""
@@ -253,6 +319,43 @@ class EmbeddedSlurmHosts:
             _ip("route", "add", "default", "via", self.head, netns=netns)
             self.nodes.append(SlurmNode(name, address, netns))
 
+    def link_door(self, door: ServerDoor) -> None:
+        """A veth from the bridge into the door host's namespace (an address of the
+        run's /24 there), and each client host's route to the door's addresses through
+        it: one /32 each, not the server's networks."""
+        assert self.subnet is not None and self.controller is not None
+        if door in self.doors:
+            return
+        index = len(self.doors)
+        if index >= MAX_DOORS:
+            raise RuntimeError(f"more than {MAX_DOORS} doors offered to the client hosts")
+        via = str(self.subnet.network_address + FIRST_DOOR - index)
+        port, peer = f"sl{self.tag}d{index}", f"sl{self.tag}e{index}"
+        switch = self.controller.netns
+        _ip("link", "add", port, "type", "veth", "peer", "name", peer)
+        _ip("link", "set", port, "netns", str(self.holders["controller"].pid))
+        _ip("link", "set", port, "master", "ssbr", "up", netns=switch)
+        _ip("link", "set", peer, "netns", str(door.pid))
+        door_netns = f"/proc/{door.pid}/ns/net"
+        _ip("addr", "add", f"{via}/24", "dev", peer, netns=door_netns)
+        _ip("link", "set", peer, "up", netns=door_netns)
+        self.doors[door] = via
+        for node in self.nodes:
+            for address in door.addresses:
+                if ipaddress.ip_address(address).version == 4:
+                    _ip("route", "replace", f"{address}/32", "via", via, netns=node.netns)
+
+    def unlink_door(self, door: ServerDoor) -> None:
+        """The client hosts' routes to ``door`` removed (best effort: its namespace
+        may be gone, with its veth)."""
+        via = self.doors.pop(door, None)
+        if via is None:
+            return
+        for node in self.nodes:
+            for address in door.addresses:
+                with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+                    _ip("route", "del", f"{address}/32", "via", via, netns=node.netns)
+
     # -- the Dask side ------------------------------------------------------------------
     def dask_cluster(self, jobs: int) -> Any:
         """dask-jobqueue's SLURMCluster on this batch system, ``jobs`` worker jobs
@@ -300,6 +403,10 @@ class EmbeddedSlurmHosts:
     def stop(self) -> None:
         """Cancel the jobs, stop the daemons, kill what runs in the namespaces, let the
         namespaces go (their holders killed) and remove the folder. Safe twice."""
+        with _LINKING:
+            if self in _RUNNING:
+                _RUNNING.remove(self)
+        self.doors.clear()
         if self.slurm is not None:
             with contextlib.suppress(Exception):
                 self.slurm.stop()
