@@ -68,6 +68,8 @@ CORE_SERVICES = frozenset({
 #: the JVMs' heaps (the core's services, the doors, a pool): 4 JVMs of the default 768m
 #: would be 3 GB of heap on a 2-core test machine
 HEAPS = {"core": "512m", "door": "512m", "pool": "256m"}
+#: the xrootd door's proxy ports on the door host (above Linux's ephemeral 32768-60999)
+PROXY_PORTS = (61000, 65499)
 _CLONE_NEWNET = 0x40000000
 _T = TypeVar("_T")
 
@@ -547,7 +549,14 @@ class EmbeddedDCacheHosts(EmbeddedDCache):
                           # the pools listen for the door's proxied transfers on the bridge
                           f"webdav.net.internal={door.address}",
                           "xrootd.net.proxy-transfers=true",
-                          f"xrootd.net.internal={door.address}"],
+                          f"xrootd.net.internal={door.address}",
+                          # a proxy listens on a port of its own per transfer, until
+                          # the client closes its connection to it (XrdCl keeps it for
+                          # its DataServerTTL): the WAN range's 100 ports ran out at 20
+                          # clients ("[3007] No free port within range"). The door host's
+                          # namespace is its own: the ports above its ephemeral range
+                          f"xrootd.net.proxy.port.min={PROXY_PORTS[0]}",
+                          f"xrootd.net.proxy.port.max={PROXY_PORTS[1]}"],
             **{pool.domain: ["dcache.net.listen=", f"dcache.java.memory.heap={HEAPS['pool']}",
                              "dcache.java.memory.direct=256m"] for pool in pools},
         }
