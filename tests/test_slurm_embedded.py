@@ -510,7 +510,14 @@ def test_a_server_door_host_is_linked_to_the_client_hosts_and_its_pools_are_not(
         door = slurm_hosts.ServerDoor(first.host("door").holder.pid, (first.front,))
         slurm_hosts.offer_door(door)  # before the client hosts
         doors.append(door)
+        ended = subprocess.Popen(["true"])
+        ended.wait()
+        gone = slurm_hosts.ServerDoor(ended.pid, ("192.0.2.9",))  # a server that died
+        slurm_hosts.offer_door(gone)
+        doors.append(gone)
         clients.start_network()
+        assert gone not in clients.doors and door in clients.doors
+        slurm_hosts.withdraw_door(doors.pop())
         second.start()
         later = slurm_hosts.ServerDoor(second.host("door").holder.pid, (second.front,))
         slurm_hosts.offer_door(later)  # after them

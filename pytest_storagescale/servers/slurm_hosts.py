@@ -246,7 +246,7 @@ class EmbeddedSlurmHosts:
         try:
             self.start_network()
             self.timings["network"] = time.monotonic() - began
-            assert self.controller is not None
+            assert self.controller is not None and self.directory is not None
             self.slurm = EmbeddedSlurm(self.directory / "run", self.nodes, self.controller,
                                        scheduler_host=self.head,
                                        start_timeout=self.start_timeout)
@@ -324,8 +324,8 @@ class EmbeddedSlurmHosts:
         run's /24 there), and each client host's route to the door's addresses through
         it: one /32 each, not the server's networks."""
         assert self.subnet is not None and self.controller is not None
-        if door in self.doors:
-            return
+        if door in self.doors or not os.path.exists(f"/proc/{door.pid}/ns/net"):
+            return  # linked already, or its server ended without withdrawing it
         index = len(self.doors)
         if index >= MAX_DOORS:
             raise RuntimeError(f"more than {MAX_DOORS} doors offered to the client hosts")
