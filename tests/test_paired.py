@@ -217,9 +217,12 @@ def test_the_gate_looks_after_the_first_pairs_then_every_two():
 @pytest.mark.parametrize("budget, runs", [(1.0, 4), (2.0, 8)])
 def test_an_inconclusive_step_measures_up_to_the_sections_budget(budget, runs):
     """Two memory stores whose rates differ by about the minimum effect (latency 20
-    and 23 ms: 0.87 of A's rate, the bound 0.85 inside any interval): inconclusive,
-    measured until each side measured ``paired_budget`` times the step's duration
-    (4 runs of 0.5 s a side per 2 s of budget), not beyond."""
+    and 23 ms: 0.87 of A's rate), judged with ``min_samples`` beyond what the budget
+    can give, so the step stays inconclusive whatever this machine does to the ratio (a
+    fresh-clone make test measured 0.84 [0.84-0.84] once: these stores have almost no
+    noise, so the bound 0.85 is not inside every interval): measured until each side
+    measured ``paired_budget`` times the step's duration (4 runs of 0.5 s a side per 2
+    s of budget), not beyond."""
     from dataclasses import replace
 
     from pytest_storagescale.drivers.registry import driver_spec
@@ -234,7 +237,7 @@ def test_an_inconclusive_step_measures_up_to_the_sections_budget(budget, runs):
                     hang_timeout=30.0, driver=spec_a, workdir="/area/budget")
     result = measure_alternating(
         plan, lambda sub, n: replace(sub, driver=spec_b, workdir=f"/area/budget-b{n}"), "B",
-        settings=GateSettings(paired_budget=budget), executor="threads")
+        settings=GateSettings(paired_budget=budget, min_samples=100), executor="threads")
     assert result.gate is not None and result.gate.verdict.value == "inconclusive", \
         result.gate.short() if result.gate else None
     assert len(result.pairs) == runs and result.order.count("A") == runs

@@ -338,8 +338,21 @@ def test_xrootd_suite_against_embedded_server(pytester):
         "stat*3*pass", "ls*3*pass", "put*3*pass", "get*3*pass",
         "mixed/readers*3*pass", "mixed/writers*3*pass",
     ])
-    result.stdout.fnmatch_lines(["op*clients*offered*", "stat_open*100*20.0 Hz*pass",
-                                 "stat_open*100*200 Hz*pass", "ls_open*100*20.0 Hz*pass"])
+    result.stdout.fnmatch_lines(["op*clients*offered*", "stat_open*100*20.0 Hz*",
+                                 "stat_open*100*200 Hz*", "ls_open*100*20.0 Hz*"])
+    # an open-loop step passes, or, when this (busy) client host sent requests late, is
+    # `info` with the gate's line saying the schedule was not kept (a fresh-clone make
+    # test: 9 of 60 requests more than 10 ms late at 20/s): never a fail
+    text = result.stdout.str()
+    rows = [line.split() for line in text.splitlines()
+            if line.startswith(("stat_open ", "ls_open "))]
+    assert len(rows) == 3, rows
+    for row in rows:
+        assert row[-1] in ("pass", "info"), row
+        if row[-1] == "info":
+            title = f"{row[0]} at {row[2].removesuffix('.0')}/s"
+            assert f"gate: {title} (at most 100 in flight): inconclusive: schedule not kept" \
+                in text, (row, text)
 
 
 def test_read_only_test_area_is_one_usage_error_before_any_test(pytester):
