@@ -34,6 +34,7 @@ from pytest_storagescale.servers.dcache_hosts import (
     foreign_threads,
     in_namespace,
 )
+from pytest_storagescale.servers.netns import wait_unshared
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow_server,
               pytest.mark.xdist_group("network_namespaces")]
@@ -107,7 +108,7 @@ def test_a_fork_in_a_host_leaves_the_xrootd_client_here():
     holder = subprocess.Popen(["unshare", "--net", "sleep", "infinity"],
                               stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        dcache_hosts.wait_unshared(holder, "the test's host")
+        wait_unshared(holder, "the test's host", timeout=30)
         netns = f"/proc/{holder.pid}/ns/net"
         space = os.stat(netns).st_ino
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from netns import bridge_xrootd, netns_unavailable
 
+from pytest_storagescale.servers import netns as server_netns
 from pytest_storagescale.servers import slurm_hosts
 from pytest_storagescale.servers.orphans import stop_orphaned_servers
 
@@ -340,14 +341,15 @@ def test_a_network_that_fails_half_made_leaves_no_veth(monkeypatch):
     from pytest_storagescale.errors import StorageScaleUsageError
 
     before = _ours()
-    real = slurm_hosts._ip
+    real = server_netns.ip
 
     def failing(*args: str, netns: str | None = None) -> str:
         if args[:2] == ("link", "set") and args[2].endswith("p1") and "netns" in args:
-            raise RuntimeError(f"'ip {' '.join(args)}' failed: made to fail by the test")
+            raise server_netns.NetnsError(f"'ip {' '.join(args)}' failed: made to fail by "
+                                          f"the test")
         return real(*args, netns=netns)
 
-    monkeypatch.setattr(slurm_hosts, "_ip", failing)
+    monkeypatch.setattr(server_netns, "ip", failing)
     with pytest.raises(StorageScaleUsageError, match=r"the run's SLURM cluster did not "
                        r"start: 'ip link set sl[0-9a-f]{6}p1 netns \d+' failed: made to fail"):
         slurm_hosts.start_cluster(parse_cluster_address("embedded-slurm:2"))
@@ -532,7 +534,7 @@ def test_a_server_door_host_is_linked_to_the_client_hosts_and_its_pools_are_not(
             # a client host that routes the pools' bridge through the door host: still no
             node = clients.nodes[0]
             via = clients.doors[doors[0] if network is first else doors[1]]
-            slurm_hosts._ip("route", "add", f"{pool.address}/32", "via", via,
+            server_netns.ip("route", "add", f"{pool.address}/32", "via", via,
                             netns=node.netns)
             assert _connects(node.netns, pool.address, mover.getsockname()[1]) != ""
             # and the pool host is up: reached from its own bridge (the door host)
@@ -541,7 +543,7 @@ def test_a_server_door_host_is_linked_to_the_client_hosts_and_its_pools_are_not(
             served.close()
             mover.close()
         slurm_hosts.withdraw_door(doors.pop())
-        routes = slurm_hosts._ip("route", netns=clients.nodes[1].netns)
+        routes = server_netns.ip("route", netns=clients.nodes[1].netns)
         assert first.front in routes and second.front not in routes, routes
     finally:
         for door in doors:

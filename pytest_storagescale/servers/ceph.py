@@ -328,11 +328,16 @@ class EmbeddedCephGateway(EmbeddedServer):
         """Further ceph.conf lines of a subclass's daemons (none here)."""
         return []
 
+    def _command(self, args: tuple[str, ...]) -> list[str]:
+        """How :meth:`_run` runs a tool (a subclass runs it elsewhere)."""
+        return list(args)
+
     def _run(self, *args: str, input_text: str | None = None) -> str:
         """A Ceph command line tool; its output, or :class:`EndpointError`."""
         try:
-            done = subprocess.run(list(args), capture_output=True, text=True, input=input_text,
-                                  timeout=CEPH_COMMAND_TIMEOUT, cwd=self.directory)
+            done = subprocess.run(self._command(args), capture_output=True, text=True,
+                                  input=input_text, timeout=CEPH_COMMAND_TIMEOUT,
+                                  cwd=self.directory)
         except subprocess.TimeoutExpired:
             raise self._fail(f"'{' '.join(args[:4])}' did not answer within "
                              f"{CEPH_COMMAND_TIMEOUT} s") from None

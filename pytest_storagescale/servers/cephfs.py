@@ -16,7 +16,8 @@ endpoint's URL is host 0's.
 Nothing outlives the run, even a pytest killed with SIGKILL: the namespaces are not
 named (``ip netns add`` would leave ``/run/netns`` entries) but held by one
 ``unshare --net sleep`` process each, started in the server's directory: the kernel
-removes a namespace with its last process, and its veth ends and the bridge with it.
+removes a namespace with its last process, and its veth ends and the bridge with it
+(the plumbing shared with the other namespace hosts: :mod:`.netns`).
 The orphan reaper (:mod:`.orphans`) kills those holders, the daemons and the
 ``ceph-fuse`` clients like any orphan's, and detaches the mounts left inside the
 directory before removing it.
@@ -38,6 +39,16 @@ from typing import Any
 from ..errors import EndpointError
 from .ceph import CEPH_COMMAND_TIMEOUT, Daemon, EmbeddedCephGateway, ceph_version, daemon_state
 from .family import EmbeddedServer
+from .netns import (
+    HOLDER,
+    NetnsError,
+    free_subnet,
+    ip,
+    join_bridge,
+    link_to_bridge,
+    make_bridge,
+    wait_unshared,
+)
 from .orphans import mounts_inside, server_directory
 
 #: the file system's name, its pools, the client key the mounts use
@@ -125,26 +136,6 @@ class NetnsLayout:
 
 def netns_layout(subnet: ipaddress.IPv4Network) -> NetnsLayout:
     return NetnsLayout(subnet)
-
-
-def _ip(*args: str, netns: str | None = None) -> str:
-    command = ["ip", *args] if netns is None else ["nsenter", f"--net={netns}", "ip", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=30)
-    if done.returncode != 0:
-        raise EndpointError(f"the embedded CephFS's network: '{' '.join(command)}' failed: "
-                            f"{done.stderr.strip()}")
-    return done.stdout
-
-
-def free_subnet() -> ipaddress.IPv4Network:
-    """A /24 in 10.0.0.0/8 that no address or route of this machine touches."""
-    used = _ip("-4", "route", "show", "table", "all") + _ip("-4", "addr")
-    for _ in range(200):
-        net = ipaddress.IPv4Network(f"10.{random.randint(64, 250)}.{random.randint(0, 255)}.0/24")
-        prefix = ".".join(str(net.network_address).split(".")[:3]) + "."
-        if prefix not in used:
-            return net
-    raise EndpointError("the embedded CephFS found no free 10.x.y.0/24 for its client hosts.")
 
 
 class EmbeddedCephFS(EmbeddedCephGateway):
@@ -251,41 +242,19 @@ class EmbeddedCephFS(EmbeddedCephGateway):
             raise
         return self
 
-    #: the process that holds a new network namespace: ``unshare`` makes it, then
-    #: becomes ``sleep``
-    HOLDER = ("unshare", "--net", "sleep", "infinity")
+    #: the process that holds a new network namespace (a test gives one that is slow to)
+    HOLDER = HOLDER
 
     def _hold(self, name: str) -> Daemon:
         """A process holding a new network namespace (gone with it), returned once its
-        namespace is made.
-
-        The spawn returns once ``unshare`` is exec-ed, before it has unshared: until
-        then ``/proc/PID/ns/net`` is this machine's own namespace, and an ``nsenter``
-        into it acts here. On a starved CPU that gap was long enough for the first
-        command, ``ip link set lo up`` in the daemons' namespace, to run in this one:
-        their loopback stayed down, a connection to their own bridge address is
-        delivered through it, and no ``ceph`` command reached the monitor ("the
-        monitor did not answer within 180 s", the monitor itself up). Measured: 1 in
-        50 ``nsenter`` right after such a spawn on this 2-core machine under load."""
+        namespace is made (:func:`.netns.wait_unshared`: before, an ``nsenter`` into it
+        acts in this machine's namespace; tests/test_cephfs_start.py)."""
         holder = self._spawn(name, list(self.HOLDER))
-        own = os.readlink("/proc/self/ns/net")
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
-            try:
-                if os.readlink(f"/proc/{holder.process.pid}/ns/net") != own:
-                    return holder
-            except OSError:
-                pass  # it ended: said below
-            if not holder.alive():
-                raise self._fail(f"the holder of the network namespace {name} exited with "
-                                 f"code {holder.process.returncode} before making it", holder)
-            if time.monotonic() > deadline:
-                raise self._fail(f"the holder of the network namespace {name} did not make "
-                                 f"it within {self.startup_timeout:.0f} s", holder)
-            try:
-                holder.process.wait(timeout=0.05)
-            except subprocess.TimeoutExpired:
-                pass
+        try:
+            wait_unshared(holder.process, name, self.startup_timeout)
+        except NetnsError as exc:
+            raise self._fail(str(exc), holder) from None
+        return holder
 
     def _holders_gone(self, error: EndpointError) -> EndpointError:
         """``error`` of the network's set-up, with how the namespaces' holders that are
@@ -301,38 +270,26 @@ class EmbeddedCephFS(EmbeddedCephGateway):
         d = self.directory
         assert d is not None
         (d / "log").mkdir()
-        layout = self.layout = netns_layout(free_subnet())
-        # the servers' namespace: the bridge, and on it the daemons' address
-        self.switch = self._hold("switch")
-        switch = self.servers_netns
-        bridge = "ssbr"
-        _ip("link", "set", "lo", "up", netns=switch)
-        _ip("link", "add", bridge, "type", "bridge", netns=switch)
-        _ip("addr", "add", f"{layout.servers}/24", "dev", bridge, netns=switch)
-        _ip("link", "set", bridge, "up", netns=switch)
-        self.address = layout.servers  # ceph.conf's mon host and public network
-        # this host's end (the Dask scheduler's address): a /25 that routes to the
-        # client hosts and not to the daemons
-        outside, inside = f"ss{self.tag}h", f"ss{self.tag}s"
-        _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
-        _ip("link", "set", inside, "netns", str(self.switch.process.pid))
-        _ip("link", "set", inside, "master", bridge, "up", netns=switch)
-        _ip("addr", "add", f"{layout.head}/25", "dev", outside)
-        _ip("link", "set", outside, "up")
-        (d / "hosts").mkdir()
-        for index in range(self.host_count):
-            host = ClientHost(index, layout.host(index), d / "hosts" / f"ns{index}")
-            host.mountpoint.mkdir()
-            host.holder = self._hold(f"host.{host.name}")
-            port, peer = f"ss{self.tag}p{index}", f"ss{self.tag}c{index}"
-            _ip("link", "add", port, "type", "veth", "peer", "name", peer)
-            _ip("link", "set", port, "netns", str(self.switch.process.pid))
-            _ip("link", "set", port, "master", bridge, "up", netns=switch)
-            _ip("link", "set", peer, "netns", str(host.holder.process.pid))
-            _ip("addr", "add", f"{host.address}/24", "dev", peer, netns=host.netns)
-            _ip("link", "set", peer, "up", netns=host.netns)
-            _ip("link", "set", "lo", "up", netns=host.netns)
-            self.hosts.append(host)
+        try:
+            layout = self.layout = netns_layout(free_subnet())
+            # the servers' namespace: the bridge, and on it the daemons' address
+            self.switch = self._hold("switch")
+            switch = self.switch.process.pid
+            make_bridge(switch, f"{layout.servers}/24")
+            self.address = layout.servers  # ceph.conf's mon host and public network
+            # this host's end (the Dask scheduler's address): a /25 that routes to the
+            # client hosts and not to the daemons
+            link_to_bridge(switch, f"ss{self.tag}h", f"ss{self.tag}s", f"{layout.head}/25")
+            (d / "hosts").mkdir()
+            for index in range(self.host_count):
+                host = ClientHost(index, layout.host(index), d / "hosts" / f"ns{index}")
+                host.mountpoint.mkdir()
+                host.holder = self._hold(f"host.{host.name}")
+                join_bridge(switch, host.holder.process.pid, f"ss{self.tag}p{index}",
+                            f"ss{self.tag}c{index}", f"{host.address}/24")
+                self.hosts.append(host)
+        except NetnsError as exc:
+            raise EndpointError(f"the embedded CephFS's network: {exc}") from None
 
     def _fail(self, what: str, daemon: Daemon | None = None, log: Path | None = None
               ) -> EndpointError:
@@ -342,8 +299,8 @@ class EmbeddedCephFS(EmbeddedCephGateway):
         if daemon is None or self.switch is None or not self.switch.alive():
             return error
         try:
-            links = _ip("-br", "addr", netns=self.servers_netns).strip()
-        except (EndpointError, OSError, subprocess.SubprocessError):
+            links = ip("-br", "addr", netns=self.servers_netns).strip()
+        except (NetnsError, OSError, subprocess.SubprocessError):
             return error
         return EndpointError(f"{error}\nThe daemons' namespace (ip -br addr):\n{links}")
 
@@ -363,23 +320,13 @@ class EmbeddedCephFS(EmbeddedCephGateway):
             command = ["nsenter", f"--net={self.servers_netns}", *command]
         return super()._spawn(name, command, env)
 
-    def _run(self, *args: str, input_text: str | None = None) -> str:
-        """A Ceph tool, in the servers' namespace: ``ceph`` talks to the monitor (no
+    def _command(self, args: tuple[str, ...]) -> list[str]:
+        """A Ceph tool runs in the servers' namespace: ``ceph`` talks to the monitor (no
         route leads there from here), ``ceph-mon --mkfs`` looks for the public
         network's address among the namespace's interfaces."""
         if self.switch is None:
-            return super()._run(*args, input_text=input_text)
-        command = ["nsenter", f"--net={self.servers_netns}", *args]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, input=input_text,
-                                  timeout=CEPH_COMMAND_TIMEOUT, cwd=self.directory)
-        except subprocess.TimeoutExpired:
-            raise self._fail(f"'{' '.join(args[:4])}' did not answer within "
-                             f"{CEPH_COMMAND_TIMEOUT} s") from None
-        if done.returncode != 0:
-            raise self._fail(f"'{' '.join(args[:6])}' failed: "
-                             f"{(done.stderr or done.stdout).strip()[-400:]}")
-        return done.stdout
+            return list(args)
+        return ["nsenter", f"--net={self.servers_netns}", *args]
 
     def _more_conf(self) -> list[str]:
         d = self.directory

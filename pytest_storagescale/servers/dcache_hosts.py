@@ -5,7 +5,8 @@ admin, chimera, door and pool nodes, issue 36), each domain's JVM on a host of i
 A host is a network namespace, held by one ``unshare --net sleep infinity`` process
 started in the server's directory (not named: the kernel removes the namespace with
 its last process, its veths and the bridge with it, also after a SIGKILL of pytest;
-the orphan reaper kills the holders like any server process there). The hosts:
+the orphan reaper kills the holders like any server process there; the plumbing:
+:mod:`.netns`). The hosts:
 
 - ``core``: PostgreSQL (chimera, pinmanager, srm; on the host's own loopback),
   ZooKeeper (on the host's bridge address, SASL required as in one domain) and the
@@ -50,6 +51,16 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import EndpointError, StorageScaleUsageError
 from .dcache import DOMAIN, LAYOUT, EmbeddedDCache, _end
+from .netns import (
+    NetnsError,
+    free_subnet,
+    free_subnet6,
+    hold,
+    ip,
+    join_bridge,
+    make_bridge,
+    rss_by_namespace,
+)
 from .processes import ServerProcess, log_tail
 
 if TYPE_CHECKING:
@@ -179,55 +190,6 @@ def rehome_xrootd_client(known: set[int] | frozenset[int] = frozenset()) -> None
     os.waitpid(pid, 0)
 
 
-def wait_unshared(holder: subprocess.Popen, what: str, timeout: float = 30.0) -> None:
-    """Until ``holder`` (``unshare --net ...``) is in a network namespace of its own:
-    right after its start it is still in this one, and ``/proc/<pid>/ns/net`` names
-    this machine's. A holder that made none within ``timeout`` is killed."""
-    here = os.stat("/proc/self/ns/net").st_ino
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if holder.poll() is not None:
-            raise EndpointError(f"{what}: 'unshare --net' exited with code {holder.returncode}.")
-        try:
-            if os.stat(f"/proc/{holder.pid}/ns/net").st_ino != here:
-                return
-        except OSError:
-            pass
-        time.sleep(0.01)
-    holder.kill()
-    holder.wait(timeout=10)
-    raise EndpointError(f"{what}: 'unshare --net' made no namespace within {timeout:.0f} s.")
-
-
-def _ip(*args: str, netns: str | None = None) -> str:
-    command = ["ip", *args] if netns is None else ["nsenter", f"--net={netns}", "ip", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=30)
-    if done.returncode != 0:
-        raise EndpointError(f"the embedded dCache's network: '{' '.join(command)}' failed: "
-                            f"{done.stderr.strip()}")
-    return done.stdout
-
-
-def free_subnet() -> ipaddress.IPv4Network:
-    """A /24 in 10.0.0.0/8 that no address or route of this machine touches."""
-    used = _ip("-4", "route", "show", "table", "all") + _ip("-4", "addr")
-    for _ in range(200):
-        net = ipaddress.IPv4Network(f"10.{random.randint(64, 250)}.{random.randint(0, 255)}.0/24")
-        if ".".join(str(net.network_address).split(".")[:3]) + "." not in used:
-            return net
-    raise EndpointError("the embedded dCache found no free 10.x.y.0/24 for its hosts.")
-
-
-def free_subnet6() -> ipaddress.IPv6Network:
-    """A random /64 of the unique local addresses (fd00::/8) no address here is in."""
-    used = _ip("-6", "addr")
-    for _ in range(100):
-        net = ipaddress.IPv6Network((0xFD << 120 | random.getrandbits(56) << 64, 64))
-        if str(net.network_address).rstrip(":") not in used:
-            return net
-    raise EndpointError("the embedded dCache found no free fd00::/8 /64 for its doors.")
-
-
 @dataclass
 class ServerHost:
     """One host of the dCache: a namespace held by ``holder``, its bridge address."""
@@ -291,48 +253,40 @@ class ServerNetwork:
         return next(host for host in self.hosts if host.name == name)
 
     def _hold(self, name: str) -> subprocess.Popen:
-        log = self.directory / "log" / f"netns-{name}.out"
-        with open(log, "ab") as sink:
-            holder = subprocess.Popen(["unshare", "--net", "sleep", "infinity"],
-                                      cwd=self.directory, stdout=sink,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      start_new_session=True)
-        wait_unshared(holder, f"the embedded dCache's {name} host")
-        return holder
+        return hold(self.directory, name, timeout=30.0,
+                    log=self.directory / "log" / f"netns-{name}.out")
 
     def start(self) -> ServerNetwork:
+        try:
+            return self._start()
+        except NetnsError as exc:
+            raise EndpointError(f"the embedded dCache's network: {exc}") from None
+
+    def _start(self) -> ServerNetwork:
         (self.directory / "log").mkdir(exist_ok=True)
         self.subnet = free_subnet()
         self.subnet6 = free_subnet6()
         self.switch = self._hold("switch")
-        switch, bridge = f"/proc/{self.switch.pid}/ns/net", "ssbr"
-        _ip("link", "set", "lo", "up", netns=switch)
-        _ip("link", "add", bridge, "type", "bridge", netns=switch)
-        _ip("link", "set", bridge, "up", netns=switch)
+        make_bridge(self.switch.pid)
         names = ["core", "door", *(f"pool{i}" for i in range(1, self.pools + 1))]
         for index, name in enumerate(names):
-            host = ServerHost(name, self.address(130 + index), holder=self._hold(name))
-            port, peer = f"ssd{self.tag}p{index}", f"ssd{self.tag}c{index}"
-            _ip("link", "add", port, "type", "veth", "peer", "name", peer)
-            _ip("link", "set", port, "netns", str(self.switch.pid))
-            _ip("link", "set", port, "master", bridge, "up", netns=switch)
-            _ip("link", "set", peer, "netns", str(host.holder.pid))  # type: ignore[union-attr]
-            _ip("addr", "add", f"{host.address}/25", "dev", peer, netns=host.netns)
-            _ip("link", "set", peer, "up", netns=host.netns)
-            _ip("link", "set", "lo", "up", netns=host.netns)
+            holder = self._hold(name)
+            host = ServerHost(name, self.address(130 + index), holder=holder)
+            join_bridge(self.switch.pid, holder.pid, f"ssd{self.tag}p{index}",
+                        f"ssd{self.tag}c{index}", f"{host.address}/25")
             self.hosts.append(host)
         # the client side: a veth pair from this machine to the door host only
         door = self.host("door")
         outside, inside = f"ssd{self.tag}f", f"ssd{self.tag}g"
-        _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
-        _ip("link", "set", inside, "netns", str(door.holder.pid))  # type: ignore[union-attr]
-        _ip("addr", "add", f"{self.head}/25", "dev", outside)
+        ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+        ip("link", "set", inside, "netns", str(door.holder.pid))  # type: ignore[union-attr]
+        ip("addr", "add", f"{self.head}/25", "dev", outside)
         # nodad: usable at once (duplicate address detection would hold it ~2 s)
-        _ip("-6", "addr", "add", f"{self.head6}/64", "dev", outside, "nodad")
-        _ip("link", "set", outside, "up")
-        _ip("addr", "add", f"{self.front}/25", "dev", inside, netns=door.netns)
-        _ip("-6", "addr", "add", f"{self.front6}/64", "dev", inside, "nodad", netns=door.netns)
-        _ip("link", "set", inside, "up", netns=door.netns)
+        ip("-6", "addr", "add", f"{self.head6}/64", "dev", outside, "nodad")
+        ip("link", "set", outside, "up")
+        ip("addr", "add", f"{self.front}/25", "dev", inside, netns=door.netns)
+        ip("-6", "addr", "add", f"{self.front6}/64", "dev", inside, "nodad", netns=door.netns)
+        ip("link", "set", inside, "up", netns=door.netns)
         return self
 
     def stop(self) -> None:
@@ -350,24 +304,6 @@ class ServerNetwork:
                        timeout=30)
         self.hosts = []
         self.switch = None
-
-
-def netns_rss_bytes(netns: str) -> int:
-    """The resident memory of every process in the network namespace ``netns``."""
-    import psutil
-
-    try:
-        target = os.stat(netns).st_ino
-    except OSError:
-        return 0
-    total = 0
-    for process in psutil.process_iter(["pid"]):
-        try:
-            if os.stat(f"/proc/{process.pid}/ns/net").st_ino == target:
-                total += process.memory_info().rss
-        except (OSError, psutil.Error):
-            continue
-    return total
 
 
 def check_hosts(hosts: int) -> int:
@@ -443,7 +379,7 @@ class EmbeddedDCacheHosts(EmbeddedDCache):
 
     def host_rss_bytes(self) -> dict[str, int]:
         """Per host, the resident memory of every process in its namespace."""
-        return {host.name: netns_rss_bytes(host.netns) for host in self.hosts}
+        return rss_by_namespace({host.name: host.netns for host in self.hosts})
 
     def _environment(self) -> dict[str, str]:
         """The JVMs' environment without the loopback preload: on a host of its own a

@@ -9,7 +9,7 @@ The batch system is :class:`~pytest_storagescale.cluster.slurm.EmbeddedSlurm` (D
   one more namespace that holds the bridge and runs ``slurmctld`` (``.254``). None is
   named (``ip netns add`` would leave ``/run/netns`` entries): each is held by an
   ``unshare --net sleep infinity`` process started in the run's folder, so the kernel
-  removes it, its veth ends and the bridge with its last process;
+  removes it, its veth ends and the bridge with its last process (:mod:`.netns`);
 - this machine's end of a veth to the bridge (``.1``) is where the Dask scheduler (in
   the pytest process) listens, with mutual TLS on a certificate made for the run; the
   hosts' default route leads there, so a job reaches the addresses of this machine
@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
-import random
 import re
 import secrets
 import shlex
@@ -63,6 +62,16 @@ from ..cluster.address import ClusterAddress, parse_cluster_address
 from ..cluster.slurm import COMMANDS as SLURM_COMMANDS
 from ..cluster.slurm import EmbeddedSlurm, SlurmNode, kill_namespace
 from ..errors import StorageScaleUsageError
+from .netns import (
+    free_subnet,
+    handle,
+    hold,
+    ip,
+    join_bridge,
+    link_to_bridge,
+    make_bridge,
+    rss_by_namespace,
+)
 from .orphans import server_directory
 
 #: the recipe's name in ``--storage-cluster``
@@ -137,48 +146,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _ip(*args: str, netns: str | None = None) -> str:
-    command = ["ip", *args] if netns is None else ["nsenter", f"--net={netns}", "ip", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=30)
-    if done.returncode != 0:
-        raise RuntimeError(f"'{' '.join(command)}' failed: {done.stderr.strip()}")
-    return done.stdout
-
-
-def free_subnet() -> ipaddress.IPv4Network:
-    """A /24 in 10.0.0.0/8 that no address or route of this machine touches."""
-    used = _ip("-4", "route", "show", "table", "all") + _ip("-4", "addr")
-    for _ in range(200):
-        net = ipaddress.IPv4Network(f"10.{random.randint(64, 250)}.{random.randint(0, 255)}.0/24")
-        if ".".join(str(net.network_address).split(".")[:3]) + "." not in used:
-            return net
-    raise RuntimeError("no free 10.x.y.0/24 for the client hosts")
-
-
-def _namespace_inode(netns: str) -> int | None:
-    try:
-        return os.stat(netns).st_ino
-    except OSError:
-        return None
-
-
-def _rss_by_namespace(inodes: dict[int, str]) -> dict[str, int]:
-    """Resident bytes of every process in each namespace (inode -> name)."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    total = dict.fromkeys(inodes.values(), 0)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            inode = os.stat(f"/proc/{entry}/ns/net").st_ino
-            if inode in inodes:
-                total[inodes[inode]] += int(
-                    Path(f"/proc/{entry}/statm").read_text().split()[1]) * page
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
 
 
 @dataclass(frozen=True)
@@ -267,83 +234,45 @@ class EmbeddedSlurmHosts:
             for door in _DOORS:
                 self.link_door(door)
 
-    def _hold(self, name: str) -> str:
-        """A new network namespace, held by a process in the run's folder."""
+    def _hold(self, name: str) -> int:
+        """A new network namespace, held by a process in the run's folder: its pid."""
         assert self.directory is not None
-        holder = subprocess.Popen(["unshare", "--net", "sleep", "infinity"],
-                                  cwd=self.directory, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  start_new_session=True)
-        self.holders[name] = holder
-        mine = os.readlink("/proc/self/ns/net")
-        netns = f"/proc/{holder.pid}/ns/net"
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:  # unshare execs sleep once the namespace is made
-            if holder.poll() is not None:
-                raise RuntimeError(f"unshare --net exited ({holder.returncode})")
-            with contextlib.suppress(OSError):
-                if os.readlink(netns) != mine:
-                    return netns
-            time.sleep(0.02)
-        raise RuntimeError("unshare --net made no namespace within 10 s")
+        self.holders[name] = hold(self.directory, name, timeout=10.0)
+        return self.holders[name].pid
 
     def _network(self) -> None:
         subnet = self.subnet = free_subnet()
-        switch = self._hold("controller")
-        bridge = "ssbr"
         controller = str(subnet.network_address + 254)
-        _ip("link", "set", "lo", "up", netns=switch)
-        _ip("link", "add", bridge, "type", "bridge", netns=switch)
-        _ip("addr", "add", f"{controller}/24", "dev", bridge, netns=switch)
-        _ip("link", "set", bridge, "up", netns=switch)
-        self.controller = SlurmNode("controller", controller, switch)
-        switch_pid = str(self.holders["controller"].pid)
-        outside, inside = f"sl{self.tag}h", f"sl{self.tag}s"
-        _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
-        _ip("link", "set", inside, "netns", switch_pid)
-        _ip("link", "set", inside, "master", bridge, "up", netns=switch)
-        _ip("addr", "add", f"{self.head}/24", "dev", outside)
-        _ip("link", "set", outside, "up")
+        switch = self._hold("controller")
+        self.controller = SlurmNode("controller", controller, handle(switch))
+        make_bridge(switch, f"{controller}/24")
+        link_to_bridge(switch, f"sl{self.tag}h", f"sl{self.tag}s", f"{self.head}/24")
         for index in range(self.host_count):
-            name = f"ns{index}"
-            netns = self._hold(name)
-            address = str(subnet.network_address + 2 + index)
-            port, peer = f"sl{self.tag}p{index}", f"sl{self.tag}c{index}"
-            _ip("link", "add", port, "type", "veth", "peer", "name", peer)
-            _ip("link", "set", port, "netns", switch_pid)
-            _ip("link", "set", port, "master", bridge, "up", netns=switch)
-            _ip("link", "set", peer, "netns", str(self.holders[name].pid))
-            _ip("addr", "add", f"{address}/24", "dev", peer, netns=netns)
-            _ip("link", "set", peer, "up", netns=netns)
-            _ip("link", "set", "lo", "up", netns=netns)
-            _ip("route", "add", "default", "via", self.head, netns=netns)
-            self.nodes.append(SlurmNode(name, address, netns))
+            name, address = f"ns{index}", str(subnet.network_address + 2 + index)
+            host = self._hold(name)
+            join_bridge(switch, host, f"sl{self.tag}p{index}", f"sl{self.tag}c{index}",
+                        f"{address}/24")
+            ip("route", "add", "default", "via", self.head, netns=handle(host))
+            self.nodes.append(SlurmNode(name, address, handle(host)))
 
     def link_door(self, door: ServerDoor) -> None:
         """A veth from the bridge into the door host's namespace (an address of the
         run's /24 there), and each client host's route to the door's addresses through
         it: one /32 each, not the server's networks."""
         assert self.subnet is not None and self.controller is not None
-        if door in self.doors or not os.path.exists(f"/proc/{door.pid}/ns/net"):
+        if door in self.doors or not os.path.exists(handle(door.pid)):
             return  # linked already, or its server ended without withdrawing it
         index = len(self.doors)
         if index >= MAX_DOORS:
             raise RuntimeError(f"more than {MAX_DOORS} doors offered to the client hosts")
         via = str(self.subnet.network_address + FIRST_DOOR - index)
-        port, peer = f"sl{self.tag}d{index}", f"sl{self.tag}e{index}"
-        switch = self.controller.netns
-        _ip("link", "add", port, "type", "veth", "peer", "name", peer)
-        _ip("link", "set", port, "netns", str(self.holders["controller"].pid))
-        _ip("link", "set", port, "master", "ssbr", "up", netns=switch)
-        _ip("link", "set", peer, "netns", str(door.pid))
-        door_netns = f"/proc/{door.pid}/ns/net"
-        _ip("addr", "add", f"{via}/24", "dev", peer, netns=door_netns)
-        _ip("link", "set", peer, "up", netns=door_netns)
+        join_bridge(self.holders["controller"].pid, door.pid, f"sl{self.tag}d{index}",
+                    f"sl{self.tag}e{index}", f"{via}/24", loopback=False)
         self.doors[door] = via
         for node in self.nodes:
             for address in door.addresses:
                 if ipaddress.ip_address(address).version == 4:
-                    _ip("route", "replace", f"{address}/32", "via", via, netns=node.netns)
+                    ip("route", "replace", f"{address}/32", "via", via, netns=node.netns)
 
     def unlink_door(self, door: ServerDoor) -> None:
         """The client hosts' routes to ``door`` removed (best effort: its namespace
@@ -354,7 +283,7 @@ class EmbeddedSlurmHosts:
         for node in self.nodes:
             for address in door.addresses:
                 with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
-                    _ip("route", "del", f"{address}/32", "via", via, netns=node.netns)
+                    ip("route", "del", f"{address}/32", "via", via, netns=node.netns)
 
     # -- the Dask side ------------------------------------------------------------------
     def dask_cluster(self, jobs: int) -> Any:
@@ -386,12 +315,7 @@ class EmbeddedSlurmHosts:
     def memory_by_host(self) -> dict[str, int]:
         """Resident bytes of everything in each client host's namespace (its slurmd,
         a job's slurmstepd, shell and Dask worker)."""
-        inodes = {}
-        for node in self.nodes:
-            inode = _namespace_inode(node.netns)
-            if inode is not None:
-                inodes[inode] = node.name
-        return _rss_by_namespace(inodes)
+        return rss_by_namespace({node.name: node.netns for node in self.nodes})
 
     def jobs(self) -> list[tuple[str, str, str]]:
         """(job id, node, state) of every job SLURM knows."""
@@ -411,7 +335,7 @@ class EmbeddedSlurmHosts:
             with contextlib.suppress(Exception):
                 self.slurm.stop()
         for name, holder in list(self.holders.items()):
-            netns = f"/proc/{holder.pid}/ns/net"
+            netns = handle(holder.pid)
             if holder.poll() is None and name != "controller":
                 kill_namespace(netns)  # a job's processes, then the holder itself
             if holder.poll() is None:
