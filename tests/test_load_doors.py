@@ -247,3 +247,77 @@ def test_the_table_has_a_door_column_only_for_several_doors():
     # one door that is not the endpoint's own is named too
     other = format_table([_step("davs")], main_door="root")
     assert [line.split()[:2] for line in other] == [["op", "door"], ["stat", "davs"]]
+
+
+# -- a door that lists nothing (dcap): its service connections list elsewhere ---------
+
+#: an embedded dCache's doors as the session names them (the davs URL with its password)
+DCACHE_DOORS = {"davs": "davs://storagescale:pw@localhost:2880/storagescale",
+                "root": "root://localhost:1094//storagescale",
+                "srm": "srm://localhost:8443/storagescale",
+                "dcap": "gsidcap://localhost:22128/storagescale",
+                "gsiftp": "gsiftp://localhost:2811/storagescale"}
+
+
+def _dcap_spec(**options):
+    from pytest_storagescale.drivers.registry import driver_spec
+
+    return driver_spec(DCACHE_DOORS["dcap"], options=options)
+
+
+def test_a_dcap_door_lists_through_the_first_xrootd_door_else_webdav():
+    """The session gives a dcap door's spec the option naming the door its service
+    connections list through: the storage's first XRootD door, else its WebDAV door
+    (its URL without the password: the dcap client's proxy logs in there); a door that
+    lists, and a dcap door given one, are left as they are; no such door, none."""
+    from pytest_storagescale.session.endpoint import with_listing_door
+
+    spec = with_listing_door(_dcap_spec(), DCACHE_DOORS)
+    assert spec.options["listing_door"] == "root://localhost:1094//storagescale"
+    no_root = {k: v for k, v in DCACHE_DOORS.items() if k != "root"}
+    spec = with_listing_door(_dcap_spec(), no_root)
+    assert spec.options["listing_door"] == "davs://localhost:2880/storagescale"
+    assert "pw" not in repr(spec) and "pw" not in spec.options["listing_door"]
+    given = _dcap_spec(listing_door="davs://door:443/area")
+    assert with_listing_door(given, DCACHE_DOORS) is given
+    only = {k: v for k, v in DCACHE_DOORS.items() if k in ("dcap", "srm", "gsiftp")}
+    assert "listing_door" not in with_listing_door(_dcap_spec(), only).options
+    from pytest_storagescale.drivers.registry import driver_spec
+
+    root = driver_spec(DCACHE_DOORS["root"])
+    assert with_listing_door(root, DCACHE_DOORS) is root
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ("srm://door:8443/area", "not the URL of an XRootD or WebDAV door"),
+    ("not a url", "not the URL of an XRootD or WebDAV door"),
+    ("davs://user:secret@door:443/area", "without user or password"),
+])
+def test_a_listing_door_that_cannot_list_is_one_usage_error(value, words):
+    with pytest.raises(StorageScaleUsageError, match=words) as caught:
+        _dcap_spec(listing_door=value)
+    assert "secret" not in str(caught.value)
+
+
+def test_a_dcap_load_client_never_lists_through_the_other_door():
+    """A load client (the engine gave it its step's stop: ``Driver.halted``) is refused
+    a listing before anything is sent, saying why (its step would measure the other
+    door); a service connection is refused a path outside the dcap door's test area;
+    without a listing door, the listing is refused as before (libdcap's call back)."""
+    import threading
+
+    from pytest_storagescale.errors import StorageError
+
+    spec = _dcap_spec(listing_door=DCACHE_DOORS["root"])
+    load = spec.client(0, timeout=5)
+    load.halted = threading.Event()
+    with pytest.raises(StorageError, match="a load client never lists through the other"):
+        load.ls("/storagescale/run")
+    service = spec.connect("cleanup", timeout=5)
+    with pytest.raises(StorageError, match="outside the dcap door's test area"):
+        service.ls("/elsewhere/run")
+    bare = _dcap_spec().connect("cleanup", timeout=5)
+    with pytest.raises(StorageError, match="listing is not sent.*every interface"):
+        bare.ls("/storagescale/run")
+    for client in (load, service, bare):
+        client.close()

@@ -278,6 +278,14 @@ class Driver(abc.ABC):
         return True
 
     @classmethod
+    def listing_door_option(cls, scheme: str) -> str | None:
+        """The driver option naming another door of the same namespace through which
+        this driver's service connections (set-up, clean-up, never a load client) list
+        a directory, when it lists none over ``scheme`` itself (gfal2 over dcap:
+        ``listing_door``; the session sets it, session/endpoint.py); None: no such."""
+        return None
+
+    @classmethod
     def url_of(cls, endpoint: EndpointURL, path: str) -> str:
         """The URL of the absolute ``path`` on ``endpoint``'s server, without
         credentials: XRootD writes the path after a second slash (``root://host//a/f``)."""

@@ -40,6 +40,16 @@ plugin uses as given: its path is the server's choice and is not checked against
 test area, and gfal2's HTTP plugin follows that door's redirects. What the driver
 guarantees there is the SURL's path only; a TURL elsewhere is trusted to the SRM
 server.
+
+**dcap://, gsidcap://**: stat, copies in and out, reads, delete, mkdir and rmdir go
+through gfal2's dcap plug-in (libdcap, dccp's library), in libdcap's active mode
+(``DCACHE_CLIENT_ACTIVE=1``, dccp's ``-A``: the client connects to the pool's mover,
+never listens for its call). dcap has no checksum request and no rename
+(``EPROTONOSUPPORT``), and its listing is never sent (:data:`DCAP_NO_LISTING`): a
+service connection (a step's set-up and clean-up, a check's, the run directory's) lists
+through the door the option ``listing_door`` names (another door of the same namespace,
+chosen by the session), so that what the run made is removed as through any door; a
+load client never does, and its ``ls`` fails (a step would measure the other door).
 """
 
 from __future__ import annotations
@@ -58,9 +68,11 @@ import gfal2
 
 from ..errors import (
     BadAnswer,
+    EndpointError,
     StorageError,
     StorageNotFound,
     StoragePermissionDenied,
+    StorageScaleUsageError,
     StorageThrottled,
     StorageTimeout,
     StorageUnreachable,
@@ -76,7 +88,7 @@ from .grid import (
     login_refusal,
 )
 from .http import THROTTLE_SENDS, THROTTLE_SHARE, THROTTLE_WAIT, HTTPDriver
-from .url import HTTPS_SCHEMES
+from .url import HTTPS_SCHEMES, split_url
 
 # gfal2's gridftp plugin (Globus) aborts the whole process ("bit out of range 0 -
 # FD_SETSIZE on fd_set") when it is first activated in a process holding descriptors
@@ -114,6 +126,15 @@ DCAP_NO_LISTING = (
     "(ss: LISTEN *:<port>, also with DCACHE_CLIENT_ACTIVE), and the second listing of a "
     "process waits for that call for ever (poll without a timeout in "
     "data_hello_conversation); list through another door of the same namespace")
+#: the driver option naming another door of the same namespace (its URL, without
+#: credentials: the dcap client's own log in there) through which a dcap client's
+#: service connections (the step's set-up and clean-up, a check's clean-up, the run
+#: directory's) list a directory; a load client never does (its step would measure
+#: that door). The session sets it (session/endpoint.py ``with_listing_door``)
+LISTING_DOOR = "listing_door"
+#: libdcap's active mode for every dcap transfer: the client connects to the pool's
+#: mover, instead of listening on every interface for the pool's call back (dccp's -A)
+DCAP_ACTIVE = ("DCACHE_CLIENT_ACTIVE", "1")
 _CHUNK = 8 * 1024 * 1024
 _TIMEOUT_ERRNOS = {errno.ETIMEDOUT, errno.ECANCELED}
 _UNREACHABLE_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.EHOSTDOWN,
@@ -126,7 +147,7 @@ class Gfal2Driver(XRootDLogins, Driver):
     name = "gfal2"
     isolate_clients = True  # its plugins (XrdCl, Globus) may crash their process
     schemes = (*HTTP_SCHEMES, *XROOTD_SCHEMES, "file", "srm", "gsiftp", *DCAP_SCHEMES)
-    option_names = tuple(CREDENTIAL_ENVIRONMENT)
+    option_names = (*CREDENTIAL_ENVIRONMENT, LISTING_DOOR)
     secret_options = SECRET_OPTIONS
 
     @classmethod
@@ -147,9 +168,41 @@ class Gfal2Driver(XRootDLogins, Driver):
         """A dcap directory is not listed (:data:`DCAP_NO_LISTING`)."""
         return scheme not in DCAP_SCHEMES
 
+    @classmethod
+    def listing_door_option(cls, scheme: str) -> str | None:
+        """Over dcap, :data:`LISTING_DOOR`: another door lists for the service
+        connections."""
+        return LISTING_DOOR if scheme in DCAP_SCHEMES else None
+
+    @classmethod
+    def check_options(cls, options) -> None:
+        """A :data:`LISTING_DOOR` must be an XRootD or HTTP door's URL (gfal2 lists
+        those), without credentials; then the credentials (:class:`XRootDLogins`)."""
+        door = options.get(LISTING_DOOR)
+        if door:
+            try:
+                parts = split_url(door)
+            except EndpointError:
+                parts = None
+            scheme = parts.scheme.lower() if parts is not None else ""
+            if parts is None or not (cls.is_xrootd(scheme) or cls.is_http(scheme)):
+                raise StorageScaleUsageError(
+                    f"--storage-driver-option {LISTING_DOOR}={door!r}: not the URL of an "
+                    f"XRootD or WebDAV door. Name the test area through another door of "
+                    f"the same namespace, e.g. {LISTING_DOOR}=root://door:1094//pnfs/area: "
+                    f"a dcap client's set-up and clean-up list directories through it.")
+            if parts.username or parts.password:
+                raise StorageScaleUsageError(
+                    f"--storage-driver-option {LISTING_DOOR}: give the URL without user or "
+                    f"password (the dcap client's own credentials, x509_proxy or token, "
+                    f"log in there too).")
+        super().check_options(options)
+
     def __init__(self, endpoint, **kwargs) -> None:
         # the environment (CA, credentials) is set before the context loads its plugins
         super().__init__(endpoint, **kwargs)
+        if endpoint.scheme in DCAP_SCHEMES:  # read by libdcap at each transfer
+            os.environ[DCAP_ACTIVE[0]] = DCAP_ACTIVE[1]
         if endpoint.scheme == "gsiftp":
             self._check_descriptors("login", "")
         self._srm = endpoint.scheme == "srm"
@@ -174,6 +227,8 @@ class Gfal2Driver(XRootDLogins, Driver):
         #: dcap has no checksum request (gfal2's dcap plug-in: EPROTONOSUPPORT): its
         #: copies are verified by the content read back, not by the storage's checksum
         self._dcap = endpoint.scheme in DCAP_SCHEMES
+        #: the client of :data:`LISTING_DOOR` that lists for a dcap service connection
+        self._lister: Gfal2Driver | None = None
         #: on HTTP doors what writes or removes goes through the http driver (module doc)
         self._writer = self._http_writer() if self._http else None
 
@@ -333,9 +388,7 @@ class Gfal2Driver(XRootDLogins, Driver):
 
     def _ls(self, path: str) -> list[str]:
         if self._dcap:  # dc_opendir: never sent (DCAP_NO_LISTING)
-            raise StorageError(DCAP_NO_LISTING, driver=self.name,
-                               endpoint=self.endpoint.server, operation="ls", path=path,
-                               error_class="unsupported")
+            return self._listed_elsewhere(path)
         if self._srm and self._own_srm_ls:
             return self._srm_ls(path)
         try:
@@ -348,6 +401,31 @@ class Gfal2Driver(XRootDLogins, Driver):
             self._own_srm_ls = True
             return self._srm_ls(path)
         return sorted(n for n in names if n not in (".", ".."))
+
+    def _listed_elsewhere(self, path: str) -> list[str]:
+        """A dcap directory's names, listed through :data:`LISTING_DOOR` (the same path
+        below that door's test area) for a service connection; a load client (one the
+        engine gave its step's stop, :attr:`Driver.halted`) or a client without that
+        door is refused before anything is sent."""
+        door = self.options.get(LISTING_DOOR)
+        why = DCAP_NO_LISTING
+        if door and self.halted is not None:
+            why += ("; a load client never lists through the other door (its step would "
+                    "measure that door, not dcap)")
+        elif door:
+            lister = self._lister
+            if lister is None:
+                options = {k: v for k, v in self.options.items() if k != LISTING_DOOR}
+                lister = self._lister = Gfal2Driver(
+                    type(self).parse_endpoint(door), client_id=self.client_id,
+                    timeout=self.timeout, writable_root=None, options=options)
+            area, other = self.endpoint.path.rstrip("/"), lister.endpoint.path.rstrip("/")
+            if path.rstrip("/") == area or path.startswith(area + "/"):
+                return lister.ls(other + path.rstrip("/")[len(area):])
+            why = (f"{path} is outside the dcap door's test area {area}: not listed "
+                   f"through {lister.endpoint.display}")
+        raise StorageError(why, driver=self.name, endpoint=self.endpoint.server,
+                           operation="ls", path=path, error_class="unsupported")
 
     def _mkdir(self, path: str) -> None:
         if self._writer is not None:
@@ -547,6 +625,8 @@ class Gfal2Driver(XRootDLogins, Driver):
         self._context = None
         if self._writer is not None:
             self._writer.close()
+        if self._lister is not None:
+            self._lister.close()
         with self._stage_lock:
             for _, local in self._stage.values():
                 os.unlink(local)

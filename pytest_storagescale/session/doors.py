@@ -6,6 +6,13 @@ and the named ``--storage-door NAME=URL`` extra doors (ini ``storage_doors``). E
 door's clients may write only inside this run's directory as that door sees it
 (``<door's test area>/<run id>``): the same guard as the session's own clients.
 
+A door whose driver lists no directory over it (dcap) gets another door of the same
+storage for its service connections' listings (:attr:`Door.listing_door`, chosen by
+:func:`~.endpoint.with_listing_door`): its steps' and checks' clean-up lists there and
+removes through the door itself, only what the run made, as through any door. That the
+listing door shows the same namespace is checked before the door's first step: this
+run's owner file must be listed in the run directory through it.
+
 The *main* door is the endpoint's own (the embedded server's
 ``--storage-embedded-protocol``, or the scheme of ``--storage-endpoint``): the one
 the load steps use unless ``--storage-load-doors`` names others, and the one a
@@ -18,7 +25,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-from ..drivers.base import Driver
+from ..drivers.base import OWNER_FILE, Driver
 from ..drivers.registry import DriverSpec
 from ..errors import EndpointError, StorageError, StorageNotFound, StorageScaleUsageError
 from .endpoint import EndpointUnderTest, endpoint_door_names
@@ -68,6 +75,13 @@ class Door:
     def has_listing(self) -> bool:
         """Its client lists a directory (not through dcap: :meth:`Driver.has_listing`)."""
         return self.spec.driver_class.has_listing(self.scheme)
+
+    @property
+    def listing_door(self) -> str | None:
+        """The door (its URL, no credentials) through which this door's service
+        connections list, when its own protocol lists nothing (dcap); None: itself."""
+        option = self.spec.driver_class.listing_door_option(self.scheme)
+        return self.spec.options.get(option) if option else None
 
     def url(self, path: str) -> str:
         """The URL of the absolute ``path`` through this door (XRootD's ``//path``)."""
@@ -169,6 +183,8 @@ def door_problem(door: Door, what: str, *, run_dir_made: bool) -> str | None:
                         f"through the endpoint) is not there through this door. A door must "
                         f"name the endpoint's test area over its own protocol; the plugin "
                         f"makes no other directory.")
+            if run_dir_made and not door.has_listing:
+                return _listing_problem(door, client, what)
     except StorageError as exc:
         return f"{what} {door.display}: the test area {area} cannot be checked: {exc}"
     finally:
@@ -179,6 +195,30 @@ def door_problem(door: Door, what: str, *, run_dir_made: bool) -> str | None:
             f"run directory inside an existing test area, never the area or its parents (a "
             f"typo would leave them behind). Create it first: "
             f"{door.spec.driver_class.create_command(door.spec.endpoint)}")
+
+
+def _listing_problem(door: Door, client: Driver, what: str) -> str | None:
+    """Why the door through which ``door`` lists (:attr:`Door.listing_door`) cannot
+    serve its clean-up: none, or it does not show this run's owner file in the run
+    directory (another namespace); None: it can."""
+    listing = door.listing_door
+    if not listing:
+        return (f"{what} {door.display}: its protocol lists no directory, which the "
+                f"clean-up of a step's or check's folder needs, and the storage has no "
+                f"XRootD or WebDAV door to list through. Add one of the same namespace: "
+                f"--storage-door NAME=URL (or, with this door as the endpoint, "
+                f"--storage-driver-option listing_door=URL).")
+    try:
+        names = client.ls(door.run_dir)
+    except StorageError as exc:
+        return (f"{what} {door.display}: its clean-up lists through {listing}, which "
+                f"could not list this run's directory {door.run_dir}: {exc}")
+    if OWNER_FILE in names:
+        return None
+    return (f"{what} {door.display}: its clean-up lists through {listing}, which does "
+            f"not show this run's owner file in {door.run_dir}: not the same namespace. "
+            f"The session's first XRootD door (else WebDAV) lists for it: give the same "
+            f"storage's test area there (--storage-door NAME=URL).")
 
 
 def _kind(client: Driver, path: str) -> str:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..config import ALL_DOORS, Settings
 from ..drivers.registry import DriverSpec, driver_class, driver_spec
-from ..drivers.url import EndpointURL
+from ..drivers.url import EndpointURL, split_url
 from ..drivers.version import first_contact
 from ..errors import EndpointError, StorageError, StorageScaleUsageError
 from ..redact import redact_url
@@ -80,9 +80,30 @@ class ResolvedEndpoint:
             by_scheme = driver_spec(url).driver_class
             options = {k: v for k, v in self.spec.options.items() if k in by_scheme.option_names}
             same = url == self.spec.endpoint_url
-            specs[name] = driver_spec(url, driver=self.spec.name if same else "auto",
-                                      options=options)
+            specs[name] = with_listing_door(
+                driver_spec(url, driver=self.spec.name if same else "auto", options=options),
+                self.door_urls)
         return specs
+
+
+def with_listing_door(spec: DriverSpec, door_urls: Mapping[str, str]) -> DriverSpec:
+    """``spec`` with the option naming the door its service connections list through,
+    when its driver lists no directory over its scheme (gfal2 over dcap:
+    :meth:`Driver.listing_door_option`) and the option was not given: the first other
+    door of the same storage that speaks XRootD, else HTTP, whose directories the
+    driver lists; its URL without credentials (the client's own log in there). No such
+    door: ``spec`` as it is (its clean-up then cannot list)."""
+    cls = spec.driver_class
+    option = cls.listing_door_option(spec.endpoint.scheme)
+    if option is None or option in spec.options:
+        return spec
+    for speaks in (cls.is_xrootd, cls.is_http):
+        for url in door_urls.values():
+            scheme = split_url(url).scheme.lower()
+            if url != spec.endpoint_url and speaks(scheme) and cls.has_listing(scheme):
+                listing = cls.parse_endpoint(url).display
+                return replace(spec, options={**spec.options, option: listing})
+    return spec
 
 
 class EndpointUnderTest:
@@ -189,6 +210,7 @@ class EndpointUnderTest:
                 urls = {main: spec.endpoint_url, **{name: url for name, url in (
                     self.settings.doors or {}).items() if name != main}}
                 identity = spec.endpoint.display
+            spec = with_listing_door(spec, urls)  # a dcap endpoint lists through another
             self._resolved = ResolvedEndpoint(spec, main, urls, identity)
         return self._resolved
 
