@@ -37,7 +37,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -45,6 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from netns import NamespaceCluster, bridge_xrootd  # noqa: E402
+from suite_runs import Periodic, available_mb, process_rss_mb  # noqa: E402
 
 from pytest_storagescale.cluster import hosts as cluster_hosts  # noqa: E402
 from pytest_storagescale.cluster.coordinator import ClusterExecutor  # noqa: E402
@@ -52,6 +52,7 @@ from pytest_storagescale.drivers.registry import driver_spec  # noqa: E402
 from pytest_storagescale.load.engine import run_step  # noqa: E402
 from pytest_storagescale.load.operations import get_operation  # noqa: E402
 from pytest_storagescale.load.plan import StepPlan  # noqa: E402
+from pytest_storagescale.servers.netns import rss_by_namespace  # noqa: E402
 
 
 def raise_open_files() -> None:
@@ -180,66 +181,28 @@ def report(runs: dict[str, list[dict]], args) -> None:
 SCALE_PARAMS = {"stat": {}, "ls": {"entries": 100}, "get": {"file_size": 65536, "files": 20}}
 
 
-def namespace_rss_mb(netns: str) -> float:
-    """Resident memory of every process in the network namespace ``netns`` (MB)."""
-    target = os.stat(netns).st_ino
-    total = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            if os.stat(f"/proc/{pid}/ns/net").st_ino != target:
-                continue
-            with open(f"/proc/{pid}/statm") as statm:
-                total += int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / 1e6
+def namespace_rss_mb(*netns: str) -> dict[str, float]:
+    """Resident memory of every process in each network namespace ``netns`` (MB)."""
+    return {name: rss / 1e6 for name, rss in rss_by_namespace(
+        {name: name for name in netns}).items()}
 
 
-def process_rss_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
-    except (OSError, ValueError, IndexError):
-        return float("nan")
-
-
-def available_mb() -> float:
-    with open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024 / 1e6
-    return float("nan")
-
-
-class MemorySampler:
+class MemorySampler(Periodic):
     """Every 0.5 s until stopped: each namespace's resident memory (its peak kept), the
     machine's available memory (its lowest) and the server's (its peak)."""
 
     def __init__(self, netns: list[str], server_pid: int) -> None:
+        super().__init__()
         self.netns, self.server_pid = netns, server_pid
         self.peak = dict.fromkeys(netns, 0.0)
         self.lowest_available = available_mb()
         self.server_peak = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for netns in self.netns:
-                self.peak[netns] = max(self.peak[netns], namespace_rss_mb(netns))
-            self.lowest_available = min(self.lowest_available, available_mb())
-            self.server_peak = max(self.server_peak, process_rss_mb(self.server_pid))
-            self._stop.wait(0.5)
-
-    def __enter__(self) -> MemorySampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+    def sample(self) -> None:
+        for netns, mb in namespace_rss_mb(*self.netns).items():
+            self.peak[netns] = max(self.peak[netns], mb)
+        self.lowest_available = min(self.lowest_available, available_mb())
+        self.server_peak = max(self.server_peak, process_rss_mb(self.server_pid))
 
 
 def scale_step(connection, hosts, network, url: str, root: str, op: str, per_host: int,
@@ -250,7 +213,7 @@ def scale_step(connection, hosts, network, url: str, root: str, op: str, per_hos
                     driver=driver_spec(url, writable_root=root), params=SCALE_PARAMS[op],
                     workdir=f"{root}/{op}-{len(hosts)}x{per_host}-{time.time_ns()}")
     netns = [network_host(network, h).netns for h in hosts]
-    idle = {n: namespace_rss_mb(n) for n in netns}
+    idle = namespace_rss_mb(*netns)
     executor = ClusterExecutor(connection, hosts, clients_per_host=per_host)
     began = time.monotonic()
     with MemorySampler(netns, server_pid) as memory:
@@ -321,7 +284,8 @@ def scale(args) -> None:
                     connection = cluster_hosts.connect(address)
                     joined_s = time.monotonic() - began
                     hosts = connection.hosts()
-                    idle = [namespace_rss_mb(network_host(network, h).netns) for h in hosts]
+                    idle = list(namespace_rss_mb(
+                        *(network_host(network, h).netns for h in hosts)).values())
                     print(f"# network {network_s:.1f} s, SLURM "
                           f"{batch.started_in if batch else 0:.1f} s, {most} workers joined in "
                           f"{joined_s:.1f} s; idle host {statistics.mean(idle):.0f} MB; "

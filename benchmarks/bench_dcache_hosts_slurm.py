@@ -30,22 +30,20 @@ Needs root, SLURM and a dCache release (scripts/bootstrap.sh servers). Usage::
 
 from __future__ import annotations
 
-import argparse
-import json
+import contextlib
 import os
 import re
 import resource
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import bench_slurm_scale as scale  # noqa: E402
+from suite_runs import Periodic, run_pytest, scale_options, scale_plan  # noqa: E402
 
 SUITE = REPO / "suites" / "dcache" / "test_dcache_scalability.py"
 TESTS = {"ls": "test_namespace_scan", "copyout": "test_copy_out_scan"}
@@ -53,17 +51,10 @@ DCACHE_UP = re.compile(r"embedded dCache[^\n]*?started in ([\d.]+) s", re.I)
 
 
 def thresholds(args) -> str:
-    clients = ", ".join(str(c) for c in args.clients)
-    extra = {"ls": "entries = 10",
-             "copyout": f'op = "get"\nfile_size = "{args.file_size}"\nfiles = 10\n'
-                        f'to_disk = true'}
-    sections = "".join(
-        f'\n[ops.{op}]\nclients = [{clients}]\n{extra[op]}\n\n'
-        f'[[ops.{op}.expect]]\nclients = "*"\n'
-        f'rules = ["failed == 0", "hung == 0", "lost == 0"]\n' for op in args.ops)
-    return (f'[storage]\nsystem = "dcache"\nversions = ["*"]\n\n[defaults]\n'
-            f'duration = "{args.duration:g}s"\nwarmup = "{args.warmup:g}s"\n'
-            f'hang_timeout = "{args.hang_timeout:g}s"\n{sections}')
+    settings = {"ls": {"entries": 10},
+                "copyout": {"op": "get", "file_size": args.file_size, "files": 10,
+                            "to_disk": True}}
+    return scale_plan("dcache", args.clients, {op: settings[op] for op in args.ops}, args)
 
 
 def door_jvm_mb() -> float:
@@ -85,15 +76,12 @@ def door_jvm_mb() -> float:
 class Sampler(scale.Sampler):
     """bench_slurm_scale's sampler, the door JVM's memory among the hosts."""
 
-    def _run(self) -> None:
-        while not self._stop.is_set() and len(self.samples) < 20000:
-            hosts = scale.host_memory_mb()
-            door = door_jvm_mb()
-            if door:
-                hosts["door-jvm"] = door
-            self.samples.append((time.time(), hosts, scale.available_mb(),
-                                 float(scale.load_average().split()[0])))
-            self._stop.wait(0.5)
+    def hosts(self) -> dict[str, float]:
+        hosts = super().hosts()
+        door = door_jvm_mb()
+        if door:
+            hosts["door-jvm"] = door
+        return hosts
 
 
 def _pids(marker: bytes) -> list[int]:
@@ -131,27 +119,24 @@ def _addresses(pid: int, *what: str) -> str:
     return done.stdout
 
 
-class ReachProbe:
+class ReachProbe(Periodic):
     """Every 2 s: pool ports from a client host (must not connect), door ports (must).
     The client host: a ``slurmd -N ns0``'s namespace with a route to a door (a /32 via
     the door's veth); the door: the ``doorDomain`` JVM whose host has that address; the
     pools: the ``pool<i>Domain`` JVMs on that dCache's bridge."""
 
+    interval = 2.0
+    limit = 5000
+
     def __init__(self) -> None:
+        super().__init__()
         self.pool_tries: dict[tuple[str, int], int] = {}
         self.pool_connected: list[str] = []
         self.door_tries = self.door_connected = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        for _ in range(5000):
-            if self._stop.wait(2.0):
-                return
-            try:
-                self._probe()
-            except (OSError, subprocess.SubprocessError, ValueError):
-                continue
+    def sample(self) -> None:
+        with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
+            self._probe()
 
     def _probe(self) -> None:
         from pytest_storagescale.servers.dcache_hosts import in_namespace
@@ -183,14 +168,6 @@ class ReachProbe:
                         self.pool_tries[key] = self.pool_tries.get(key, 0) + 1
                         if in_namespace(netns, lambda a=address, p=port: _connect(a, p)):
                             self.pool_connected.append(f"{address}:{port}")
-
-    def __enter__(self) -> ReachProbe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
 
     def report(self) -> str:
         tried = ", ".join(f"{address}:{port} x{count}" for (address, port), count
@@ -227,45 +204,19 @@ def run(args):
                    "--storage-thresholds=thr",
                    f"--storage-cluster=embedded-slurm:{args.hosts}",
                    "--storage-results=out.json", "-v", "-k", selected, str(SUITE)]
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-        print(f"# load average {scale.load_average()} before; {' '.join(command[3:])}",
-              flush=True)
-        began = time.time()
-        with Sampler() as sampler, ReachProbe() as probe:
-            try:
-                done = subprocess.run(command, cwd=work, capture_output=True, text=True,
-                                      timeout=args.timeout, env=environment)
-                output, code = done.stdout + done.stderr, done.returncode
-            except subprocess.TimeoutExpired as exc:
-                output = exc.stdout.decode(errors="replace") if isinstance(
-                    exc.stdout, bytes) else (exc.stdout or "")
-                code = -1
-        took = time.time() - began
-        Path(args.log).write_text(output)
-        print(f"# pytest exit {code} after {took:.0f} s; load average "
-              f"{scale.load_average()} after; its output in {args.log}", flush=True)
-        results = work / "out.json"
-        steps = json.loads(results.read_text())["steps"] if results.exists() else []
+        sampler, probe = Sampler(), ReachProbe()
+        steps, meta, output = run_pytest(command, work, timeout=args.timeout, log=args.log,
+                                         beside=[sampler, probe])
         print(probe.report(), flush=True)
-        return steps, {"code": code, "began": began, "took": took}, output, sampler, began
+        return steps, meta, output, sampler, meta["began"]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hosts", type=int, default=4)
-    parser.add_argument("--clients", default="20,400,1000,2000",
-                        type=lambda text: [int(c) for c in text.split(",")])
-    parser.add_argument("--ops", default="ls",
-                        type=lambda text: [op for op in text.split(",") if op in TESTS])
+    parser = scale_options(__doc__, ops=TESTS, clients="20,400,1000,2000", default_ops="ls",
+                           duration=5.0, timeout=2400.0, log="/tmp/bench_dcache_hosts_slurm.log")
     parser.add_argument("--protocol", default="root", help="the door: root or davs")
     parser.add_argument("--file-size", default="100kB", help="copyout's file")
     parser.add_argument("--version", default="11.2.5")
-    parser.add_argument("--duration", type=float, default=5.0)
-    parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument("--hang-timeout", type=float, default=60.0)
-    parser.add_argument("--timeout", type=float, default=2400.0,
-                        help="seconds for the whole pytest run")
-    parser.add_argument("--log", default="/tmp/bench_dcache_hosts_slurm.log")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces, SLURM's daemons)")

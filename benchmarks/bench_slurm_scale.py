@@ -25,15 +25,12 @@ Needs root and SLURM (scripts/bootstrap.sh servers). Usage::
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import resource
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -41,6 +38,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from netns import bridge_xrootd  # noqa: E402
+from suite_runs import (  # noqa: E402
+    Periodic,
+    available_mb,
+    load_average,
+    run_pytest,
+    scale_options,
+    scale_plan,
+)
+
+from pytest_storagescale.servers.netns import handle, rss_by_namespace  # noqa: E402
 
 SUITE = REPO / "suites" / "xrootd" / "test_xrootd_scalability.py"
 TESTS = {"stat": "test_stat_scan", "ls": "test_ls_scan"}
@@ -52,14 +59,8 @@ NODE = re.compile(r"^  slurm node (ns\d+) (\S+): job (\d+) (\w+), Dask worker (\
 
 
 def thresholds(args) -> str:
-    clients = ", ".join(str(c) for c in args.clients)
-    sections = "".join(
-        f'\n[ops.{op}]\nclients = [{clients}]\n{"entries = 10" if op == "ls" else ""}\n\n'
-        f'[[ops.{op}.expect]]\nclients = "*"\n'
-        f'rules = ["failed == 0", "hung == 0", "lost == 0"]\n' for op in args.ops)
-    return (f'[storage]\nsystem = "xrootd"\nversions = ["*"]\n\n[defaults]\n'
-            f'duration = "{args.duration:g}s"\nwarmup = "{args.warmup:g}s"\n'
-            f'hang_timeout = "{args.hang_timeout:g}s"\n{sections}')
+    return scale_plan("xrootd", args.clients,
+                      {op: {"entries": 10} if op == "ls" else {} for op in args.ops}, args)
 
 
 def machine_address() -> str:
@@ -72,59 +73,36 @@ def machine_address() -> str:
     return found.group(1)
 
 
-def available_mb() -> float:
-    with open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024 / 1e6
-    return float("nan")
-
-
 def host_memory_mb() -> dict[str, float]:
     """Each embedded-SLURM client host's resident memory (MB): its namespace found by
     its slurmd (``slurmd -D -N nsK``), then every process in that namespace."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    by_inode: dict[int, float] = {}
-    names: dict[int, str] = {}
+    hosts = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            inode = os.stat(f"/proc/{entry}/ns/net").st_ino
-            rss = int(Path(f"/proc/{entry}/statm").read_text().split()[1]) * page / 1e6
             command = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
+        except OSError:
             continue
-        by_inode[inode] = by_inode.get(inode, 0.0) + rss
-        if command and command[0].endswith(b"slurmd") and b"-N" in command:
-            at = command.index(b"-N")
-            if at + 1 < len(command):
-                names[inode] = command[at + 1].decode()
-    return {name: by_inode.get(inode, 0.0) for inode, name in names.items()}
+        if command[0].endswith(b"slurmd") and b"-N" in command[:-1]:
+            hosts[command[command.index(b"-N") + 1].decode()] = handle(int(entry))
+    return {name: rss / 1e6 for name, rss in rss_by_namespace(hosts).items()}
 
 
-class Sampler:
+class Sampler(Periodic):
     """Every 0.5 s until stopped, with the wall-clock time: each host's memory and the
     machine's available memory (bounded: one sample list per run)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.samples: list[tuple[float, dict[str, float], float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.is_set() and len(self.samples) < 20000:
-            self.samples.append((time.time(), host_memory_mb(), available_mb(),
-                                 float(load_average().split()[0])))
-            self._stop.wait(0.5)
+    def hosts(self) -> dict[str, float]:
+        return host_memory_mb()
 
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+    def sample(self) -> None:
+        self.samples.append((time.time(), self.hosts(), available_mb(),
+                             float(load_average().split()[0])))
 
     def between(self, began: float, ended: float) -> tuple[dict[str, float], float, float]:
         """Each host's peak memory, the lowest available memory and the highest
@@ -138,10 +116,6 @@ class Sampler:
                 lowest = free if lowest != lowest else min(lowest, free)
                 load = max(load, load1)
         return peak, lowest, load
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def run(args) -> tuple[list[dict], dict, str, Sampler, float]:
@@ -158,30 +132,14 @@ def run(args) -> tuple[list[dict], dict, str, Sampler, float]:
                    "--storage-version=5.5", "--storage-thresholds=thr",
                    f"--storage-cluster=embedded-slurm:{args.hosts}",
                    "--storage-results=out.json", "-v", "-k", selected, str(SUITE)]
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
 
         def limits() -> None:  # pytest (and the jobs it submits) with the user's limit
             if args.nofile:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (args.nofile, hard))
-        print(f"# load average {load_average()} before; {' '.join(command[3:])}", flush=True)
-        began = time.time()
-        with Sampler() as sampler:
-            try:
-                done = subprocess.run(command, cwd=work, capture_output=True, text=True,
-                                      timeout=args.timeout, env=environment,
-                                      preexec_fn=limits)
-                output, code = done.stdout + done.stderr, done.returncode
-            except subprocess.TimeoutExpired as exc:
-                output = (exc.stdout or b"").decode(errors="replace") if isinstance(
-                    exc.stdout, bytes) else (exc.stdout or "")
-                code = -1
-        took = time.time() - began
-        (Path(args.log)).write_text(output)
-        print(f"# pytest exit {code} after {took:.0f} s; load average {load_average()} "
-              f"after; its output in {args.log}", flush=True)
-        results = work / "out.json"
-        steps = json.loads(results.read_text())["steps"] if results.exists() else []
-        return steps, {"code": code, "began": began, "took": took}, output, sampler, began
+        sampler = Sampler()
+        steps, meta, output = run_pytest(command, work, timeout=args.timeout, log=args.log,
+                                         beside=[sampler], preexec_fn=limits)
+        return steps, meta, output, sampler, meta["began"]
 
 
 def report(steps: list[dict], meta: dict, output: str, sampler: Sampler, began: float,
@@ -237,18 +195,8 @@ def report(steps: list[dict], meta: dict, output: str, sampler: Sampler, began: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hosts", type=int, default=4)
-    parser.add_argument("--clients", default="400,1000,2000",
-                        type=lambda text: [int(c) for c in text.split(",")])
-    parser.add_argument("--ops", default="stat,ls",
-                        type=lambda text: [op for op in text.split(",") if op in TESTS])
-    parser.add_argument("--duration", type=float, default=3.0)
-    parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument("--hang-timeout", type=float, default=60.0)
-    parser.add_argument("--timeout", type=float, default=1500.0,
-                        help="seconds for the whole pytest run")
-    parser.add_argument("--log", default="/tmp/bench_slurm_scale.log")
+    parser = scale_options(__doc__, ops=TESTS, clients="400,1000,2000", default_ops="stat,ls",
+                           duration=3.0, timeout=1500.0, log="/tmp/bench_slurm_scale.log")
     parser.add_argument("--nofile", type=int, default=0,
                         help="pytest's soft limit on open files (its jobs inherit it: "
                              "SLURM's PropagateResourceLimits); else the hard limit, as "

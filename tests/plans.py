@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,8 +46,53 @@ def one_step_plan(op: str, rules: tuple[str, ...] = ("failed == 0",), clients: i
                   duration: str = "1s") -> str:
     """A thresholds file (for ``thresholds_dir``) with one section ``op``: ``clients``
     clients for ``duration``, no warm-up, judged by ``rules``."""
-    listed = ", ".join(f'"{rule}"' for rule in rules)
-    return (f'[storage]\nsystem = "xrootd"\nversions = ["*"]\n\n[defaults]\n'
-            f'duration = "{duration}"\nwarmup = "0s"\nhang_timeout = "30s"\n\n'
-            f'[ops.{op}]\nclients = [{clients}]\n[[ops.{op}.expect]]\nclients = "*"\n'
-            f'rules = [{listed}]\n')
+    return plan(op_section(op, clients, rules), duration=duration, warmup="0s")
+
+
+#: the rules of a step that must lose no client
+NO_LOSS = ("failed == 0", "hung == 0", "lost == 0")
+
+
+def plan(*sections: str, system: str = "xrootd", duration: str = "1s", warmup: str = "0.2s",
+         hang_timeout: str = "30s") -> str:
+    """A thresholds file for ``system`` (any version): the steps' [defaults], then
+    ``sections`` (:func:`op_section`)."""
+    return (f'[storage]\nsystem = "{system}"\nversions = ["*"]\n\n[defaults]\n'
+            f'duration = "{duration}"\nwarmup = "{warmup}"\nhang_timeout = "{hang_timeout}"\n'
+            + "".join(sections))
+
+
+def op_section(name: str, clients: int | Sequence[int], rules: Sequence[str] = NO_LOSS,
+               **settings: str | int | bool) -> str:
+    """[ops.<name>]: a step at each number of ``clients``, with ``settings`` (``entries=10``,
+    ``op="get"``, ``clients_per_host=2`` ...), judged by ``rules`` at every step."""
+    counts = [clients] if isinstance(clients, int) else list(clients)
+    lines = [f"\n[ops.{name}]", f"clients = [{', '.join(str(c) for c in counts)}]",
+             *(f"{key} = {_toml(value)}" for key, value in settings.items()),
+             "", f"[[ops.{name}.expect]]", 'clients = "*"',
+             f"rules = [{', '.join(json.dumps(rule) for rule in rules)}]"]
+    return "\n".join(lines) + "\n"
+
+
+def _toml(value: str | int | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if isinstance(value, int) else json.dumps(value)
+
+
+def scan_suite(*ops: str) -> str:
+    """A suite with one test per op, ``test_<op>_scan``: its steps (the plan's section
+    ``op``), run by ``storage_load``."""
+    return "import pytest\n" + "".join(
+        f'\n@pytest.mark.storagescale_op("{op}")\n'
+        f"def test_{op}_scan(storage_load, storage_clients):\n    storage_load.run()\n"
+        for op in ops)
+
+
+def write_suite(directory: Path, suite: str, plan_text: str) -> None:
+    """``suite`` as ``directory/test_suite.py`` and ``plan_text`` as the xrootd plan of
+    the thresholds folder ``directory/thr`` (``--storage-thresholds=thr`` from there)."""
+    (directory / "test_suite.py").write_text(suite)
+    folder = directory / "thr" / "xrootd"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "any.toml").write_text(plan_text)
