@@ -233,27 +233,51 @@ def server_watch(run: StorageRun, record: StepRecord):
 
     pids = server.server_pids() if server is not None else []
     billing = _billing_watch(server, plan)
+    exporter = _exporter_watch(server, plan)
     where = ([f"embedded {server.kind} (pid {', '.join(map(str, pids))})"] if pids else []) \
         + ([f"xrd.report to {listener.address}"] if listener is not None else []) \
-        + ([f"billing in {billing.log.folder}"] if billing is not None else [])
+        + ([f"billing in {billing.log.folder}"] if billing is not None else []) \
+        + ([f"exporter {exporter.url}"] if exporter is not None and exporter.url else [])
     return ServerWatch(source="; ".join(where), operation=plan.operation.name, pids=pids,
                        listener=listener, door=record.door, send=send, billing=billing,
-                       billing_counter=billing.counter if billing is not None else "")
+                       billing_counter=billing.counter if billing is not None else "",
+                       exporter=exporter)
 
 
 def _billing_watch(server, plan):
     """The step's folder in dCache's billing (:mod:`.load.dcache_billing`) when the
     embedded server keeps one (``billing_directory``: the embedded dCache) and the
-    step's operation moves files (a get, a put, readers beside writers), else None."""
+    step's operation moves files (a get, a put, readers beside writers, the tape
+    steps), else None. Its files' ends are marked now, before the set-up: a stage's
+    records name its files by the set-up's writes."""
     folder = getattr(server, "billing_directory", None)
     if folder is None:
         return None
-    from .load.dcache_billing import BillingLog, BillingWatch, counter_for
+    from .load.dcache_billing import WATCHED, BillingLog, BillingWatch, counter_for
 
     counter = counter_for(plan.operation.name, len(plan.operation.sides) > 1)
-    if not counter:  # a namespace step moves no file: nothing to compare
+    if not counter and plan.operation.name not in WATCHED:  # a namespace step
+        return None  # moves no file: nothing to compare
+    watch = BillingWatch(BillingLog(folder), plan.workdir, counter=counter)
+    watch.prime()
+    return watch
+
+
+def _exporter_watch(server, plan):
+    """dCache's Prometheus exporter over the step (:mod:`.load.dcache_exporter`) when
+    the embedded server is a dCache (``prometheus_url``): one that says the release
+    ships none when it is "" (10.2), else None (another kind of server)."""
+    url = getattr(server, "prometheus_url", None)
+    if url is None:
         return None
-    return BillingWatch(BillingLog(folder), plan.workdir, counter=counter)
+    from .load.dcache_exporter import ExporterWatch, no_exporter
+
+    if not url:
+        return ExporterWatch("", "", "", plan.operation.name,
+                             note=no_exporter(getattr(server, "version", "")))
+    from .servers.dcache import PROMETHEUS_USER
+
+    return ExporterWatch(url, PROMETHEUS_USER, server.password, plan.operation.name)
 
 
 def measure(run: StorageRun, record: StepRecord,
@@ -416,13 +440,15 @@ def gate_check(gate: StepGate) -> RuleCheck:
 
 def counts_disagree(record: StepRecord) -> str | None:
     """Why the server's count of the step's operations and its clients' disagree by
-    more than 2 % (:func:`~.load.server_monitor.disagreement`), or None."""
+    more than 2 % (:func:`~.load.server_monitor.disagreement`; dCache's exporter's
+    too, :func:`~.load.server_monitor.exporter_disagreement`), or None."""
     issued = record.issued_operations
     if record.server is None or issued is None or record.total is None:
         return None
-    from .load.server_monitor import disagreement
+    from .load.server_monitor import disagreement, exporter_disagreement
 
-    return disagreement(issued, record.total.hung, record.server, record.total.clients)
+    return (disagreement(issued, record.total.hung, record.server, record.total.clients)
+            or exporter_disagreement(issued, record.total.hung, record.server))
 
 
 #: what a step whose server counters could not be taken says where its verdict is read

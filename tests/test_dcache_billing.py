@@ -8,14 +8,17 @@ against a real dCache is ``test_dcache_dcap_gsiftp.py`` (its module's dCache).""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import UTC, datetime
 
 from pytest_storagescale.load.dcache_billing import (
+    BillingCounts,
     BillingLog,
     BillingWatch,
     count,
     counter_for,
+    in_folder,
     normal_path,
     parse_record,
 )
@@ -138,3 +141,174 @@ def test_a_step_of_the_embedded_dcache_is_watched_in_its_folder(tmp_path):
             counter, "//storagescale/run/step-1", tmp_path / "billing"), operation
     plan = SimpleNamespace(operation=get_operation("get"), workdir="/storagescale/x")
     assert _billing_watch(SimpleNamespace(), plan) is None
+
+
+def _tape_line(kind: str, path: str, pnfsid: str, *, size: int = 100, code: int = 0,
+               when: float | None = None) -> str:
+    """A ``store`` (flush) or ``restore`` (stage) record as the pool's nearline storage
+    handler sends it: a stage's names no path (``Unknown``)."""
+    stamp = datetime.fromtimestamp(time.time() if when is None else when, UTC
+                                   ).isoformat(timespec="milliseconds")
+    return json.dumps({"msgType": kind, "date": stamp, "cellName": "pool1",
+                       "status": {"code": code, "msg": ""}, "pnfsid": pnfsid,
+                       "billingPath": path if kind == "store" else "Unknown",
+                       "fileSize": size, "transferTime": 5,
+                       "hsm": {"type": "osm", "instance": "osm"}})
+
+
+def _write(path: str, pnfsid: str, when: float | None = None) -> str:
+    line = json.loads(_line(path, write=True, when=when))
+    return json.dumps({**line, "pnfsid": pnfsid})
+
+
+def test_flushes_and_stages_are_counted_beside_the_transfers():
+    """A tape step's folder is named after the step's (``<run>/<step>-<suffix>``, in the
+    tape-backed directory): its writes count, its flushes (``store``) beside them, its
+    stages (``restore``, no path) by the files the set-up wrote; another step's folder
+    and another run's do not."""
+    began = time.time()
+    step = "/storagescale/run-1/tape_write-c2-main-007"
+    tape = "/storagescale/tape/run-1/tape_write-c2-main-007-a1b2c3"
+    lines = [
+        _write(f"{tape}/staged-0", "00A0", when=began - 300),  # the set-up's: not counted
+        _write(f"{tape}/c0-0", "00A1"), _write(f"{tape}/c1-0", "00A2"),
+        _tape_line("store", f"{tape}/c0-0", "00A1", size=7),
+        _tape_line("store", f"{tape}/c1-0", "00A2", size=7, code=41),  # failed flush
+        _tape_line("restore", "", "00A0", size=9),
+        _tape_line("restore", "", "00FF"),  # a file of no folder of the step
+        _write("/storagescale/tape/run-1/tape_write-c2-main-0071-x/c0", "00B1"),
+        _write("/storagescale/tape/run-2/tape_write-c2-main-007-x/c0", "00B2"),
+        _tape_line("store", "/storagescale/tape/run-1/flush-c1-main-003-x/c0", "00B3"),
+    ]
+    transfers = [parse_record(line) for line in lines]
+    assert [t.kind for t in transfers if t is not None][:6] == [
+        "transfer", "transfer", "transfer", "store", "store", "restore"]
+    counts = count([t for t in transfers if t is not None], step, began - 1)
+    assert (counts.write, counts.stored, counts.restored, counts.tape_failed) == (2, 2, 1, 1)
+    assert (counts.stored_bytes, counts.restored_bytes) == (14, 9)
+    assert counts.ops()["stored"] == 2 and "restored" in counts.ops()
+    assert "stored" not in BillingCounts(write=1).ops()  # no tape: no tape keys
+    assert in_folder(f"{tape}/c0-0", step) and in_folder(f"{step}/f", step)
+    assert not in_folder(f"{tape}", step)  # the folder itself is no file of it
+    assert counter_for("tape_write", False) == counter_for("flush", False) == "write"
+
+
+def test_flushes_still_coming_after_the_load_do_not_hold_the_watch(tmp_path):
+    """The pools go on flushing a tape step's files after its load: the watch settles
+    on its transfers, takes the flushes recorded by then, and says nothing is short."""
+    step = "/storagescale/run/tape_write-c1-main-001"
+    watch = BillingWatch(BillingLog(tmp_path / "billing"), step, counter="write",
+                         settle_s=0.3, deadline_s=5)
+    watch.prime()
+    watch.start()
+    _billing(tmp_path, [_write(f"{step}/c0-0", "00C1")])
+    stop = threading.Event()
+
+    def flushing():
+        for index in range(40):
+            if stop.wait(0.1):
+                return
+            _billing(tmp_path, [_tape_line("store", f"{step}/c0-0", f"00D{index}")])
+
+    thread = threading.Thread(target=flushing, daemon=True)
+    thread.start()
+    began = time.monotonic()
+    try:
+        counts = watch.finish()
+    finally:
+        stop.set()
+        thread.join(5)
+    assert time.monotonic() - began < 3, "the flushes held the watch"
+    assert (counts.write, counts.note) == (1, "") and counts.stored >= 1
+
+
+def test_the_tape_steps_are_watched_and_a_stage_compares_nothing(tmp_path):
+    """steps.server_watch's billing part for the tape steps (suites/dcache/tape.py,
+    registered by the suite's conftest): a flush and a central-flushing write are
+    compared by their writes; a stage is watched (its files' stages counted) with no
+    comparison, and its watch marks the billing files before the set-up."""
+    import importlib.util
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from pytest_storagescale.steps import _billing_watch
+
+    source = Path(__file__).resolve().parent.parent / "suites" / "dcache" / "tape.py"
+    spec = importlib.util.spec_from_file_location("billing_test_tape_operations", source)
+    assert spec is not None and spec.loader is not None
+    tape = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tape)
+    operations = {operation.name: operation for operation in tape.OPERATIONS}
+    day = _billing(tmp_path, [_line("/storagescale/run/stage-c1-main-002/before")])
+    server = SimpleNamespace(billing_directory=tmp_path / "billing")
+    for name, counter in (("flush", "write"), ("tape_write", "write"), ("stage", "")):
+        plan = SimpleNamespace(operation=operations[name],
+                               workdir=f"//storagescale/run/{name}-c1-main-002")
+        watch = _billing_watch(server, plan)
+        assert watch is not None and watch.counter == counter, name
+        assert watch._marks == {day: day.stat().st_size}, name  # primed: before the set-up
+
+
+# -- the tests' shared dCache, with its tape --------------------------------------------
+def test_a_tape_steps_writes_flushes_and_stages_are_in_billing(embedded_dcache):
+    """As a tape step's watch sees them (steps._billing_watch on the shared dCache):
+    3 files written into a folder of the tape-backed directory named after the step's
+    (``<run>/<step>-<suffix>``, as suites/dcache/tape.py names its folders) are 3
+    writes and, once on tape, 3 ``store`` records (the flushes); evicted and staged
+    back through the Tape REST API under a second watch, primed before their writes
+    as a stage step's is before its set-up, 3 ``restore`` records (which name no
+    path: matched by the files' ids in the writes' records) and no transfer."""
+    import secrets
+    from types import SimpleNamespace
+
+    from pytest_storagescale.drivers.registry import driver_spec
+    from pytest_storagescale.load.operations import get_operation
+    from pytest_storagescale.servers import dcache_tape
+    from pytest_storagescale.steps import _billing_watch
+
+    server = embedded_dcache
+    control = server.tape_control
+    run = f"billing-{secrets.token_hex(4)}"
+    step = f"/storagescale/{run}/tape_write-c1-main-001"
+    folder = f"{control.area}/{run}/tape_write-c1-main-001-{secrets.token_hex(3)}"
+    options = {key: value for key, value in server.driver_options().items()
+               if key != "security_protocol"}
+    client = driver_spec(server.url_for("davs"), driver="http", options=options,
+                         writable_root=f"{control.area}/{run}").connect("billing-tape",
+                                                                          timeout=60)
+    paths = [f"{folder}/c0-{index}" for index in range(3)]
+    try:
+        client.mkdir(f"{control.area}/{run}")
+        client.mkdir(folder)
+        writes = _billing_watch(server, SimpleNamespace(
+            operation=get_operation("put"), workdir=step))
+        stages = _billing_watch(server, SimpleNamespace(
+            operation=SimpleNamespace(name="stage", sides=()), workdir=step))
+        assert writes is not None and stages is not None and stages.counter == ""
+        writes.start()
+        for path in paths:
+            client.put(path, b"to tape " * 1000)
+        for path in paths:
+            control.wait_locality(path, dcache_tape.ON_TAPE, 900)
+        flushed = writes.finish()
+        control.evict_many(paths)
+        stages.start()
+        request = control.stage_tape_rest(paths)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            states = control.poll_tape_rest(request)
+            if all(states.get(path) == "COMPLETED" for path in paths):
+                break
+            time.sleep(0.5)
+        control.release_tape_rest(request, paths)
+        staged = stages.finish()
+    finally:
+        try:
+            client.remove_tree(f"{control.area}/{run}")
+        finally:
+            client.close()
+    print(f"billing of a tape step's folder: writes {flushed}, stages {staged}")
+    assert (flushed.write, flushed.stored, flushed.stored_bytes, flushed.note) == (
+        3, 3, 3 * 8000, ""), flushed
+    assert (staged.restored, staged.restored_bytes, staged.transfers, staged.note) == (
+        3, 3 * 8000, 0, ""), staged

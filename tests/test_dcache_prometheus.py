@@ -1,20 +1,258 @@
 """dCache's Prometheus JMX exporter (11.1+: ``dcache.enable.prometheus.exporter``, the
-``jmx_prometheus_javaagent`` jar in ``share/classes``) on the tests' shared dCache:
-enabled on loopback with the release's own rules and basic authentication; its
-namespace counters rise by what a client did (``load/dcache_billing.py``:
-``scrape_exporter``, ``exporter_counts``). 10.2.25 ships neither the jar nor the option:
-the embedded dCache has no exporter there."""
+``jmx_prometheus_javaagent`` jar in ``share/classes``) and a step's counters from it
+(``load/dcache_exporter.py``).
+
+Without a server: an exposition parsed by prometheus_client's parser, what the
+counters rose by, the scrape's bounds (its size, its deadline, the password in no
+message) against a loopback HTTP server that misbehaves on purpose, the comparison
+with the clients' count, the record's JSON and the table's cell. On the tests' shared
+dCache: the exporter is enabled on loopback with the release's own rules and basic
+authentication; its namespace counters rise by what a client did; a step's watch puts
+them beside the clients' count and says when they disagree. 10.2.25 ships neither the
+jar nor the option: its step says "no exporter" (run these tests with
+``STORAGESCALE_DCACHE_VERSION=10.2.25``)."""
 
 from __future__ import annotations
 
+import base64
+import http.server
+import secrets
+import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
-from pytest_storagescale.errors import EndpointError
-from pytest_storagescale.load.dcache_billing import exporter_counts, scrape_exporter
+from pytest_storagescale.load.dcache_exporter import (
+    ExporterFigures,
+    ExporterWatch,
+    ScrapeError,
+    counted,
+    parse,
+    rises,
+    scrape,
+)
+from pytest_storagescale.load.server_monitor import exporter_disagreement
+from pytest_storagescale.load.server_usage import ServerUsage
+
+#: the exposition's shape as 11.2.5's exporter answers (names from a real scrape)
+EXPOSITION = """\
+# HELP dcache_pnfsmanager_ops_pnfscreateentrymessage_updatenum PnfsManager operations
+# TYPE dcache_pnfsmanager_ops_pnfscreateentrymessage_updatenum counter
+dcache_pnfsmanager_ops_pnfscreateentrymessage_updatenum_total {create}
+# HELP dcache_pnfsmanager_ops_pnfsgetfileattributes_updatenum PnfsManager operations
+# TYPE dcache_pnfsmanager_ops_pnfsgetfileattributes_updatenum counter
+dcache_pnfsmanager_ops_pnfsgetfileattributes_updatenum_total {attributes}
+# HELP dcache_pnfsmanager_messages_createfile_successful PnfsManager message counter
+# TYPE dcache_pnfsmanager_messages_createfile_successful counter
+dcache_pnfsmanager_messages_createfile_successful_total {create}
+# HELP dcache_pnfsmanager_messages_createfile_failed PnfsManager message counter
+# TYPE dcache_pnfsmanager_messages_createfile_failed counter
+dcache_pnfsmanager_messages_createfile_failed_total {failed}
+# HELP dcache_pnfsmanager_ops_pnfsgetfileattributes_averageexecutiontime ops
+# TYPE dcache_pnfsmanager_ops_pnfsgetfileattributes_averageexecutiontime gauge
+dcache_pnfsmanager_ops_pnfsgetfileattributes_averageexecutiontime 3.0
+# HELP jvm_threads_current Current thread count of a JVM
+# TYPE jvm_threads_current gauge
+jvm_threads_current {threads}
+# HELP jvm_memory_used_bytes Used bytes of a given JVM memory area.
+# TYPE jvm_memory_used_bytes gauge
+jvm_memory_used_bytes{{area="heap"}} 4.0E8
+jvm_memory_used_bytes{{area="nonheap"}} 1.0E8
+# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.
+# TYPE process_cpu_seconds counter
+process_cpu_seconds_total {cpu}
+# HELP jvm_gc_collection_seconds Time spent in a given JVM garbage collector.
+# TYPE jvm_gc_collection_seconds summary
+jvm_gc_collection_seconds_count{{gc="G1 Young Generation"}} {gc}
+jvm_gc_collection_seconds_sum{{gc="G1 Young Generation"}} 0.5
+# HELP jmx_scrape_duration_seconds Time this JMX scrape took, in seconds.
+# TYPE jmx_scrape_duration_seconds gauge
+jmx_scrape_duration_seconds 0.2
+"""
 
 
+def _exposition(create: int = 100, attributes: int = 500, failed: int = 0,
+                threads: int = 300, cpu: float = 40.0, gc: int = 10) -> str:
+    return EXPOSITION.format(create=create, attributes=attributes, failed=failed,
+                             threads=threads, cpu=cpu, gc=gc)
+
+
+def test_what_the_counters_rose_by_is_kept_and_the_gauges_at_the_end():
+    before = parse(_exposition())
+    after = parse(_exposition(create=120, attributes=619, failed=1, threads=310, cpu=42.5,
+                              gc=12))
+    rose = rises(before, after)
+    assert rose == {
+        "dcache_pnfsmanager_ops_pnfscreateentrymessage_updatenum_total": 20.0,
+        "dcache_pnfsmanager_ops_pnfsgetfileattributes_updatenum_total": 119.0,
+        "dcache_pnfsmanager_messages_createfile_successful_total": 20.0,
+        "dcache_pnfsmanager_messages_createfile_failed_total": 1.0,
+        "process_cpu_seconds_total": 2.5,
+        'jvm_gc_collection_seconds_count{gc="G1 Young Generation"}': 2.0,
+    }, rose  # no gauge, nothing unchanged, not the exporter's own
+    assert counted(rose, "dcache_pnfsmanager_messages_createfile") == 21.0
+    assert after.samples['jvm_memory_used_bytes{area="heap"}'] == 4.0e8
+    # a restarted JVM's lower counters are no negative rise
+    assert rises(after, before) == {}
+    assert len(rises(before, after, most=2)) == 2  # bounded: the largest rises
+    with pytest.raises(ScrapeError, match="not Prometheus' text format"):
+        parse("# TYPE x counter\nx_total not-a-number\n")
+
+
+class _Exporter(http.server.BaseHTTPRequestHandler):
+    """A loopback stand-in that misbehaves as asked (``mode``): the scrape's own
+    bounds, which a healthy dCache never exercises."""
+
+    mode = "ok"
+    password = ""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        expected = base64.b64encode(f"prometheus:{self.password}".encode()).decode()
+        if self.headers.get("Authorization") != f"Basic {expected}":
+            self.send_response(401)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        if self.mode == "ok":
+            self.wfile.write(_exposition().encode())
+        elif self.mode == "big":
+            for _ in range(64):
+                self.wfile.write(b"# " + b"x" * 65536 + b"\n")
+        elif self.mode == "drip":
+            for _ in range(100):
+                self.wfile.write(b"#")
+                self.wfile.flush()
+                time.sleep(0.1)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def exporter():
+    _Exporter.password = secrets.token_hex(8)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Exporter)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/metrics", _Exporter
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_scrape_is_bounded_in_size_and_time_and_names_no_password(exporter):
+    url, handler = exporter
+    handler.mode = "ok"
+    assert scrape(url, "prometheus", handler.password).samples["jvm_threads_current"] == 300
+    said = []
+    with pytest.raises(ScrapeError, match="answered 401") as refused:
+        scrape(url, "prometheus", "not-the-password")
+    said.append(str(refused.value))
+    handler.mode = "big"
+    with pytest.raises(ScrapeError, match="more than 1048576 bytes") as big:
+        scrape(url, "prometheus", handler.password, max_bytes=1 << 20)
+    said.append(str(big.value))
+    handler.mode = "drip"
+    began = time.monotonic()
+    with pytest.raises(ScrapeError, match="whole within 1 s") as slow:
+        scrape(url, "prometheus", handler.password, deadline_s=1)
+    said.append(str(slow.value))
+    assert time.monotonic() - began < 5  # the deadline, not the drip's 10 s
+    for text in said:
+        assert handler.password not in text and "not-the-password" not in text
+        assert url in text
+    watch = ExporterWatch(url, "prometheus", handler.password, "put")
+    assert handler.password not in repr(watch)
+
+
+def _usage(operations: float | None, counter: str = "dcache_pnfsmanager_messages_createfile",
+           note: str = "") -> ServerUsage:
+    return ServerUsage(source="embedded dcache", exporter=ExporterFigures(
+        rose={f"{counter}_successful_total": operations or 0.0}, counter=counter,
+        operations=operations, note=note))
+
+
+def test_a_step_whose_exporter_count_disagrees_says_so_and_an_unread_one_is_unmeasured():
+    """The clients made 10 puts; the exporter counted 10 files created (agree), 14
+    (load from outside), 6 (never reached the namespace); a scrape that failed is a
+    comparison not measured, never a zero."""
+    assert exporter_disagreement(10, 0, _usage(10)) is None
+    said = exporter_disagreement(10, 0, _usage(14))
+    assert said is not None and "dCache's Prometheus exporter counted 14" in said
+    assert "load from outside the plugin" in said and "'createfile'" in said
+    said = exporter_disagreement(10, 0, _usage(6))
+    assert said is not None and "never reached the server" in said
+    assert exporter_disagreement(10, 4, _usage(13)) is None  # 4 given up: may have come
+    failed = _usage(None, note="dCache's Prometheus exporter http://x answered 503")
+    assert exporter_disagreement(10, 0, failed) is None
+    assert failed.counts_unmeasured == ("dCache's exporter: dCache's Prometheus exporter "
+                                        "http://x answered 503")
+    assert ServerUsage(exporter=ExporterFigures()).counts_unmeasured == ""
+
+
+def test_a_step_whose_exporter_count_disagrees_is_an_error_saying_so():
+    """steps.counts_disagree (judge_step makes the step an ``error`` with its words)
+    asks the exporter too when billing or XRootD's counters agree or are absent."""
+    from pytest_storagescale.steps import counts_disagree
+
+    record = SimpleNamespace(issued_operations=10, server=_usage(14),
+                             total=SimpleNamespace(hung=0, clients=2))
+    said = counts_disagree(record)
+    assert said is not None and said.startswith("dCache's Prometheus exporter counted 14")
+    record.server = _usage(10)
+    assert counts_disagree(record) is None
+
+
+def test_the_exporters_figures_go_into_the_json_and_the_table():
+    from pytest_storagescale.records import StepRecord
+    from pytest_storagescale.reporting.table import server_cell
+
+    usage = ServerUsage(source="embedded dcache", ops={"write": 20, "transfers": 20},
+                        counted="write", exporter=ExporterFigures(
+                            rose={"dcache_pnfsmanager_ops_pnfscreateentrymessage_updatenum"
+                                  "_total": 20.0,
+                                  "dcache_pnfsmanager_ops_pnfsgetfileattributes_updatenum"
+                                  "_total": 119.0,
+                                  "dcache_pnfsmanager_messages_createfile_successful_total":
+                                      20.0},
+                            gauges={"jvm_threads_current": 310.0},
+                            counter="dcache_pnfsmanager_messages_createfile",
+                            operations=20.0))
+    again = ServerUsage.from_json(usage.to_json())
+    assert again == usage and again.exporter is not None
+    assert usage.to_json()["exporter"]["namespace_requests"] == 139
+    record = StepRecord(step_id="main-001", test="t", section="put", operation="put",
+                        clients=2, system="dcache", server=usage)
+    assert server_cell(record) == "20 put (20 req, 1/put), exporter 20 put (139 pnfs req)"
+    record.server = ServerUsage(exporter=ExporterFigures(note="dCache 10.2.25 ships no "
+                                                              "Prometheus exporter"))
+    assert server_cell(record) == "no exporter"
+    record.server = ServerUsage()  # not a dCache: nothing said of an exporter
+    assert server_cell(record) == "-"
+
+
+def _plan(operation: str, workdir: str = "/storagescale/run/step-1"):
+    from pytest_storagescale.load.operations import get_operation
+
+    return SimpleNamespace(operation=get_operation(operation), workdir=workdir)
+
+
+def test_a_dcache_without_exporter_has_a_watch_that_says_so_and_another_server_none():
+    from pytest_storagescale.steps import _exporter_watch
+
+    watch = _exporter_watch(SimpleNamespace(prometheus_url="", version="10.2.25"),
+                            _plan("put"))
+    watch.start()
+    figures = watch.finish()
+    assert figures.operations is None and figures.rose == {} and figures.counter == ""
+    assert "dCache 10.2.25 ships no Prometheus exporter" in figures.note
+    assert ServerUsage(exporter=figures).counts_unmeasured == ""  # nothing to compare
+    assert _exporter_watch(SimpleNamespace(), _plan("put")) is None  # an xrootd
+
+
+# -- the tests' shared dCache ---------------------------------------------------------
 def test_the_exporter_answers_only_with_the_runs_password(embedded_dcache) -> None:
     from pytest_storagescale.servers.dcache import PROMETHEUS_USER
 
@@ -24,40 +262,99 @@ def test_the_exporter_answers_only_with_the_runs_password(embedded_dcache) -> No
         assert not jars and server.prometheus_url == ""  # 10.2 ships no exporter
         pytest.skip(f"dCache {server.version} ships no Prometheus exporter")
     assert jars and server.prometheus_url.startswith("http://127.0.0.1:")
-    with pytest.raises(EndpointError, match="answered 401"):
-        scrape_exporter(server.prometheus_url, PROMETHEUS_USER, "not-the-password")
-    samples = scrape_exporter(server.prometheus_url, PROMETHEUS_USER, server.password)
+    with pytest.raises(ScrapeError, match="answered 401"):
+        scrape(server.prometheus_url, PROMETHEUS_USER, "not-the-password")
+    samples = scrape(server.prometheus_url, PROMETHEUS_USER, server.password).samples
     assert any(name.startswith("jvm_") for name in samples)
     assert server.password not in (server.directory / "prometheus-exporter.yaml").read_text()
 
 
+def _davs(server, root: str, name: str):
+    from pytest_storagescale.drivers.registry import driver_spec
+
+    options = {key: value for key, value in server.driver_options().items()
+               if key != "security_protocol"}
+    return driver_spec(server.url_for("davs"), driver="http", options=options,
+                       writable_root=root).connect(name, timeout=60)
+
+
 def test_the_exporters_namespace_counters_rise_by_a_clients_operations(embedded_dcache
                                                                        ) -> None:
-    from pytest_storagescale.drivers.registry import driver_spec
     from pytest_storagescale.servers.dcache import PROMETHEUS_USER
 
     server = embedded_dcache
     if not server.prometheus_url:
         pytest.skip(f"dCache {server.version} ships no Prometheus exporter")
-    options = {key: value for key, value in server.driver_options().items()
-               if key != "security_protocol"}
-    client = driver_spec(server.url_for("davs"), driver="http", options=options,
-                         writable_root="/storagescale").connect("prometheus", timeout=60)
+    client = _davs(server, "/storagescale", "prometheus")
     folder = f"/storagescale/prometheus-{int(time.time() * 1000)}"
     files = 20
     try:
         client.mkdir(folder)
-        before = scrape_exporter(server.prometheus_url, PROMETHEUS_USER, server.password)
+        before = scrape(server.prometheus_url, PROMETHEUS_USER, server.password)
         for index in range(files):
             client.put(f"{folder}/f{index}", b"counted")
-        after = scrape_exporter(server.prometheus_url, PROMETHEUS_USER, server.password)
+        after = scrape(server.prometheus_url, PROMETHEUS_USER, server.password)
     finally:
         client.remove_tree(folder)
         client.close()
-    counts = exporter_counts(before, after)
-    print(f"{files} WebDAV uploads: dCache's exporter counted {counts}")
+    rose = rises(before, after)
+    print(f"{files} WebDAV uploads: dCache's exporter counted {rose}")
     # measured (11.2.5): 20 uploads, PnfsCreateEntryMessage 20, chimera createFile 20
     # (and 119 PnfsGetFileAttributes, 139 id2inode: what a WebDAV upload costs)
-    assert counts.get("dcache_pnfsmanager_ops_pnfscreateentrymessage_updatenum_total") \
-        == files, counts
-    assert counts.get("dcache_pnfsmanager_messages_createfile_successful_total") == files, counts
+    assert rose.get("dcache_pnfsmanager_ops_pnfscreateentrymessage_updatenum_total") \
+        == files, rose
+    assert rose.get("dcache_pnfsmanager_messages_createfile_successful_total") == files, rose
+
+
+def test_a_steps_watch_puts_the_exporters_count_beside_the_clients(embedded_dcache):
+    """A put step's watch as steps.server_watch makes it on the embedded dCache: 11.2.5's
+    exporter counts the 10 files the clients created (and billing 10 writes in the
+    step's folder); with 3 files created meanwhile by a client outside the step (in
+    another folder) the exporter's count is 13 and the step says it measured load from
+    outside (billing, which keeps the step's folder only, still counts 10). On 10.2.25
+    the step says its dCache ships no exporter and compares nothing."""
+    from pytest_storagescale.load.server_monitor import ServerWatch, disagreement
+    from pytest_storagescale.reporting.table import server_cell
+    from pytest_storagescale.steps import _billing_watch, _exporter_watch
+
+    server = embedded_dcache
+    run = f"/storagescale/exporter-{secrets.token_hex(4)}"
+    step, outside = f"{run}/put-c1-main-001", f"{run}/outside"
+    client = _davs(server, run, "exporter-step")
+    try:
+        for folder in (run, step, outside):
+            client.mkdir(folder)
+        seen = []
+        for extra in (0, 3):
+            plan = _plan("put", step)
+            watch = ServerWatch(source="embedded dcache", operation="put",
+                                billing=(billing := _billing_watch(server, plan)),
+                                billing_counter=billing.counter,
+                                exporter=_exporter_watch(server, plan))
+            with watch.bracket():
+                for index in range(10):
+                    client.put(f"{step}/c{extra}-{index}", b"step")
+                for index in range(extra):
+                    client.put(f"{outside}/o{index}", b"outside")
+            usage = watch.usage(time.time() - 1, time.time())
+            seen.append(usage)
+            assert (usage.ops["write"], usage.counted) == (10, "write"), usage
+            assert disagreement(10, 0, usage, clients=1) is None  # billing: the folder's
+        figures = [usage.exporter for usage in seen]
+        print(f"dCache {server.version}: exporter {[f.to_json() for f in figures]}")
+        if not server.prometheus_url:
+            assert all("ships no Prometheus exporter" in f.note and f.operations is None
+                       and not f.rose for f in figures), figures
+            assert all(exporter_disagreement(10, 0, usage) is None for usage in seen)
+            record = SimpleNamespace(server=seen[0], operation="put", server_saturated=False)
+            assert "no exporter" in server_cell(record)
+            return
+        assert [f.operations for f in figures] == [10, 13], figures
+        assert all(f.gauges.get("jvm_threads_current", 0) > 10 for f in figures), figures
+        assert exporter_disagreement(10, 0, seen[0]) is None
+        said = exporter_disagreement(10, 0, seen[1])
+        assert said is not None and "dCache's Prometheus exporter counted 13" in said, said
+        assert "load from outside the plugin" in said
+    finally:
+        client.remove_tree(run)
+        client.close()

@@ -1,4 +1,5 @@
-"""dCache's own account of a step: the transfers its billing service recorded.
+"""dCache's own account of a step: the transfers (and the flushes to tape and stages
+from it) its billing service recorded.
 
 Every pool transfer (a mover: a read or a write of one file through any door) ends in
 a billing record, written by dCache's ``billing`` cell to a text file of the
@@ -9,7 +10,9 @@ dCache's Kafka billing stream sends it, ``msgType``, ``isWrite``, ``transferSize
 ``billingPath``, ``status``...), one object a line.
 
 :class:`BillingLog` reads what was appended since a mark, bounded, and keeps the pool
-transfers (``msgType`` ``transfer``) below one folder. :class:`BillingWatch` brackets a
+transfers (``msgType`` ``transfer``), the flushes to tape (``store``, written by the
+pool when its nearline storage ended one) and the stages (``restore``) below one
+folder. :class:`BillingWatch` brackets a
 step's load: the billing files' ends at the start, then, after the load, the records
 of the step's folder until no new one came for :data:`SETTLE_S` (a pool sends its
 record when the mover ends, which may be after the client's answer), at most
@@ -18,8 +21,16 @@ another xdist worker's checks on the same dCache do not count) and their start (
 record's date, when the mover ended, less its transfer time: not before the load began,
 so the set-up's uploads are not the load's). The counts go into the
 step's :class:`~pytest_storagescale.load.server_usage.ServerUsage` (``read``,
-``write``, ``transfers``, ``failed``), compared with the clients' operations as the
-xrootd summary counters are (:func:`~.server_monitor.disagreement`).
+``write``, ``transfers``, ``failed``; ``stored`` and ``restored`` beside them),
+compared with the clients' operations as the xrootd summary counters are
+(:func:`~.server_monitor.disagreement`).
+
+A step's folder is its own directory and any folder named after it outside the run's
+directory (``<run>/<step folder>-<suffix>``: the tape steps write into the
+tape-backed directory so, ``suites/dcache/tape.py``). A ``restore`` record names no
+path (dCache's pool sets none on a stage's record): it is the step's when its file
+(``pnfsid``) is one whose transfer billing recorded below the step's folders since
+the watch was made, before the set-up (:meth:`BillingWatch.prime`).
 """
 
 from __future__ import annotations
@@ -45,8 +56,17 @@ MAX_BYTES = 256 * 1024 * 1024
 #: a record's line longer than this is no record of ours (skipped unparsed)
 MAX_LINE = 64 * 1024
 #: the operations whose transfers the step compares, and the counter holding them:
-#: a ``get`` or ``put`` is one pool transfer (one mover) on every door
-COUNTERS = {"get": "read", "put": "write", "stream": "read"}
+#: a ``get`` or ``put`` is one pool transfer (one mover) on every door; the tape
+#: steps' ``flush`` and ``tape_write`` write one file each (their flushes are
+#: ``stored``, counted beside)
+COUNTERS = {"get": "read", "put": "write", "stream": "read", "flush": "write",
+            "tape_write": "write"}
+#: operations watched without a comparison: a ``stage`` moves no file through a door
+#: (its ``restored`` files are counted)
+WATCHED = ("stage",)
+#: the billing records of pool transfers and of the nearline storage's flushes and
+#: stages (``StorageInfoMessage``: ``store``, ``restore``)
+KINDS = ("transfer", "store", "restore")
 #: a composite step (readers and writers) compares every transfer
 COMPOSITE_COUNTER = "transfers"
 #: the billing files of one day (``billing-2026.11.29``; ``.json``, ``.error`` aside)
@@ -55,7 +75,8 @@ _BILLING_FILE = re.compile(r"billing-\d{4}\.\d{2}\.\d{2}")
 
 @dataclass(frozen=True)
 class Transfer:
-    """One pool transfer as dCache's billing recorded it."""
+    """One pool transfer (or a flush to tape, a stage from it) as dCache's billing
+    recorded it."""
 
     path: str
     is_write: bool
@@ -68,6 +89,10 @@ class Transfer:
     #: when the transfer began (epoch s; NaN: unknown): the record's ``date`` (written
     #: when the mover ended) less its ``transferTime`` (ms)
     when: float
+    #: ``transfer``; ``store`` (a flush to tape), ``restore`` (a stage from it)
+    kind: str = "transfer"
+    #: the file's id in the namespace ("": not in the record)
+    pnfsid: str = ""
 
 
 def _epoch(value: object) -> float:
@@ -88,24 +113,29 @@ def _epoch(value: object) -> float:
 
 
 def parse_record(line: str) -> Transfer | None:
-    """A pool transfer from one JSON billing line, or None (another kind of record,
-    a line that is no JSON object)."""
+    """A pool transfer, flush or stage from one JSON billing line, or None (another
+    kind of record, a line that is no JSON object)."""
     if len(line) > MAX_LINE or not line.lstrip().startswith("{"):
         return None
     try:
         record = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(record, dict) or record.get("msgType") != "transfer":
+    if not isinstance(record, dict) or record.get("msgType") not in KINDS:
         return None
+    kind = str(record["msgType"])
     status = record.get("status")
     status = status if isinstance(status, dict) else {}
     protocol = record.get("protocolInfo")
     protocol = protocol if isinstance(protocol, dict) else {}
     path = record.get("billingPath") or record.get("transferPath") or ""
-    direction = record.get("isWrite")
+    if path == "Unknown":  # a record whose sender set no path (a stage's)
+        path = ""
+    # a flush reads the pool's replica to tape, a stage writes one from it
+    direction = record.get("isWrite") if kind == "transfer" else kind == "restore"
+    size_field = "transferSize" if kind == "transfer" else "fileSize"
     try:
-        size, code = int(record.get("transferSize") or 0), int(status.get("code") or 0)
+        size, code = int(record.get(size_field) or 0), int(status.get("code") or 0)
     except (TypeError, ValueError):
         return None
     try:
@@ -115,13 +145,30 @@ def parse_record(line: str) -> Transfer | None:
     return Transfer(path=str(path), is_write=direction in ("write", True),
                     size=size, protocol=str(protocol.get("protocol") or ""), code=code,
                     message=str(status.get("msg") or ""),
-                    when=_epoch(record.get("date")) - took)
+                    when=_epoch(record.get("date")) - took, kind=kind,
+                    pnfsid=str(record.get("pnfsid") or ""))
 
 
 def normal_path(path: str) -> str:
     """A namespace path as billing writes it: one ``/`` between names, none at the end
     (an XRootD door's ``//storagescale/run`` is ``/storagescale/run``)."""
     return "/" + "/".join(part for part in path.split("/") if part)
+
+
+def in_folder(path: str, folder: str) -> bool:
+    """``path`` is below the step's ``folder`` (``<run>/<name>``), or below a folder
+    named after it outside the run's directory (``.../<run>/<name>-<suffix>/...``:
+    the tape steps' folders in the tape-backed directory; ``<run>/<name>-x`` beside
+    the step's own is another step's)."""
+    path, folder = normal_path(path), normal_path(folder)
+    if path.startswith(folder + "/"):
+        return True
+    run, _, name = folder.rpartition("/")
+    if not run or path.startswith(run + "/"):
+        return False
+    own = f"/{run.rsplit('/', 1)[-1]}/{name}-"
+    at = path.find(own)
+    return at >= 0 and "/" in path[at + len(own):]
 
 
 class BillingLog:
@@ -188,6 +235,14 @@ class BillingCounts:
     failed: int = 0
     read_bytes: int = 0
     write_bytes: int = 0
+    #: the step's files flushed to tape (``store``) and staged from it (``restore``)
+    #: that billing recorded before the watch ended (failed ones among them:
+    #: ``tape_failed``)
+    stored: int = 0
+    restored: int = 0
+    stored_bytes: int = 0
+    restored_bytes: int = 0
+    tape_failed: int = 0
     #: why the counts are incomplete ("" when complete)
     note: str = ""
 
@@ -197,28 +252,45 @@ class BillingCounts:
 
     def ops(self) -> dict[str, int]:
         """As a server's request counters (:attr:`ServerUsage.ops`)."""
+        tape = {"stored": self.stored, "restored": self.restored,
+                "stored_bytes": self.stored_bytes, "restored_bytes": self.restored_bytes,
+                "tape_failed": self.tape_failed}
         return {"read": self.read, "write": self.write, "transfers": self.transfers,
                 "failed": self.failed, "read_bytes": self.read_bytes,
-                "write_bytes": self.write_bytes}
+                "write_bytes": self.write_bytes,
+                **{key: value for key, value in tape.items() if value}}
 
 
 def count(transfers: list[Transfer], folder: str, since: float) -> BillingCounts:
-    """The transfers below ``folder`` recorded at ``since`` or later (a record without
-    a time counts: its path is the step's own)."""
-    prefix = normal_path(folder) + "/"
-    read = write = failed = read_bytes = write_bytes = 0
+    """The transfers, flushes and stages below ``folder`` (:func:`in_folder`) that
+    began at ``since`` or later (a record without a time counts: its path is the
+    step's own). A record without a path (a stage's) is the step's when its file is
+    one an earlier record below the folder named (the set-up's writes among them)."""
+    files = {t.pnfsid for t in transfers if t.pnfsid and t.path and in_folder(t.path, folder)}
+    tally = dict.fromkeys(("read", "write", "failed", "read_bytes", "write_bytes", "stored",
+                           "restored", "stored_bytes", "restored_bytes", "tape_failed"), 0)
     for transfer in transfers:
-        if not normal_path(transfer.path).startswith(prefix):
+        if not (in_folder(transfer.path, folder) if transfer.path
+                else transfer.pnfsid in files):
             continue
         if not math.isnan(transfer.when) and transfer.when < since:
             continue
-        failed += transfer.code != 0  # a failed transfer is an operation too
-        if transfer.is_write:
-            write, write_bytes = write + 1, write_bytes + transfer.size
-        else:
-            read, read_bytes = read + 1, read_bytes + transfer.size
-    return BillingCounts(read=read, write=write, failed=failed, read_bytes=read_bytes,
-                         write_bytes=write_bytes)
+        if transfer.kind != "transfer":
+            kind = "stored" if transfer.kind == "store" else "restored"
+            tally[kind] += 1
+            tally[f"{kind}_bytes"] += transfer.size
+            tally["tape_failed"] += transfer.code != 0
+            continue
+        tally["failed"] += transfer.code != 0  # a failed transfer is an operation too
+        side = "write" if transfer.is_write else "read"
+        tally[side] += 1
+        tally[f"{side}_bytes"] += transfer.size
+    return BillingCounts(
+        read=tally["read"], write=tally["write"], failed=tally["failed"],
+        read_bytes=tally["read_bytes"], write_bytes=tally["write_bytes"],
+        stored=tally["stored"], restored=tally["restored"],
+        stored_bytes=tally["stored_bytes"], restored_bytes=tally["restored_bytes"],
+        tape_failed=tally["tape_failed"])
 
 
 class BillingWatch:
@@ -236,18 +308,29 @@ class BillingWatch:
         self.clock = clock
         self.began = math.nan
         self._marks: dict[Path, int] = {}
+        self._primed = False
         self.counts: BillingCounts | None = None
 
+    def prime(self) -> None:
+        """The billing files' ends before the step's set-up: what is read later starts
+        there, so the set-up's records name the files (a stage's ``restore`` names
+        none) without being counted (they began before :meth:`start`)."""
+        self._marks, self._primed = self.log.mark(), True
+
     def start(self) -> None:
-        """The billing files' ends, and the load's start (the records' earliest time)."""
-        self._marks = self.log.mark()
+        """The billing files' ends (unless :meth:`prime` marked them before the
+        set-up), and the load's start (the records' earliest time)."""
+        if not self._primed:
+            self._marks = self.log.mark()
         # the pool's clock is this host's; its dates are in milliseconds. A transfer of
         # the set-up began before this, one of the load after
         self.began = self.clock() - 0.002
 
     def finish(self, wait: float | None = None) -> BillingCounts:
         """The step folder's transfers since :meth:`start`, once no new one came for
-        ``settle_s`` (at most ``deadline_s``, or ``wait`` when interrupted)."""
+        ``settle_s`` (at most ``deadline_s``, or ``wait`` when interrupted), and the
+        flushes and stages recorded by then (the pools go on flushing a tape step's
+        files after its load: they do not hold the watch)."""
         limit = self.deadline_s if wait is None else wait
         deadline = time.monotonic() + limit
         transfers: list[Transfer] = []
@@ -257,11 +340,10 @@ class BillingWatch:
         while True:
             new, marks, read = self.log.since(marks, budget)
             budget -= read
-            mine = [t for t in new if normal_path(t.path).startswith(
-                normal_path(self.folder) + "/")]
+            mine = [t for t in new if not t.path or in_folder(t.path, self.folder)]
             transfers.extend(mine)
             now = time.monotonic()
-            if mine:
+            if any(t.kind == "transfer" and t.path for t in mine):
                 last_new = now
             if budget <= 0:
                 note = (f"the billing files grew by more than {MAX_BYTES // 2**20} MiB "
@@ -281,7 +363,7 @@ class BillingWatch:
 
 def counter_for(operation: str, composite: bool) -> str:
     """The counter compared with a step's operations ("" none: a namespace step makes
-    no transfer)."""
+    no transfer; a stage none through a door)."""
     if composite:
         return COMPOSITE_COUNTER
     return COUNTERS.get(operation, "")
@@ -293,53 +375,3 @@ def billing_folder(home: Path | str) -> Path:
     return Path(home) / "var" / "billing"
 
 
-
-# -- dCache 11.1+'s Prometheus JMX exporter ------------------------------------------------
-#: the most bytes of one scrape of the exporter (its answer is some 100 kB)
-MAX_SCRAPE_BYTES = 16 * 1024 * 1024
-#: the exporter's namespace counters (PnfsManager's requests by message type, and
-#: chimera's calls by method, with the release's own rules): what a namespace step
-#: made dCache do, beside the clients' operations
-NAMESPACE_PREFIXES = ("dcache_pnfsmanager_ops_", "dcache_pnfsmanager_messages_")
-
-
-def scrape_exporter(url: str, user: str, password: str, timeout: float = 30
-                    ) -> dict[str, float]:
-    """One scrape of dCache's Prometheus JMX exporter (``dcache.enable.prometheus.
-    exporter``: the JVM's agent, HTTP basic authentication): every sample, by its name
-    and labels (``name{label="v"}``), parsed by prometheus_client's parser. At most
-    :data:`MAX_SCRAPE_BYTES`; an error naming the URL (never the password)."""
-    import base64
-    import urllib.error
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    from ..errors import EndpointError
-
-    secret = base64.b64encode(f"{user}:{password}".encode()).decode()
-    request = urllib.request.Request(url, headers={"Authorization": f"Basic {secret}"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310
-            body = answer.read(MAX_SCRAPE_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        raise EndpointError(f"dCache's Prometheus exporter {url} answered {exc.code}") from None
-    except (OSError, urllib.error.URLError) as exc:
-        raise EndpointError(f"dCache's Prometheus exporter {url}: {exc}") from None
-    if len(body) > MAX_SCRAPE_BYTES:
-        raise EndpointError(f"dCache's Prometheus exporter {url} answered more than "
-                            f"{MAX_SCRAPE_BYTES >> 20} MiB: not read")
-    samples: dict[str, float] = {}
-    for family in text_string_to_metric_families(body.decode("utf-8", errors="replace")):
-        for sample in family.samples:
-            labels = ",".join(f'{key}="{value}"' for key, value in sorted(sample.labels.items()))
-            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = float(sample.value)
-    return samples
-
-
-def exporter_counts(before: dict[str, float], after: dict[str, float],
-                    prefixes: tuple[str, ...] = NAMESPACE_PREFIXES) -> dict[str, float]:
-    """What the exporter's namespace counters rose by between two scrapes (only those
-    that rose; a counter gone or lower, a restarted JVM, is left out)."""
-    return {name: after[name] - before.get(name, 0.0) for name in sorted(after)
-            if name.startswith(prefixes) and after[name] > before.get(name, 0.0)}

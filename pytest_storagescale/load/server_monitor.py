@@ -19,6 +19,12 @@ sits in ``load/`` beside :mod:`.server_usage` (what it measures): a remote run's
   window, drain) and nothing of the set-up or clean-up. :meth:`ServerWatch.usage`
   gives the :class:`~pytest_storagescale.load.server_usage.ServerUsage`.
 
+On the embedded dCache the watch also brackets the load with dCache's billing
+(:mod:`.dcache_billing`: the pool transfers of the step's folder) and, on 11.1 and
+later, its Prometheus exporter (:mod:`.dcache_exporter`: the namespace's counters and
+the JVM's); :func:`exporter_disagreement` compares the exporter's count as
+:func:`disagreement` compares the others'.
+
 A server's counters count requests by kind (``<ops>``: ``open``, ``rd``, ``misc``...);
 how many of them one operation makes depends on the server's release (XRootD 5.5
 counts a ``stat`` twice in ``misc``), so for an operation the step compares
@@ -38,11 +44,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from xml.etree import ElementTree
 
 from ..drivers import xmlsafe
 from .dcache_billing import BillingWatch
+from .dcache_exporter import ExporterFigures, ExporterWatch
 from .server_usage import ServerUsage
 
 #: after Ctrl-C or SIGTERM, how long the servers' last report is waited for (s)
@@ -560,8 +567,11 @@ class ServerWatch:
     def __init__(self, *, source: str, operation: str, pids: list[int] | None = None,
                  listener: SummaryListener | None = None, door: str = "",
                  send: Callable[[int], None] | None = None,
-                 billing: BillingWatch | None = None, billing_counter: str = "") -> None:
+                 billing: BillingWatch | None = None, billing_counter: str = "",
+                 exporter: ExporterWatch | None = None) -> None:
         self.source = source
+        #: dCache's Prometheus exporter over the load (:mod:`.dcache_exporter`)
+        self.exporter = exporter
         #: dCache's billing over the load (:mod:`.dcache_billing`), and the counter of
         #: its transfers compared with the step's operations ("" none)
         self.billing = billing
@@ -597,6 +607,8 @@ class ServerWatch:
             self.sampler.start()
         if self.billing is not None:
             self.billing.start()
+        if self.exporter is not None:  # last: its scrape is the nearest to the load
+            self.exporter.start()
         wait = None  # the listener's own limit
         try:
             yield
@@ -608,6 +620,8 @@ class ServerWatch:
                 self.sampler.stop()
             if self.listener is not None and self.before:
                 self.after = self.listener.fresh(time.time(), wait)
+            if self.exporter is not None:  # first: the nearest to the load's end
+                self.exporter.finish(wait)
             if self.billing is not None:
                 self.billing.finish(wait)
 
@@ -649,6 +663,16 @@ class ServerWatch:
     def usage(self, measure_from: float, end_at: float) -> ServerUsage:
         """What the servers did: CPU, threads and connections over the measured window
         ``[measure_from, end_at]``, requests over the whole load."""
+        usage = self._usage(measure_from, end_at)
+        if self.exporter is None:
+            return usage
+        figures = self.exporter.figures if self.entered else None
+        if figures is None:
+            figures = ExporterFigures(counter=self.exporter.counter,
+                                      note="the load never began")
+        return replace(usage, exporter=figures)
+
+    def _usage(self, measure_from: float, end_at: float) -> ServerUsage:
         cpu_s = threads = connections = None
         if self.sampler is not None:
             cpu_s, threads, connections = self.sampler.over(measure_from, end_at)
@@ -693,7 +717,8 @@ def report_line(address: str) -> str:
 
 
 def disagreement(client_operations: int, in_flight: int, usage: ServerUsage,
-                 clients: int = 0, limit: float = 0.02) -> str | None:
+                 clients: int = 0, limit: float = 0.02, who: str = "the server"
+                 ) -> str | None:
     """Why the server's count of the step's operations and the clients' disagree by
     more than ``limit`` (a fraction), or None. ``in_flight``: requests the clients
     gave up on (hung), which the server may or may not have served; ``clients``: their
@@ -708,7 +733,7 @@ def disagreement(client_operations: int, in_flight: int, usage: ServerUsage,
     gap = (served - nearest) / max(nearest, 1)
     if abs(gap) <= limit or math.isclose(served, nearest):
         return None
-    return (f"the server counted {served:.0f} of this step's operations "
+    return (f"{who} counted {served:.0f} of this step's operations "
             f"({usage.ops.get(usage.counted, 0)} {usage.counted!r} requests, "
             f"{usage.per_operation:g} per operation) where its clients made "
             f"{client_operations}"
@@ -717,6 +742,22 @@ def disagreement(client_operations: int, in_flight: int, usage: ServerUsage,
             + ("load from outside the plugin reached the server during the step"
                if gap > 0 else "requests the clients counted never reached the server")
             + "); rerun it on a quiet server")
+
+
+def exporter_disagreement(client_operations: int, in_flight: int, usage: ServerUsage,
+                          limit: float = 0.02) -> str | None:
+    """Why dCache's Prometheus exporter counted the step's operations otherwise than
+    its clients did (its counter's rise, one per operation: :data:`.dcache_exporter.
+    COUNTERS`), by more than ``limit``; None when they agree or nothing was compared.
+    A login makes no such call (``per_login`` 0)."""
+    figures = usage.exporter
+    if figures is None or not figures.counter or figures.operations is None:
+        return None
+    counter = figures.counter.rsplit("_", 1)[-1]  # createfile, mkdir
+    view = ServerUsage(ops={counter: round(figures.operations)}, counted=counter,
+                       per_operation=1.0, per_login=0.0)
+    return disagreement(client_operations, in_flight, view, limit=limit,
+                        who="dCache's Prometheus exporter")
 
 
 def parse_listen_address(value: str) -> str:

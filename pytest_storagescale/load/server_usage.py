@@ -1,11 +1,14 @@
 """What the storage's servers did during a step, by their own account: the record
 :mod:`pytest_storagescale.load.server_monitor` fills and the step record keeps.
 
-Two sources. The server processes of an embedded server, sampled with psutil over
-the measured window: CPU (user + system, per core), threads, TCP connections. And a
-server's own counters (XRootD's summary monitoring, ``xrd.report``), read at the
-load's start and end: the requests it served by kind over warm-up, window and drain,
-which the step compares with the requests its clients made.
+Three sources. The server processes of an embedded server, sampled with psutil over
+the measured window: CPU (user + system, per core), threads, TCP connections. A
+server's own counters (XRootD's summary monitoring, ``xrd.report``; the embedded
+dCache's billing records of the step's folder), read at the load's start and end:
+the requests it served by kind over warm-up, window and drain, which the step
+compares with the requests its clients made. And, on the embedded dCache 11, its
+Prometheus exporter's counters over the load (:mod:`.dcache_exporter`), compared too
+where one of them counts the step's operation.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-#: the counters of XRootD's summary (``<ops>``) that count requests; ``rs`` (the
-#: segments of vector reads) and ``ws`` count segments, not requests
+from .dcache_exporter import ExporterFigures
+
 #: dCache's billing (:mod:`.dcache_billing`): every pool transfer of the step
 TRANSFERS = "transfers"
+#: the counters of XRootD's summary (``<ops>``) that count requests; ``rs`` (the
+#: segments of vector reads) and ``ws`` count segments, not requests
 REQUEST_COUNTERS = ("open", "rf", "rd", "pr", "rv", "wv", "wr", "sync", "getf", "putf",
                     "misc")
 
@@ -57,6 +62,10 @@ class ServerUsage:
     #: how many of ``counted`` one client's login may add (XRootD: its ``kXR_ping``
     #: counts twice in ``misc``; dCache's billing: none, a login moves no file)
     per_login: float = 2.0
+    #: dCache's Prometheus exporter over the load (:mod:`.dcache_exporter`): None when
+    #: the server has none to ask (not a dCache); figures with a ``note`` and nothing
+    #: else when it could not be read (10.2 ships no exporter: the note says so)
+    exporter: ExporterFigures | None = None
 
     @property
     def counts_unmeasured(self) -> str:
@@ -64,9 +73,19 @@ class ServerUsage:
         did (:func:`~pytest_storagescale.load.server_monitor.disagreement`: no load from
         outside the plugin, none lost) could not run, though it should have; "" when
         it ran or does not apply."""
-        if not self.compare_with or self.counted:
+        if self.compare_with and not self.counted:
+            return self.counters_note or (f"the server's {self.compare_with!r} count was "
+                                          f"not taken")
+        return self.exporter_unmeasured
+
+    @property
+    def exporter_unmeasured(self) -> str:
+        """Why the exporter's count of the step's operations, which an exporter that
+        answers has, was not taken ("" taken, or nothing to compare)."""
+        figures = self.exporter
+        if figures is None or not figures.counter or figures.operations is not None:
             return ""
-        return self.counters_note or f"the server's {self.compare_with!r} count was not taken"
+        return f"dCache's exporter: {figures.note or 'not read'}"
 
     @property
     def cpu(self) -> float:
@@ -100,7 +119,8 @@ class ServerUsage:
                 "requests": self.requests, "ops": dict(self.ops), "counted": self.counted,
                 "per_operation": self.per_operation, "operations": self.operations,
                 "counters_note": self.counters_note, "compare_with": self.compare_with,
-                "per_login": self.per_login, "counts_unmeasured": self.counts_unmeasured}
+                "per_login": self.per_login, "counts_unmeasured": self.counts_unmeasured,
+                "exporter": self.exporter.to_json() if self.exporter is not None else None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ServerUsage:
@@ -113,4 +133,6 @@ class ServerUsage:
                    per_operation=float(data.get("per_operation") or 1.0),
                    counters_note=str(data.get("counters_note") or ""),
                    compare_with=str(data.get("compare_with") or ""),
-                   per_login=float(data.get("per_login", 2.0)))
+                   per_login=float(data.get("per_login", 2.0)),
+                   exporter=ExporterFigures.from_json(data["exporter"])
+                   if isinstance(data.get("exporter"), dict) else None)

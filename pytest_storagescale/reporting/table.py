@@ -214,7 +214,9 @@ def server_cell(step: StepRecord) -> str:
     a stat twice), beside the requests of every kind it counted over the load (logins,
     warm-up and drain too), and its processes' CPU over the window (``saturated*``
     above the limit); ``254236 req`` when its counters have none of the step's kind;
-    ``-``: unknown."""
+    ``-``: unknown. dCache's billing adds the step's files it saw go to tape and come
+    back (``12 to tape``, ``8 from tape``); its exporter (:func:`exporter_part`) the
+    namespace's count."""
     server = step.server
     if server is None:
         return "-"
@@ -224,10 +226,32 @@ def server_cell(step: StepRecord) -> str:
         parts.append(f"{server.requests} req" if operations is None else
                      f"{operations:.0f} {name} ({server.requests} req, "
                      f"{server.per_operation:g}/{name})")
+    for key, words in (("stored", "to tape"), ("restored", "from tape")):
+        if server.ops.get(key):
+            parts.append(f"{server.ops[key]} {words}")
     if not math.isnan(server.cpu):
         parts.append(f"CPU {server.cpu:.0%}" + (f" {SATURATED}" if step.server_saturated
                                                  else ""))
+    if (exporter := exporter_part(step)):
+        parts.append(exporter)
     return ", ".join(parts) or "-"
+
+
+def exporter_part(step: StepRecord) -> str:
+    """dCache's Prometheus exporter in the server cell: ``exporter 20 put (143 pnfs
+    req)`` (its count of the step's operations, and PnfsManager's requests of every
+    kind), ``exporter 143 pnfs req`` when no counter is the step's, ``no exporter``
+    when the release ships none (10.2), ``exporter not read`` when a scrape failed
+    (the JSON says why); "" when the server has no exporter to ask (not a dCache)."""
+    figures = step.server.exporter if step.server is not None else None
+    if figures is None:
+        return ""
+    if figures.note:
+        return "no exporter" if "ships no" in figures.note else "exporter not read"
+    requests = f"{figures.namespace_requests} pnfs req"
+    if figures.operations is None:
+        return f"exporter {requests}"
+    return f"exporter {figures.operations:.0f} {step.operation} ({requests})"
 
 
 def _with_open_loop(steps: list[StepRecord], columns: tuple[str, ...],
