@@ -47,6 +47,7 @@ from .errors import (
 )
 from .load.engine import remove_created
 from .load.plan import StepContext
+from .paired import SIDE_B_ID, checks_on_both_sides, side_run
 from .records import StepRecord, Verdict
 from .reporting.allure_report import allure_dir, attach_step
 from .reporting.plots import scan_of
@@ -240,13 +241,47 @@ def _usable(run: StorageRun) -> None:
     pytest.fail(reason, pytrace=False)  # outside the except: no "during handling of"
 
 
+#: the fixture that says which side of a paired comparison a check runs on
+SIDE_FIXTURE = "storage_side"
+
+
 @pytest.fixture(scope="session")
-def storage_endpoint(request: pytest.FixtureRequest) -> StorageEndpoint:
-    """The storage under test: ``--storage-endpoint``, or the embedded XRootD server.
+def storage_side(request: pytest.FixtureRequest) -> str:
+    """``A``: the storage under test; ``B``: side B of a paired comparison
+    (``--storage-compare-with`` a release: each check runs on both sides,
+    :func:`parametrize_sides`)."""
+    return "B" if getattr(request, "param", None) == "B" else "A"
+
+
+def parametrize_sides(metafunc: pytest.Metafunc) -> None:
+    """With ``--storage-compare-with`` a release of the embedded server, run every test
+    of the storage that runs no load step (a check) on side A under its own id and on
+    side B as ``[side-B...]`` (:mod:`.paired`: its outcomes against A's are the
+    behaviour gate)."""
+    names = metafunc.fixturenames
+    if SIDE_FIXTURE not in names or "storage_load" in names:
+        return
+    run: StorageRun = metafunc.config.stash[storage_run_key]
+    if not checks_on_both_sides(run.settings):
+        return
+    hidden = getattr(pytest, "HIDDEN_PARAM", None)  # pytest 8.4+: A keeps its own id
+    metafunc.parametrize(SIDE_FIXTURE, [None, "B"], indirect=True, scope="session",
+                         ids=[hidden if hidden is not None else "side-A", SIDE_B_ID])
+
+
+def _side(request: pytest.FixtureRequest, side: str):
+    """The run as the check's side sees it (:func:`.paired.side_run`)."""
+    return side_run(_run(request), side)
+
+
+@pytest.fixture(scope="session")
+def storage_endpoint(request: pytest.FixtureRequest, storage_side: str) -> StorageEndpoint:
+    """The storage under test: ``--storage-endpoint``, or the embedded XRootD server
+    (side B's second embedded server for a check's side B variant).
 
     Its run directory exists when a test gets it; an endpoint that cannot be used
     (refused, read-only, wrong credentials) fails the test with one paragraph."""
-    run = _run(request)
+    run = _side(request, storage_side)
     _usable(run)
     return StorageEndpoint(run, run.area.path)
 
@@ -289,19 +324,19 @@ def storage_suite_options(request: pytest.FixtureRequest) -> Mapping[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def storage_embedded_server(request: pytest.FixtureRequest):
+def storage_embedded_server(request: pytest.FixtureRequest, storage_side: str):
     """The embedded server (``kind``, ``freeze()``, ``thaw()``, ``pid``, its doors'
     URLs), or None when the storage under test is a remote one."""
-    endpoint = _run(request).endpoint
+    endpoint = _side(request, storage_side).endpoint
     return endpoint.embedded_server if endpoint.is_embedded else None
 
 
 @pytest.fixture(scope="session")
-def storage_doors(storage_endpoint: StorageEndpoint,
+def storage_doors(storage_endpoint: StorageEndpoint, storage_side: str,
                   request: pytest.FixtureRequest) -> dict[str, Door]:
     """Door name -> :class:`Door`: every door of the storage, each guarded to this
     run's directory (which exists: ``storage_endpoint`` made it)."""
-    return build_doors(_run(request))  # storage_endpoint: the run directory exists
+    return build_doors(_side(request, storage_side))  # the run directory exists
 
 
 @pytest.fixture
@@ -350,20 +385,22 @@ def storage_system(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def storage_thresholds(request: pytest.FixtureRequest, storage_system: str):
-    """The thresholds file matched for this test's system and the storage version."""
-    return _run(request).thresholds(storage_system)
+def storage_thresholds(request: pytest.FixtureRequest, storage_system: str,
+                       storage_side: str):
+    """The thresholds file matched for this test's system and the storage version
+    (side B's version for a check's side B variant)."""
+    return _side(request, storage_side).thresholds(storage_system)
 
 
 @pytest.fixture
 def storage_known_issues(request: pytest.FixtureRequest, storage_thresholds: ThresholdSet,
-                         storage_system: str) -> list[ThresholdSet]:
+                         storage_system: str, storage_side: str) -> list[ThresholdSet]:
     """The thresholds files whose ``[known_issues]`` apply to this test: the system's
     (``storage_thresholds``) and, when the session runs an embedded server of another
     kind (the dCache suite on the embedded xrootd), that server's own
     (``<thresholds>/<kind>/``, else the shipped ones): the issues belong to the software
     that answers."""
-    run = _run(request)
+    run = _side(request, storage_side)
     kind = run.endpoint.embedded_kind if run.endpoint.is_embedded else None
     if not kind or kind == storage_system:
         return [storage_thresholds]

@@ -26,12 +26,28 @@ another mirrored block of two pairs is added (B A A B, then A B B A ...), until 
 side has measured :data:`BUDGET` times the step's duration; then it stays
 ``inconclusive``, said.
 
-Not paired (measured on A alone, as without the option): open-loop steps (one offered
-rate spread over two storages would not be the rate a site asked for), steps of a
-cluster (``--storage-cluster``). The server counters' check (the servers' count of a
-step's operations against its clients') does not run on a paired step. Under xdist
-(``-n``) each worker that runs a load step starts its own side B (a second embedded
-server per worker): run paired comparisons without ``-n``.
+A step over a door of side A (``--storage-load-doors``) runs on side B's door of the
+same name (:meth:`SideB.door`; a door side B lacks is one usage error before any load,
+:func:`check_compare_with`). Not paired (measured on A alone, as without the option):
+open-loop steps (one offered rate spread over two storages would not be the rate a
+site asked for), steps of a cluster (``--storage-cluster``), and steps a test hands
+doors or a context to (``storage_load.run(doors=..., context=...)``: they hold side
+A's clients and servers, the tape's controls; :func:`alone_because`). The server
+counters' check (the servers' count of a step's operations against its clients')
+does not run on a paired step. Under xdist (``-n``) each worker that runs a load step
+starts its own side B (a second embedded server per worker): run paired comparisons
+without ``-n``.
+
+**The checks on both sides.** With side B a release of the embedded server, every
+test of the storage that runs no load step (the functional, conformance and behaviour
+checks) runs twice: on side A under its own node id, on side B as ``[side-B...]``
+(the fixtures' ``storage_side``: :class:`SideView`, with side B's doors, run
+directory and the thresholds file of B's version, whose ``[known_issues]`` apply to
+B). Their outcomes are the run's behaviour gate B / A (:func:`behaviour_gate`): a check
+that passed on A and failed, errored or is a known issue on B fails the run until the
+site's acceptance file (``--storage-accept``) lists it, by A's node id, as against a
+stored baseline. Beside a URL as side B the checks run on side A only (a second
+storage's doors beside its main one are not known).
 """
 
 from __future__ import annotations
@@ -45,7 +61,7 @@ from urllib.parse import urlsplit
 
 from hdrh.histogram import HdrHistogram
 
-from .errors import StorageScaleUsageError
+from .errors import EndpointError, StorageScaleUsageError
 from .gate import DEFAULT_PAIRED_BUDGET, GateSettings, StepGate, WindowSample, judge_pairs
 from .load.engine import StepInterrupted, run_step
 from .load.plan import StepPlan, StepProgress
@@ -58,8 +74,10 @@ if TYPE_CHECKING:
     from .session.doors import Door
     from .session.endpoint import EndpointUnderTest
 
-__all__ = ["BUDGET", "PAIRS", "SideB", "check_compare_with", "finish", "joined",
-           "look_points", "measure_alternating", "measure_paired", "run_sample", "side_b"]
+__all__ = ["BUDGET", "PAIRS", "SIDE_B_ID", "SideB", "SideView", "alone_because",
+           "behaviour_gate", "check_compare_with", "checks_on_both_sides", "finish",
+           "joined", "look_points", "measure_alternating", "measure_paired", "run_sample",
+           "side_b", "side_run", "twins"]
 
 #: the first round of runs per side (A B B A A B B A: ``PAIRS`` pairs, the fewest the
 #: gate judges, :attr:`~.gate.GateSettings.min_samples`)
@@ -72,6 +90,9 @@ BUDGET = DEFAULT_PAIRED_BUDGET
 MIN_RUN_S = 0.5
 
 _KEY = "_storagescale_side_b"
+#: the id a check's side B variant carries (``test_x[side-B-root]``); side A's variant
+#: keeps the check's own id
+SIDE_B_ID = "side-B"
 
 
 @dataclass
@@ -82,17 +103,38 @@ class SideB:
     text: str
     endpoint: EndpointUnderTest
     area: RunArea
+    #: door name -> why it cannot be written through (None: it can), checked once
+    door_checks: dict[str, str | None] = field(default_factory=dict)
+    #: system -> the thresholds file of side B's version (its known issues)
+    thresholds: dict[str, Any] = field(default_factory=dict)
 
     @property
     def display(self) -> str:
         return self.endpoint.display
 
-    def door(self, timeout: float) -> Door:
-        from .session.doors import Door
+    def door(self, timeout: float, name: str | None = None) -> Door:
+        """Side B's door ``name`` (its main door when None or side B's main door's
+        name), guarded to this run's directory on B: a step over side A's root door is
+        paired with side B's root door, not B's main one."""
+        from .session.doors import Door, door_problem, door_spec
 
         run_dir = self.area.ensure()
         resolved = self.endpoint.resolved
-        return Door(resolved.main_door, resolved.driver_spec(run_dir), run_dir, timeout)
+        if name is None or name == resolved.main_door:
+            return Door(resolved.main_door, resolved.driver_spec(run_dir), run_dir, timeout)
+        if name not in resolved.door_urls:
+            raise StorageScaleUsageError(
+                f"--storage-compare-with {self.text}: side B has no {name} door (its doors: "
+                f"{', '.join(resolved.door_urls)}), so a step over side A's {name} door has "
+                f"nothing to be paired with. Name side B's doors in --storage-load-doors.")
+        spec, door_dir = door_spec(resolved.door_specs[name], self.area.run_id)
+        door = Door(name, spec, door_dir, timeout)
+        if name not in self.door_checks:
+            self.door_checks[name] = door_problem(door, f"side B's {name} door",
+                                                  run_dir_made=True)
+        if self.door_checks[name]:
+            raise EndpointError(str(self.door_checks[name]))
+        return door
 
 
 def _settings_b(run: StorageRun):
@@ -136,6 +178,17 @@ def check_compare_with(run: StorageRun) -> None:
         b.check()
     except StorageScaleUsageError as exc:
         raise StorageScaleUsageError(f"--storage-compare-with {text}: {exc}") from None
+    from .session.endpoint import endpoint_door_names
+
+    doors_b = endpoint_door_names(b)
+    missing = [door for door in run.load_doors if door not in doors_b]
+    if missing:
+        raise StorageScaleUsageError(
+            f"--storage-compare-with {text}: the load steps run over side A's "
+            f"{', '.join(missing)} door{'s' * (len(missing) > 1)} (--storage-load-doors), "
+            f"which side B lacks (its doors: {', '.join(doors_b)}). A paired step runs over "
+            f"the same door on both sides: leave {', '.join(missing)} out of "
+            f"--storage-load-doors.")
     if getattr(settings, "cluster", None):
         raise StorageScaleUsageError(
             f"--storage-compare-with {text} with --storage-cluster: the paired comparison "
@@ -289,14 +342,28 @@ def _finite(value: float | None) -> float | None:
     return None if value is None or value != value else float(value)
 
 
+def alone_because(plan: StepPlan) -> str | None:
+    """Why a step is measured on side A alone (None: it is paired): its test handed it
+    doors or a context (``storage_load.run(doors=..., context=...)``), which hold side
+    A's clients and servers (the tape's controls of side A's dCache): side B's runs
+    would measure side A through them."""
+    if plan.step.doors or plan.step.extra:
+        given = ", ".join([*(f"door {name}" for name in plan.step.doors), *plan.step.extra])
+        return (f"not paired: the test hands the step side A's {given}, which side B's "
+                f"runs would use too; measured on side A alone")
+    return None
+
+
 def measure_paired(run: StorageRun, plan: StepPlan, side: SideB, *, settings: GateSettings,
                    progress: Callable[[StepProgress], None] | None,
-                   executor: str, door_timeout: float) -> PairedResult:
-    """Measure ``plan`` on side A (as planned) and on side B (the same plan over B's
-    door, in this run's directory there) in alternating runs, then judge B / A (see
-    the module's docstring). :class:`~.load.engine.StepInterrupted` (Ctrl-C) carries
-    the side being measured's partial result; the clients are stopped as ever."""
-    door_b = side.door(door_timeout)
+                   executor: str, door_timeout: float,
+                   door: str | None = None) -> PairedResult:
+    """Measure ``plan`` on side A (as planned, over its door ``door``) and on side B
+    (the same plan over B's door of that name, in this run's directory there) in
+    alternating runs, then judge B / A (see the module's docstring).
+    :class:`~.load.engine.StepInterrupted` (Ctrl-C) carries the side being measured's
+    partial result; the clients are stopped as ever."""
+    door_b = side.door(door_timeout, door)
     step_name = plan.workdir.rstrip("/").rsplit("/", 1)[-1]
 
     def plan_b(sub: StepPlan, index: int) -> StepPlan:
@@ -375,3 +442,91 @@ def run_sample(result: StepResult) -> WindowSample:
 def _judge(result: PairedResult, settings: GateSettings) -> StepGate:
     gate = judge_pairs(result.pairs, settings=settings)
     return replace(gate, reason=f"B/A paired ({''.join(result.order)}): {gate.reason}")
+
+
+# -- the checks on both sides ------------------------------------------------------------
+
+def checks_on_both_sides(settings: Any) -> bool:
+    """The checks run on side B too: side B is a release of the embedded server (the
+    same kind, so the same doors), not a URL."""
+    text = getattr(settings, "compare_with", None)
+    return bool(text) and "://" not in str(text)
+
+
+class SideView:
+    """Side B as the checks' fixtures read the session's run: B's endpoint, run
+    directory and thresholds file (of B's version: its ``[known_issues]`` are B's),
+    the rest (settings, run id, ledger) the session's."""
+
+    def __init__(self, run: StorageRun, side: SideB) -> None:
+        self._run = run
+        self.side = side
+        self.endpoint = side.endpoint
+        self.area = side.area
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._run, name)
+
+    def thresholds(self, system: str):
+        """The thresholds file for ``system`` at side B's version, at the plan scale."""
+        from .thresholds import select_thresholds
+
+        found = self.side.thresholds.get(system)
+        if found is None:
+            settings = self._run.settings
+            found = select_thresholds(settings.thresholds_path(), system,
+                                      self.endpoint.version).scaled(settings.scale)
+            self.side.thresholds[system] = found
+        return found
+
+
+def side_run(run: StorageRun, side: str) -> Any:
+    """The run as side ``side``'s checks see it: the run itself for ``A``, a
+    :class:`SideView` of side B (started at its first use) for ``B``."""
+    if side != "B":
+        return run
+    found = side_b(run)
+    if found is None:  # parametrized only with --storage-compare-with
+        raise StorageScaleUsageError("a check's side B without --storage-compare-with")
+    return SideView(run, found)
+
+
+def twins(items: list[Any], fixture: str = "storage_side") -> dict[str, str]:
+    """Side B's node id -> its twin's on side A: the same test with the same
+    parameters but the side."""
+    by_test: dict[tuple[str, str, str], dict[str, str]] = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or fixture not in callspec.params:
+            continue
+        params = sorted((key, repr(value)) for key, value in callspec.params.items()
+                        if key != fixture)
+        parent = getattr(getattr(item, "parent", None), "nodeid", "")
+        key = (parent, str(getattr(item, "originalname", item.name)), repr(params))
+        by_test.setdefault(key, {})[
+            "B" if callspec.params[fixture] == "B" else "A"] = item.nodeid
+    return {sides["B"]: sides["A"] for sides in by_test.values()
+            if "A" in sides and "B" in sides}
+
+
+def behaviour_gate(run: StorageRun, tests: dict[str, str], causes: dict[str, str],
+                   pairs: dict[str, str]):
+    """The checks' outcomes on side B against their twins' on side A (``pairs``: B's
+    node id -> A's, :func:`twins`), judged by the site's acceptance file as against a
+    stored baseline (:mod:`.reporting.behaviour`): each change is named by side A's
+    node id, so an acceptance file written for a stored baseline serves. None when no
+    check ran on both sides."""
+    from .reporting.behaviour import Acceptance, BehaviourGate, outcome_changes
+
+    both = {b: a for b, a in pairs.items() if a in tests and b in tests}
+    if not both:
+        return None
+    before = {a: tests[a] for a in both.values()}
+    after = {a: tests[b] for b, a in both.items()}
+    changes = outcome_changes(before, after, {a: causes.get(b, "") for b, a in both.items()})
+    acceptance = run.settings.accept or Acceptance()
+    side = run.__dict__.get(_KEY)
+    version_b = side.endpoint.version if side is not None else run.settings.compare_with
+    name = (f"side A, {run.endpoint.display} (version {run.endpoint.version}), paired with "
+            f"side B (version {version_b})")
+    return BehaviourGate(name, tuple(acceptance.judge(changes)), str(acceptance.path or ""))

@@ -42,6 +42,7 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     _storagescale_checks_share_the_endpoint,
     marker_arg,
     parametrize_load_doors,
+    parametrize_sides,
     storage_arrival_rate,
     storage_client,
     storage_clients,
@@ -53,6 +54,7 @@ from .fixtures import (  # noqa: F401 - fixtures are registered by import
     storage_load,
     storage_load_door,
     storage_settings,
+    storage_side,
     storage_suite_options,
     storage_system,
     storage_test_dir,
@@ -489,6 +491,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     tests' door (``--storage-load-doors``: ids ``[c10-davs]``)."""
     parametrize_clients(metafunc)
     parametrize_load_doors(metafunc)
+    parametrize_sides(metafunc)  # --storage-compare-with: the checks on both sides
 
 
 #: the fixtures a load test's scan parametrizes: a closed loop's concurrencies, an
@@ -713,7 +716,7 @@ def _finish_results(session: pytest.Session, run: StorageRun) -> RunSummary:
     alone is the baseline of the next (a run stopped before any test writes none)."""
     ledger = run.ledger
     outcomes: TestOutcomes = session.config.pluginmanager.getplugin(OUTCOMES)
-    gate = behaviour_gate(run, outcomes, ledger.steps)
+    gate = behaviour_gate(run, outcomes, ledger.steps, getattr(session, "items", ()))
     if gate is not None:
         session.config.stash[behaviour_gate_key] = gate
         if not gate.passed and session.exitstatus == pytest.ExitCode.OK:
@@ -743,24 +746,35 @@ def _run_verdict(run: StorageRun, summary: RunSummary,
 
 
 def behaviour_gate(run: StorageRun, outcomes: TestOutcomes,
-                   steps: list) -> BehaviourGate | None:
+                   steps: list, items: list | tuple = ()) -> BehaviourGate | None:
     """The run's behaviour against its baselines (None without ``--storage-baseline``):
     its checks' outcomes and its load steps' error kinds and throttling, judged by the
     site's acceptance file (:mod:`.reporting.behaviour`). A baseline that cannot be
-    read now (it was at collection) fails the gate, saying so."""
-    paths = run.settings.baseline_paths()
-    if not paths:
-        return None
+    read now (it was at collection) fails the gate, saying so. With
+    ``--storage-compare-with`` a release, also the checks' outcomes on side B against
+    side A's (:func:`.paired.behaviour_gate`; ``items``: the session's)."""
+    from .paired import behaviour_gate as paired_gate
+    from .paired import twins
+
     tests = {test.nodeid: test.outcome for test in outcomes.tests.values()
              if test.kind != "load"}
     causes = {test.nodeid: test.cause for test in outcomes.tests.values()}
+    paired = paired_gate(run, tests, causes, twins(list(items))) if items else None
+    paths = run.settings.baseline_paths()
+    if not paths:
+        return paired
     try:
-        return session_gate(paths, run.settings.accept, tests, causes, steps)
+        stored = session_gate(paths, run.settings.accept, tests, causes, steps)
     except StorageScaleUsageError as exc:
         from .reporting.behaviour import Change
 
-        return BehaviourGate(", ".join(map(str, paths)), (Change(
+        stored = BehaviourGate(", ".join(map(str, paths)), (Change(
             str(paths[0]), "readable", "unreadable", fails=True, cause=str(exc)),))
+    if paired is None:
+        return stored
+    return dataclasses.replace(stored, baseline=f"{stored.baseline}; {paired.baseline}",
+                               changes=stored.changes + paired.changes,
+                               accept_file=stored.accept_file or paired.accept_file)
 
 
 def stepless_run_info(run: StorageRun) -> RunInfo:

@@ -43,7 +43,7 @@ from .load.engine import StepInterrupted, refuse_out_of_process, run_step
 from .load.executors import isolates_clients, planned_processes
 from .load.operations import get_operation, stays_in_process
 from .load.plan import StepContext, StepPlan, StepProgress
-from .paired import measure_paired, side_b
+from .paired import alone_because, measure_paired, side_b
 from .records import RuleCheck, RunInfo, StepRecord, Verdict, all_passed
 from .session import Door, StorageRun
 from .session.stopping import stop_cause
@@ -307,7 +307,7 @@ def measure(run: StorageRun, record: StepRecord,
                 both = measure_paired(
                     run, plan, paired, progress=progress, executor=run.settings.executor,
                     door_timeout=run.door(record.door).timeout,
-                    settings=_gate_settings(section))
+                    settings=_gate_settings(section), door=record.door)
                 record.result, record.paired = both.b, both.to_json()
                 record.gate = both.gate
                 record.baseline = both.comparison(run.endpoint.version)
@@ -340,9 +340,10 @@ def measure(run: StorageRun, record: StepRecord,
 
 def paired_side(run: StorageRun, record: StepRecord, cluster: str | None = None):
     """Side B of a paired comparison for this step (:func:`.paired.side_b`), or None:
-    no ``--storage-compare-with``, an open-loop step or a cluster's (measured on A
-    alone, as without the option)."""
-    if record.arrival_rate or cluster:
+    no ``--storage-compare-with``, an open-loop step, a cluster's, or one its test hands
+    doors or a context (:func:`.paired.alone_because`; measured on A alone, as without
+    the option)."""
+    if record.arrival_rate or cluster or (record.plan and alone_because(record.plan)):
         return None
     return side_b(run)
 

@@ -267,6 +267,8 @@ class EmbeddedDCache(EmbeddedServer):
         self.process: subprocess.Popen | None = None
         self.watched: ServerProcess | None = None
         self.ports: dict[str, int] = {}
+        #: the first port of this server's block while it runs (:data:`HELD_BLOCKS`)
+        self.port_block = 0
         self.password = ""
         #: the embedded ZooKeeper's SASL password (a registered secret)
         self.zookeeper_password = ""
@@ -522,7 +524,10 @@ class EmbeddedDCache(EmbeddedServer):
         # one block below the ephemeral ports: a port picked free among those can be
         # a client connection's before the JVM binds it (thousands of connections
         # come and go on a loaded machine)
-        base = free_port_block(len(PORT_NAMES) + WAN_PORTS + LAN_PORTS)
+        size = len(PORT_NAMES) + WAN_PORTS + LAN_PORTS
+        base = free_port_block(size)
+        HELD_BLOCKS[base] = size  # a second dCache of this process picks around it
+        self.port_block = base
         self.ports = {name: base + index for index, name in enumerate(PORT_NAMES)}
         self.ports["wan"] = base + len(PORT_NAMES)
         self.ports["lan"] = self.ports["wan"] + WAN_PORTS
@@ -1056,6 +1061,8 @@ class EmbeddedDCache(EmbeddedServer):
             self.database.stop()
             self.database = None
         self._give_state_back()
+        HELD_BLOCKS.pop(self.port_block, None)
+        self.port_block = 0
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
@@ -1064,17 +1071,27 @@ class EmbeddedDCache(EmbeddedServer):
 #: where the domain's ports are picked: below Linux's ephemeral ports (32768+), which
 #: the clients' connections (and their TIME_WAIT) take
 MOVER_PORTS = (10000, 32000)
+#: the port blocks of the embedded dCaches this process runs (first port -> size):
+#: their movers' ranges hold no socket until a transfer, so a free-looking block can
+#: be a running dCache's; a second dCache (a paired comparison's side B beside side A,
+#: ``--storage-compare-with``) is given ports outside them
+HELD_BLOCKS: dict[int, int] = {}
 
 
-def free_port_block(size: int) -> int:
-    """The first of ``size`` consecutive ports that no socket holds now (the pools'
-    movers take theirs from ranges; the JVM binds with SO_REUSEADDR, as this check
-    does, so a connection in TIME_WAIT does not count)."""
+def free_port_block(size: int, held: dict[int, int] | None = None) -> int:
+    """The first of ``size`` consecutive ports that no socket holds now and no block
+    of ``held`` (default :data:`HELD_BLOCKS`: this process's running dCaches) covers
+    (the pools' movers take theirs from ranges; the JVM binds with SO_REUSEADDR, as
+    this check does, so a connection in TIME_WAIT does not count)."""
     import socket
 
     low, high = MOVER_PORTS
-    for _ in range(50):
-        base = low + secrets.randbelow(high - low - size)
+    taken = sorted((HELD_BLOCKS if held is None else held).items())
+    bases = [base for base in range(low, high - size)
+             if not any(base < start + length and start < base + size
+                        for start, length in taken)]
+    for _ in range(min(50, len(bases))):
+        base = bases[secrets.randbelow(len(bases))]
         sockets = []
         try:
             for port in range(base, base + size):

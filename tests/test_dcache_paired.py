@@ -1,0 +1,174 @@
+"""The dCache upgrade through the paired gate (issue 32 part 4): two embedded dCaches at
+once, side A 10.2.25 and side B 11.2.5 (``--storage-compare-with``), one load step
+paired A B B A over a door that is not the main one, and the two behaviour checks run
+on both sides. And what lets two dCaches run side by side: each one's block of ports
+(its doors, then its pools' movers' ranges, which hold no socket until a transfer)
+kept out of the other's; a step over side A's door paired with side B's door of the
+same name; a step whose test hands it side A's objects (the tape's controls) measured
+on side A alone. No assertion on this machine's speed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from pytest_storagescale.paired import SIDE_B_ID, twins
+from pytest_storagescale.reporting.behaviour import load_acceptance
+from pytest_storagescale.servers import dcache
+from pytest_storagescale.servers.dcache import MOVER_PORTS, cached_releases, free_port_block
+
+REPO = Path(__file__).resolve().parent.parent
+BEFORE, AFTER = "10.2.25", "11.2.5"
+#: what 11.2.5 changed, each check with a word of the answer seen (its known issue)
+CHANGED = {
+    "test_prepare_stage[root]": "Request 3021 not supported",
+    "test_bad_logins_do_not_block_a_correct_client[davs]": "429",
+}
+
+
+def test_a_second_dcache_gets_ports_outside_the_first_ones_block(monkeypatch):
+    """The first dCache's block (its doors and its movers' ranges) is held while it
+    runs: a second one of the same process is given ports outside it, even where no
+    socket holds them yet. Without the record a random block overlapped it 1 time in
+    ~70 (151 of 22,000 ports); here every port but one block's is held, so a pick
+    inside a held block would show at once."""
+    low, high = MOVER_PORTS
+    size = 151
+    free = low + 5_000
+    held = {low: free - low, free + size: high - free - size}
+    monkeypatch.setattr(dcache, "HELD_BLOCKS", held)
+    for _ in range(5):
+        assert free_port_block(size) == free
+    assert free_port_block(size, held={}) in range(low, high - size)
+
+
+def test_each_checks_side_b_is_paired_with_its_side_a():
+    """``[side-B...]`` items are matched with the item of the same test and the same
+    parameters on side A, whatever the order of the ids."""
+    def item(nodeid, name, **params):
+        return SimpleNamespace(nodeid=nodeid, name=nodeid.rpartition("::")[2],
+                               originalname=name, parent=SimpleNamespace(nodeid="m.py::C"),
+                               callspec=SimpleNamespace(params=params))
+
+    items = [item("m.py::C::test_x[root]", "test_x", door_name="root", storage_side=None),
+             item("m.py::C::test_x[davs]", "test_x", door_name="davs", storage_side=None),
+             item(f"m.py::C::test_x[{SIDE_B_ID}-davs]", "test_x", door_name="davs",
+                  storage_side="B"),
+             item(f"m.py::C::test_x[root-{SIDE_B_ID}]", "test_x", door_name="root",
+                  storage_side="B"),
+             item("m.py::C::test_y", "test_y", storage_side=None),
+             item(f"m.py::C::test_y[{SIDE_B_ID}]", "test_y", storage_side="B"),
+             item("m.py::C::test_load[c2]", "test_load", storage_clients=2)]
+    assert twins(items) == {
+        f"m.py::C::test_x[{SIDE_B_ID}-davs]": "m.py::C::test_x[davs]",
+        f"m.py::C::test_x[root-{SIDE_B_ID}]": "m.py::C::test_x[root]",
+        f"m.py::C::test_y[{SIDE_B_ID}]": "m.py::C::test_y"}
+
+
+SUITE = """
+import pytest
+
+@pytest.mark.storagescale_op("stat")
+def test_stat(storage_load, storage_clients):
+    storage_load.run()
+
+@pytest.mark.storagescale_op("stat")
+def test_stat_with_a_context(storage_load, storage_clients):
+    storage_load.run(context={"tape": "side A's"})
+"""
+
+PLAN = """
+[storage]
+system = "xrootd"
+versions = ["*"]
+
+[defaults]
+duration = "1s"
+warmup = "0.2s"
+hang_timeout = "30s"
+
+[ops.stat]
+clients = [2]
+"""
+
+
+def test_a_step_handed_side_as_objects_is_measured_on_side_a_alone(pytester):
+    """A step whose test hands it a context (the tape's controls of side A's dCache)
+    is not paired: side B's runs would go through side A's objects. The same step
+    without one is paired (memory stores: no server)."""
+    folder = pytester.path / "thr" / "xrootd"
+    folder.mkdir(parents=True)
+    (folder / "t.toml").write_text(PLAN)
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest(
+        "--storage-endpoint=memory://side-a/area", "--storage-version=1.0",
+        "--storage-thresholds=thr", "--storage-results=r.json", "-p", "no:cacheprovider",
+        "--storage-compare-with=memory://side-b/area")
+    result.assert_outcomes(passed=2)
+    steps = {step["test"].rpartition("::")[2].partition("[")[0]: step
+             for step in json.loads((pytester.path / "r.json").read_text())["steps"]}
+    assert steps["test_stat"]["paired"]["order"].startswith("ABBA")
+    assert "paired" not in steps["test_stat_with_a_context"], steps["test_stat_with_a_context"]
+
+
+@pytest.mark.integration
+@pytest.mark.slow_server
+@pytest.mark.long_running
+def test_the_dcache_upgrade_paired_one_step_and_the_checks_on_both_sides(pytester):
+    """suites/dcache with side A the embedded dCache 10.2.25 and side B 11.2.5 started
+    beside it: the namespace scan at 2 clients over the root door (not the main door,
+    davs) measured on both sides in alternating runs and judged B / A by pairs; the
+    two behaviour checks run on both sides, passed on A and known issues of 11.2.5 on
+    B, which fail the run's gate (exit 1) naming both by side A's node ids, and the
+    example acceptance file accepts both."""
+    missing = {BEFORE, AFTER} - set(cached_releases())
+    if missing:
+        pytest.fail(f"dCache {', '.join(sorted(missing))} not in the distribution cache: "
+                    "run 'make setup' (scripts/dcache-dist.sh)")
+    results = pytester.path / "paired.json"
+    result = pytester.runpytest_subprocess(
+        str(REPO / "suites" / "dcache"), "--storage-embedded=dcache",
+        f"--storage-embedded-version={BEFORE}", f"--storage-compare-with={AFTER}",
+        "--storage-load-doors=root", "--storage-scale=0.02", "--storage-clients=2",
+        "--storage-duration=2s", f"--storage-results={results}", "-p", "no:cacheprovider",
+        "-rx", "-k", "test_namespace_scan or test_prepare_stage or test_bad_logins",
+        timeout=1500)
+    text = result.stdout.str()
+    # the behaviour changes are not accepted (no --storage-accept): exit 1, both named
+    assert result.ret == 1, text[-4000:] + result.stderr.str()[-3000:]
+    gate = text.partition("storagescale gate")[2]
+    assert "gate: 2 behaviour changes not accepted (against side A" in gate, gate
+    document = json.loads(results.read_text())
+    assert document["run"]["version"] == BEFORE and AFTER in document["run"]["compare_with"]
+    [step] = [s for s in document["steps"] if s.get("paired")]
+    paired = step["paired"]
+    assert step["door"] == "root" and paired["side_b"].startswith("root://"), paired["side_b"]
+    assert paired["order"].startswith("ABBAABBA")
+    assert paired["a"]["succeeded"] > 0 and paired["b"]["succeeded"] > 0, paired
+    assert len(paired["pairs"]) >= 4 and step["gate"]["samples"] == len(paired["pairs"])
+    assert step["gate"]["verdict"] in ("regressed", "unchanged", "improved", "inconclusive")
+    assert step["gate"]["reason"].startswith("B/A paired (ABBAABBA")
+    outcomes = {test["nodeid"].rpartition("::")[2]: test for test in document["tests"]}
+    for name, words in CHANGED.items():
+        assert outcomes[name]["outcome"] == "passed", outcomes[name]
+        [side_b] = [test for node, test in outcomes.items()
+                    if SIDE_B_ID in node and node.startswith(name.partition("[")[0])
+                    and name.partition("[")[2].rstrip("]") in node.split("[")[1]]
+        assert side_b["outcome"] == "xfailed" and words in side_b["cause"], side_b
+    changes = document["behaviour_gate"]["changes"]
+    assert document["behaviour_gate"]["verdict"] == "failed"
+    assert sorted(c["test"].rpartition("::")[2] for c in changes if c["fails"]) == sorted(
+        CHANGED), changes
+    assert all(c["from"] == "passed" and c["to"] == "xfailed" for c in changes if c["fails"])
+    # the site's acceptance file, written for a stored baseline, accepts both as named
+    acceptance = load_acceptance(REPO / "docs" / "examples" / "accept-dcache-11.2.toml")
+    from pytest_storagescale.reporting.behaviour import Change
+
+    judged = acceptance.judge([Change(c["test"], c["from"], c["to"], fails=c["fails"])
+                               for c in changes])
+    assert all(change.accepted for change in judged if change.fails), judged
+    print(json.dumps({"gate": step["gate"]["reason"], "a": paired["a"]["rate_hz"],
+                      "b": paired["b"]["rate_hz"]}))
