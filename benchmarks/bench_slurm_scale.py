@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 import re
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from netns import bridge_xrootd  # noqa: E402
+from netns import bridge_xrootd, outward_address  # noqa: E402
 from suite_runs import (  # noqa: E402
     Periodic,
     available_mb,
@@ -61,16 +60,6 @@ NODE = re.compile(r"^  slurm node (ns\d+) (\S+): job (\d+) (\w+), Dask worker (\
 def thresholds(args) -> str:
     return scale_plan("xrootd", args.clients,
                       {op: {"entries": 10} if op == "ls" else {} for op in args.ops}, args)
-
-
-def machine_address() -> str:
-    """This machine's source address towards the outside (what the hosts reach)."""
-    done = subprocess.run(["ip", "-4", "-o", "route", "get", "192.0.2.200"],
-                          capture_output=True, text=True, timeout=30)
-    found = re.search(r" src (\S+)", done.stdout)
-    if found is None or found.group(1).startswith("127."):
-        sys.exit(f"this machine has no IPv4 address besides loopback: {done.stdout}")
-    return found.group(1)
 
 
 def host_memory_mb() -> dict[str, float]:
@@ -121,7 +110,10 @@ class Sampler(Periodic):
 def run(args) -> tuple[list[dict], dict, str, Sampler, float]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the xrootd's 2,000 sockets
-    address = machine_address()
+    try:
+        address = outward_address()  # what the hosts reach
+    except RuntimeError as exc:
+        sys.exit(str(exc))
     with tempfile.TemporaryDirectory() as scratch, bridge_xrootd(https=False) as server:
         work = Path(scratch)
         (work / "thr" / "xrootd").mkdir(parents=True)

@@ -24,15 +24,18 @@ import contextlib
 import ipaddress
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_storagescale.cluster.hosts import NO_HTTP_ROUTES_ENV
+from pytest_storagescale.servers.netns import free_subnet, free_subnet6
 
 PYTHON = sys.executable
 #: the workers and the scheduler import this module (the tasks at its end)
@@ -67,27 +70,6 @@ def netns_unavailable() -> str | None:
         return f"'ip netns add' is not permitted here ({exc}); the cluster tests need root"
     _ip("netns", "del", name, check=False)
     return None
-
-
-def free_subnet() -> ipaddress.IPv4Network:
-    """A /24 in 10.0.0.0/8 that no address or route of this machine overlaps."""
-    used = _ip("-4", "route", "show", "table", "all").stdout + _ip("-4", "addr").stdout
-    for _ in range(100):
-        net = ipaddress.IPv4Network(f"10.{random.randint(100, 250)}.{random.randint(0, 255)}.0/24")
-        if f"10.{net.network_address.packed[1]}.{net.network_address.packed[2]}." not in used:
-            return net
-    raise RuntimeError("no free 10.x.y.0/24 subnet for the test namespaces")
-
-
-def free_subnet6() -> ipaddress.IPv6Network:
-    """A random /64 of the unique local addresses (fd00::/8, RFC 4193: a random 40-bit
-    global ID) that no address or route of this machine overlaps."""
-    used = _ip("-6", "route", "show", "table", "all").stdout + _ip("-6", "addr").stdout
-    for _ in range(100):
-        net = ipaddress.IPv6Network((0xFD << 120 | random.getrandbits(56) << 64, 64))
-        if str(net.network_address).rstrip(":") not in used:
-            return net
-    raise RuntimeError("no free fd00::/8 /64 for the test namespaces")
 
 
 @dataclass
@@ -476,3 +458,51 @@ def bridge_xrootd(**kw):
             return {**environment, "LD_PRELOAD": " ".join(kept)}
 
     return BridgeXRootD(**kw)
+
+
+def outward_address() -> str:
+    """This machine's source address towards the outside: an interface other than
+    loopback, which namespace hosts reach through their default route (a RuntimeError
+    where there is none)."""
+    done = subprocess.run(["ip", "-4", "-o", "route", "get", "192.0.2.200"],
+                          capture_output=True, text=True, timeout=30)
+    found = re.search(r" src (\S+)", done.stdout)
+    if found is None or found.group(1).startswith("127."):
+        raise RuntimeError(f"this machine has no IPv4 address besides loopback: "
+                           f"{done.stdout or done.stderr}")
+    return found.group(1)
+
+
+def xrootd_logins(log: str) -> dict[str, set[str]]:
+    """Distinct load-client logins (user.pid:fd) in an xrootd's log, by the address the
+    server saw, v4 or v6 (XRootD writes ``user@[address]`` for IPv6 and mapped IPv4
+    addresses)."""
+    logins: dict[str, set[str]] = {}
+    for user, address in re.findall(r"XrootdXeq: (c\w+\.\d+:\d+)@\[?(?:::ffff:)?([\w.:]+?)\]? "
+                                    r"\S+ \S+ login", log):
+        logins.setdefault(str(ipaddress.ip_address(address)), set()).add(user)
+    return logins
+
+
+def during_step(monkeypatch, seconds: float, action) -> list[bool]:
+    """Run ``action`` ``seconds`` into the next cluster step's measurement (timed by the
+    step's own clock, once every host is running); returns [True] once it ran."""
+    fired: list[bool] = []
+    from pytest_storagescale.cluster.coordinator import ClusterExecutor
+
+    original = ClusterExecutor._wait
+
+    def wait(self, plan, clock, futures):
+        def fire() -> None:
+            fired.append(True)
+            action()
+
+        timer = threading.Timer(max(0.0, clock.measure_from + seconds - time.time()), fire)
+        timer.start()
+        try:
+            return original(self, plan, clock, futures)
+        finally:
+            timer.cancel()
+
+    monkeypatch.setattr(ClusterExecutor, "_wait", wait)
+    return fired

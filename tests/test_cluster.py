@@ -15,7 +15,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -24,9 +23,12 @@ from netns import (
     NamespaceCluster,
     bridge_xrootd,
     delete_left_behind,
+    during_step,
     netns_unavailable,
     write_and_hold,
+    xrootd_logins,
 )
+from plans import op_section, plan, scan_suite, write_suite
 
 from pytest_storagescale.cluster import hosts as cluster_hosts
 from pytest_storagescale.cluster.address import parse_cluster_address
@@ -215,45 +217,13 @@ def _plan(url: str, root: str, operation: str = "stat", **kw) -> StepPlan:
     return StepPlan(**values)
 
 
-def _during_step(monkeypatch, seconds: float, action) -> list[bool]:
-    """Run ``action`` ``seconds`` into the next cluster step's measurement (timed by the
-    step's own clock, once every host is running); returns [True] once it ran."""
-    fired: list[bool] = []
-    original = ClusterExecutor._wait
-
-    def wait(self, plan, clock, futures):
-        def fire() -> None:
-            fired.append(True)
-            action()
-
-        timer = threading.Timer(max(0.0, clock.measure_from + seconds - time.time()), fire)
-        timer.start()
-        try:
-            return original(self, plan, clock, futures)
-        finally:
-            timer.cancel()
-
-    monkeypatch.setattr(ClusterExecutor, "_wait", wait)
-    return fired
-
-
-def _logins(server, since: int) -> dict[str, set[str]]:
-    """The server's own log: distinct load-client logins (user.pid:fd) by address."""
-    text = server.log_path.read_text(errors="replace")[since:]
-    logins: dict[str, set[str]] = {}
-    for user, address in re.findall(r"XrootdXeq: (c\w+\.\d+:\d+)@\[?(?:::ffff:)?([\d.]+)\]? "
-                                    r"\S+ \S+ login", text):
-        logins.setdefault(address, set()).add(user)
-    return logins
-
-
 def test_four_namespace_hosts_each_client_its_own_login(server, four_hosts, run_root):
     """4 hosts x 25 stat clients: one step, the server counts 100 distinct logins, 25 from
     each host's own address; the per-host breakdown adds up to the step."""
     url, root = run_root(four_hosts)
     since = len(server.log_path.read_bytes())
     result = record = run_cluster_step(four_hosts.address, _plan(url, root, clients=100))
-    logins = _logins(server, since)
+    logins = xrootd_logins(server.log_path.read_text(errors="replace")[since:])
     addresses = {h.address for h in four_hosts.hosts}
     assert {a: len(u) for a, u in logins.items() if a in addresses} == \
         {a: 25 for a in addresses}
@@ -316,7 +286,7 @@ def test_hosts_lost_mid_step_are_counted_and_the_step_ends_on_time(
     with _cluster(tmp_path_factory, 3) as cluster:
         url, root = run_root(cluster)
         plan = _plan(url, root, clients=9, duration=5.0, warmup=0.5, hang_timeout=3.0)
-        fired = _during_step(monkeypatch, 1.5, lambda: (cluster.kill(1), cluster.cut(2)))
+        fired = during_step(monkeypatch, 1.5, lambda: (cluster.kill(1), cluster.cut(2)))
         began = time.monotonic()
         result = record = run_cluster_step(cluster.address, plan)
         assert fired == [True], "the faults were never injected"
@@ -353,45 +323,6 @@ def test_a_host_whose_clock_is_off_is_refused_before_the_load(
         assert lister.ls(root) == []  # no set-up happened
 
 
-CLUSTER_THRESHOLDS = """
-[storage]
-system = "xrootd"
-versions = ["*"]
-
-[defaults]
-duration = "1s"
-warmup = "0.2s"
-hang_timeout = "30s"
-
-[ops.stat]
-clients = [8]
-
-[ops.ls]
-clients = [4]
-clients_per_host = 2
-
-[[ops.stat.expect]]
-clients = "*"
-rules = ["failed == 0", "hung == 0", "lost == 0"]
-
-[[ops.ls.expect]]
-clients = "*"
-rules = ["failed == 0", "lost == 0"]
-"""
-
-CLUSTER_SUITE = """
-import pytest
-
-@pytest.mark.storagescale_op("stat")
-def test_stat_scan(storage_load, storage_clients):
-    storage_load.run()
-
-@pytest.mark.storagescale_op("ls")
-def test_ls_scan(storage_load, storage_clients):
-    storage_load.run()
-"""
-
-
 def test_suite_on_the_cluster_under_xdist(pytester, server, four_hosts, monkeypatch):
     """--storage-cluster with pytest -n 2: the header names the hosts and their clock
     offsets, every step's clients ran on the 4 hosts (per-host breakdown in the JSON and,
@@ -399,10 +330,9 @@ def test_suite_on_the_cluster_under_xdist(pytester, server, four_hosts, monkeypa
     a tls:// one, reached with the Dask config's TLS settings (as a site's is)."""
     for name, value in four_hosts.dask_env().items():
         monkeypatch.setenv(name, value)
-    pytester.makepyfile(test_suite=CLUSTER_SUITE)
-    folder = pytester.path / "thr" / "xrootd"
-    folder.mkdir(parents=True)
-    (folder / "any.toml").write_text(CLUSTER_THRESHOLDS)
+    write_suite(pytester.path, scan_suite("stat", "ls"),
+                plan(op_section("stat", 8),
+                     op_section("ls", 4, ("failed == 0", "lost == 0"), clients_per_host=2)))
     result = pytester.runpytest_subprocess(
         f"--storage-endpoint=root://{four_hosts.head}:{server.port}//storagescale",
         "--storage-version=5.5", "--storage-thresholds=thr", "-p", "no:cacheprovider",
@@ -459,7 +389,7 @@ def test_ctrl_c_stops_the_clients_on_every_host(server, four_hosts, run_root, mo
     url, root = run_root(four_hosts)
     plan = _plan(url, root, clients=8, duration=30.0, warmup=0.5)
     began = time.monotonic()
-    fired = _during_step(monkeypatch, 2.0, _thread.interrupt_main)
+    fired = during_step(monkeypatch, 2.0, _thread.interrupt_main)
     inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         ended = run_cluster_step(four_hosts.address, plan)

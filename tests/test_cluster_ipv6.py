@@ -9,11 +9,10 @@ Needs root (``ip netns``); skipped with the reason otherwise.
 from __future__ import annotations
 
 import ipaddress
-import re
 import time
 
 import pytest
-from netns import NamespaceCluster, bridge_xrootd, netns_unavailable
+from netns import NamespaceCluster, bridge_xrootd, netns_unavailable, xrootd_logins
 
 from pytest_storagescale.cluster import hosts as cluster_hosts
 from pytest_storagescale.cluster.coordinator import run_cluster_step
@@ -22,16 +21,6 @@ from pytest_storagescale.load.operations import get_operation
 from pytest_storagescale.load.plan import StepPlan
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("network_namespaces")]
-
-
-def _logins(text: str) -> dict[str, set[str]]:
-    """Distinct load-client logins (user.pid:fd) by the address the server saw, v4 or v6
-    (XRootD writes ``user@[address]`` for IPv6 and mapped IPv4 addresses)."""
-    logins: dict[str, set[str]] = {}
-    for user, address in re.findall(r"XrootdXeq: (c\w+\.\d+:\d+)@\[?(?:::ffff:)?([\w.:]+?)\]? "
-                                    r"\S+ \S+ login", text):
-        logins.setdefault(str(ipaddress.ip_address(address)), set()).add(user)
-    return logins
 
 
 def test_a_step_over_ipv6_and_one_over_ipv4_in_one_run(tmp_path):
@@ -63,7 +52,7 @@ def test_a_step_over_ipv6_and_one_over_ipv4_in_one_run(tmp_path):
                 assert total.failed == 0 and total.hung == 0 and result.lost == 0
                 assert [h.clients for h in result.hosts] == [3, 3]
                 assert all(h.succeeded > 0 for h in result.hosts)
-                seen[family] = _logins(server.log_path.read_text(errors="replace")[since:])
+                seen[family] = xrootd_logins(server.log_path.read_text(errors="replace")[since:])
     finally:
         cluster_hosts.disconnect()
         cluster.stop()

@@ -178,27 +178,17 @@ def test_a_tls_scheduler_without_its_certificate_is_one_paragraph(monkeypatch, c
 # -- the embedded CephFS: its daemons in a namespace of their own, its Dask cluster on TLS
 
 
-def cephfs_missing() -> str | None:
-    import shutil
-    from pathlib import Path
-
-    if os.geteuid() != 0:
-        return "the embedded CephFS needs root (network namespaces, a FUSE mount)"
-    missing = [b for b in ("ceph-mds", "ceph-fuse", "ceph-mon", "ceph-osd") if not shutil.which(b)]
-    if missing:
-        return f"{', '.join(missing)} not installed (scripts/bootstrap.sh installs them)"
-    if not Path("/dev/fuse").exists():
-        return "/dev/fuse does not exist"
-    return None
-
-
 @pytest.fixture(scope="module")
 def cephfs():
+    """The embedded CephFS, or the test skipped with its own reason (not root, a binary
+    or /dev/fuse missing: ``EmbeddedCephFS.check_installed``)."""
+    from pytest_storagescale.errors import EndpointError
     from pytest_storagescale.servers.cephfs import EmbeddedCephFS
 
-    missing = cephfs_missing()
-    if missing is not None:
-        pytest.skip(missing)
+    try:
+        EmbeddedCephFS.check_installed()
+    except EndpointError as exc:
+        pytest.skip(str(exc))
     server = EmbeddedCephFS(hosts=2).start()
     try:
         yield server

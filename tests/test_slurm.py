@@ -20,7 +20,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from netns import NamespaceCluster, bridge_xrootd, netns_unavailable
+from netns import (
+    NamespaceCluster,
+    bridge_xrootd,
+    during_step,
+    netns_unavailable,
+    xrootd_logins,
+)
+from plans import op_section, plan, scan_suite, write_suite
 
 from pytest_storagescale.cluster import hosts as cluster_hosts
 from pytest_storagescale.cluster.coordinator import run_cluster_step
@@ -120,16 +127,6 @@ def _run_root(network: NamespaceCluster, server, name: str) -> tuple[str, str]:
     return url, root
 
 
-def _logins(server, since: int) -> dict[str, set[str]]:
-    """The server's own log: distinct load-client logins (user.pid:fd) by address."""
-    text = server.log_path.read_text(errors="replace")[since:]
-    logins: dict[str, set[str]] = {}
-    for user, address in re.findall(r"XrootdXeq: (c\w+\.\d+:\d+)@\[?(?:::ffff:)?([\d.]+)\]? "
-                                    r"\S+ \S+ login", text):
-        logins.setdefault(address, set()).add(user)
-    return logins
-
-
 def test_the_batch_system_is_the_runs_own(slurm):
     """The munge key is 0400 in a 0700 folder; slurmctld listens in its own namespace
     only, each slurmd in its host's; nothing of SLURM's listens in this machine's."""
@@ -189,7 +186,7 @@ def test_slurm_jobs_are_the_client_hosts_of_a_step(slurm, server, monkeypatch):
     assert total.failed == 0 and total.hung == 0 and total.succeeded > 0
     assert sum(h.succeeded for h in result.hosts) == total.succeeded
     assert all(h.succeeded > 0 for h in result.hosts) and result.lost == 0
-    logins = _logins(server, since)
+    logins = xrootd_logins(server.log_path.read_text(errors="replace")[since:])
     assert {a: len(u) for a, u in logins.items() if a in addresses} == \
         {a: CLIENTS_PER_HOST for a in addresses}
     # the certificate and key dask-jobqueue dumped for the jobs are gone with it
@@ -205,11 +202,9 @@ def test_a_cancelled_job_is_a_lost_host(slurm, server, monkeypatch):
     """scancel of one host's job mid-step (a batch system taking a client host back): its
     worker leaves the cluster, its clients are lost (named, with why), the other hosts'
     are measured, and the step ends by its end + hang_timeout + the report grace."""
-    import threading
-
     import dask
 
-    from pytest_storagescale.cluster.coordinator import REPORT_GRACE, ClusterExecutor
+    from pytest_storagescale.cluster.coordinator import REPORT_GRACE
 
     network, batch = slurm
     url, root = _run_root(network, server, "slurm-cancel")
@@ -219,20 +214,8 @@ def test_a_cancelled_job_is_a_lost_host(slurm, server, monkeypatch):
     monkeypatch.setitem(cluster_hosts.RECIPE_START_TIMEOUT, "slurm", JOBS_TIMEOUT)
     victim = network.hosts[1]
     cancelled: list[str] = []
-    original = ClusterExecutor._wait
-
-    def wait(self, plan, clock, futures):  # 1.5 s into the measurement, on its clock
-        def cancel() -> None:
-            cancelled.append(batch.command("scancel", f"--nodelist={victim.name}"))
-
-        timer = threading.Timer(max(0.0, clock.measure_from + 1.5 - time.time()), cancel)
-        timer.start()
-        try:
-            return original(self, plan, clock, futures)
-        finally:
-            timer.cancel()
-
-    monkeypatch.setattr(ClusterExecutor, "_wait", wait)
+    during_step(monkeypatch, 1.5, lambda: cancelled.append(
+        batch.command("scancel", f"--nodelist={victim.name}")))
     plan = StepPlan(operation=get_operation("stat"), clients=HOSTS * CLIENTS_PER_HOST,
                     duration=5.0, warmup=0.5, hang_timeout=3.0,
                     driver=driver_spec(url, writable_root=root), workdir=f"{root}/step")
@@ -258,33 +241,6 @@ def test_a_cancelled_job_is_a_lost_host(slurm, server, monkeypatch):
     assert result.total.succeeded == sum(h.succeeded for h in kept)
 
 
-SUITE = """
-import pytest
-
-@pytest.mark.storagescale_op("stat")
-def test_stat_scan(storage_load, storage_clients):
-    storage_load.run()
-"""
-
-THRESHOLDS = """
-[storage]
-system = "xrootd"
-versions = ["*"]
-
-[defaults]
-duration = "1s"
-warmup = "0.2s"
-hang_timeout = "30s"
-
-[ops.stat]
-clients = [8]
-
-[[ops.stat.expect]]
-clients = "*"
-rules = ["failed == 0", "hung == 0", "lost == 0"]
-"""
-
-
 def test_a_suite_runs_its_clients_as_slurm_jobs(slurm, server, pytester):
     """A suite with --storage-cluster slurm:4 and the Dask config in a jobqueue.yaml
     (as a site writes it): the header names the 4 job hosts, -v shows each host's row
@@ -294,10 +250,7 @@ def test_a_suite_runs_its_clients_as_slurm_jobs(slurm, server, pytester):
     config.mkdir()
     (config / "jobqueue.yaml").write_text(yaml.safe_dump(
         {"jobqueue": {"slurm": batch.jobqueue_config(python=sys.executable)}}))
-    pytester.makepyfile(test_suite=SUITE)
-    folder = pytester.path / "thr" / "xrootd"
-    folder.mkdir(parents=True)
-    (folder / "any.toml").write_text(THRESHOLDS)
+    write_suite(pytester.path, scan_suite("stat"), plan(op_section("stat", 8)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",

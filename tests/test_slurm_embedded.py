@@ -11,6 +11,7 @@ or embedded endpoint) need neither.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -20,10 +21,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from netns import bridge_xrootd, netns_unavailable
+from netns import bridge_xrootd, netns_unavailable, outward_address
+from plans import op_section, plan, scan_suite, write_suite
 
 from pytest_storagescale.servers import netns as server_netns
 from pytest_storagescale.servers import slurm_hosts
@@ -34,38 +37,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("network_namespac
 
 HOSTS = 2
 
-SUITE = """
-import pytest
-
-@pytest.mark.storagescale_op("stat")
-def test_stat_scan(storage_load, storage_clients):
-    storage_load.run()
-"""
-
 #: a test that waits (for the SIGKILL test: pytest is killed while it runs)
 WAITING = """
 import time
 
 def test_waits(storage_endpoint):
     time.sleep(120)
-"""
-
-THRESHOLDS = """
-[storage]
-system = "xrootd"
-versions = ["*"]
-
-[defaults]
-duration = "1s"
-warmup = "0.2s"
-hang_timeout = "30s"
-
-[ops.stat]
-clients = [4]
-
-[[ops.stat.expect]]
-clients = "*"
-rules = ["failed == 0", "hung == 0", "lost == 0"]
 """
 
 HEADER = re.compile(r"storagescale: embedded SLURM for this run: controller (\S+), "
@@ -86,14 +63,12 @@ def _needs_slurm() -> None:
 
 
 def _machine_address() -> str:
-    """This machine's source address towards the outside (an interface other than
-    loopback, which the namespace hosts reach through their default route)."""
-    done = subprocess.run(["ip", "-4", "-o", "route", "get", "192.0.2.200"],
-                          capture_output=True, text=True, timeout=30)
-    found = re.search(r" src (\S+)", done.stdout)
-    if found is None or found.group(1).startswith("127."):
-        pytest.skip(f"this machine has no IPv4 address besides loopback: {done.stdout}")
-    return found.group(1)
+    """This machine's source address towards the outside (the namespace hosts reach it
+    through their default route); the test is skipped where there is none."""
+    try:
+        return outward_address()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
 
 
 def _ours() -> dict[str, list[str]]:
@@ -139,11 +114,9 @@ def server():
         yield xrootd
 
 
-def _suite(pytester, body: str = SUITE) -> None:
-    pytester.makepyfile(test_suite=body)
-    folder = pytester.path / "thr" / "xrootd"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "any.toml").write_text(THRESHOLDS)
+def _suite(pytester, body: str = "") -> None:
+    """``body`` (the stat scan when empty) with a plan of 4 clients that loses none."""
+    write_suite(pytester.path, body or scan_suite("stat"), plan(op_section("stat", 4)))
 
 
 def _command(address: str, port: int, *extra: str) -> list[str]:
@@ -211,26 +184,13 @@ def test_a_killed_pytest_leaves_its_slurm_to_the_orphan_cleaner(server, pytester
     """pytest SIGKILLed once its SLURM cluster runs (jobs and all): the next server
     start's orphan cleaner stops its daemons, namespace holders and jobs and removes
     its folder; the namespaces and veths go with their processes."""
-    address = _machine_address()
     before = _ours()
-    _suite(pytester, WAITING)
-    process = subprocess.Popen(_command(address, server.port, "test_suite.py"),
-                               cwd=pytester.path, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env=_environment(),
-                               start_new_session=True)
-    began = time.monotonic()
-    try:
-        lines = _until_jobs_run(process)  # the header is out: the jobs run
-        print(f"pytest's SLURM up and its jobs running after {time.monotonic() - began:.1f} s")
+    with _waiting_pytest(server, pytester) as (process, lines):
         running = _ours()
         assert running["folders"] and running["processes"], running
         _no_door(Path(HEADER.search("".join(lines)).group(5)), process.pid)
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
     killed = time.monotonic()
     stopped = stop_orphaned_servers()
     print(f"the orphan cleaner took {time.monotonic() - killed:.1f} s: {stopped}")
@@ -244,27 +204,37 @@ def test_sigterm_stops_its_slurm_and_leaves_nothing(server, pytester):
     """pytest given SIGTERM (a CI runner's cancel) while its jobs run: the session ends
     as after Ctrl-C, and its own clean-up cancels the jobs, stops the daemons and
     removes the namespaces and the folder (no orphan cleaner needed)."""
-    address = _machine_address()
     before = _ours()
-    _suite(pytester, WAITING)
-    process = subprocess.Popen(_command(address, server.port, "test_suite.py"),
-                               cwd=pytester.path, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env=_environment(),
-                               start_new_session=True)
-    try:
-        lines = _until_jobs_run(process)
+    with _waiting_pytest(server, pytester) as (process, lines):
         assert _ours()["processes"], lines
         os.kill(process.pid, signal.SIGTERM)
         began = time.monotonic()
         rest, _ = process.communicate(timeout=120)
         print(f"pytest ended {time.monotonic() - began:.1f} s after SIGTERM")
+    assert process.returncode not in (0, -signal.SIGTERM), "".join(lines) + rest
+    assert _nothing_left(before) == {"folders": [], "processes": [], "links": [],
+                                     "sockets": []}, rest[-3000:]
+
+
+@contextlib.contextmanager
+def _waiting_pytest(server, pytester) -> Iterator[tuple[subprocess.Popen, list[str]]]:
+    """A pytest of a test that waits, on ``embedded-slurm:2`` against ``server``: given
+    once its header is out and its jobs run (with its output so far), killed at the end
+    if it still runs."""
+    _suite(pytester, WAITING)
+    process = subprocess.Popen(_command(_machine_address(), server.port, "test_suite.py"),
+                               cwd=pytester.path, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=_environment(),
+                               start_new_session=True)
+    began = time.monotonic()
+    try:
+        lines = _until_jobs_run(process)
+        print(f"pytest's SLURM up and its jobs running after {time.monotonic() - began:.1f} s")
+        yield process, lines
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=30)
-    assert process.returncode not in (0, -signal.SIGTERM), "".join(lines) + rest
-    assert _nothing_left(before) == {"folders": [], "processes": [], "links": [],
-                                     "sockets": []}, rest[-3000:]
 
 
 def _until_jobs_run(process: subprocess.Popen) -> list[str]:

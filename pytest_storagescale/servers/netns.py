@@ -69,8 +69,9 @@ def free_subnet() -> ipaddress.IPv4Network:
 
 
 def free_subnet6() -> ipaddress.IPv6Network:
-    """A random /64 of the unique local addresses (fd00::/8) no address here is in."""
-    used = ip("-6", "addr")
+    """A random /64 of the unique local addresses (fd00::/8) that no address or route
+    of this machine overlaps."""
+    used = ip("-6", "route", "show", "table", "all") + ip("-6", "addr")
     for _ in range(100):
         net = ipaddress.IPv6Network((0xFD << 120 | random.getrandbits(56) << 64, 64))
         if str(net.network_address).rstrip(":") not in used:
