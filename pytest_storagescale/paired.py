@@ -329,6 +329,11 @@ class PairedResult:
             total = result.total
             return {"rate_hz": total.rate_hz, "succeeded": total.succeeded,
                     "failed": total.failed, "hung": total.hung,
+                    "throttled": sum(s.throttled for s in result.sides.values()),
+                    "errors": dict(sum((Counter(s.errors) for s in result.sides.values()),
+                                       Counter())),
+                    "error_examples": {k: v for s in result.sides.values()
+                                       for k, v in s.error_examples.items()},
                     "duration_s": result.duration_s,
                     "p50_s": _finite(total.latency_s.get("p50")),
                     "p99_s": _finite(total.latency_s.get("p99")),
@@ -509,21 +514,47 @@ def twins(items: list[Any], fixture: str = "storage_side") -> dict[str, str]:
             if "A" in sides and "B" in sides}
 
 
+def step_changes(steps: list[Any]) -> list[Any]:
+    """Paired steps whose side B met an error kind, or throttling (HTTP 429/503), its
+    side A did not (each side's runs joined: :meth:`PairedResult.to_json`)."""
+    from .reporting.behaviour import ERROR_PREFIX, NONE, THROTTLED, Change
+
+    changes = []
+    for step in steps:
+        paired = getattr(step, "paired", None)
+        if not isinstance(paired, dict) or "errors" not in paired.get("b", {}):
+            continue
+        a, b = paired.get("a", {}), paired["b"]
+        examples = b.get("error_examples") or {}
+        for kind in sorted(set(b["errors"]) - set(a.get("errors") or {}) - {THROTTLED}):
+            changes.append(Change(step.test, NONE, f"{ERROR_PREFIX}{kind}", fails=True,
+                                  cause=f"side B: {examples.get(kind, '')}".rstrip(": "),
+                                  step=step.title))
+        if b.get("throttled") and not a.get("throttled"):
+            changes.append(Change(step.test, NONE, THROTTLED, fails=True,
+                                  cause=f"side B: {b['throttled']} operations throttled, "
+                                        f"side A none", step=step.title))
+    return changes
+
+
 def behaviour_gate(run: StorageRun, tests: dict[str, str], causes: dict[str, str],
-                   pairs: dict[str, str]):
+                   pairs: dict[str, str], steps: list[Any] | None = None):
     """The checks' outcomes on side B against their twins' on side A (``pairs``: B's
-    node id -> A's, :func:`twins`), judged by the site's acceptance file as against a
+    node id -> A's, :func:`twins`) and the paired steps' new error kinds and throttling
+    on side B (:func:`step_changes`), judged by the site's acceptance file as against a
     stored baseline (:mod:`.reporting.behaviour`): each change is named by side A's
     node id, so an acceptance file written for a stored baseline serves. None when no
-    check ran on both sides."""
+    check ran on both sides and no step was paired."""
     from .reporting.behaviour import Acceptance, BehaviourGate, outcome_changes
 
     both = {b: a for b, a in pairs.items() if a in tests and b in tests}
-    if not both:
+    paired_steps = [step for step in steps or [] if getattr(step, "paired", None)]
+    if not both and not paired_steps:
         return None
     before = {a: tests[a] for a in both.values()}
     after = {a: tests[b] for b, a in both.items()}
     changes = outcome_changes(before, after, {a: causes.get(b, "") for b, a in both.items()})
+    changes += step_changes(paired_steps)
     acceptance = run.settings.accept or Acceptance()
     side = run.__dict__.get(_KEY)
     version_b = side.endpoint.version if side is not None else run.settings.compare_with

@@ -759,7 +759,8 @@ def behaviour_gate(run: StorageRun, outcomes: TestOutcomes,
     tests = {test.nodeid: test.outcome for test in outcomes.tests.values()
              if test.kind != "load"}
     causes = {test.nodeid: test.cause for test in outcomes.tests.values()}
-    paired = paired_gate(run, tests, causes, twins(list(items))) if items else None
+    paired = (paired_gate(run, tests, causes, twins(list(items)), steps)
+              if run.settings.compare_with else None)
     paths = run.settings.baseline_paths()
     if not paths:
         return paired

@@ -68,13 +68,14 @@ def test_each_checks_side_b_is_paired_with_its_side_a():
         f"m.py::C::test_y[{SIDE_B_ID}]": "m.py::C::test_y"}
 
 
-SUITE = """
+ONE_STEP = """
 import pytest
 
 @pytest.mark.storagescale_op("stat")
 def test_stat(storage_load, storage_clients):
     storage_load.run()
-
+"""
+SUITE = ONE_STEP + """
 @pytest.mark.storagescale_op("stat")
 def test_stat_with_a_context(storage_load, storage_clients):
     storage_load.run(context={"tape": "side A's"})
@@ -112,6 +113,28 @@ def test_a_step_handed_side_as_objects_is_measured_on_side_a_alone(pytester):
              for step in json.loads((pytester.path / "r.json").read_text())["steps"]}
     assert steps["test_stat"]["paired"]["order"].startswith("ABBA")
     assert "paired" not in steps["test_stat_with_a_context"], steps["test_stat_with_a_context"]
+
+
+def test_an_error_kind_only_side_b_meets_fails_the_paired_gate(pytester):
+    """Side B fails every 5th request (its URL's ``fail_every``), side A none: the
+    paired step's new error kind on side B is a behaviour change of the run's gate
+    (exit 1, named with the step), as against a stored baseline (memory stores)."""
+    folder = pytester.path / "thr" / "xrootd"
+    folder.mkdir(parents=True)
+    (folder / "t.toml").write_text(PLAN)
+    pytester.makepyfile(test_suite=ONE_STEP)
+    result = pytester.runpytest(
+        "--storage-endpoint=memory://side-a/area", "--storage-version=1.0",
+        "--storage-thresholds=thr", "--storage-results=r.json", "-p", "no:cacheprovider",
+        "--storage-compare-with=memory://side-b/area?fail_every=5")
+    assert result.ret == 1
+    gate = json.loads((pytester.path / "r.json").read_text())["behaviour_gate"]
+    assert gate["verdict"] == "failed", gate
+    [change] = gate["changes"]
+    assert change["from"] == "none" and change["to"].startswith("error:"), change
+    assert change["test"].endswith("test_stat[c2]") and change["step"], change
+    result.stdout.fnmatch_lines(["*gate: 1 behaviour change not accepted (against side A*",
+                                 "*test_stat?c2? (stat at 2 clients): none -> error:*"])
 
 
 @pytest.mark.integration
