@@ -169,3 +169,34 @@ def test_sigterm_stops_the_load_and_the_server():
         left = [pid for pid in left if _state(int(pid)) not in ("", "Z")]
         time.sleep(0.1)
     assert not left, left
+
+
+SUITE_SCRIPT = REPO / "benchmarks" / "bench_gate_suite.py"
+
+
+def test_the_suite_harness_answers_bad_options_with_exit_4_before_any_load():
+    """benchmarks/bench_gate_suite.py (issue 32's "done when" through the plugin): each
+    bad value named, one paragraph, exit 4, no server or stress-ng started."""
+    result = subprocess.run([sys.executable, str(SUITE_SCRIPT), "--modes", "paired,nightly",
+                             "--rounds", "0", "--cap", "3", "--stress", "0"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 4, result.stderr
+    for named in ("--modes paired,nightly", "--rounds 0", "--cap 3.0"):
+        assert named in result.stderr
+    assert "Nothing was started" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_the_suite_harness_names_each_steps_gate():
+    """A step's line says its clients, the deciding ratio with its interval, the gate's
+    verdict, the retest and the rate when p99 decided: what the docs' table is read from."""
+    spec = importlib.util.spec_from_file_location("bench_gate_suite", SUITE_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    step = {"clients": 50, "verdict": "fail", "gate": "regressed", "retest": "confirmed",
+            "metric": "p99_s", "ratio": 2.31, "low": 1.8, "high": 2.9, "rate_ratio": 0.71}
+    assert module.step_text(step) == ("50: p99_s 2.31 [1.80-2.90] regressed (confirmed) "
+                                      "(rate 0.71) -> fail")
+    assert module.step_text({"clients": 5, "verdict": "pass", "gate": None}) == \
+        "5: pass (no gate)"
