@@ -32,7 +32,8 @@ same name (:meth:`SideB.door`; a door side B lacks is one usage error before any
 open-loop steps (one offered rate spread over two storages would not be the rate a
 site asked for), steps of a cluster (``--storage-cluster``), and steps a test hands
 doors or a context to (``storage_load.run(doors=..., context=...)``: they hold side
-A's clients and servers, the tape's controls; :func:`alone_because`). The server
+A's clients and servers, the tape's controls; :func:`alone_because`), the steps of a
+recovery (timed from its overload's end: ``steps.paired_side``). The server
 counters' check (the servers' count of a step's operations against its clients')
 does not run on a paired step. Under xdist (``-n``) each worker that runs a load step
 starts its own side B (a second embedded server per worker): run paired comparisons

@@ -291,7 +291,7 @@ def measure(run: StorageRun, record: StepRecord,
     ``record.result`` is side B's, ``record.paired`` both sides'."""
     plan = record.plan
     assert plan is not None, "measure() takes a record from plan_step()"
-    paired = paired_side(run, record, cluster)
+    paired = paired_side(run, record, cluster, section)
     watch = server_watch(run, record) if paired is None else None
     observe = watch.bracket if watch is not None else None
     try:
@@ -338,12 +338,16 @@ def measure(run: StorageRun, record: StepRecord,
         record.server = watch.usage(measure_from, measure_from + record.result.duration_s)
 
 
-def paired_side(run: StorageRun, record: StepRecord, cluster: str | None = None):
+def paired_side(run: StorageRun, record: StepRecord, cluster: str | None = None,
+                section: SectionPlan | None = None):
     """Side B of a paired comparison for this step (:func:`.paired.side_b`), or None:
-    no ``--storage-compare-with``, an open-loop step, a cluster's, or one its test hands
-    doors or a context (:func:`.paired.alone_because`; measured on A alone, as without
-    the option)."""
+    no ``--storage-compare-with``, an open-loop step, a cluster's, one its test hands
+    doors or a context (:func:`.paired.alone_because`), or a step of a recovery (its
+    probes are timed from its overload's end: paired, each probe's runs on both sides
+    would count in its ``recovery_s``); measured on A alone, as without the option."""
     if record.arrival_rate or cluster or (record.plan and alone_because(record.plan)):
+        return None
+    if section is not None and section.recovery is not None:
         return None
     return side_b(run)
 
