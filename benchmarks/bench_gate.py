@@ -344,10 +344,12 @@ def judge(run: Run, bases: list[Run], probed: bool = True):
 
 def final(gate, again: Run | None, bases: list[Run], probed: bool) -> str:
     """The verdict after the retest: a regressed run measured again."""
+    from pytest_storagescale.gate import reproduced
+
     if not gate.fails:
         return gate.verdict.value
     assert again is not None
-    return "regressed (confirmed)" if judge(again, bases, probed).fails else \
+    return "regressed (confirmed)" if reproduced(gate, judge(again, bases, probed)) else \
         "inconclusive (not reproduced)"
 
 
@@ -478,7 +480,12 @@ def paired_trial(kind: str, index: int, specs, groups, settings: Settings,
     :func:`~pytest_storagescale.gate.judge_samples`), and the client host's probe."""
     from dataclasses import replace as replace_plan
 
-    from pytest_storagescale.gate import GateSettings, judge_samples, probe_client_host
+    from pytest_storagescale.gate import (
+        GateSettings,
+        judge_samples,
+        probe_client_host,
+        reproduced,
+    )
     from pytest_storagescale.load.operations import get_operation
     from pytest_storagescale.load.plan import StepPlan
     from pytest_storagescale.paired import measure_alternating
@@ -522,7 +529,8 @@ def paired_trial(kind: str, index: int, specs, groups, settings: Settings,
     final = gate.verdict.value
     if gate.fails:
         assert again is not None and again.gate is not None
-        final = "regressed (confirmed)" if again.gate.fails else "inconclusive (not reproduced)"
+        final = ("regressed (confirmed)" if reproduced(gate, again.gate)
+                 else "inconclusive (not reproduced)")
     rate, p99 = gate.effects.get("rate_hz"), gate.effects.get("p99_s")
     return {
         "kind": kind, "first": gate.verdict.value, "verdict": final, "short": gate.short(),

@@ -37,6 +37,7 @@ from pytest_storagescale.gate import (  # noqa: E402
     judge_samples,
     paired_effect,
     pairs_needed,
+    reproduced,
 )
 from pytest_storagescale.paired import look_points  # noqa: E402
 
@@ -97,7 +98,7 @@ def paired_trials(records: list[dict], settings: GateSettings, budget: int,
                 break
             seconds += sum(sum(r["seconds"].values()) for r in records[end:end + used_again])
             end += used_again
-            verdict = ("regressed (confirmed)" if again.fails
+            verdict = ("regressed (confirmed)" if reproduced(gate, again)
                        else "inconclusive (not reproduced)")
         rate = gate.effects.get("rate_hz")
         trials.append({"verdict": verdict, "first": gate.verdict.value, "pairs": end - at,
@@ -144,7 +145,7 @@ def stored_trials(kind_records: list[dict], a_records: list[dict], settings: Gat
             if len(again) < used:
                 break
             second = judge_samples(step(again, "b"), bases, settings=settings)
-            verdict = ("regressed (confirmed)" if second.fails
+            verdict = ("regressed (confirmed)" if reproduced(gate, second)
                        else "inconclusive (not reproduced)")
             used *= 2
         b_seconds = sum(r["seconds"]["B"] for r in kind_records[at:at + used])

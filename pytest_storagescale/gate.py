@@ -72,7 +72,7 @@ __all__ = [
     "GateVerdict", "HostProbe", "StepGate", "WindowSample", "effect", "host_pvalue",
     "host_shown_slowdown",
     "judge_pairs", "judge_samples", "paired_effect", "pairs_needed", "pairs_needed_note",
-    "probe_client_host",
+    "probe_client_host", "reproduced",
 ]
 
 #: a step this much slower in rate than its baseline (at 95 % confidence) regressed
@@ -475,6 +475,33 @@ def _against(low: float, high: float, min_effect: float, higher_is_better: bool
     if min(worse, better) <= low and high <= max(worse, better):
         return GateVerdict.UNCHANGED
     return GateVerdict.INCONCLUSIVE
+
+
+def reproduced(first: StepGate, again: StepGate) -> bool:
+    """A ``regressed`` step measured again reproduced its regression: the second
+    measurement is ``regressed`` too, or, on the metric that decided the first, its
+    ratio lies beyond the minimum effect and its whole interval on the worse side of no
+    change (the same slowdown, shown real, though its interval alone reaches back over
+    the bound). A transient that made the first measurement (a busy moment, a stall)
+    leaves the second near 1 or its interval across it: ``not reproduced``.
+
+    Measured beside ``stress-ng --cpu 4`` (benchmarks/bench_gate.py --paired, 2026-11-29):
+    a side B 22-25 % slower came out 0.78 [0.71-0.85] ``regressed``, then 0.84
+    [0.77-0.90]: by ``regressed`` alone not reproduced, by this rule confirmed. The
+    same server (A/A) must be ``regressed`` first (none of 22 trials were) and then
+    again below the bound with its interval below 1 (2.5 % at most at 4 pairs, far
+    less at 16)."""
+    if again.fails:
+        return True
+    if first.metric is None:
+        return False
+    effect = again.effects.get(first.metric)
+    if (effect is None or effect.ratio is None or effect.low is None or effect.high is None
+            or effect.below_floor is not None):
+        return False
+    if first.metric == "rate_hz":
+        return effect.ratio <= 1 - effect.min_effect and effect.high < 1
+    return effect.ratio >= 1 + effect.min_effect and effect.low > 1
 
 
 def judge_pairs(pairs: Sequence[tuple[WindowSample, WindowSample]], *,

@@ -37,6 +37,7 @@ from .gate import (
     host_slowdown,
     judge_samples,
     probe_client_host,
+    reproduced,
 )
 from .limits import check_open_files, check_threads
 from .load.engine import StepInterrupted, refuse_out_of_process, run_step
@@ -608,7 +609,7 @@ def retest(run: StorageRun, request: StepRequest, record: StepRecord, section: S
         return
     second = gate_step(run, again, section, _since_fault(run, record)) \
         if again.result is not None and again.verdict is not Verdict.INTERRUPTED else None
-    if second is not None and second.fails:
+    if second is not None and reproduced(gate, second):
         record.gate = replace(gate, retest="confirmed",
                               reason=f"{gate.reason}; measured again: {second.short()}")
         return

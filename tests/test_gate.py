@@ -777,3 +777,46 @@ def test_paired_budget_key_of_a_section(tmp_path):
         with pytest.raises(ThresholdsError, match=r"\[ops.stat\].paired_budget: must be a number "
                                                   "from 1 to 100"):
             load_thresholds(path)
+
+
+# -- the retest: what reproduces a regression (2026-11-29) ---------------------------------
+
+def _gate(metric: str, ratio: float, low: float, high: float, verdict: GateVerdict,
+          min_effect: float) -> StepGate:
+    from pytest_storagescale.gate import Effect
+
+    return StepGate(verdict=verdict, reason="measured", metric=metric,
+                    effects={metric: Effect(metric, ratio, low, high, verdict, min_effect)})
+
+
+@pytest.mark.parametrize(("again", "expected"), [
+    ((0.72, 0.62, 0.80, GateVerdict.REGRESSED), True),       # regressed again
+    ((0.84, 0.77, 0.90, GateVerdict.INCONCLUSIVE), True),    # beyond 0.85, wholly below 1
+    ((0.84, 0.74, 1.02, GateVerdict.INCONCLUSIVE), False),   # its interval reaches 1
+    ((0.90, 0.84, 0.97, GateVerdict.INCONCLUSIVE), False),   # within the minimum effect
+    ((1.05, 0.95, 1.12, GateVerdict.UNCHANGED), False),      # the first was a busy moment
+])
+def test_a_retest_reproduces_a_rate_regression_beyond_the_minimum_effect(again, expected):
+    """Measured beside stress-ng: a side B 22-25 % slower, 0.78 [0.71-0.85] regressed,
+    then 0.84 [0.77-0.90]: the same slowdown, shown real: confirmed. A retest near 1 or
+    with its interval across 1 is 'not reproduced'."""
+    first = _gate("rate_hz", 0.78, 0.71, 0.845, GateVerdict.REGRESSED, 0.15)
+    assert gate_module.reproduced(first, _gate("rate_hz", *again, 0.15)) is expected
+
+
+def test_a_retest_reproduces_a_p99_regression_on_its_own_side_of_one():
+    """A p99 regression is reproduced by a p99 beyond 1 + its minimum effect with its
+    interval wholly above 1; never by the rate's figures, never below its floor."""
+    first = _gate("p99_s", 2.2, 1.4, 3.1, GateVerdict.REGRESSED, 0.25)
+    assert gate_module.reproduced(first, _gate("p99_s", 1.4, 1.1, 1.9,
+                                                GateVerdict.INCONCLUSIVE, 0.25))
+    assert not gate_module.reproduced(first, _gate("p99_s", 1.2, 1.05, 1.4,
+                                                    GateVerdict.INCONCLUSIVE, 0.25))
+    assert not gate_module.reproduced(first, _gate("rate_hz", 0.5, 0.4, 0.6,
+                                                    GateVerdict.INCONCLUSIVE, 0.15))
+    from pytest_storagescale.gate import Effect
+    floored = StepGate(verdict=GateVerdict.UNCHANGED, reason="floor", metric="p99_s",
+                       effects={"p99_s": Effect("p99_s", 1.6, 1.3, 2.0,
+                                                GateVerdict.UNCHANGED, 0.25,
+                                                below_floor=0.001)})
+    assert not gate_module.reproduced(first, floored)
