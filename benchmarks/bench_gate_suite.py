@@ -18,7 +18,7 @@ And in the **paired** mode (a second server, side B, in a group of its own):
 
 Each run's pytest exit status, and per step the gate's verdict and ratio with its
 interval (from the results file), go to stdout as one table and, with ``--json``, one
-line a run. The cgroup's CPU seconds give what each server got (cores) per run.
+line a run. Each run says the cores its server got (its CPU seconds over the run's wall time).
 Usage::
 
     .venv/bin/python benchmarks/bench_gate_suite.py [--rounds 3] [--cap 0.2] [--stress 4]
@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_gate import CpuGroup, Stress  # noqa: E402  (the calibration's own tools)
+from bench_gate import CpuGroup, Stress, _cpu_seconds  # noqa: E402  (the calibration's own tools)
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = REPO / ".venv" / "bin" / "python"
@@ -79,29 +79,15 @@ def scan(workdir: Path, endpoint: str, name: str, *extra: str) -> dict:
             "load": round(os.getloadavg()[0], 1), "steps": steps, "tail": tail}
 
 
-def timed(group: CpuGroup, action):
-    """``action()`` with the cores ``group``'s server got over it."""
-    cpu0, wall0 = _group_cpu(group), time.monotonic()
+def timed(pid: int, action):
+    """``action()`` with the cores server ``pid`` got over it (its CPU seconds, all
+    threads, from /proc: ``bench_gate._cpu_seconds``, over the wall time)."""
+    cpu0, wall0 = _cpu_seconds(pid), time.monotonic()
     outcome = action()
-    cpu1, wall1 = _group_cpu(group), time.monotonic()
+    cpu1, wall1 = _cpu_seconds(pid), time.monotonic()
     outcome["server_cores"] = (round((cpu1 - cpu0) / (wall1 - wall0), 3)
                                if cpu0 is not None and cpu1 is not None else None)
     return outcome
-
-
-def _group_cpu(group: CpuGroup) -> float | None:
-    """The group's threads' CPU seconds (schedstat of each, as bench_gate does)."""
-    total = 0.0
-    try:
-        tasks = (group.group / "tasks").read_text().split()
-    except OSError:
-        return None
-    for task in tasks:
-        try:
-            total += int(Path(f"/proc/{task}/schedstat").read_text().split()[0]) / 1e9
-        except (OSError, ValueError, IndexError):
-            continue
-    return total
 
 
 def step_text(step: dict) -> str:
@@ -148,22 +134,22 @@ def run_rounds(args: argparse.Namespace, keep) -> None:
         for round_ in range(1, args.rounds + 1):
             if "stored" in modes:
                 keep("stored", "before", round_,
-                     timed(group_a, lambda: scan(workdir, server_a.url, "before")))
-                keep("stored", "same", round_, timed(group_a, lambda: scan(
+                     timed(server_a.pid, lambda: scan(workdir, server_a.url, "before")))
+                keep("stored", "same", round_, timed(server_a.pid, lambda: scan(
                     workdir, server_a.url, "same", "--storage-baseline=before.json")))
                 group_a.cap(args.cap)
                 try:
-                    keep("stored", "capped", round_, timed(group_a, lambda: scan(
+                    keep("stored", "capped", round_, timed(server_a.pid, lambda: scan(
                         workdir, server_a.url, "capped", "--storage-baseline=before.json")))
                 finally:
                     group_a.cap(None)
             if server_b is not None and group_b is not None:
                 side_b = f"--storage-compare-with={server_b.url}"
-                keep("paired", "A/A", round_, timed(group_b, partial(
+                keep("paired", "A/A", round_, timed(server_b.pid, partial(
                     scan, workdir, server_a.url, "paired-aa", side_b)))
                 group_b.cap(args.cap)
                 try:
-                    keep("paired", "capped", round_, timed(group_b, partial(
+                    keep("paired", "capped", round_, timed(server_b.pid, partial(
                         scan, workdir, server_a.url, "paired-capped", side_b)))
                 finally:
                     group_b.cap(None)
