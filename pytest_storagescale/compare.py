@@ -10,7 +10,8 @@ their own. A recovery test shows its judged probe (``last probe``: the one with
 run's facts (storage and version, how it was found, client libraries, thresholds
 file, scale, verdict), the steps whose verdict changed and the functional and
 conformance checks whose outcome changed (a results file holds every test's outcome,
-``tests``). :func:`write_page` writes the same as one HTML page with each scan's
+``tests``), and what changed on the tape path (:func:`tape_changes`, under the
+gate's lines). :func:`write_page` writes the same as one HTML page with each scan's
 runs overlaid (rate and p99 vs clients, :func:`~.reporting.plots.overlay_png`).
 :func:`attach_to_allure` gives a step's Allure test its baseline step beside it.
 """
@@ -31,7 +32,7 @@ from .gate import GateVerdict, StepGate
 from .load.stats import SideResult
 from .records import RunInfo, StepRecord, Verdict
 from .redact import redact_html, redact_text
-from .reporting import plots
+from .reporting import plots, tape
 from .reporting.behaviour import Acceptance, BehaviourGate, outcome_changes, step_changes
 from .reporting.html import _STYLE, _img
 from .reporting.table import format_derived, render, table_order
@@ -536,7 +537,16 @@ def report_lines(runs: list[ComparedRun], verdict: Gate | None = None) -> list[s
     verdict or outcome changed from run to run. Every text from a results file is
     printable (:func:`printable`) and without credentials."""
     verdict = verdict if verdict is not None else gate(runs)
-    return [*_shown(verdict.lines()), "", *detail_lines(runs)]
+    return [*_shown(verdict.lines()), *_shown(tape_changes(runs)), "", *detail_lines(runs)]
+
+
+def tape_changes(runs: list[ComparedRun]) -> list[str]:
+    """The tape path between the last two runs (:mod:`.reporting.tape`): each tape
+    step served or not in each, its rates, what failed it; none without tape steps."""
+    before, after = runs[-2], runs[-1]
+    return tape.tape_lines(
+        (before.letter, before.steps, {k: t.outcome for k, t in before.tests.items()}),
+        (after.letter, after.steps, {k: t.outcome for k, t in after.tests.items()}))
 
 
 def _shown(lines: list[str]) -> list[str]:
@@ -579,7 +589,7 @@ def page_html(runs: list[ComparedRun], verdict: Gate | None = None) -> str:
     verdict = verdict if verdict is not None else gate(runs)
     title = " vs ".join(printable(compared.title) for compared in runs)
     state = "passed" if verdict.passed else "failed"
-    changed = _shown(verdict.lines())
+    changed = _shown(verdict.lines()) + _shown(tape_changes(runs))
     parts = ["<!doctype html><html><head><meta charset='utf-8'>",
              f"<title>storagescale compare {state}: {html.escape(title)}</title>"
              f"<style>{_STYLE} pre {{ font-size: 90%; white-space: pre-wrap; }}"
