@@ -185,6 +185,55 @@ def test_an_error_kind_only_side_b_meets_fails_the_paired_gate(pytester):
                                  "*test_stat?c2? (stat at 2 clients): none -> error:*"])
 
 
+FAILING_KIND = '''
+import os
+from pytest_storagescale.errors import EndpointError
+from pytest_storagescale.servers.family import EmbeddedServer, register_server
+
+
+@register_server
+class NeverUp(EmbeddedServer):
+    """A kind whose start fails as a dCache's did at load 40-56 (its doors not ready
+    within its deadline), counting its starts."""
+
+    kind = "neverup"
+    schemes = ("file",)
+    logins = ("unix",)
+
+    def start(self):
+        with open(os.environ["STARTS_FILE"], "a") as starts:
+            starts.write("start\\n")
+        raise EndpointError("the embedded neverup did not start: within 300 s, the "
+                            "tape door did not answer")
+
+    def stop(self):
+        pass
+
+    def url_for(self, scheme):
+        return "file:///nowhere"
+'''
+
+
+def test_a_failed_embedded_start_is_not_tried_again_by_each_load_test(pytester,
+                                                                       monkeypatch):
+    """Each load test asks the server's version while collecting (its thresholds
+    file): a start that failed was started again by the next one (suites/dcache at
+    load 40-56: 300 s a start, once per load test, before the one usage error). Now
+    the failure is kept: one start, one paragraph, exit 4 before any test."""
+    starts = pytester.path / "starts"
+    monkeypatch.setenv("STARTS_FILE", str(starts))
+    pytester.makeconftest(FAILING_KIND)
+    folder = pytester.path / "thr" / "xrootd"
+    folder.mkdir(parents=True)
+    (folder / "t.toml").write_text(PLAN)
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--storage-thresholds=thr",
+                                           "--storage-embedded", "neverup")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "tape door did not answer" in result.stdout.str() + result.stderr.str()
+    assert starts.read_text().count("start") == 1
+
+
 @pytest.mark.integration
 @pytest.mark.slow_server
 @pytest.mark.long_running

@@ -120,6 +120,10 @@ class EndpointUnderTest:
         self.settings = settings
         self._shared = shared
         self._server: EmbeddedServer | None = None
+        #: why the embedded server did not start: raised again, never started again (each
+        #: load test's collection asked; at load 40-56 a dCache start failed after 300 s
+        #: once per load test of suites/dcache, an hour before the one usage error)
+        self._start_error: StorageScaleUsageError | None = None
         #: why the embedded server died during the run ("" when it did not), see stop()
         self.exit_note = ""
         self._resolved: ResolvedEndpoint | None = None
@@ -239,11 +243,17 @@ class EndpointUnderTest:
                 self.listener = SummaryListener(
                     senders=self._server_pids, user=unprivileged_user(),
                     folder=lambda: server_directory("monitor"))
-            self._server = start_embedded(
-                self.embedded_kind, self.settings.embedded_login,
-                self.settings.embedded_version,
-                report_to=self.listener.address if self.listener is not None else "",
-                **self._hosts_class())
+            if self._start_error is not None:
+                raise self._start_error
+            try:
+                self._server = start_embedded(
+                    self.embedded_kind, self.settings.embedded_login,
+                    self.settings.embedded_version,
+                    report_to=self.listener.address if self.listener is not None else "",
+                    **self._hosts_class())
+            except StorageScaleUsageError as exc:  # EndpointError too: one paragraph
+                self._start_error = exc
+                raise
         return self._server.url_for(protocol)
 
     def _hosts_class(self) -> dict[str, Any]:
