@@ -253,8 +253,10 @@ def test_an_open_loop_step_is_one_schedule_shared_by_the_hosts(server, four_host
                               _plan(url, root, clients=8, arrival_rate=40.0, duration=2.0))
     total = result.total
     assert total.open_loop is not None and total.open_loop.scheduled == 80
-    assert total.failed == total.hung == total.dropped == 0
-    assert abs(total.succeeded - 80) <= 8  # 40/s over 2 s, give or take the edges
+    assert total.failed == total.hung == 0
+    # 40/s over 2 s, give or take the edges; a request whose host had both its clients
+    # busy at its time (a loaded machine) is dropped, counted, never sent twice
+    assert abs(total.succeeded + total.dropped - 80) <= 8, (total.succeeded, total.dropped)
     assert [h.clients for h in result.hosts] == [2] * 4
     assert all(h.succeeded > 0 for h in result.hosts)  # every host sent its share
 
