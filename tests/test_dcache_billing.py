@@ -300,7 +300,6 @@ def test_a_tape_steps_writes_flushes_and_stages_are_in_billing(embedded_dcache):
             if all(states.get(path) == "COMPLETED" for path in paths):
                 break
             time.sleep(0.5)
-        control.release_tape_rest(request, paths)
         staged = stages.finish()
     finally:
         try:

@@ -106,11 +106,18 @@ class _Exporter(http.server.BaseHTTPRequestHandler):
 
     mode = "ok"
     password = ""
+    redirected = 0
 
     def do_GET(self):  # noqa: N802 - http.server's name
         expected = base64.b64encode(f"prometheus:{self.password}".encode()).decode()
         if self.headers.get("Authorization") != f"Basic {expected}":
             self.send_response(401)
+            self.end_headers()
+            return
+        if self.mode == "redirect":
+            type(self).redirected += 1
+            self.send_response(302)
+            self.send_header("Location", "/elsewhere")
             self.end_headers()
             return
         self.send_response(200)
@@ -142,11 +149,18 @@ def exporter():
     server.server_close()
 
 
-def test_a_scrape_is_bounded_in_size_and_time_and_names_no_password(exporter):
+def test_a_scrape_is_bounded_in_size_and_time_and_names_no_password(exporter, monkeypatch):
     url, handler = exporter
     handler.mode = "ok"
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")  # the password never goes
+    monkeypatch.setenv("no_proxy", "")  # through a proxy of the environment
     assert scrape(url, "prometheus", handler.password).samples["jvm_threads_current"] == 300
     said = []
+    handler.mode, handler.redirected = "redirect", 0
+    with pytest.raises(ScrapeError, match="answered 302") as moved:
+        scrape(url, "prometheus", handler.password)
+    assert handler.redirected == 1  # not followed: the header goes nowhere else
+    said.append(str(moved.value))
     with pytest.raises(ScrapeError, match="answered 401") as refused:
         scrape(url, "prometheus", "not-the-password")
     said.append(str(refused.value))
@@ -358,3 +372,49 @@ def test_a_steps_watch_puts_the_exporters_count_beside_the_clients(embedded_dcac
     finally:
         client.remove_tree(run)
         client.close()
+
+
+@pytest.mark.integration
+@pytest.mark.slow_server
+def test_a_put_steps_record_has_the_exporters_count_through_the_plugin(pytester,
+                                                                        dcache_release):
+    """Through the plugin (``--storage-embedded dcache``: a dCache of its own): a
+    2-client put step's JSON has ``server.exporter``; on 11.2.5 its count of the files
+    created is the clients' operations (the step passed, so billing's and the
+    exporter's checks agreed) and the table's server cell says ``exporter N put``; on
+    10.2.25 the record says the release ships no exporter, with no count."""
+    import json
+
+    (pytester.path / "thr" / "dcache").mkdir(parents=True)
+    (pytester.path / "thr" / "dcache" / "t.toml").write_text(
+        '[storage]\nsystem = "dcache"\nversions = ["*"]\n[defaults]\nduration = "2s"\n'
+        'warmup = "0.5s"\nhang_timeout = "60s"\n[ops.put]\nclients = [2]\n'
+        'file_size = "10kB"\n[[ops.put.expect]]\nrules = ["failed == 0", "hung == 0"]\n')
+    pytester.makepyfile(test_suite="""
+        import pytest
+
+        @pytest.mark.storagescale_op("put")
+        def test_put(storage_load, storage_clients):
+            storage_load.run()
+    """)
+    results = pytester.path / "results.json"
+    result = pytester.runpytest_subprocess(
+        "test_suite.py", "--storage-embedded=dcache",
+        f"--storage-embedded-version={dcache_release}", "--storage-thresholds=thr",
+        f"--storage-results={results}", "-p", "no:cacheprovider", timeout=1200)
+    assert result.ret == 0, result.stdout.str()[-4000:]
+    [step] = json.loads(results.read_text())["steps"]
+    exporter = step["server"]["exporter"]
+    print(f"dCache {dcache_release}: {exporter}")
+    row = "\n".join(line for line in result.stdout.lines if "exporter" in line)
+    if dcache_release.startswith("10."):
+        assert "ships no Prometheus exporter" in exporter["note"], exporter
+        assert exporter["operations"] is None and exporter["rose"] == {}, exporter
+        assert "no exporter" in row, row
+        return
+    sent = (step["warmup_operations"] + step["succeeded"] + step["failed"]
+            + step["drain_operations"])
+    assert exporter["counter"] == "dcache_pnfsmanager_messages_createfile", exporter
+    assert exporter["operations"] == sent and exporter["note"] == "", (exporter, sent)
+    assert step["server"]["ops"]["write"] == sent and step["verdict"] == "pass", step
+    assert f"exporter {sent} put" in row, row
