@@ -375,7 +375,7 @@ def measure_paired(run: StorageRun, plan: StepPlan, side: SideB, *, settings: Ga
     def plan_b(sub: StepPlan, index: int) -> StepPlan:
         return replace(sub, driver=door_b.spec, workdir=door_b.path(f"{step_name}-b{index}"))
 
-    return measure_alternating(plan, plan_b, side.display, settings=settings,
+    return measure_alternating(plan, plan_b, door_b.display, settings=settings,
                                progress=progress, executor=executor)
 
 
