@@ -324,6 +324,10 @@ class Gfal2Driver(XRootDLogins, Driver):
                 f"point X509_CERT_DIR at it",
                 error_class="tls", **kwargs,
             )
+        if self._dcap and "directory is not empty" in lowered:
+            # libdcap's rmdir of a full directory: gfal2 gives it no errno of its own
+            # (measured: "number : 30"); the clean-up then lists it (listing_door)
+            return StorageError(message, error_class="not_empty", **kwargs)
         if code == errno.ECOMM:  # srm-ifce: "Communication error on send ... or timeout"
             return StorageError(message, error_class="communication", **kwargs)
         if code in _TIMEOUT_ERRNOS or "timeout" in lowered or "timed out" in lowered:
@@ -413,12 +417,13 @@ class Gfal2Driver(XRootDLogins, Driver):
             why += ("; a load client never lists through the other door (its step would "
                     "measure that door, not dcap)")
         elif door:
-            lister = self._lister
-            if lister is None:
-                options = {k: v for k, v in self.options.items() if k != LISTING_DOOR}
-                lister = self._lister = Gfal2Driver(
-                    type(self).parse_endpoint(door), client_id=self.client_id,
-                    timeout=self.timeout, writable_root=None, options=options)
+            with self._stage_lock:  # the clean-up lists from several threads
+                if self._lister is None:
+                    options = {k: v for k, v in self.options.items() if k != LISTING_DOOR}
+                    self._lister = Gfal2Driver(
+                        type(self).parse_endpoint(door), client_id=self.client_id,
+                        timeout=self.timeout, writable_root=None, options=options)
+                lister = self._lister
             area, other = self.endpoint.path.rstrip("/"), lister.endpoint.path.rstrip("/")
             if path.rstrip("/") == area or path.startswith(area + "/"):
                 return lister.ls(other + path.rstrip("/")[len(area):])
@@ -625,8 +630,10 @@ class Gfal2Driver(XRootDLogins, Driver):
         self._context = None
         if self._writer is not None:
             self._writer.close()
-        if self._lister is not None:
-            self._lister.close()
+        with self._stage_lock:
+            lister, self._lister = self._lister, None
+        if lister is not None:
+            lister.close()
         with self._stage_lock:
             for _, local in self._stage.values():
                 os.unlink(local)

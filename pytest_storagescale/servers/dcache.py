@@ -84,9 +84,10 @@ BASE_DOORS = ("davs", "root", "srm")
 #: directory it made, :data:`DCAP_LOGIN`) and GridFTP (GSI)
 EXTRA_DOORS = ("dcap", "gsiftp")
 #: the extra doors a server has by default, and so the session's doors
-#: (``--storage-load-doors all``, the conformance checks): GridFTP. Not dcap: gfal2
-#: lists no dcap directory (drivers/gfal2.py DCAP_NO_LISTING), which the clean-up of a
-#: check's or step's folder needs, and dcap has no rename (docs/servers.md)
+#: (``--storage-load-doors all``, the conformance checks): GridFTP. Not dcap yet: its
+#: folders' clean-up lists through the xrootd door (session/endpoint.py
+#: with_listing_door), but its load steps' concurrent uploads failed (EIO, "Error
+#: reported by the external library dcap : OK, number : 0"; docs/servers.md)
 DEFAULT_EXTRA_DOORS = ("gsiftp",)
 #: why the dcap door logs in with GSI (docs/servers.md)
 DCAP_LOGIN = ("a plain dcap door's anonymous user (dcap.authz.anonymous-operations=FULL) is "

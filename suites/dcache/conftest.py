@@ -27,13 +27,20 @@ import pytest
 
 from pytest_storagescale import embedded_class, storage_view
 
-from ..conformance.checks import KnownIssues, VectorReadChecks
+from ..conformance.checks import ConformanceChecks, KnownIssues, VectorReadChecks
 from . import streaming, tape
 
 #: door scheme -> why a vector read does not apply to it
 NO_VECTOR_READ = {
     "gsiftp": "GridFTP has no vector read request: gfal2 would send one partial read "
               "(ERET) per chunk, which test_partial_read already checks",
+}
+
+
+#: door scheme -> why a rename does not apply to it (the conformance check is skipped)
+NO_RENAME = {
+    "dcap": "the dcap protocol has no rename (gfal2's dcap plug-in answers "
+            "EPROTONOSUPPORT); the other doors' rename checks run",
 }
 
 
@@ -138,20 +145,24 @@ def _deselect_tape(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the vector-read checks on doors without a vector read, saying why; move the
-    checks that may get this host blocked to the end."""
+    """Skip the vector-read checks on doors without a vector read and the rename check
+    on doors without a rename (dcap), saying why; move the checks that may get this
+    host blocked to the end."""
     items.sort(key=lambda item: getattr(item, "originalname", "") in RUN_LAST)
     _deselect_tape(config, items)
     for item in items:
         _skip_listing(config, item)
         cls = getattr(item, "cls", None)
         callspec = getattr(item, "callspec", None)
-        if cls is None or callspec is None or not issubclass(cls, VectorReadChecks):
-            continue
-        if not item.originalname.startswith("test_readv_"):
+        if cls is None or callspec is None or not issubclass(cls, ConformanceChecks):
             continue
         door = callspec.params.get("door_name")
-        reason = NO_VECTOR_READ.get(_door_scheme(config, door))
+        scheme = _door_scheme(config, door)
+        reason = None
+        if item.originalname == "test_rename":
+            reason = NO_RENAME.get(scheme.removeprefix("gsi"))
+        elif issubclass(cls, VectorReadChecks) and item.originalname.startswith("test_readv_"):
+            reason = NO_VECTOR_READ.get(scheme)
         if reason:
             item.add_marker(pytest.mark.skip(reason=f"{door} door: not applicable: {reason}"))
 
