@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_storagescale.servers import dcache_tape
+from pytest_storagescale.servers import dcache_tape, tape_hsm
 from pytest_storagescale.servers.dcache_tape import TapeLibrary
 
 SCRIPT = Path(dcache_tape.__file__).with_name("tape_hsm.py")
@@ -66,7 +66,8 @@ def test_put_get_remove_as_dcache_calls_them(tmp_path: Path) -> None:
 def test_bad_requests_are_refused_with_a_reason(tmp_path: Path) -> None:
     missing = hsm(tmp_path / "lib", "get", "0000FFFF", str(tmp_path / "x"), f"-si={SI}",
                   "-uri=osm://osm/?store=s&group=g&bfid=0000FFFF")
-    assert missing.returncode == 5 and "not on the tape" in missing.stderr
+    # dCache's BROKEN_ON_TAPE (not 41-43: those disable the pool on a stage)
+    assert missing.returncode == tape_hsm.LOST_RC == 243 and "not on the tape" in missing.stderr
     sneaky = hsm(tmp_path / "lib", "remove", "-uri=osm://osm/?bfid=../../etc")
     assert sneaky.returncode == 5 and "no usable bfid" in sneaky.stderr
     assert hsm(tmp_path / "lib", "rewind").returncode == 4
@@ -233,6 +234,48 @@ def test_a_file_in_the_tape_directory_is_flushed_evicted_and_staged_by_tape_rest
     assert control.release_tape_rest(request, [path]) == 200
     assert any(r["op"] == "get" and r["pnfsid"] == pnfsid for r in control.records())
     assert client.read(path, 0, len(data)) == data
+
+
+def test_the_tape_rest_api_stages_with_a_bearer_token(embedded_dcache, tape_folder) -> None:
+    """A token login to the Tape REST API: a macaroon the WebDAV door mints (the
+    user's password, activities LIST, READ_METADATA, STAGE) sent as ``Authorization:
+    Bearer`` and nothing else stages an evicted file, polls and releases it; a token
+    that is no macaroon is refused, and so is one without the STAGE activity."""
+    from suites.dcache import tape
+
+    folder, client, control = tape_folder
+    path, pnfsid = _flushed_and_evicted(folder, client, control, "token.dat", b"t" * 4000)
+    access = embedded_dcache.tape_access
+    token = access.mint_token()
+    assert token and token not in repr(access.control(token))
+    with_token = access.control(token)
+    # refused: a made-up token, a real one that may not stage
+    status, answer, _ = access.control("not-a-macaroon").rest(
+        "POST", "/api/v1/tape/stage", {"files": [{"path": path}]})
+    assert status in (401, 403), (status, answer)
+    no_stage = access.control(access.mint_token(activities=("LIST", "READ_METADATA")))
+    status, answer, _ = no_stage.rest("POST", "/api/v1/tape/stage", {"files": [{"path": path}]})
+    print(f"a token without STAGE: {status} {answer}")
+    if status in (200, 201):  # accepted: the file must then fail, not stage
+        request = str(answer["requestId"])
+        _wait(lambda: no_stage.poll_tape_rest(request).get(path) not in ("", "QUEUED",
+                                                                        "SUBMITTED"), 120)
+        assert no_stage.poll_tape_rest(request)[path] != "COMPLETED"
+    else:
+        assert status in (401, 403), (status, answer)
+    assert control.replicas(pnfsid) == []
+    seconds = tape.stage(with_token, "tape-rest", [path], timeout=300)
+    print(f"staged with a bearer token in {seconds:.1f} s")
+    assert control.replicas(pnfsid)
+    assert with_token.archiveinfo([path]) == {path: "DISK_AND_TAPE"}
+    assert client.read(path, 0, 4000) == b"t" * 4000
+
+
+def _wait(check, timeout: float) -> None:
+    began = time.monotonic()
+    while not check():
+        assert time.monotonic() - began < timeout, f"not within {timeout:.0f} s"
+        time.sleep(0.5)
 
 
 def test_archiveinfo_names_a_missing_file(tape_folder) -> None:

@@ -2,8 +2,8 @@
 ``TapeControl.inject``): a flush the drive fails, a stage of a file lost on tape, a
 drive that hangs. The script alone first (what it answers dCache's script provider),
 then on the tests' shared dCache: a failed flush leaves the file on disk only and
-precious (never ``NEARLINE``), a lost file's stage fails through the Tape REST API,
-and the suite's tape steps count them as failures or hangs of the storage, never a
+precious (never ``NEARLINE``), a lost file's stage fails at once through the Tape REST
+API and SRM (dCache itself retries it for ever), and the suite's tape steps count them as failures or hangs of the storage, never a
 pass.
 """
 
@@ -64,7 +64,11 @@ def test_a_lost_file_fails_its_stage_only(tmp_path: Path) -> None:
     faults(library, get={"mode": "lost", "pnfsids": ["0000B1"]})
     lost = hsm(library, "get", "0000B1", str(tmp_path / "b1"), f"-si={SI}",
                f"-uri={uris['0000B1']}")
-    assert lost.returncode == tape_hsm.FAULT_RC and "lost on tape" in lost.stderr
+    # dCache's CacheException.BROKEN_ON_TAPE, what its own tar/filesystem providers
+    # fail such a stage with; never 41-43 (a stage's 41-43 disables the pool)
+    assert lost.returncode == tape_hsm.LOST_RC == 243 and "lost on tape" in lost.stderr
+    assert hsm(library, "get", "0000B1", str(tmp_path / "b1"), f"-si={SI}",
+               f"-uri={uris['0000B1']}").returncode == 243  # each time asked
     assert not (tmp_path / "b1").exists()
     other = hsm(library, "get", "0000B2", str(tmp_path / "b2"), f"-si={SI}",
                 f"-uri={uris['0000B2']}")
@@ -118,6 +122,37 @@ def test_inject_checks_the_faults_before_writing_them(tmp_path: Path) -> None:
         "get": {"mode": "hang", "rc": 1, "seconds": 5.0, "pnfsids": ["0000E1"]}}
     control.clear_faults()
     assert not (tmp_path / "faults.json").exists()
+
+
+#: a failed stage's billing record (its message as dCache 11.2.5 wrote it for
+#: test_a_file_lost_on_tape_fails_its_stage_at_once, 2026-11-29; one JSON line)
+LOST_RESTORE = ('{"msgType":"restore","date":"2026-11-29T12:00:00.000+0000",'
+                '"cellName":"pool1","status":{"code":243,"msg":"HSM script failed (script '
+                'reported: 243: tape get: 0000B1: the tape copy cannot be read (injected: '
+                'lost on tape);)"},"pnfsid":"0000B1","billingPath":"Unknown","fileSize":1300,'
+                '"transferTime":1200}')
+
+
+def test_the_restore_watch_reads_only_what_billing_appended_since_it_began(tmp_path):
+    """dCache's failed restores from the watch's start: a failure before it is not
+    seen, a success is no failure, BROKEN_ON_TAPE only for the pnfsids asked."""
+    day = tmp_path / "2026" / "11"
+    day.mkdir(parents=True)
+    billing = day / "billing-2026.11.29"
+    billing.write_text(LOST_RESTORE.replace("0000B1", "0000A0") + "\n")
+    watch = dcache_tape.RestoreWatch(str(tmp_path))
+    assert watch.failures() == []  # before the watch
+    with billing.open("a") as stream:
+        stream.write(LOST_RESTORE.replace('"code":243', '"code":0') + "\n")
+        stream.write(LOST_RESTORE.replace('"code":243', '"code":1').replace("0000B1", "0000C1")
+                     + "\n")
+        stream.write(LOST_RESTORE + "\n")
+        stream.write('{"msgType":"restore","date":')  # a record being written
+    assert [(r.pnfsid, r.code) for r in watch.failures()] == [("0000C1", 1), ("0000B1", 243)]
+    assert set(watch.lost({"0000B1", "0000C1", "0000A0"})) == {"0000B1"}
+    assert "lost on tape" in watch.lost({"0000B1"})["0000B1"].message
+    assert watch.lost({"0000FF"}) == {}
+    assert dcache_tape.RestoreWatch("").failures() == []  # no billing folder: nothing
 
 
 # -- on the shared dCache ---------------------------------------------------------------
@@ -185,21 +220,45 @@ def _evicted(folder: str, client, control, name: str) -> tuple[str, str]:
     return path, control.evict(path)
 
 
-def test_a_file_lost_on_tape_is_never_staged(faulty_tape):
-    """The drive cannot read the file: dCache asks again and again (PinManager resends
-    the restore PoolManager failed: a get every ~30 s here), the Tape REST request
-    never completes, the suite's stage raises at its deadline; the file stays on tape
-    only. Readable again, a stage works."""
+def test_a_file_lost_on_tape_fails_its_stage_at_once(faulty_tape):
+    """The library cannot read the file: it exits 243 (dCache's BROKEN_ON_TAPE), dCache's
+    billing records the failed restore with that code, and yet dCache keeps the Tape
+    REST request going: PinManager asks for the restore again (a second failed get in
+    the library's log) while the file's state stays STARTED, never FAILED. The suite's
+    stage does not wait for its deadline: it fails as soon as billing has the failure
+    (LostOnTape, naming the code and dCache's message) and cancels the request
+    (CANCELLED); SRM bringOnline the same (aborted). Readable again, a stage works."""
     from suites.dcache import tape
 
     folder, client, control = faulty_tape
     path, pnfsid = _evicted(folder, client, control, "lost.dat")
     control.inject(get={"mode": "lost", "pnfsids": [pnfsid]})
-    with pytest.raises(TimeoutError) as raised:
-        tape.stage(control, "tape-rest", [path], timeout=45)
-    print(f"a stage of a file lost on tape: {raised.value}")
-    assert any(record["pnfsid"] == pnfsid and record["fault"] == "lost"
-               for record in control.failures())
+    # what dCache does by itself: a failed restore recorded, asked again, still STARTED
+    watch = control.restore_watch()
+    request = control.stage_tape_rest([path])
+    _wait_for("dCache's billing recording the restore failed with 243",
+              lambda: pnfsid in watch.lost({pnfsid}), 120)
+    record = watch.lost({pnfsid})[pnfsid]
+    print(f"dCache's billing: restore of {pnfsid}: {record.code} {record.message}")
+    assert "243" in record.message and "lost on tape" in record.message
+    _wait_for("PinManager asking for the restore again (a second failed get)",
+              lambda: sum(r["pnfsid"] == pnfsid and r["fault"] == "lost"
+                          for r in control.failures()) >= 2, 150)
+    files = control.tape_rest_files(request)
+    print(f"the Tape REST request after two failed restores: {files}")
+    assert files[path]["state"] == "STARTED"  # dCache never ends it by itself
+    assert control.cancel_tape_rest(request, [path]) == 200
+    # the suite's stage: at once, not at its deadline
+    for interface, ended in (("tape-rest", "CANCELLED"), ("srm", "aborted")):
+        began = time.monotonic()
+        with pytest.raises(tape.LostOnTape) as raised:
+            tape.stage(control, interface, [path], timeout=600)
+        took = time.monotonic() - began
+        print(f"a stage of a file lost on tape through {interface}: {took:.1f} s: "
+              f"{raised.value}")
+        assert took < 300, "the stage waited for its deadline, not for dCache's answer"
+        assert "BROKEN_ON_TAPE" in str(raised.value) and pnfsid in str(raised.value)
+        assert ended in str(raised.value)
     assert control.locality(path) == "NEARLINE" and control.replicas(pnfsid) == []
     control.clear_faults()
     tape.stage(control, "tape-rest", [path], timeout=300)
@@ -227,8 +286,8 @@ def _step(server, operation, hang_timeout: float, **params):
 def test_the_suites_tape_steps_count_a_failing_tape_as_failed_or_hung(embedded_dcache):
     """The suite's flush step with every flush failing: its file never reaches tape,
     the step counts it hung (its hang_timeout), nothing succeeded. Its stage step of
-    a file lost on tape: hung (dCache retries the restore for ever), nothing
-    succeeded."""
+    a file lost on tape: failed (dCache's billing says BROKEN_ON_TAPE; dCache itself
+    would retry the restore for ever), before the hang timeout, nothing succeeded."""
     from suites.dcache import tape
 
     control = embedded_dcache.tape_control
@@ -256,4 +315,5 @@ def test_the_suites_tape_steps_count_a_failing_tape_as_failed_or_hung(embedded_d
     finally:
         control.clear_faults()
     print(f"stage of a file lost on tape: {stage.total}")
-    assert stage.total.succeeded == 0 and stage.total.hung + stage.total.failed == 1
+    assert stage.total.succeeded == 0 and stage.total.failed == 1 and stage.total.hung == 0
+    assert "BROKEN_ON_TAPE" in str(stage.total.error_examples)

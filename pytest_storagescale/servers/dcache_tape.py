@@ -61,6 +61,13 @@ SERVICES = ("frontend", "bulk", "cleaner-hsm", "admin")
 DATABASE = "bulk"
 #: the longest the first use of the admin door waits for it to come up (s)
 ADMIN_WAIT_S = 600.0
+#: what a bearer token for the Tape REST API may do (dCache's macaroon activities;
+#: ``STAGE`` is staging, the rest the namespace's reads the suite polls with)
+TOKEN_ACTIVITIES = ("LIST", "READ_METADATA", "STAGE")
+#: dCache's error code of a stage whose tape copy is gone (``CacheException``'s
+#: ``BROKEN_ON_TAPE``: "File is broken on a tape, can't be staged"): the library's
+#: ``lost`` fault and a copy it does not hold exit with it (:data:`.tape_hsm.LOST_RC`)
+BROKEN_ON_TAPE = 243
 #: localities of a file (the frontend's ``fileLocality``, the Tape REST API's)
 ON_TAPE = frozenset({"NEARLINE", "ONLINE_AND_NEARLINE"})
 ON_DISK = frozenset({"ONLINE", "ONLINE_AND_NEARLINE"})
@@ -226,6 +233,9 @@ class TapeAccess:
     driver_options: tuple[tuple[str, str], ...] = ()
     #: the doors' URLs by scheme (``davs``, ``root``, ``srm``...)
     doors: tuple[tuple[str, str], ...] = ()
+    #: dCache's billing folder (``var/billing``: its records of every stage, failed
+    #: ones with their error code; "" unknown)
+    billing: str = ""
 
     @classmethod
     def of(cls, server: Any, root: str, user: str) -> TapeAccess:
@@ -239,13 +249,56 @@ class TapeAccess:
                    pools=str(server.directory / "pools"), library=str(folder),
                    srm_url=server.url_for("srm"), xrootd_url=server.url_for("root"),
                    driver_options=tuple(server.driver_options().items()),
-                   doors=tuple((scheme, server.url_for(scheme)) for scheme in server.schemes))
+                   doors=tuple((scheme, server.url_for(scheme)) for scheme in server.schemes),
+                   billing=str(server.home / "var" / "billing") if server.home else "")
 
     def __repr__(self) -> str:  # never the password
         return f"TapeAccess(area={self.area!r}, frontend_port={self.frontend_port})"
 
-    def control(self) -> TapeControl:
-        return TapeControl(self)
+    def control(self, token: str | None = None) -> TapeControl:
+        """What the tests and the suite ask of the tape; ``token``: the frontend
+        (namespace, Tape REST API) is asked with ``Authorization: Bearer <token>``
+        instead of the user's password."""
+        return TapeControl(self, token)
+
+    def mint_token(self, validity: str = "PT1H",
+                   activities: tuple[str, ...] = TOKEN_ACTIVITIES,
+                   timeout: float = 60) -> str:
+        """A bearer token for the frontend: a macaroon the WebDAV door mints for the
+        user (``POST /`` with ``Content-Type: application/macaroon-request``, the
+        user's password; dCache's own tokens, verified by every door and the frontend
+        with the secret they share through ZooKeeper), limited to ``activities``
+        (``STAGE`` is the Tape REST API's) and ``validity`` (ISO 8601)."""
+        import base64
+        import http.client
+        from urllib.parse import urlsplit
+
+        door = urlsplit(dict(self.doors)["davs"])
+        context = ssl.create_default_context(capath=self.ca_dir)
+        connection = http.client.HTTPSConnection(door.hostname or "localhost", door.port,
+                                                 context=context, timeout=timeout)
+        secret = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+        body = json.dumps({"caveats": [f"activity:{','.join(activities)}"],
+                           "validity": validity})
+        try:
+            connection.request("POST", "/", body=body, headers={
+                "Authorization": f"Basic {secret}",
+                "Content-Type": "application/macaroon-request"})
+            response = connection.getresponse()
+            raw = response.read(1 << 20)
+        finally:
+            connection.close()
+        try:
+            token = json.loads(raw).get("macaroon") if response.status == 200 else None
+        except (ValueError, AttributeError):
+            token = None
+        if not isinstance(token, str) or not token:
+            raise EndpointError(f"the WebDAV door answered the macaroon request with "
+                                f"{response.status}: {raw[:200]!r}")
+        from ..redact import register_secret
+
+        register_secret(token)  # never shown, in any output
+        return token
 
     def client(self, scheme: str = "davs", driver: str | None = None, name: str = "tape",
                timeout: float = 60) -> Any:
@@ -266,10 +319,16 @@ class TapeAccess:
 class TapeControl:
     """What the tests and the suite ask of the tape of a running embedded dCache."""
 
-    def __init__(self, access: TapeAccess) -> None:
+    def __init__(self, access: TapeAccess, token: str | None = None) -> None:
         self.access = access
         self.folder = Path(access.library)
         self.area = access.area
+        #: the frontend's login: a bearer token, else the user's password
+        self.token = token
+
+    def __repr__(self) -> str:  # never the password nor the token
+        return (f"TapeControl(area={self.area!r}, login="
+                f"{'token' if self.token else 'password'})")
 
     # -- the admin door -----------------------------------------------------------------
     def admin(self, command: str, timeout: float = 60) -> str:
@@ -316,15 +375,20 @@ class TapeControl:
     # -- the frontend ---------------------------------------------------------------------
     def rest(self, method: str, path: str, body: Any = None, timeout: float = 60
              ) -> tuple[int, Any, dict[str, str]]:
-        """A request to the frontend (HTTPS, the user's password): status, JSON, headers."""
+        """A request to the frontend (HTTPS; the bearer token, else the user's
+        password): status, JSON, headers."""
         import base64
         import http.client
 
         context = ssl.create_default_context(capath=self.access.ca_dir)
         connection = http.client.HTTPSConnection("localhost", self.access.frontend_port,
                                                  context=context, timeout=timeout)
-        secret = base64.b64encode(f"{self.access.user}:{self.access.password}".encode())
-        headers = {"Authorization": f"Basic {secret.decode()}", "Accept": "application/json"}
+        if self.token:
+            login = f"Bearer {self.token}"
+        else:
+            secret = base64.b64encode(f"{self.access.user}:{self.access.password}".encode())
+            login = f"Basic {secret.decode()}"
+        headers = {"Authorization": login, "Accept": "application/json"}
         data = None
         if body is not None:
             data = json.dumps(body).encode()
@@ -404,19 +468,36 @@ class TapeControl:
 
     def poll_tape_rest(self, request_id: str) -> dict[str, str]:
         """``GET /api/v1/tape/stage/<id>``: path -> state (``COMPLETED``, ``FAILED``...)."""
+        return {path: entry["state"] for path, entry in self.tape_rest_files(request_id).items()}
+
+    def tape_rest_files(self, request_id: str) -> dict[str, dict[str, str]]:
+        """``GET /api/v1/tape/stage/<id>``: path -> ``{"state": ..., "error": ...}``
+        (the error dCache gives a file that ``FAILED``; "" for none)."""
         status, answer, _ = self.rest("GET", f"/api/v1/tape/stage/{quote(request_id)}")
         if status != 200 or not isinstance(answer, dict):
             raise EndpointError(f"GET /api/v1/tape/stage/{request_id} answered {status}: "
                                 f"{str(answer)[:300]}")
-        return {str(entry.get("path")): str(entry.get("state", ""))
-                for entry in answer.get("files", [])}
+        return {str(entry.get("path")): {"state": str(entry.get("state", "")),
+                                         "error": str(entry.get("error") or "")}
+                for entry in answer.get("files", []) if isinstance(entry, dict)}
 
+    def cancel_tape_rest(self, request_id: str, paths: list[str]) -> int:
+        """``POST /api/v1/tape/stage/<id>/cancel``: the status (dCache unpins the files,
+        and its PinManager stops asking for their restore)."""
+        status, _, _ = self.rest("POST", f"/api/v1/tape/stage/{quote(request_id)}/cancel",
+                                 {"paths": paths})
+        return status
 
     def release_tape_rest(self, request_id: str, paths: list[str]) -> int:
         """``POST /api/v1/tape/release/<id>``: the status."""
         status, _, _ = self.rest("POST", f"/api/v1/tape/release/{quote(request_id)}",
-                                    {"paths": paths})
+                                 {"paths": paths})
         return status
+
+    def restore_watch(self) -> RestoreWatch:
+        """The stages from tape that dCache's billing records as failed from now on
+        (:class:`RestoreWatch`)."""
+        return RestoreWatch(self.access.billing)
 
 
     def archiveinfo(self, paths: list[str]) -> dict[str, str]:
@@ -528,6 +609,36 @@ class TapeControl:
 
     def records(self) -> list[dict[str, Any]]:
         return log_records(self.folder)
+
+
+class RestoreWatch:
+    """dCache's own record of failed stages from tape: the ``restore`` records its
+    billing appends from the watch's start with an error code (each a
+    :class:`~..load.dcache_billing.Transfer`: ``pnfsid``, ``code``, ``message``). Reads
+    only what was appended since the last look (bounded by the billing reader's
+    budget); nothing when the instance keeps no billing folder."""
+
+    def __init__(self, billing: str) -> None:
+        from ..load.dcache_billing import BillingLog
+
+        self.log = BillingLog(billing) if billing else None
+        self.marks = self.log.mark() if self.log is not None else {}
+        #: the failed restores seen so far
+        self.failed: list[Any] = []
+
+    def failures(self) -> list[Any]:
+        """Every failed restore recorded since the start (new ones read now)."""
+        if self.log is not None:
+            records, self.marks, _ = self.log.since(self.marks)
+            self.failed += [record for record in records
+                            if record.kind == "restore" and record.code]
+        return list(self.failed)
+
+    def lost(self, pnfsids: set[str]) -> dict[str, Any]:
+        """pnfsid -> its failed restore with dCache's BROKEN_ON_TAPE code, for those of
+        ``pnfsids`` that have one (dCache says the file cannot be staged)."""
+        return {record.pnfsid: record for record in self.failures()
+                if record.code == BROKEN_ON_TAPE and record.pnfsid in pnfsids}
 
 
 # -- the pools' flush timers while dCache holds them ------------------------------------
@@ -699,6 +810,20 @@ class SRMStager:
             self.context.release(self.surl(path), token)
         except gfal2.GError as exc:
             raise EndpointError(f"srmReleaseFiles of {path} answered {exc}") from None
+
+    def abort(self, tokens: dict[str, str]) -> str:
+        """``srmAbortRequest`` of each path's bringOnline (path -> its token): what
+        the door answered, one phrase."""
+        import gfal2
+
+        said = []
+        for path, token in tokens.items():
+            try:
+                self.context.abort_bring_online(self.surl(path), token)
+                said.append(f"{path} aborted")
+            except gfal2.GError as exc:
+                said.append(f"{path}: srmAbortRequest answered {exc}")
+        return "; ".join(said)
 
     def close(self) -> None:
         self.driver.close()

@@ -28,7 +28,8 @@ at every request, written by :meth:`~.dcache_tape.TapeControl.inject` (absent: n
 "rc": N, "seconds": S, "pnfsids": [...]}``: ``fail`` the drive fails the request (exit
 ``rc``, 1 unless given: dCache's pool retries a flush, reports a failed stage to
 PoolManager), ``lost`` (stages only) the file's tape copy cannot be read (exit ``rc``,
-the copy is kept: clearing the fault makes it readable again), ``hang`` the drive
+:data:`LOST_RC` unless given; the copy is kept: clearing the fault makes it readable
+again), ``hang`` the drive
 holds the request ``seconds`` (at most :data:`MAX_HANG_S`) and then fails it (a drive
 stuck past dCache's or the client's deadline; dCache may kill the script before).
 ``pnfsids`` limits the fault to those files (absent: every file). A failed request is
@@ -59,10 +60,21 @@ FAULT_MODES = {"fail": ("put", "get"), "lost": ("get",), "hang": ("put", "get")}
 #: the exit code of a request failed by an injected fault (dCache: "other" codes are
 #: retried by the pool for a flush, reported to PoolManager for a stage)
 FAULT_RC = 1
+#: the exit code of a stage whose tape copy is gone or unreadable (``lost``, or no copy
+#: in the library at all): dCache's ``CacheException.BROKEN_ON_TAPE`` ("File is broken
+#: on a tape, can't be staged"), the code dCache's own nearline providers (``tar``,
+#: ``filesystem``) fail such a stage with; the script provider passes an exit code on
+#: as the stage's error code (``HsmRunSystem``: ``CacheException(rc, ...)``). Not 41-43:
+#: for a stage those mean the pool's own disk failed (no space, read or write I/O
+#: error) and the pool disables itself (``PoolV4.ReplyToPoolFetch``, 10.2.25 and 11.2.5;
+#: the Book's "Summary of return codes"). No exit code ends a Tape REST request: dCache's
+#: PinManager asks again every 30 s whatever the code (docs/dcache-upgrade.md)
+LOST_RC = 243
 
 
 class InjectedFault(Exception):
-    """A request failed by the library's fault file: the exit code and the reason."""
+    """A request the library fails (an injected fault, or a file it does not hold):
+    the exit code and the reason."""
 
     def __init__(self, rc: int, reason: str) -> None:
         super().__init__(reason)
@@ -78,7 +90,7 @@ def check_fault(what: str, fault: object) -> dict:
     if mode not in FAULT_MODES or what not in FAULT_MODES[mode]:
         allowed = [name for name, ops in FAULT_MODES.items() if what in ops]
         raise ValueError(f"the {what} fault's mode {mode!r}: give one of {allowed}")
-    rc = fault.get("rc", FAULT_RC)
+    rc = fault.get("rc", LOST_RC if mode == "lost" else FAULT_RC)
     if not isinstance(rc, int) or not 1 <= rc <= 255:
         raise ValueError(f"the {what} fault's rc {rc!r}: give 1 to 255")
     seconds = fault.get("seconds", 0)
@@ -246,8 +258,8 @@ class Library:
         mine = [uri for uri in uris if uri.startswith(f"{self.type}://{self.instance}/")]
         bfid = self._bfid(mine[0]) if mine else pnfsid
         source = os.path.join(self.data, bfid)
-        if not os.path.isfile(source):
-            raise FileNotFoundError(f"{bfid} is not on the tape {self.base}")
+        if not os.path.isfile(source):  # gone from the library: broken on tape
+            raise InjectedFault(LOST_RC, f"{bfid} is not on the tape {self.base}")
         query = parse_qs(urlsplit(mine[0]).query) if mine else {}
         volume = ":".join((query.get("store", [""])[0], query.get("group", [""])[0]))
 

@@ -15,8 +15,19 @@ its own in the tape-backed directory (``/storagescale/tape``) and the test remov
   stages the next one through the ``interface`` (``srm``: SRM bringOnline through
   gfal2, polled; ``root``: ``xrdfs prepare -s`` through the xrootd door, the locality
   polled; ``tape-rest``: the WLCG Tape REST API, ``POST /api/v1/tape/stage``, polled,
-  then ``release``) and waits until it is on disk again: the latency is the stage
-  latency. A step stages each file once (``operations = files``).
+  then ``release``; ``login = "token"``: with a bearer token, a macaroon the WebDAV door
+  minted, instead of the password) and waits until it is on disk again: the latency is
+  the stage latency. A step stages each file once (``operations = files``).
+
+A file dCache cannot stage ends the stage at once, as a failure naming dCache's answer:
+a Tape REST file ``FAILED`` (or ``CANCELLED``, ``SKIPPED``) with its error, or a file
+whose restore dCache's billing recorded as failed with ``BROKEN_ON_TAPE`` (code 243:
+the tape copy is gone; :class:`LostOnTape`). dCache itself never ends such a request:
+its PinManager asks for the restore again every 30 s, with no deadline for a Tape REST
+request (the bulk service waits for the pin with ``Long.MAX_VALUE``), so the Tape REST
+API shows the file ``STARTED`` for ever; the stage cancels the request (SRM: aborts it)
+and says so. A restore that failed otherwise (a drive's error) is retried by dCache
+and waited for, up to the step's deadline.
 """
 
 from __future__ import annotations
@@ -41,6 +52,10 @@ ON_TAPE = frozenset({"NEARLINE", "ONLINE_AND_NEARLINE"})
 ON_DISK = frozenset({"ONLINE", "ONLINE_AND_NEARLINE"})
 #: the stage interfaces (the thresholds' and records' names)
 INTERFACES = ("srm", "root", "tape-rest")
+#: the Tape REST API's logins: the user's password, a bearer token
+LOGINS = ("password", "token")
+#: the Tape REST API's file states that end a file other than staged
+ENDED = ("FAILED", "CANCELLED", "SKIPPED")
 #: what the central-flushing step observes (``TapeWrite.observe``): the rules may name them
 METRICS = {
     "flushes_during": "files the pools flushed to tape while the step's clients wrote "
@@ -89,7 +104,13 @@ def _client(driver: Any, client: int, context: dict) -> Any:
 
 
 class StageFailed(RuntimeError):
-    """The step's interface failed an earlier file (said again for the rest)."""
+    """The step's interface failed an earlier file (said again for the rest), or the
+    Tape REST API ended a file of the request other than ``COMPLETED``."""
+
+
+class LostOnTape(RuntimeError):
+    """dCache recorded a file's stage as failed with ``BROKEN_ON_TAPE``: its tape copy
+    is gone, no retry stages it (dCache retries it anyway: the stage cancelled it)."""
 
 
 class _TapeOperation(Operation):
@@ -129,9 +150,18 @@ class Stage(_TapeOperation):
         "interface": Param("choice", "tape-rest", INTERFACES,
                            description="how the stage is asked for"),
         "per_request": Param("count", 1, description="files one stage request names"),
+        "login": Param("choice", "password", LOGINS,
+                       description="the Tape REST API's login: the user's password, or a "
+                                   "bearer token (a macaroon the WebDAV door mints)"),
     }
+
     def prepare(self, driver, workdir, params, clients, step=None):
         access = _access(step, self.name)
+        if params["login"] == "token" and params["interface"] != "tape-rest":
+            raise StorageScaleUsageError(
+                f"login = \"token\" is the Tape REST API's (interface = \"tape-rest\"), "
+                f"not {params['interface']!r}'s: SRM logs in with the X.509 proxy, the "
+                f"xrootd door anonymously")
         control = access.control()
         folder = _folder(driver, step, workdir)
         data = b"s" * params["file_size"]
@@ -145,8 +175,11 @@ class Stage(_TapeOperation):
         for path in paths:
             control.wait_locality(path, ON_TAPE, WAIT_S)
         control.evict_many(paths)
+        # the step's token, minted once (never pickled out: the operation runs in process)
+        token = access.mint_token() if params["login"] == "token" else None
         return {"folder": folder, "access": access, "paths": paths, "next": itertools.count(),
-                "lock": threading.Lock(), "clients": {}, "size": len(data), **params}
+                "lock": threading.Lock(), "clients": {}, "size": len(data), "token": token,
+                **params}
 
     def run(self, driver, client, iteration, context):
         count = context["per_request"]
@@ -160,7 +193,7 @@ class Stage(_TapeOperation):
         if context.get("refused"):  # the interface failed this step already: say it again
             raise StageFailed(context["refused"])
         try:
-            stage(context["access"].control(), context["interface"], paths)
+            stage(context["access"].control(context["token"]), context["interface"], paths)
         except Exception as exc:
             if context["interface"] == "root":  # one answer per step, not one wait a file
                 context["refused"] = f"{type(exc).__name__}: {exc}"
@@ -212,23 +245,33 @@ class TapeWrite(_TapeOperation):
 def stage(control: Any, interface: str, paths: list[str], timeout: float = WAIT_S) -> float:
     """Stage ``paths`` through ``interface`` in one request (SRM: one bringOnline a
     file, all asked before any is polled) and wait until each is on disk (then
-    release them where the interface has a release): the seconds it took."""
+    release them where the interface has a release): the seconds it took. A file
+    dCache reports it cannot stage ends it at once (:class:`StageFailed`,
+    :class:`LostOnTape`), a stage not done by ``timeout`` with a TimeoutError."""
     began = time.monotonic()
     deadline = began + timeout
+    lost = _LostCheck(control, paths)
     if interface == "tape-rest":
         request = control.stage_tape_rest(paths)
         while True:
-            states = control.poll_tape_rest(request)
+            files = control.tape_rest_files(request)
+            states = {path: entry["state"] for path, entry in files.items()}
             if all(states.get(path) == "COMPLETED" for path in paths):
                 break
-            failed = {path: state for path, state in states.items()
-                      if state in ("FAILED", "CANCELLED", "SKIPPED")}
-            if failed or time.monotonic() > deadline:
-                raise TimeoutError(f"Tape REST stage {request}: {failed or states}")
+            ended = {path: f"{entry['state']}: {entry['error'] or 'no error given'}"
+                     for path, entry in files.items() if entry["state"] in ENDED}
+            if ended:
+                raise StageFailed(f"Tape REST stage {request}: {_some(ended)}")
+            pending = [path for path in paths if states.get(path) != "COMPLETED"]
+            lost.check(pending, f"Tape REST stage {request}",
+                       lambda waiting: _cancel_tape_rest(control, request, waiting))
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Tape REST stage {request}: not staged in "
+                                   f"{timeout:.0f} s: {_some(states)}")
             time.sleep(POLL_S)
         control.release_tape_rest(request, paths)
     elif interface == "srm":
-        _bring_online(control, paths, deadline)
+        _bring_online(control, paths, deadline, lost)
     elif interface == "root":
         control.prepare_xrootd(paths)
         # 10.2.25's door answers OK and stages nothing (the files stayed on tape 4 min
@@ -247,13 +290,66 @@ def stage(control: Any, interface: str, paths: list[str], timeout: float = WAIT_
     return time.monotonic() - began
 
 
-def _bring_online(control: Any, paths: list[str], deadline: float) -> None:
+def _some(by_path: dict[str, str], most: int = 3) -> str:
+    """A few paths' states or errors (and how many more), for a message."""
+    shown = "; ".join(f"{path}: {what}" for path, what in list(by_path.items())[:most])
+    more = len(by_path) - most
+    return shown + (f" (and {more} more)" if more > 0 else "")
+
+
+def _cancel_tape_rest(control: Any, request: str, paths: list[str]) -> str:
+    """Cancel ``paths`` of the Tape REST request: what dCache says of them then."""
+    status = control.cancel_tape_rest(request, paths)
+    try:
+        states = control.poll_tape_rest(request)
+    except Exception as exc:  # noqa: BLE001 - said in the message, the stage fails anyway
+        return f"cancel answered {status}; the request could not be read after: {exc}"
+    after = sorted({states.get(path, "?") for path in paths})
+    return f"cancel answered {status}, the file state now {'/'.join(after)}"
+
+
+class _LostCheck:
+    """Whether dCache's billing recorded a failed restore with ``BROKEN_ON_TAPE`` for
+    a file of the stage (read from the stage's start; the files' pnfsids looked up only
+    once a failed restore with that code was recorded)."""
+
+    def __init__(self, control: Any, paths: list[str]) -> None:
+        self.control = control
+        self.watch = control.restore_watch()
+        self.pnfsids: dict[str, str] = {}
+
+    def check(self, pending: list[str], what: str, cancel: Any) -> None:
+        """Raise :class:`LostOnTape` when a file of ``pending`` is lost on tape, after
+        ``cancel(<its paths>)`` (what it returns is said)."""
+        from pytest_storagescale.servers.dcache_tape import BROKEN_ON_TAPE
+
+        if not any(record.code == BROKEN_ON_TAPE for record in self.watch.failures()):
+            return
+        for path in pending:
+            if path not in self.pnfsids:
+                self.pnfsids[path] = str(self.control.attributes(path).get("pnfsId", ""))
+        lost = self.watch.lost({self.pnfsids[path] for path in pending})
+        if not lost:
+            return
+        by_path = {path: f"{self.pnfsids[path]}: {lost[self.pnfsids[path]].message}"
+                   for path in pending if self.pnfsids[path] in lost}
+        said = cancel(list(by_path))
+        raise LostOnTape(
+            f"{what}: dCache could not stage {len(by_path)} of {len(pending)} waiting "
+            f"file(s), its restore failed with code {BROKEN_ON_TAPE} (BROKEN_ON_TAPE: the "
+            f"tape copy is gone): {_some(by_path)}. dCache keeps the request going (its "
+            f"PinManager asks for the restore again every 30 s, for ever): {said}")
+
+
+def _bring_online(control: Any, paths: list[str], deadline: float, lost: _LostCheck) -> None:
     """SRM bringOnline of each path, polled until all are online, then released."""
     stager = control.srm_stager()
     try:
         tokens = {path: stager.bring_online(path) for path in paths}
         waiting = [path for path, (_, done) in tokens.items() if not done]
         while waiting:
+            lost.check(waiting, "srmBringOnline", lambda files: stager.abort(
+                {path: tokens[path][0] for path in files}))
             if time.monotonic() > deadline:
                 raise TimeoutError(f"srmBringOnline: {waiting[:3]} not online in time")
             time.sleep(POLL_S)

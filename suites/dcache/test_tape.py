@@ -16,6 +16,9 @@ eviction of its replicas are not driven by this suite).
   interface (the step's label). An interface the thresholds file lists as a known
   issue (``"stage[root]"``: dCache 11.2's xrootd door refuses ``prepare -s``) must
   still fail: XFAIL with the answer seen, a failure if it staged.
+- ``test_stage_with_a_token`` (``[ops.stage]``, label ``tape-rest token``): the Tape
+  REST API with a bearer token (a macaroon the WebDAV door mints for the user) instead
+  of the password.
 - ``test_bulk_stage`` (``[ops.stage_bulk]``): one Tape REST request for many files
   (seed 004's 450).
 - ``test_central_flushing[disk|tape]`` (``[ops.tape_write]``): seed 004's central
@@ -119,6 +122,15 @@ def test_stage(storage_load, storage_clients, tape_access, storage_endpoint, int
     pytest.fail(f"stage through {interface} worked ({staged} staged), but "
                 f"{storage_load.thresholds.path} lists it as a known issue: {issue}. "
                 f"Remove the entry.", pytrace=False)
+
+
+@pytest.mark.storagescale_op("stage")
+def test_stage_with_a_token(storage_load, storage_clients, tape_access, storage_endpoint):
+    """The Tape REST API with a token login (a bearer token, the macaroon the WebDAV
+    door mints for the user, instead of the password): stages per second, latency."""
+    _main_door_only(storage_load)
+    storage_load.run(context=_context(tape_access, storage_endpoint), interface="tape-rest",
+                     login="token", label="tape-rest token")
 
 
 @pytest.mark.storagescale_op("stage_bulk")
