@@ -393,6 +393,7 @@ def test_a_put_steps_record_has_the_exporters_count_through_the_plugin(pytester,
     pytester.makepyfile(test_suite="""
         import pytest
 
+        @pytest.mark.storagescale_system("dcache")
         @pytest.mark.storagescale_op("put")
         def test_put(storage_load, storage_clients):
             storage_load.run()
@@ -402,7 +403,7 @@ def test_a_put_steps_record_has_the_exporters_count_through_the_plugin(pytester,
         "test_suite.py", "--storage-embedded=dcache",
         f"--storage-embedded-version={dcache_release}", "--storage-thresholds=thr",
         f"--storage-results={results}", "-p", "no:cacheprovider", timeout=1200)
-    assert result.ret == 0, result.stdout.str()[-4000:]
+    assert result.ret == 0, (result.stdout.str() + result.stderr.str())[-4000:]
     [step] = json.loads(results.read_text())["steps"]
     exporter = step["server"]["exporter"]
     print(f"dCache {dcache_release}: {exporter}")
