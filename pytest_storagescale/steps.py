@@ -275,7 +275,8 @@ def _exporter_watch(server, plan):
 
     if not url:
         return ExporterWatch("", "", "", plan.operation.name,
-                             note=no_exporter(getattr(server, "version", "")))
+                             note=getattr(server, "exporter_note", "")
+                             or no_exporter(getattr(server, "version", "")))
     from .servers.dcache import PROMETHEUS_USER
 
     return ExporterWatch(url, PROMETHEUS_USER, server.password, plan.operation.name)

@@ -419,3 +419,25 @@ def test_a_put_steps_record_has_the_exporters_count_through_the_plugin(pytester,
     assert exporter["operations"] == sent and exporter["note"] == "", (exporter, sent)
     assert step["server"]["ops"]["write"] == sent and step["verdict"] == "pass", step
     assert f"exporter {sent} put" in row, row
+
+
+def test_the_dcache_over_hosts_says_its_exporter_is_out_of_reach_not_unmeasured():
+    """Each domain's exporter of the dCache over hosts listens on 127.0.0.1 in its own
+    host's namespace: a put step there says why it has no exporter counters, and the
+    step's count check is not called unmeasured (its billing is still compared). Before,
+    the step scraped this machine's 127.0.0.1 and warned 'exporter not read'."""
+    from types import SimpleNamespace
+
+    from pytest_storagescale.load.server_usage import ServerUsage
+    from pytest_storagescale.servers.dcache_hosts import EmbeddedDCacheHosts
+    from pytest_storagescale.steps import _exporter_watch
+
+    server = EmbeddedDCacheHosts(hosts=4)  # not started: no namespace, no dCache
+    assert server.prometheus_url == ""
+    watch = _exporter_watch(server, SimpleNamespace(operation=SimpleNamespace(name="put")))
+    assert watch is not None
+    figures = watch.finish()
+    assert figures.counter == "" and figures.operations is None
+    assert "own host's network namespace" in figures.note
+    assert "ships no Prometheus exporter" not in figures.note
+    assert ServerUsage(exporter=figures).exporter_unmeasured == ""

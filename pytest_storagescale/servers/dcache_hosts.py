@@ -354,6 +354,19 @@ class EmbeddedDCacheHosts(EmbeddedDCache):
 
     # -- where -----------------------------------------------------------------------
     @property
+    def prometheus_url(self) -> str:
+        """None reachable: each domain's exporter listens on 127.0.0.1 inside its own
+        host's network namespace, which the session's clients do not enter (a step
+        says so, :attr:`exporter_note`; its billing is still compared)."""
+        return ""
+
+    @property
+    def exporter_note(self) -> str:
+        return (f"the dCache over {len(self.hosts) or 'several'} hosts: each domain's "
+                f"Prometheus exporter listens in its own host's network namespace, "
+                f"which this session does not reach: no exporter counters")
+
+    @property
     def hosts(self) -> list[ServerHost]:
         return self.network.hosts if self.network is not None else []
 
