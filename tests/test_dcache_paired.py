@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from plans import plan
 
 from pytest_storagescale.paired import SIDE_B_ID, twins
 from pytest_storagescale.reporting.behaviour import load_acceptance
@@ -82,19 +83,8 @@ def test_stat_with_a_context(storage_load, storage_clients):
     storage_load.run(context={"tape": "side A's"})
 """
 
-PLAN = """
-[storage]
-system = "xrootd"
-versions = ["*"]
-
-[defaults]
-duration = "1s"
-warmup = "0.2s"
-hang_timeout = "30s"
-
-[ops.stat]
-clients = [2]
-"""
+#: a stat step at 2 clients for 1 s, no rules (tests/plans.py)
+PLAN = plan("\n[ops.stat]\nclients = [2]\n")
 
 
 def test_a_step_handed_side_as_objects_is_measured_on_side_a_alone(pytester):

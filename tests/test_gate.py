@@ -15,6 +15,7 @@ import random
 from pathlib import Path
 
 import pytest
+from plans import op_section, plan
 
 from pytest_storagescale import gate as gate_module
 from pytest_storagescale.config import parse_baselines
@@ -315,22 +316,8 @@ def test_a_step_keeps_its_window_samples(tmp_path):
 
 # -- end to end on the memory driver ---------------------------------------------------
 
-PLAN = """
-[storage]
-system = "xrootd"
-versions = ["*"]
-
-[defaults]
-duration = "1s"
-warmup = "0.2s"
-hang_timeout = "30s"
-
-[ops.stat]
-clients = [4]
-
-[[ops.stat.expect]]
-rules = ["failed == 0"]
-"""
+#: a stat step at 4 clients for 1 s, judged by ``failed == 0`` (tests/plans.py)
+PLAN = plan(op_section("stat", 4, ("failed == 0",)))
 
 SUITE = """
 import pytest

@@ -10,26 +10,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from plans import op_section, plan
 
 from pytest_storagescale.load.stats import WINDOWS
 from pytest_storagescale.paired import joined, pairs_order
 
-PLAN = """
-[storage]
-system = "xrootd"
-versions = ["*"]
-
-[defaults]
-duration = "1s"
-warmup = "0.2s"
-hang_timeout = "30s"
-
-[ops.stat]
-clients = [4]
-
-[[ops.stat.expect]]
-rules = ["failed == 0"]
-"""
+#: a stat step at 4 clients for 1 s, judged by ``failed == 0`` (tests/plans.py)
+PLAN = plan(op_section("stat", 4, ("failed == 0",)))
 
 SUITE = """
 import pytest
