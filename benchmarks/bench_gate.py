@@ -120,7 +120,10 @@ class DutyCycle:
         # its handlers are set before it says so: a stop right after the start (a busy
         # host starts Python slowly) still ends with its share printed
         assert self._process.stdout is not None
-        if select.select([self._process.stdout], [], [], 30.0)[0]:
+        # poll, not select: a long-lived process (a test worker) may hold fds past 1024
+        poller = select.poll()
+        poller.register(self._process.stdout, select.POLLIN)
+        if poller.poll(30_000):
             self._process.stdout.readline()
         return self
 

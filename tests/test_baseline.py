@@ -160,6 +160,11 @@ def test_a_baseline_step_that_measured_nothing_is_no_baseline(pytester, tmp_path
     document = json.loads((pytester.path / "first.json").read_text())
     empty = next(s for s in document["steps"] if s["clients"] == 1)
     empty.update(verdict="error", succeeded=0, error="no operation completed in 0.3 s")
+    # the 2-client step is judged against its baseline step, not this machine's speed:
+    # a baseline rate of 1/s and no windows (the statistical gate: inconclusive)
+    other = next(s for s in document["steps"] if s["clients"] == 2)
+    other["rate_hz"] = 1.0
+    other.pop("windows", None)
     (pytester.path / "base.json").write_text(json.dumps(document))
     second = pytester.runpytest(*args, "--storage-baseline=base.json",
                                 "--storage-results=second.json")

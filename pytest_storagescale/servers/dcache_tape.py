@@ -319,6 +319,10 @@ class TapeAccess:
 class TapeControl:
     """What the tests and the suite ask of the tape of a running embedded dCache."""
 
+    #: the restore error code of a file lost on tape (the suite reads it here: this
+    #: module is not the plugin's public API)
+    broken_on_tape = BROKEN_ON_TAPE
+
     def __init__(self, access: TapeAccess, token: str | None = None) -> None:
         self.access = access
         self.folder = Path(access.library)

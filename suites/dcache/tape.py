@@ -321,9 +321,8 @@ class _LostCheck:
     def check(self, pending: list[str], what: str, cancel: Any) -> None:
         """Raise :class:`LostOnTape` when a file of ``pending`` is lost on tape, after
         ``cancel(<its paths>)`` (what it returns is said)."""
-        from pytest_storagescale.servers.dcache_tape import BROKEN_ON_TAPE
-
-        if not any(record.code == BROKEN_ON_TAPE for record in self.watch.failures()):
+        lost_code = self.control.broken_on_tape
+        if not any(record.code == lost_code for record in self.watch.failures()):
             return
         for path in pending:
             if path not in self.pnfsids:
@@ -336,7 +335,7 @@ class _LostCheck:
         said = cancel(list(by_path))
         raise LostOnTape(
             f"{what}: dCache could not stage {len(by_path)} of {len(pending)} waiting "
-            f"file(s), its restore failed with code {BROKEN_ON_TAPE} (BROKEN_ON_TAPE: the "
+            f"file(s), its restore failed with code {lost_code} (BROKEN_ON_TAPE: the "
             f"tape copy is gone): {_some(by_path)}. dCache keeps the request going (its "
             f"PinManager asks for the restore again every 30 s, for ever): {said}")
 
