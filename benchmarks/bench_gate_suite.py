@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
+import shutil
 import sys
 import tempfile
 import time
@@ -41,6 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_gate import CpuGroup, Stress, _cpu_seconds  # noqa: E402  (the calibration's own tools)
+from suite_runs import run_pytest  # noqa: E402  (the pytest run with its deadline and log)
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = REPO / ".venv" / "bin" / "python"
@@ -49,34 +50,30 @@ RUN_TIMEOUT_S = 900
 
 
 def scan(workdir: Path, endpoint: str, name: str, *extra: str) -> dict:
-    """One ``pytest suites/xrootd -k stat_scan`` run: its exit status, wall time and
-    per step (clients) the verdict, rate and the gate's verdict/ratio/interval."""
-    results = workdir / f"{name}.json"
-    results.unlink(missing_ok=True)
-    began = time.monotonic()
-    try:
-        done = subprocess.run(
-            [str(PYTHON), "-m", "pytest", str(REPO / "suites" / "xrootd"), "-k", "stat_scan",
-             f"--storage-endpoint={endpoint}", f"--storage-thresholds={REPO / 'thresholds'}",
-             "-p", "no:cacheprovider", "-q", f"--storage-results={results}", *extra],
-            cwd=workdir, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-        status = done.returncode
-        tail = done.stdout[-3000:]
-    except subprocess.TimeoutExpired:
-        status, tail = -1, f"killed after {RUN_TIMEOUT_S} s"
+    """One ``pytest suites/xrootd -k stat_scan`` run (``suite_runs.run_pytest``: its
+    deadline, its output in ``<name>.log``, its results kept as ``<name>.json`` for the
+    runs judged against them): its exit status, wall time and per step (clients) the
+    verdict, rate and the gate's verdict/ratio/interval."""
+    (workdir / "out.json").unlink(missing_ok=True)
+    results, run, output = run_pytest(
+        [str(PYTHON), "-m", "pytest", str(REPO / "suites" / "xrootd"), "-k", "stat_scan",
+         f"--storage-endpoint={endpoint}", f"--storage-thresholds={REPO / 'thresholds'}",
+         "-p", "no:cacheprovider", "-q", "--storage-results=out.json", *extra],
+        workdir, timeout=RUN_TIMEOUT_S, log=str(workdir / f"{name}.log"))
+    if (workdir / "out.json").exists():
+        shutil.copyfile(workdir / "out.json", workdir / f"{name}.json")
     steps = []
-    if results.exists():
-        for step in json.loads(results.read_text()).get("steps", []):
-            gate = step.get("gate") or {}
-            steps.append({"clients": step.get("clients"), "verdict": step.get("verdict"),
-                          "rate_hz": step.get("rate_hz"), "gate": gate.get("verdict"),
-                          "retest": gate.get("retest"), "metric": gate.get("metric"),
-                          "ratio": gate.get("ratio"), "low": gate.get("low"),
-                          "high": gate.get("high"),
-                          "rate_ratio": ((gate.get("effects") or {}).get("rate_hz") or {}
-                                         ).get("ratio")})
-    return {"name": name, "status": status, "seconds": round(time.monotonic() - began, 1),
-            "load": round(os.getloadavg()[0], 1), "steps": steps, "tail": tail}
+    for step in results:
+        gate = step.get("gate") or {}
+        steps.append({"clients": step.get("clients"), "verdict": step.get("verdict"),
+                      "rate_hz": step.get("rate_hz"), "gate": gate.get("verdict"),
+                      "retest": gate.get("retest"), "metric": gate.get("metric"),
+                      "ratio": gate.get("ratio"), "low": gate.get("low"),
+                      "high": gate.get("high"),
+                      "rate_ratio": ((gate.get("effects") or {}).get("rate_hz") or {}
+                                     ).get("ratio")})
+    return {"name": name, "status": run["code"], "seconds": round(run["took"], 1),
+            "load": round(os.getloadavg()[0], 1), "steps": steps, "tail": output[-3000:]}
 
 
 def timed(pid: int, action):
