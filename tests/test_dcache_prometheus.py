@@ -267,6 +267,37 @@ def test_a_dcache_without_exporter_has_a_watch_that_says_so_and_another_server_n
 
 
 # -- the tests' shared dCache ---------------------------------------------------------
+def test_the_exporters_password_digest_reads_the_same_as_java_spells_it(tmp_path):
+    """jmx_exporter compares the salted SHA-256 as ``BigInteger.toString(16)`` spells
+    it (no leading zeros): the configuration's digest never begins with 0, so the right
+    password is taken in either spelling (a digest beginning with 0, 1 start in 16,
+    refused it: CI, 2026-11-29); each is the SHA-256 of ``salt:password``."""
+    import hashlib
+    import re
+
+    from pytest_storagescale.servers.dcache import EmbeddedDCache
+
+    home = tmp_path / "dist"
+    (home / "share" / "classes").mkdir(parents=True)
+    (home / "share" / "classes" / "jmx_prometheus_javaagent-0.20.0.jar").write_bytes(b"")
+    (home / "etc").mkdir()
+    (home / "etc" / "prometheus_exporter_config.yaml").write_text("rules:\n- pattern: x\n")
+    server = EmbeddedDCache()
+    server.home, server.directory, server.ports = home, tmp_path, {"prometheus": 10306}
+    server.password = "a-password"
+    seen = set()
+    for _ in range(64):  # P(no digest of 64 begins with 0, unguarded) = (15/16)**64 = 1.6 %
+        lines = server._prometheus_lines()
+        text = (tmp_path / "prometheus-exporter.yaml").read_text()
+        salt = re.search(r"salt: (\S+)", text).group(1)
+        digest = re.search(r"passwordHash: (\S+)", text).group(1)
+        assert digest == hashlib.sha256(f"{salt}:a-password".encode()).hexdigest()
+        assert digest == format(int(digest, 16), "x")  # Java's spelling of it
+        assert "rules:" in text and "a-password" not in text
+        seen.add(salt)
+    assert len(seen) == 64 and lines[0] == "dcache.enable.prometheus.exporter=true"
+
+
 def test_the_exporter_answers_only_with_the_runs_password(embedded_dcache) -> None:
     from pytest_storagescale.servers.dcache import PROMETHEUS_USER
 

@@ -142,10 +142,15 @@ def parse_record(line: str) -> Transfer | None:
         took = float(record.get("transferTime") or 0) / 1000.0
     except (TypeError, ValueError):
         took = 0.0
+    # a mover's record is dated when the transfer ended (its start: the date less its
+    # time); a flush's or stage's when the pool took the request (11.2.5: a store dated
+    # 15:01:30.366, its transferTime 1,203 ms, the tape asked at 30.433): less its
+    # time, a flush right after its write began before the step (CI, 2026-11-29)
     return Transfer(path=str(path), is_write=direction in ("write", True),
                     size=size, protocol=str(protocol.get("protocol") or ""), code=code,
                     message=str(status.get("msg") or ""),
-                    when=_epoch(record.get("date")) - took, kind=kind,
+                    when=_epoch(record.get("date")) - (took if kind == "transfer" else 0),
+                    kind=kind,
                     pnfsid=str(record.get("pnfsid") or ""))
 
 

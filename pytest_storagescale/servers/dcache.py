@@ -426,8 +426,15 @@ class EmbeddedDCache(EmbeddedServer):
         shipped = self.home / "etc" / "prometheus_exporter_config.yaml"
         if not self._prometheus_jar() or not shipped.is_file():
             return []
-        salt = secrets.token_hex(16)
-        digest = hashlib.sha256(f"{salt}:{self.password}".encode()).hexdigest()
+        # the agent compares the digest as Java's BigInteger.toString(16) spells it,
+        # without leading zeros (jmx_exporter's MessageDigestAuthenticator): a digest
+        # beginning with 0 (1 start in 16) refused the right password (CI, 2026-11-29).
+        # A salt whose digest begins otherwise reads the same in either spelling
+        while True:
+            salt = secrets.token_hex(16)
+            digest = hashlib.sha256(f"{salt}:{self.password}".encode()).hexdigest()
+            if not digest.startswith("0"):
+                break
         config = self.directory / "prometheus-exporter.yaml"
         config.write_text("httpServer:\n  authentication:\n    basic:\n"
                           f"      username: {PROMETHEUS_USER}\n"
