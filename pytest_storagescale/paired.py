@@ -62,7 +62,7 @@ from urllib.parse import urlsplit
 
 from hdrh.histogram import HdrHistogram
 
-from .errors import EndpointError, StorageScaleUsageError
+from .errors import StorageScaleUsageError
 from .gate import DEFAULT_PAIRED_BUDGET, GateSettings, StepGate, WindowSample, judge_pairs
 from .load.engine import StepInterrupted, run_step
 from .load.plan import StepPlan, StepProgress
@@ -117,25 +117,15 @@ class SideB:
         """Side B's door ``name`` (its main door when None or side B's main door's
         name), guarded to this run's directory on B: a step over side A's root door is
         paired with side B's root door, not B's main one."""
-        from .session.doors import Door, door_problem, door_spec
+        from .session.doors import open_door
 
-        run_dir = self.area.ensure()
-        resolved = self.endpoint.resolved
-        if name is None or name == resolved.main_door:
-            return Door(resolved.main_door, resolved.driver_spec(run_dir), run_dir, timeout)
-        if name not in resolved.door_urls:
-            raise StorageScaleUsageError(
-                f"--storage-compare-with {self.text}: side B has no {name} door (its doors: "
-                f"{', '.join(resolved.door_urls)}), so a step over side A's {name} door has "
-                f"nothing to be paired with. Name side B's doors in --storage-load-doors.")
-        spec, door_dir = door_spec(resolved.door_specs[name], self.area.run_id)
-        door = Door(name, spec, door_dir, timeout)
-        if name not in self.door_checks:
-            self.door_checks[name] = door_problem(door, f"side B's {name} door",
-                                                  run_dir_made=True)
-        if self.door_checks[name]:
-            raise EndpointError(str(self.door_checks[name]))
-        return door
+        return open_door(
+            self.endpoint, self.area.ensure(), self.area.run_id, name, timeout,
+            self.door_checks, what=f"side B's {name} door",
+            unknown=(f"--storage-compare-with {self.text}: side B has no {name} door (its "
+                     f"doors: {', '.join(self.endpoint.resolved.door_urls)}), so a step "
+                     f"over side A's {name} door has nothing to be paired with. Name side "
+                     f"B's doors in --storage-load-doors."))
 
 
 def _settings_b(run: StorageRun):

@@ -147,24 +147,33 @@ def build_doors(run: Run) -> dict[str, Door]:
 def load_door(run: Run, name: str | None) -> Door:
     """The door a load step runs over: ``name``, or the main door when None. The main
     door's spec is the session's own (:meth:`EndpointUnderTest.driver_spec`)."""
-    run_dir = run.area.ensure()
-    resolved = run.endpoint.resolved
-    timeout = run.settings.hang_timeout or DOOR_TIMEOUT
+    what = (f"the embedded {run.endpoint.embedded_kind}'s {name} door"
+            if run.endpoint.is_embedded else f"--storage-door {name}")
+    return open_door(
+        run.endpoint, run.area.ensure(), run.run_id, name,
+        run.settings.hang_timeout or DOOR_TIMEOUT, run.area.door_checks, what=what,
+        unknown=(f"--storage-load-doors: unknown door {name!r}. The doors of this "
+                 f"storage: {', '.join(run.endpoint.resolved.door_urls)}."))
+
+
+def open_door(endpoint: EndpointUnderTest, run_dir: str, run_id: str, name: str | None,
+              timeout: float, checks: dict[str, str | None], *, what: str,
+              unknown: str) -> Door:
+    """``endpoint``'s door ``name`` (its main door when None or the main door's name)
+    guarded to this run's directory ``run_dir``; another door is checked once
+    (``checks``, by name: :func:`door_problem` on ``what``). ``unknown``: the usage
+    error's paragraph when the endpoint has no such door."""
+    resolved = endpoint.resolved
     if name is None or name == resolved.main_door:
         return Door(resolved.main_door, resolved.driver_spec(run_dir), run_dir, timeout)
     if name not in resolved.door_urls:
-        raise StorageScaleUsageError(
-            f"--storage-load-doors: unknown door {name!r}. The doors of this storage: "
-            f"{', '.join(resolved.door_urls)}."
-        )
-    spec, door_dir = door_spec(resolved.door_specs[name], run.run_id)
+        raise StorageScaleUsageError(unknown)
+    spec, door_dir = door_spec(resolved.door_specs[name], run_id)
     door = Door(name, spec, door_dir, timeout)
-    if name not in run.area.door_checks:
-        what = (f"the embedded {run.endpoint.embedded_kind}'s {name} door"
-                if run.endpoint.is_embedded else f"--storage-door {name}")
-        run.area.door_checks[name] = door_problem(door, what, run_dir_made=True)
-    if run.area.door_checks[name]:
-        raise EndpointError(run.area.door_checks[name])
+    if name not in checks:
+        checks[name] = door_problem(door, what, run_dir_made=True)
+    if checks[name]:
+        raise EndpointError(str(checks[name]))
     return door
 
 
