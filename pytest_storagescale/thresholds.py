@@ -385,7 +385,10 @@ class SectionPlan:
         """The plan shrunk for a quick run; ``factor`` 1 returns this plan.
 
         - ``duration``, ``overload_duration``: times the factor, at least
-          :data:`MIN_SCALED_DURATION_S` (1 s), never longer than unscaled;
+          :data:`MIN_SCALED_DURATION_S` (1 s), never longer than unscaled; a
+          count-bounded section's duration (its cap: the step ends at its count)
+          shrinks only as much as its count did, so the time the file gives an
+          operation stays (8 flushes in 10 min keep 75 s for the 1 left at 0.1, not 60 s);
         - ``warmup``: times the factor (0 stays 0);
         - ``clients``, ``overload_clients``: times the factor rounded half up, at
           least 1, repeated counts dropped (first kept); each is judged by the rules of
@@ -409,15 +412,17 @@ class SectionPlan:
             judged_as.setdefault(
                 _scaled_count(clients, factor), self.judged_as.get(clients, clients)
             )
+        max_operations = (_scaled_count(self.max_operations, factor)
+                          if self.max_operations else 0)
+        # the cap of a count-bounded step: its count's share, at least 1 of its operations
+        share = max_operations / self.max_operations if self.max_operations else factor
         return dataclasses.replace(
             self,
             clients=tuple(judged_as),
-            duration=_scaled_time(self.duration, factor),
+            duration=_scaled_time(self.duration, min(1.0, max(factor, share))),
             warmup=self.warmup * factor,
             params=get_operation(self.operation).scaled_params(self.params, factor),
-            max_operations=(
-                _scaled_count(self.max_operations, factor) if self.max_operations else 0
-            ),
+            max_operations=max_operations,
             recovery=self.recovery.scaled(factor) if self.recovery else None,
             judged_as=judged_as,
         )

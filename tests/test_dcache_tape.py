@@ -165,6 +165,72 @@ def test_the_hold_bridge_asks_every_pool_with_a_setup_to_flush_the_tape_class(
     assert TapeLibrary().flush_after_s <= dcache_tape.BRIDGE_MAX_AFTER_S < 600
 
 
+# -- the tape sections at any --storage-scale (no server) ------------------------------
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _slowest_s(plan) -> float:
+    """The slowest operation the section's rules pass: its ``max_s`` rule, else its
+    ``hang_timeout`` (an operation longer than that is hung)."""
+    limits = [float(rule.text.split("<=")[1]) for rule in plan.rules_for(plan.clients[0])
+              if rule.text.replace(" ", "").startswith("max_s<=")]
+    return min(limits) if limits else plan.hang_timeout
+
+
+@pytest.fixture
+def tape_plans():
+    """The shipped dCache plans that have tape sections, with the suite's operations."""
+    from pytest_storagescale.load.operations import OPERATIONS, register_operation
+    from pytest_storagescale.metrics import DERIVED, register_metric
+    from pytest_storagescale.thresholds import load_thresholds
+    from suites.dcache import streaming, tape
+
+    with OPERATIONS.kept(), DERIVED.kept():
+        for operation in (*tape.OPERATIONS, *streaming.OPERATIONS):
+            register_operation(operation, replace=True)
+        for metric, description in {**streaming.METRICS, **tape.METRICS}.items():
+            register_metric(metric, description, replace=True)
+        yield [load_thresholds(REPO / "thresholds" / "dcache" / name)
+               for name in ("10.2.25.toml", "11.2.5.toml")]
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5, 0.25, 0.1, 0.05, 0.02, 0.001])
+def test_every_tape_step_has_time_for_a_flush_or_stage_at_any_scale(tape_plans, scale) -> None:
+    """flush, stage and the bulk stage are count-bounded (at least one operation at
+    any scale) and their cap leaves every client's share of the count the slowest
+    operation the rules pass: at --storage-scale 0.1 the flush section's 20 s window
+    was 2 s and measured no flush (an error), the stage's 5 min cap 30 s (its max_s 40 s)."""
+    for plans in tape_plans:
+        for name in ("flush", "stage", "stage_bulk"):
+            full = plans.section(name)
+            plan = full.scaled(scale) if scale < 1 else full
+            assert plan.max_operations >= 1, (plans.path, name, "not count-bounded")
+            for clients in plan.clients:
+                each = -(-plan.max_operations // clients)  # the most one client does
+                assert each * _slowest_s(plan) <= plan.duration, (
+                    plans.path, name, scale, clients, plan.max_operations, plan.duration)
+
+
+def test_a_central_flushing_step_writes_long_enough_for_a_flush(tape_plans) -> None:
+    """The central-flushing step (time-bounded: its MB/s) writes for at least 5 flush
+    delays of the library (15 s by default), whatever the scale: at 0.1 its 20 s
+    were 2 s, less than a pool waits before its first flush (1 s old, the next look at
+    its queues, a mount), so no flush could run beside the writes."""
+    from suites.dcache import tape
+
+    library = TapeLibrary()
+    assert library.flush_delay_s == 3.0
+    assert dcache_tape.FLUSH_INTERVAL_S == 1
+    assert "flush set interval 1\n" in dcache_tape.pool_setup(library, Path("/x"), "s")
+    for plans in tape_plans:
+        planned = plans.section("tape_write").duration
+        assert tape.central_flushing_duration(planned, library) is None  # 20 s: as planned
+        small = plans.section("tape_write").scaled(0.1).duration
+        assert small == 2.0 and tape.central_flushing_duration(small, library) == 15.0
+    slow = TapeLibrary(mount_s=10.0)
+    assert tape.central_flushing_duration(20.0, slow) == 5 * (1 + 1 + 10)
+
+
 # -- on the shared dCache ---------------------------------------------------------------
 def _writer(server):
     from pytest_storagescale.drivers.registry import driver_spec

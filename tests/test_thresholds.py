@@ -413,6 +413,25 @@ def test_scaling_floors_and_uniqueness(thresholds_dir):
     assert short.scaled(0.1).section("recovery").duration == 0.2  # never longer than unscaled
 
 
+def test_a_count_bounded_sections_cap_shrinks_only_with_its_count(thresholds_dir):
+    """The duration of a count-bounded section is the cap on its count: at a scale
+    whose count floors at 1, that one operation keeps the time the file gave it (the
+    tape's 8 flushes in 10 min: 75 s left at 0.1, not 60 s, shorter than one flush)."""
+    ts = load_thresholds(thresholds_dir(PLAN.replace("operations = 450", "operations = 8"),
+                                        system="dcache"))
+    full = ts.section("copyout")
+    assert full.duration == 1200.0 and full.max_operations == 8
+    for factor, count in ((0.1, 1), (0.01, 1), (0.5, 4), (0.3, 2)):
+        small = ts.scaled(factor).section("copyout")
+        assert small.max_operations == count
+        # its count's share of the cap, never less than the factor (2.4 rounds to 2)
+        assert small.duration == pytest.approx(1200.0 * max(factor, count / 8))
+    assert ts.scaled(0.1).section("ls").duration == 120.0  # time-bounded: the factor
+    # the count's share is never less than the factor: 450 x 0.1 -> 45, 10 % of the cap
+    assert load_thresholds(thresholds_dir(PLAN, system="dcache", name="b.toml")).scaled(
+        0.1).section("copyout").duration == 120.0
+
+
 def test_scaling_keeps_the_parameter_that_would_break_the_section(thresholds_dir):
     text = PLAN + '\n[ops.readv]\nclients = [1]\nfile_size = 6\nchunks = 3\nchunk_size = 2\n'
     ts = load_thresholds(thresholds_dir(text, system="dcache"))

@@ -55,6 +55,8 @@ STORE = "storagescale"
 #: ``flush set interval`` reschedules with the hold still in force): the first flush
 #: after a start waited 206-293 s here until :class:`HoldBridge` asked for it
 HOLD_S = 300.0
+#: how often a pool looks at its flush queues (s): ``flush set interval`` in its setup
+FLUSH_INTERVAL_S = 1
 #: the services a tape needs beside the embedded dCache's own
 SERVICES = ("frontend", "bulk", "cleaner-hsm", "admin")
 #: the database of the bulk service (the Tape REST API's requests)
@@ -102,6 +104,13 @@ class TapeLibrary:
                 raise ValueError(f"tape library {name}={value}: give 0 to 3600 seconds")
         if self.flush_after_s < 0 or self.flush_files < 0 or self.flush_bytes < 0:
             raise ValueError("tape library flush triggers must not be negative")
+
+    @property
+    def flush_delay_s(self) -> float:
+        """The longest a written file waits before its flush reaches the library (s):
+        its queue's ``-expire``, then the pool's next look at its queues, then a
+        volume's mount."""
+        return self.flush_after_s + FLUSH_INTERVAL_S + self.mount_s
 
     def describe(self) -> str:
         return (f"tape library of {self.drives} drive{'s' if self.drives > 1 else ''} "
@@ -175,8 +184,9 @@ def pool_setup(library: TapeLibrary, folder: Path, store: str) -> str:
         f"hsm create {HSM} {HSM} script {options}",
         f"queue define class {HSM} {store}:{GROUP} -expire={library.flush_after_s} "
         f"-pending={library.flush_files} -total={library.flush_bytes}",
-        "flush set interval 1", "flush set retry delay 10", "flush set max active 100",
-        "rh set timeout 3600", "st set timeout 3600", "rm set timeout 3600", ""])
+        f"flush set interval {FLUSH_INTERVAL_S}", "flush set retry delay 10",
+        "flush set max active 100", "rh set timeout 3600", "st set timeout 3600",
+        "rm set timeout 3600", ""])
 
 
 def prepare(folder: Path) -> None:

@@ -56,6 +56,10 @@ INTERFACES = ("srm", "root", "tape-rest")
 LOGINS = ("password", "token")
 #: the Tape REST API's file states that end a file other than staged
 ENDED = ("FAILED", "CANCELLED", "SKIPPED")
+#: a central-flushing step writes for at least this many times the tape library's
+#: flush delay (``TapeLibrary.flush_delay_s``, 3 s by default): a shorter one ends
+#: before a flush of its files can begin (its 20 s are 2 s at --storage-scale 0.1)
+WRITING_FLUSH_DELAYS = 5
 #: what the central-flushing step observes (``TapeWrite.observe``): the rules may name them
 METRICS = {
     "flushes_during": "files the pools flushed to tape while the step's clients wrote "
@@ -240,6 +244,14 @@ class TapeWrite(_TapeOperation):
                    and context["began"] <= record.get("started", 0) <= ended]
         return {"flushes_during": float(len(flushes)),
                 "flushed_mb_during": sum(record.get("bytes", 0) for record in flushes) / 1e6}
+
+
+def central_flushing_duration(planned: float, library: Any) -> float | None:
+    """The duration (s) a central-flushing step of ``planned`` seconds runs instead on
+    ``library`` (a :class:`~pytest_storagescale.servers.dcache_tape.TapeLibrary`), or
+    None when ``planned`` leaves the pools time to flush beside the writes."""
+    floor = WRITING_FLUSH_DELAYS * library.flush_delay_s
+    return floor if planned < floor else None
 
 
 def stage(control: Any, interface: str, paths: list[str], timeout: float = WAIT_S) -> float:

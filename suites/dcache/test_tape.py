@@ -24,7 +24,8 @@ eviction of its replicas are not driven by this suite).
 - ``test_central_flushing[disk|tape]`` (``[ops.tape_write]``): seed 004's central
   flushing question: writers into a folder never flushed, then into the tape-backed
   directory while the pools flush each file a second after its write: the MB/s of
-  both labels, and the flushes that ran beside the ``tape`` writes.
+  both labels, and the flushes that ran beside the ``tape`` writes. Each writes for
+  at least 5 times the library's flush delay (15 s), whatever ``--storage-scale``.
 - ``test_archiveinfo``: the Tape REST API's ``archiveinfo`` names the locality of a file
   on disk and tape (``DISK_AND_TAPE``), on tape only (``TAPE``), and an error for a
   missing one.
@@ -144,14 +145,23 @@ def test_bulk_stage(storage_load, tape_access, storage_endpoint):
 
 @pytest.mark.storagescale_op("tape_write")
 @pytest.mark.parametrize("into", ["disk", "tape"])
-def test_central_flushing(storage_load, storage_clients, tape_access, storage_endpoint, into):
+def test_central_flushing(storage_load, storage_clients, tape_access, storage_endpoint,
+                          storage_settings, storage_embedded_server, into):
     """Seed 004's central-flushing question: the same writers into a folder that is
     never flushed (``disk``) and into the tape-backed directory while the pools flush
     each file a second after its write (``tape``): MB/s of each label, and the flushes
-    that ran during the ``tape`` step (``flushes_during``)."""
+    that ran during the ``tape`` step (``flushes_during``). Both labels write for at
+    least :data:`tape.WRITING_FLUSH_DELAYS` times the library's flush delay (a small
+    ``--storage-scale`` ends the step before a flush can begin otherwise)."""
     _main_door_only(storage_load)
+    planned = storage_settings.duration or storage_load.section_plan("tape_write").duration
+    longer = tape.central_flushing_duration(planned, storage_embedded_server.tape)
+    if longer is not None:
+        print(f"central flushing [{into}]: {longer:g} s instead of the plan's {planned:g} s "
+              f"(the pools flush a file up to "
+              f"{storage_embedded_server.tape.flush_delay_s:g} s after its write)")
     record = storage_load.run(context=_context(tape_access, storage_endpoint), into=into,
-                              label=into)
+                              label=into, **({"duration": longer} if longer else {}))
     observed = record.result.observed if record.result is not None else {}
     print(f"central flushing [{into}]: {observed}")
     if into == "tape" and record.result is not None and record.result.total.succeeded:
