@@ -123,6 +123,18 @@ def parse_embedded_hosts(value: str | int) -> int:
     return hosts
 
 
+def parse_start_timeout(value: str | float) -> float:
+    """``--storage-embedded-start-timeout``: a duration (``15m``, ``900``)."""
+    what = "--storage-embedded-start-timeout"
+    try:
+        return parse_duration(value, what=what)
+    except StorageScaleUsageError as exc:
+        raise StorageScaleUsageError(
+            f"{exc} It is how long the embedded server may take to start before the run "
+            f"stops (exit 4): give e.g. {what} 15m on a loaded machine, or leave it out "
+            f"for the server's own deadline (dcache 300 s).") from None
+
+
 def parse_driver(value: str) -> str:
     """``auto`` or a driver name; checked against the driver registry when the
     endpoint is first used (a site's conftest or package may register drivers)."""
@@ -372,6 +384,12 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "4 or more: a core host with PostgreSQL and ZooKeeper, a door host and a pool host "
         "each for the rest, network namespaces on a private bridge, as root).",
     ),
+    "storage_embedded_start_timeout": (
+        "--storage-embedded-start-timeout", parse_start_timeout, None,
+        "how long the embedded server may take to start, every door answering, e.g. 15m "
+        "on a loaded machine (default: its kind's own: dcache 300 s, xrootd 120 s); a "
+        "start that takes longer stops the run (exit 4) naming this option.",
+    ),
     "storage_embedded_login": (
         "--storage-embedded-login", lambda v: parse_name(v, what="--storage-embedded-login"),
         "unix",
@@ -529,7 +547,7 @@ SECRET_SETTINGS = ("storage_driver_options",)
 #: settings of the embedded server, which does not run when an endpoint is given
 EMBEDDED_SETTINGS = ("storage_embedded", "storage_embedded_protocol",
                      "storage_embedded_login", "storage_embedded_version",
-                     "storage_embedded_hosts")
+                     "storage_embedded_hosts", "storage_embedded_start_timeout")
 
 
 def register_credentials(values: dict[str, Any]) -> None:
@@ -603,6 +621,8 @@ class Settings:
     embedded: str | None = None
     embedded_version: str | None = None
     embedded_hosts: int = 1
+    #: the embedded server's start deadline in seconds (None: its kind's own)
+    embedded_start_timeout: float | None = None
     embedded_login: str = "unix"
     embedded_protocol: str | None = None
     driver: str = "auto"

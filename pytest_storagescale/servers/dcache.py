@@ -53,7 +53,7 @@ from ..errors import EndpointError, StorageScaleUsageError
 from ..redact import register_secret, register_url
 from . import dcache_tape as tape_config
 from .dcache_tape import TapeLibrary
-from .family import EmbeddedServer
+from .family import EmbeddedServer, start_timeout_hint
 from .orphans import server_directory
 from .postgres import PostgresCluster
 from .postgres import check_installed as check_postgres
@@ -501,7 +501,8 @@ class EmbeddedDCache(EmbeddedServer):
         if error:
             tail = log_tail(self.log_path, 25) if self.home else "(no log)"
             self.stop()
-            raise EndpointError(f"the embedded dCache did not start: {error}. Log tail "
+            raise EndpointError(f"the embedded dCache did not start: {error}. "
+                                f"{start_timeout_hint(error)}Log tail "
                                 f"({DOMAIN}.log):\n{tail}")
         self.start_seconds = time.monotonic() - began
         self._bridge_hold()

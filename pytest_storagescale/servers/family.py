@@ -300,6 +300,19 @@ def check_embedded_choice(kind: str, protocol: str | None, login: str) -> str:
     return protocol or cls.schemes[0]
 
 
+#: the option that gives an embedded server's start more time (``startup_timeout``)
+START_TIMEOUT_OPTION = "--storage-embedded-start-timeout"
+
+
+def start_timeout_hint(error: str) -> str:
+    """What a start that ran out of time (``error`` begins ``within N s``) says of
+    :data:`START_TIMEOUT_OPTION`; '' for another failure."""
+    if not error.startswith("within"):
+        return ""
+    return (f"On a loaded machine give the start longer with {START_TIMEOUT_OPTION} "
+            f"(ini storage_embedded_start_timeout), e.g. 15m. ")
+
+
 def start_embedded(kind: str, login: str, version: str | None = None, *,
                    report_to: str = "", server_class: type[EmbeddedServer] | None = None,
                    options: dict[str, Any] | None = None) -> EmbeddedServer:

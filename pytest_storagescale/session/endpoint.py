@@ -145,6 +145,8 @@ class EndpointUnderTest:
             _ = self.protocol  # refuses a protocol or login the embedded server lacks
             if self.settings.embedded_version:
                 embedded_class(self.embedded_kind).check_version(self.settings.embedded_version)
+            if self.settings.embedded_start_timeout is not None:
+                check_start_timeout(self.embedded_kind)
             if self.settings.embedded_hosts != 1:
                 from ..servers.dcache_hosts import check_hosts
 
@@ -250,21 +252,24 @@ class EndpointUnderTest:
                     self.embedded_kind, self.settings.embedded_login,
                     self.settings.embedded_version,
                     report_to=self.listener.address if self.listener is not None else "",
-                    **self._hosts_class())
+                    **self._server_class())
             except StorageScaleUsageError as exc:  # EndpointError too: one paragraph
                 self._start_error = exc
                 raise
         return self._server.url_for(protocol)
 
-    def _hosts_class(self) -> dict[str, Any]:
-        """The server class and options of ``--storage-embedded-hosts N`` (N > 1: the
-        dCache over several hosts; nothing for 1, the kind's own layout)."""
+    def _server_class(self) -> dict[str, Any]:
+        """The server class and options: ``--storage-embedded-hosts N`` (N > 1: the
+        dCache over several hosts; for 1, the kind's own layout) and
+        ``--storage-embedded-start-timeout`` (the class's ``startup_timeout``)."""
+        timeout = self.settings.embedded_start_timeout
+        options: dict[str, Any] = {} if timeout is None else {"startup_timeout": timeout}
         hosts = self.settings.embedded_hosts
         if hosts == 1:
-            return {}
+            return {"options": options} if options else {}
         from ..servers.dcache_hosts import EmbeddedDCacheHosts
 
-        return {"server_class": EmbeddedDCacheHosts, "options": {"hosts": hosts}}
+        return {"server_class": EmbeddedDCacheHosts, "options": {"hosts": hosts, **options}}
 
     def _server_pids(self) -> list[int]:
         """The embedded server's daemons (none before it started)."""
@@ -455,6 +460,19 @@ class EndpointUnderTest:
         if self.listener is not None:
             self.listener.close()
             self.listener = None
+
+
+def check_start_timeout(kind: str) -> None:
+    """``--storage-embedded-start-timeout`` is for a server class whose constructor
+    takes ``startup_timeout`` (every shipped kind; a site's may not)."""
+    import inspect
+
+    parameters = inspect.signature(embedded_class(kind).__init__).parameters
+    if "startup_timeout" not in parameters:
+        raise StorageScaleUsageError(
+            f"--storage-embedded-start-timeout: the embedded {kind} takes no start "
+            f"deadline (its class has no startup_timeout). Leave the option out, or give "
+            f"its class a startup_timeout keyword.")
 
 
 def _listen(address: str):
