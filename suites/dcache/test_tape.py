@@ -9,7 +9,8 @@ eviction of its replicas are not driven by this suite).
 
 - ``test_flush`` (``[ops.flush]``): write into the tape-backed directory until the
   file's locality is ``NEARLINE``/``ONLINE_AND_NEARLINE``: flush rate and latency,
-  over each ``--storage-load-doors`` door.
+  over each ``--storage-load-doors`` door; count-bounded (the shipped files: 8
+  flushes, at least 1 at any ``--storage-scale``, each with its share of the cap).
 - ``test_stage[<interface>]`` (``[ops.stage]``): files flushed and evicted (their
   replica files gone from the pools' folders) by the step's set-up, staged back one
   request each through ``srm``, ``root`` or ``tape-rest``: stage rate and latency per
