@@ -43,8 +43,13 @@ server.
 
 **dcap://, gsidcap://**: stat, copies in and out, reads, delete, mkdir and rmdir go
 through gfal2's dcap plug-in (libdcap, dccp's library), in libdcap's active mode
-(``DCACHE_CLIENT_ACTIVE=1``, dccp's ``-A``: the client connects to the pool's mover,
-never listens for its call). dcap has no checksum request and no rename
+(``DCACHE_CLIENT_ACTIVE=1``, dccp's ``-A``: the client connects to the pool's mover).
+libdcap still opens a socket listening on every interface at a process's first
+``open`` (active mode or not, no setting for its address: :mod:`.dcap_mover`), so the
+data requests (uploads, copies out, reads) are made by *movers*, child processes
+running this driver with the loopback-only preload library, where that socket is bound
+to loopback; stat, mkdir, delete and rmdir open no file and are made here. dcap has no
+checksum request and no rename
 (``EPROTONOSUPPORT``), and its listing is never sent (:data:`DCAP_NO_LISTING`): a
 service connection (a step's set-up and clean-up, a check's, the run directory's) lists
 through the door the option ``listing_door`` names (another door of the same namespace,
@@ -78,6 +83,7 @@ from ..errors import (
     StorageUnreachable,
 )
 from .base import Driver, StatInfo
+from .dcap_mover import Movers, contained
 from .grid import (
     CREDENTIAL_ENVIRONMENT,
     HTTP_SCHEMES,
@@ -133,7 +139,8 @@ DCAP_NO_LISTING = (
 #: that door). The session sets it (session/endpoint.py ``with_listing_door``)
 LISTING_DOOR = "listing_door"
 #: libdcap's active mode for every dcap transfer: the client connects to the pool's
-#: mover, instead of listening on every interface for the pool's call back (dccp's -A)
+#: mover instead of waiting for the pool's call back (dccp's -A); libdcap listens all
+#: the same (drivers/dcap_mover.py), in the movers on loopback only
 DCAP_ACTIVE = ("DCACHE_CLIENT_ACTIVE", "1")
 _CHUNK = 8 * 1024 * 1024
 _TIMEOUT_ERRNOS = {errno.ETIMEDOUT, errno.ECANCELED}
@@ -227,6 +234,9 @@ class Gfal2Driver(XRootDLogins, Driver):
         #: dcap has no checksum request (gfal2's dcap plug-in: EPROTONOSUPPORT): its
         #: copies are verified by the content read back, not by the storage's checksum
         self._dcap = endpoint.scheme in DCAP_SCHEMES
+        #: where this client's dcap data moves: processes bound to loopback (libdcap
+        #: listens on every interface otherwise: drivers/dcap_mover.py); None: here
+        self._movers = Movers(self) if self._dcap and not contained() else None
         #: the client of :data:`LISTING_DOOR` that lists for a dcap service connection
         self._lister: Gfal2Driver | None = None
         #: on HTTP doors what writes or removes goes through the http driver (module doc)
@@ -380,6 +390,8 @@ class Gfal2Driver(XRootDLogins, Driver):
         plugin keeps that session for the requests after it (``SESSION_REUSE``)."""
         path = self.endpoint.path
         self._call("login", path, self._context.stat, self._url(path))
+        if self._movers is not None:  # its first mover's start is no request's time
+            self._movers.start()
 
     def _stat(self, path: str) -> StatInfo:
         # gfal2's SRM plugin answers every other stat of a path from its cache (a
@@ -516,15 +528,21 @@ class Gfal2Driver(XRootDLogins, Driver):
         cannot overwrite over WebDAV.) On an HTTP door: the http driver's ``PUT``."""
         if self._writer is not None:
             return self._writer.put(path, data)
+        if self._movers is not None:
+            return self._movers.call("_upload", path, self._staged(data))
+        return self._upload(path, self._staged(data))
+
+    def _upload(self, path: str, local: str) -> int:
+        """The local file ``local`` copied to ``path`` (:meth:`_put`); its size."""
         params = self._context.transfer_parameters()
         params.overwrite = True
         params.create_parent = True
         params.timeout = max(1, int(round(self.timeout)))
         params.set_checksum(gfal2.checksum_mode.none if self._dcap
                             else gfal2.checksum_mode.both, "ADLER32", "")
-        self._call("put", path, self._context.filecopy, params,
-                    f"file://{self._staged(data)}", self._url(path))
-        return len(data)
+        self._call("put", path, self._context.filecopy, params, f"file://{local}",
+                   self._url(path))
+        return os.path.getsize(local)
 
     def _staged(self, data: bytes) -> str:
         """A local file holding ``data``, made once per data object and driver (load
@@ -540,6 +558,8 @@ class Gfal2Driver(XRootDLogins, Driver):
             return staged[1]
 
     def _get(self, path: str, local_path: str | None) -> int:
+        if self._movers is not None:
+            return self._movers.call("_get", path, local_path)
         if local_path:
             return self.copy_out(path, local_path)
         if self._srm:
@@ -557,6 +577,8 @@ class Gfal2Driver(XRootDLogins, Driver):
         """Copy to local disk like ``lcg-cp``/``gfal-copy``, ADLER32 verified end to end.
         From srm:// with a context of its own: gfal2 2.21 crashed (SIGSEGV) on the second
         copy out of an SRM door through one context (dCache 11.2.5)."""
+        if self._movers is not None:
+            return self._movers.call("copy_out", path, os.path.abspath(local_path))
         context = self._new_context() if self._srm else self._context
         params = context.transfer_parameters()
         params.overwrite = True
@@ -583,6 +605,8 @@ class Gfal2Driver(XRootDLogins, Driver):
                 return stream.read()
 
     def _read(self, path: str, offset: int, size: int) -> bytes:
+        if self._movers is not None:
+            return self._movers.call("_read", path, offset, size)
         if self._gridftp:
             return self._whole(path, "read")[offset:offset + size]
         if self._srm:
@@ -593,6 +617,8 @@ class Gfal2Driver(XRootDLogins, Driver):
         return self._call("read", path, read)
 
     def _readv(self, path: str, chunks: list[tuple[int, int]]) -> int:
+        if self._movers is not None:
+            return self._movers.call("_readv", path, chunks)
         if self._gridftp or self._srm:
             data = self._copied(path, "readv") if self._srm else self._whole(path, "readv")
             return sum(len(data[o:o + s]) for o, s in chunks)
@@ -628,6 +654,8 @@ class Gfal2Driver(XRootDLogins, Driver):
 
     def close(self) -> None:
         self._context = None
+        if self._movers is not None:
+            self._movers.close()
         if self._writer is not None:
             self._writer.close()
         with self._stage_lock:

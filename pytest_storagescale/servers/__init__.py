@@ -9,4 +9,5 @@ are network namespaces (:mod:`.netns`), one server started alone
 servers' side of a step (summary monitoring, process sampling) serves remote storage
 too: it is :mod:`pytest_storagescale.load.server_monitor`, which imports nothing of
 this package. The drivers, the engine and the settings (``config.py``) never import
-this package (the import contracts in pyproject.toml)."""
+this package (the import contracts in pyproject.toml), but for one declared exception:
+the gfal2 driver's dcap movers preload :mod:`.loopback` (``drivers/dcap_mover.py``)."""

@@ -3,8 +3,9 @@ that turns a ``bind()`` to the wildcard address (``0.0.0.0``, ``::``) into one t
 loopback (``127.0.0.1``; ``::ffff:127.0.0.1`` on a dual-stack socket, ``::1`` on an
 IPv6-only one), named in ``LD_PRELOAD`` of the embedded XRootD daemons (``xrootd`` and
 ``cmsd``: ``xrd.port N`` binds ``*:N`` and XRootD 5.5.3 and 6.2.1 have no directive for
-the address; their ``xrd.port ... if`` matches host names, it binds nothing) and of
-the embedded dCache's JVM (its pool movers: no dCache setting binds them).
+the address; their ``xrd.port ... if`` matches host names, it binds nothing), of
+the embedded dCache's JVM (its pool movers: no dCache setting binds them), and of the
+gfal2 driver's dcap movers (libdcap's callback socket: ``drivers/dcap_mover.py``).
 
 Debian packages no such library, so it is compiled from the package's own source with
 ``gcc`` (``make setup`` does it beforehand, else the first server start), named by a
