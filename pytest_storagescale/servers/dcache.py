@@ -882,10 +882,10 @@ class EmbeddedDCache(EmbeddedServer):
                 pass
             if _ruok(port, self.zookeeper_listen):
                 return
+        waited = f"within {min(self.startup_timeout, 120):.0f} s"
         raise EndpointError(f"the embedded dCache's ZooKeeper did not answer on "
-                            f"{self.zookeeper_listen}:"
-                            f"{port} within {min(self.startup_timeout, 120):.0f} s. Log tail:\n"
-                            f"{log_tail(log, 20)}")
+                            f"{self.zookeeper_listen}:{port} {waited}. "
+                            f"{start_timeout_hint(waited)}Log tail:\n{log_tail(log, 20)}")
 
     def _launch(self) -> None:
         assert self.directory is not None and self.home is not None
