@@ -174,3 +174,13 @@ def test_only_a_start_that_ran_out_of_time_names_the_option() -> None:
     hint = start_timeout_hint("within 300 s, the tape door did not answer (refused)")
     assert "--storage-embedded-start-timeout" in hint and "15m" in hint
     assert start_timeout_hint("its JVM exited with code 1") == ""
+
+
+def test_zookeepers_wait_grows_with_the_deadline() -> None:
+    """ZooKeeper's wait is part of the start's: 120 s of the default 300 (as before),
+    more of a longer deadline (its failure names the option, which must help it)."""
+    from pytest_storagescale.servers.dcache import zookeeper_wait_s
+
+    assert zookeeper_wait_s(300.0) == 120.0
+    assert zookeeper_wait_s(900.0) == 360.0
+    assert zookeeper_wait_s(20.0) == 20.0

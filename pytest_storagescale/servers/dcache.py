@@ -165,6 +165,13 @@ if not client.stat(area).is_dir:
 """
 
 
+def zookeeper_wait_s(startup_timeout: float) -> float:
+    """How long of a start's deadline ZooKeeper may take to answer (s): 120 s of the
+    default 300, 0.4 of a longer one (``--storage-embedded-start-timeout``: the
+    option its failure names gives it longer too)."""
+    return min(startup_timeout, max(120.0, startup_timeout * 0.4))
+
+
 def distribution_dir() -> Path:
     """Where the dCache tarballs are: ``$STORAGESCALE_DCACHE_DIST``, else
     ``$XDG_CACHE_HOME/pytest-storagescale/dcache`` (``~/.cache`` by default)."""
@@ -872,7 +879,8 @@ class EmbeddedDCache(EmbeddedServer):
                 cwd=folder, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True,
                 env=self._environment(), umask=0o077)
         self.zookeeper_watched = ServerProcess("ZooKeeper", self.zookeeper, (log,))
-        deadline = time.monotonic() + min(self.startup_timeout, 120)
+        wait = zookeeper_wait_s(self.startup_timeout)
+        deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             try:
                 code = self.zookeeper.wait(timeout=0.5)  # the pause between probes
@@ -882,7 +890,7 @@ class EmbeddedDCache(EmbeddedServer):
                 pass
             if _ruok(port, self.zookeeper_listen):
                 return
-        waited = f"within {min(self.startup_timeout, 120):.0f} s"
+        waited = f"within {wait:.0f} s"
         raise EndpointError(f"the embedded dCache's ZooKeeper did not answer on "
                             f"{self.zookeeper_listen}:{port} {waited}. "
                             f"{start_timeout_hint(waited)}Log tail:\n{log_tail(log, 20)}")
