@@ -165,6 +165,22 @@ def test_the_hold_bridge_asks_every_pool_with_a_setup_to_flush_the_tape_class(
     assert TapeLibrary().flush_after_s <= dcache_tape.BRIDGE_MAX_AFTER_S < 600
 
 
+def test_an_x509_login_needs_the_proxy_and_no_token() -> None:
+    from pytest_storagescale.errors import EndpointError
+
+    fields = dict(area="/a/tape", user="u", password="secret", ca_dir="/ca",
+                  frontend_port=1, admin_port=2, admin_key="/k", pools="/p", library="/l",
+                  srm_url="srm://x", xrootd_url="root://x")
+    access = dcache_tape.TapeAccess(**fields, driver_options=(("x509_proxy", "/tmp/x509up"),))
+    assert access.x509_proxy == "/tmp/x509up"
+    assert access.control(x509=True).login == "x509" and access.control("t").login == "token"
+    assert access.control().login == "password" and "secret" not in repr(access.control())
+    with pytest.raises(EndpointError, match="needs the session's proxy"):
+        access.control("t", x509=True)
+    with pytest.raises(EndpointError, match="needs the session's proxy"):
+        dcache_tape.TapeAccess(**fields).control(x509=True)
+
+
 # -- the tape sections at any --storage-scale (no server) ------------------------------
 REPO = Path(__file__).resolve().parent.parent
 
@@ -335,6 +351,46 @@ def test_the_tape_rest_api_stages_with_a_bearer_token(embedded_dcache, tape_fold
     assert control.replicas(pnfsid)
     assert with_token.archiveinfo([path]) == {path: "DISK_AND_TAPE"}
     assert client.read(path, 0, 4000) == b"t" * 4000
+
+
+def test_the_tape_rest_api_stages_with_the_x509_proxy(embedded_dcache, tape_folder) -> None:
+    """An X.509 login to the frontend: the session user's proxy as the TLS client
+    certificate, no Authorization header. The frontend's ``/api/v1/user`` says who
+    that is (the password's user, authenticated; without a certificate nor a password:
+    anonymous), and the Tape REST API stages an evicted file with it, polls, releases."""
+    import http.client
+    import ssl
+
+    from suites.dcache import tape
+
+    folder, client, control = tape_folder
+    access = embedded_dcache.tape_access
+    assert access.x509_proxy
+    with_x509 = access.control(x509=True)
+    assert repr(with_x509).endswith("login=x509)")
+    status, by_password, _ = control.rest("GET", "/api/v1/user")
+    assert status == 200 and by_password["status"] == "AUTHENTICATED", by_password
+    status, by_x509, _ = with_x509.rest("GET", "/api/v1/user")
+    print(f"/api/v1/user: password {by_password}; X.509 {by_x509}")
+    assert status == 200 and by_x509["status"] == "AUTHENTICATED", by_x509
+    assert by_x509["uid"] == by_password["uid"], (by_x509, by_password)
+    bare = http.client.HTTPSConnection(
+        "localhost", access.frontend_port, timeout=60,
+        context=ssl.create_default_context(capath=access.ca_dir))
+    try:  # neither a certificate nor a password
+        bare.request("GET", "/api/v1/user", headers={"Accept": "application/json"})
+        answer = bare.getresponse()
+        anonymous = json.loads(answer.read(1 << 20) or b"{}")
+    finally:
+        bare.close()
+    assert answer.status != 200 or anonymous.get("status") == "ANONYMOUS", anonymous
+    path, pnfsid = _flushed_and_evicted(folder, client, control, "x509.dat", b"x" * 4000)
+    assert control.replicas(pnfsid) == []
+    seconds = tape.stage(with_x509, "tape-rest", [path], timeout=300)
+    print(f"staged with the X.509 proxy in {seconds:.1f} s")
+    assert control.replicas(pnfsid)
+    assert with_x509.archiveinfo([path]) == {path: "DISK_AND_TAPE"}
+    assert client.read(path, 0, 4000) == b"x" * 4000
 
 
 def _wait(check, timeout: float) -> None:

@@ -265,11 +265,17 @@ class TapeAccess:
     def __repr__(self) -> str:  # never the password
         return f"TapeAccess(area={self.area!r}, frontend_port={self.frontend_port})"
 
-    def control(self, token: str | None = None) -> TapeControl:
+    def control(self, token: str | None = None, *, x509: bool = False) -> TapeControl:
         """What the tests and the suite ask of the tape; ``token``: the frontend
         (namespace, Tape REST API) is asked with ``Authorization: Bearer <token>``
-        instead of the user's password."""
-        return TapeControl(self, token)
+        instead of the user's password; ``x509``: with the session user's X.509 proxy
+        as the TLS client certificate, no password."""
+        return TapeControl(self, token, x509=x509)
+
+    @property
+    def x509_proxy(self) -> str:
+        """The session user's proxy (the SRM door's login; '' when there is none)."""
+        return dict(self.driver_options).get("x509_proxy", "")
 
     def mint_token(self, validity: str = "PT1H",
                    activities: tuple[str, ...] = TOKEN_ACTIVITIES,
@@ -333,16 +339,24 @@ class TapeControl:
     #: module is not the plugin's public API)
     broken_on_tape = BROKEN_ON_TAPE
 
-    def __init__(self, access: TapeAccess, token: str | None = None) -> None:
+    def __init__(self, access: TapeAccess, token: str | None = None, *,
+                 x509: bool = False) -> None:
         self.access = access
         self.folder = Path(access.library)
         self.area = access.area
-        #: the frontend's login: a bearer token, else the user's password
+        #: the frontend's login: a bearer token, the X.509 proxy, else the user's password
         self.token = token
+        self.x509 = x509
+        if x509 and (token or not access.x509_proxy):
+            raise EndpointError("an X.509 login to the frontend needs the session's proxy "
+                                "(the embedded dCache's x509_proxy) and no token")
+
+    @property
+    def login(self) -> str:
+        return "token" if self.token else "x509" if self.x509 else "password"
 
     def __repr__(self) -> str:  # never the password nor the token
-        return (f"TapeControl(area={self.area!r}, login="
-                f"{'token' if self.token else 'password'})")
+        return f"TapeControl(area={self.area!r}, login={self.login})"
 
     # -- the admin door -----------------------------------------------------------------
     def admin(self, command: str, timeout: float = 60) -> str:
@@ -389,20 +403,22 @@ class TapeControl:
     # -- the frontend ---------------------------------------------------------------------
     def rest(self, method: str, path: str, body: Any = None, timeout: float = 60
              ) -> tuple[int, Any, dict[str, str]]:
-        """A request to the frontend (HTTPS; the bearer token, else the user's
-        password): status, JSON, headers."""
+        """A request to the frontend (HTTPS; the bearer token, the X.509 proxy as the
+        client certificate, else the user's password): status, JSON, headers."""
         import base64
         import http.client
 
         context = ssl.create_default_context(capath=self.access.ca_dir)
-        connection = http.client.HTTPSConnection("localhost", self.access.frontend_port,
-                                                 context=context, timeout=timeout)
-        if self.token:
-            login = f"Bearer {self.token}"
+        headers = {"Accept": "application/json"}
+        if self.x509:  # the proxy file: its certificate, its key, the user's certificate
+            context.load_cert_chain(self.access.x509_proxy)
+        elif self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         else:
             secret = base64.b64encode(f"{self.access.user}:{self.access.password}".encode())
-            login = f"Basic {secret.decode()}"
-        headers = {"Authorization": login, "Accept": "application/json"}
+            headers["Authorization"] = f"Basic {secret.decode()}"
+        connection = http.client.HTTPSConnection("localhost", self.access.frontend_port,
+                                                 context=context, timeout=timeout)
         data = None
         if body is not None:
             data = json.dumps(body).encode()

@@ -16,7 +16,8 @@ its own in the tape-backed directory (``/storagescale/tape``) and the test remov
   gfal2, polled; ``root``: ``xrdfs prepare -s`` through the xrootd door, the locality
   polled; ``tape-rest``: the WLCG Tape REST API, ``POST /api/v1/tape/stage``, polled,
   then ``release``; ``login = "token"``: with a bearer token, a macaroon the WebDAV door
-  minted, instead of the password) and waits until it is on disk again: the latency is
+  minted, instead of the password; ``login = "x509"``: with the session user's X.509
+  proxy as the TLS client certificate) and waits until it is on disk again: the latency is
   the stage latency. A step stages each file once (``operations = files``).
 
 A file dCache cannot stage ends the stage at once, as a failure naming dCache's answer:
@@ -52,8 +53,8 @@ ON_TAPE = frozenset({"NEARLINE", "ONLINE_AND_NEARLINE"})
 ON_DISK = frozenset({"ONLINE", "ONLINE_AND_NEARLINE"})
 #: the stage interfaces (the thresholds' and records' names)
 INTERFACES = ("srm", "root", "tape-rest")
-#: the Tape REST API's logins: the user's password, a bearer token
-LOGINS = ("password", "token")
+#: the Tape REST API's logins: the user's password, a bearer token, the X.509 proxy
+LOGINS = ("password", "token", "x509")
 #: the Tape REST API's file states that end a file other than staged
 ENDED = ("FAILED", "CANCELLED", "SKIPPED")
 #: a central-flushing step writes for at least this many times the tape library's
@@ -155,17 +156,22 @@ class Stage(_TapeOperation):
                            description="how the stage is asked for"),
         "per_request": Param("count", 1, description="files one stage request names"),
         "login": Param("choice", "password", LOGINS,
-                       description="the Tape REST API's login: the user's password, or a "
-                                   "bearer token (a macaroon the WebDAV door mints)"),
+                       description="the Tape REST API's login: the user's password, a "
+                                   "bearer token (a macaroon the WebDAV door mints), or "
+                                   "the session user's X.509 proxy (no password)"),
     }
 
     def prepare(self, driver, workdir, params, clients, step=None):
         access = _access(step, self.name)
-        if params["login"] == "token" and params["interface"] != "tape-rest":
+        if params["login"] != "password" and params["interface"] != "tape-rest":
             raise StorageScaleUsageError(
-                f"login = \"token\" is the Tape REST API's (interface = \"tape-rest\"), "
-                f"not {params['interface']!r}'s: SRM logs in with the X.509 proxy, the "
-                f"xrootd door anonymously")
+                f"login = \"{params['login']}\" is the Tape REST API's (interface = "
+                f"\"tape-rest\"), not {params['interface']!r}'s: SRM logs in with the "
+                f"X.509 proxy, the xrootd door anonymously")
+        if params["login"] == "x509" and not access.x509_proxy:
+            raise StorageScaleUsageError(
+                "login = \"x509\": the embedded dCache handed out no X.509 proxy "
+                "(x509_proxy); give login = \"password\" or \"token\"")
         control = access.control()
         folder = _folder(driver, step, workdir)
         data = b"s" * params["file_size"]
@@ -197,7 +203,8 @@ class Stage(_TapeOperation):
         if context.get("refused"):  # the interface failed this step already: say it again
             raise StageFailed(context["refused"])
         try:
-            stage(context["access"].control(context["token"]), context["interface"], paths)
+            stage(context["access"].control(context["token"], x509=context["login"] == "x509"),
+                  context["interface"], paths)
         except Exception as exc:
             if context["interface"] == "root":  # one answer per step, not one wait a file
                 context["refused"] = f"{type(exc).__name__}: {exc}"

@@ -20,6 +20,8 @@ eviction of its replicas are not driven by this suite).
 - ``test_stage_with_a_token`` (``[ops.stage]``, label ``tape-rest token``): the Tape
   REST API with a bearer token (a macaroon the WebDAV door mints for the user) instead
   of the password.
+- ``test_stage_with_x509`` (``[ops.stage]``, label ``tape-rest x509``): the same with
+  the session user's X.509 proxy as the client certificate, no password.
 - ``test_bulk_stage`` (``[ops.stage_bulk]``): one Tape REST request for many files
   (seed 004's 450).
 - ``test_central_flushing[disk|tape]`` (``[ops.tape_write]``): seed 004's central
@@ -133,6 +135,16 @@ def test_stage_with_a_token(storage_load, storage_clients, tape_access, storage_
     _main_door_only(storage_load)
     storage_load.run(context=_context(tape_access, storage_endpoint), interface="tape-rest",
                      login="token", label="tape-rest token")
+
+
+@pytest.mark.storagescale_op("stage")
+def test_stage_with_x509(storage_load, storage_clients, tape_access, storage_endpoint):
+    """The Tape REST API with an X.509 login (the session user's proxy as the TLS
+    client certificate, no password, as a grid client or FTS logs in): stages per
+    second, latency."""
+    _main_door_only(storage_load)
+    storage_load.run(context=_context(tape_access, storage_endpoint), interface="tape-rest",
+                     login="x509", label="tape-rest x509")
 
 
 @pytest.mark.storagescale_op("stage_bulk")
