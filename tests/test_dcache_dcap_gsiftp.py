@@ -31,8 +31,9 @@ from pytest_storagescale.servers.dcache import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow_server]
 REPO = Path(__file__).resolve().parent.parent
-#: libdcap's active mode: the client connects to the pool's mover (on loopback), never
-#: listens for the pool's call back (a port on every interface while a file moves)
+#: libdcap's active mode: the client connects to the pool's mover (on loopback), instead
+#: of waiting for the pool's call back; libdcap listens all the same, on every interface
+#: (drivers/dcap_mover.py), so dccp runs with the loopback-only preload library
 ACTIVE = {"DCACHE_CLIENT_ACTIVE": "1"}
 
 
@@ -55,8 +56,13 @@ def _run(command: list[str], server: EmbeddedDCache) -> subprocess.CompletedProc
     if tool is None:
         pytest.fail(f"{command[0]} is not installed: 'make setup' (scripts/bootstrap.sh "
                     f"installs Debian's dcap and globus-gass-copy-progs)")
+    environment = _grid_environment(server)
+    if command[0] == "dccp":  # libdcap's callback socket on loopback (ACTIVE)
+        from pytest_storagescale.servers.loopback import preloaded
+
+        environment = preloaded(environment)
     return subprocess.run([tool, *command[1:]], capture_output=True, text=True, timeout=300,
-                          env=_grid_environment(server))
+                          env=environment)
 
 
 @pytest.mark.parametrize("door", ["dcap", "gsiftp"])
