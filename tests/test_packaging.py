@@ -225,6 +225,15 @@ def test_installed_suite_runs_against_the_embedded_server(installed_run):
     assert {step["op"] for step in steps} >= {"stat", "ls", "put", "get", "mixed"}
     for step in steps:  # every step measured, and judged by the shipped rules
         assert step["succeeded"] > 0 and step["failed"] == 0 and step["hung"] == 0, step
+        if step["verdict"] == "info":
+            # an open-loop step whose busy client host could not keep its schedule (CI,
+            # 2026-11-29: r20hz at load ~20) was judged by its rules and says in its
+            # gate why it is not compared (steps.not_comparable)
+            assert step["arrival_rate"] and step["checks"], step
+            assert step["gate"]["verdict"] == "inconclusive" and any(
+                why in step["gate"]["reason"] for why in (
+                    "schedule not kept", "neither completed")), step
+            continue
         assert step["verdict"] in ("pass", "fail") and step["checks"], step
 
 
