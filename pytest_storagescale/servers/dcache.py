@@ -86,8 +86,9 @@ EXTRA_DOORS = ("dcap", "gsiftp")
 #: the extra doors a server has by default, and so the session's doors
 #: (``--storage-load-doors all``, the conformance checks): GridFTP. Not dcap yet: its
 #: folders' clean-up lists through the xrootd door (session/endpoint.py
-#: with_listing_door), but its load steps' concurrent uploads failed (EIO, "Error
-#: reported by the external library dcap : OK, number : 0"; docs/servers.md)
+#: with_listing_door) and its concurrent uploads' EIO is gone with the gfal2 driver's
+#: movers, but suites/dcache over it failed 3 of 99 (the tape steps ask for a
+#: ``gsidcap`` door; 47 hung at 50 clients): docs/guarantees.md
 DEFAULT_EXTRA_DOORS = ("gsiftp",)
 #: why the dcap door logs in with GSI (docs/servers.md)
 DCAP_LOGIN = ("a plain dcap door's anonymous user (dcap.authz.anonymous-operations=FULL) is "
