@@ -181,6 +181,23 @@ def test_an_x509_login_needs_the_proxy_and_no_token() -> None:
         dcache_tape.TapeAccess(**fields).control(x509=True)
 
 
+def test_a_door_is_found_by_its_name_or_its_urls_scheme() -> None:
+    """A load step over the dcap door asks the tape for a client of its driver's scheme
+    (``gsidcap``), the embedded dCache names the door ``dcap``: both find it (a trial
+    run of suites/dcache over dcap failed test_flush[c1-dcap] and [c4-dcap] on it)."""
+    from pytest_storagescale.errors import EndpointError
+
+    access = dcache_tape.TapeAccess(
+        area="/a/tape", user="u", password="p", ca_dir="/ca", frontend_port=1,
+        admin_port=2, admin_key="/k", pools="/p", library="/l", srm_url="srm://x",
+        xrootd_url="root://x", doors=(("davs", "davs://h:1/a"), ("root", "root://h:2/a"),
+                                      ("dcap", "gsidcap://h:3/a")))
+    assert access.door_url("dcap") == access.door_url("gsidcap") == "gsidcap://h:3/a"
+    assert access.door_url("root") == "root://h:2/a"
+    with pytest.raises(EndpointError, match=r"no gsiftp door \(doors: davs, root, dcap\)"):
+        access.door_url("gsiftp")
+
+
 # -- the tape sections at any --storage-scale (no server) ------------------------------
 REPO = Path(__file__).resolve().parent.parent
 

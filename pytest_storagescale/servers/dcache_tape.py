@@ -322,14 +322,21 @@ class TapeAccess:
         (and nowhere else)."""
         from ..drivers.registry import driver_spec
 
-        urls = dict(self.doors)
-        if scheme not in urls:
-            raise EndpointError(f"the embedded dCache has no {scheme} door "
-                                f"(doors: {', '.join(urls)})")
         options = {key: value for key, value in self.driver_options
                    if not (key == "security_protocol" and scheme in ("davs", "https"))}
-        return driver_spec(urls[scheme], driver=driver or "auto", options=options,
+        return driver_spec(self.door_url(scheme), driver=driver or "auto", options=options,
                            writable_root=self.area).connect(name, timeout=timeout)
+
+    def door_url(self, scheme: str) -> str:
+        """The URL of the door ``scheme`` names: a door's name (``dcap``) or its URL's
+        scheme (``gsidcap``: a load step over the dcap door asks by its driver's)."""
+        urls = dict(self.doors)
+        urls.update({url.partition("://")[0]: url for name, url in self.doors
+                     if url.partition("://")[0] not in urls})
+        if scheme not in urls:
+            raise EndpointError(f"the embedded dCache has no {scheme} door "
+                                f"(doors: {', '.join(name for name, _ in self.doors)})")
+        return urls[scheme]
 
 
 class TapeControl:
