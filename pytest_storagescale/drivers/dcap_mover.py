@@ -55,14 +55,6 @@ STOP_WAIT = 5.0
 REQUESTS = ("_upload", "_get", "copy_out", "_read", "_readv")
 
 
-def preload_library() -> str:
-    """The loopback-only preload library (built when missing: ``make setup`` builds it
-    beforehand); :class:`~pytest_storagescale.errors.EndpointError` saying why not."""
-    from ..servers.loopback import build
-
-    return str(build())
-
-
 def contained() -> bool:
     """Whether this process has the loopback-only library loaded (a mover: libdcap's
     listening socket is bound to loopback here)."""
@@ -80,10 +72,9 @@ class Mover:
     """One mover process and the two ends of its pipes."""
 
     def __init__(self, driver: Any) -> None:
-        environment = dict(os.environ)
-        earlier = environment.get("LD_PRELOAD", "").replace(":", " ").split()
-        library = preload_library()
-        environment["LD_PRELOAD"] = " ".join([library, *(e for e in earlier if e != library)])
+        from ..servers.loopback import preloaded
+
+        environment = preloaded(dict(os.environ))  # the library first, by its absolute path
         to_child, from_parent = os.pipe()
         to_parent, from_child = os.pipe()
         try:
