@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         UnsafePathError,
     )
     from .fixtures import SessionView, StorageEndpoint, StorageLoad, storage_view
+    from .gate import GateSettings, GateVerdict, WindowSample, judge_pairs
     from .load.operations import Get, Operation, Param, Read, ReadV, register_operation
     from .metrics import register_metric
     from .records import RuleCheck, StepRecord, Verdict
@@ -67,6 +68,10 @@ _EXPORTS = {
     # a step's record and verdict, the thresholds file
     "StepRecord": "records", "Verdict": "records", "RuleCheck": "records",
     "ThresholdSet": "thresholds", "load_thresholds": "thresholds",
+    # the paired gate's statistics, for a suite's own paired comparison (seed 004's
+    # central flushing: tape windows against disk windows)
+    "GateSettings": "gate", "GateVerdict": "gate", "WindowSample": "gate",
+    "judge_pairs": "gate",
     # doors, the session's handles and, for hooks that get only the config, its view
     # (a conformance suite's helpers: pytest_storagescale.conformance)
     "Door": "session.doors", "StorageEndpoint": "fixtures", "StorageLoad": "fixtures",
@@ -86,13 +91,15 @@ _EXPORTS = {
 
 __all__ = [
     "BadAnswer", "CreatedPaths", "Door", "Driver", "DriverSpec", "EmbeddedServer",
-    "EndpointError", "Get", "HungClientsViolation", "Operation", "Param", "Read", "ReadV",
+    "EndpointError", "GateSettings", "GateVerdict", "Get", "HungClientsViolation",
+    "Operation", "Param", "Read", "ReadV",
     "RedirectRefused", "RuleCheck", "SessionView",
     "StatInfo", "StepError", "StepRecord", "StorageCheckFailure", "StorageEndpoint",
     "StorageError", "StorageLoad", "StorageNotFound", "StoragePermissionDenied",
     "StorageScaleUsageError", "StorageScaleWarning", "StorageTimeout",
     "StorageUnreachable", "ThresholdSet", "ThresholdViolation", "ThresholdsError",
-    "UnsafePathError", "Verdict", "driver_spec", "embedded_class", "load_thresholds",
+    "UnsafePathError", "Verdict", "WindowSample", "driver_spec", "embedded_class",
+    "judge_pairs", "load_thresholds",
     "redact_url", "register_driver", "register_metric", "register_operation",
     "register_server", "start_embedded", "storage_view",
 ]

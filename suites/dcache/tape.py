@@ -10,6 +10,11 @@ its own in the tape-backed directory (``/storagescale/tape``) and the test remov
   tape-backed directory and waits until its locality says it is on tape
   (``NEARLINE``/``ONLINE_AND_NEARLINE``, the frontend's answer): the latency is the
   flush latency (write included), the rate the flushes per second.
+- ``tape_write`` (seed 004's central flushing): one repetition writes a new file into
+  the tape-backed directory (``into = "tape"``) or into a folder never flushed
+  (``"disk"``); the suite alternates the two in windows, disk tape tape disk ..., and
+  judges the ratio tape/disk of their MB/s with the paired gate's statistics
+  (:func:`judge_flushing`: :func:`pytest_storagescale.gate.judge_pairs`).
 - ``stage``: the set-up writes ``files`` files, waits for their flush and evicts each
   from the pools' disks (the replica file leaves the pool's folder); one repetition
   stages the next one through the ``interface`` (``srm``: SRM bringOnline through
@@ -34,12 +39,24 @@ and waited for, up to the step's deadline.
 from __future__ import annotations
 
 import itertools
+import math
 import secrets
 import threading
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from pytest_storagescale import Operation, Param, StorageScaleUsageError
+from pytest_storagescale import (
+    GateSettings,
+    GateVerdict,
+    Operation,
+    Param,
+    StorageScaleUsageError,
+    WindowSample,
+    driver_spec,
+    judge_pairs,
+)
 
 #: the most one file's flush or stage is waited for (s); the step's hang_timeout is
 #: what judges a slow one
@@ -66,7 +83,26 @@ METRICS = {
     "flushes_during": "files the pools flushed to tape while the step's clients wrote "
                       "(the tape library's log)",
     "flushed_mb_during": "MB the pools flushed to tape while the step's clients wrote",
+    # the central-flushing comparison (test_central_flushing, :func:`judge_flushing`),
+    # on its last window
+    "flush_ratio": "central flushing: the tape windows' MB/s over the disk windows' (the "
+                   "geometric mean of the pairs' ratios, the gate's paired_effect)",
+    "flush_ratio_low": "central flushing: the low end of flush_ratio's 95 % interval",
+    "flush_ratio_high": "central flushing: the high end of flush_ratio's 95 % interval",
+    "flush_regressed": "central flushing: 1 when flush_ratio's interval lies wholly below "
+                       "1 - min_effect_rate (flushing cost the writers more than that "
+                       "share), else 0",
+    "flushes_beside_disk": "central flushing: flushes that ran during the disk windows "
+                           "(the tape windows' files flushed late): 0 for a clean baseline",
 }
+#: the central-flushing comparison's pairs of windows (disk, tape): the gate's fewest
+#: (``GateSettings.min_samples``, the paired mode's first round), in the order disk
+#: tape tape disk ...
+FLUSHING_PAIRS = 4
+#: the longest a disk window waits for the pools to flush the tape windows' files
+#: written before it (s; at least 10 flush delays of the library): a flush running
+#: during a disk window would make the baseline a flushing one too
+DRAIN_MIN_S = 60.0
 
 
 def _access(step: Any, name: str) -> Any:
@@ -96,13 +132,24 @@ def _folder(driver: Any, step: Any, workdir: str) -> str:
     return folder
 
 
-def _client(driver: Any, client: int, context: dict) -> Any:
+def _client(driver: Any, client: int, context: dict, root: str | None = None) -> Any:
     """Client ``client``'s own client of the step's door, writable in the tape-backed
-    directory (made once, closed by the operation's clean-up)."""
+    directory (made once, closed by the operation's clean-up); with ``root``, the same
+    client (the door, driver and options :meth:`TapeAccess.client` gives) writable in
+    ``root`` only: a central-flushing disk window writes as its tape windows do, only
+    the directory differs."""
     with context["lock"]:
         made = context["clients"].get(client)
     if made is None:
-        made = context["access"].client(driver.endpoint.scheme, driver.name, f"tape-{client}")
+        access, scheme = context["access"], driver.endpoint.scheme
+        if root is None:
+            made = access.client(scheme, driver.name, f"tape-{client}")
+        else:
+            options = {key: value for key, value in access.driver_options
+                       if not (key == "security_protocol" and scheme in ("davs", "https"))}
+            made = driver_spec(dict(access.doors)[scheme], driver=driver.name,
+                               options=options, writable_root=root
+                               ).connect(f"disk-{client}", timeout=60)
         with context["lock"]:
             context["clients"][client] = made
     return made
@@ -218,8 +265,10 @@ class TapeWrite(_TapeOperation):
     ``into = "tape"``: each repetition writes a new file into the tape-backed
     directory (the pools flush each a second after its write, so flushes, which read
     the pools' disks, run between and beside the writes); ``into = "disk"``: the same
-    writes into the step's own folder, never flushed (the baseline). The step's MB/s
-    of the two labels answer the question; :meth:`observe` says how many flushes ran
+    writes into the step's own folder, never flushed (the baseline). The suite runs
+    the two as short alternating windows, disk tape tape disk ... (:func:`window_order`),
+    and judges the pairs' MB/s tape/disk with the paired gate (:func:`judge_flushing`);
+    :meth:`observe` says how many flushes ran
     while the clients wrote (``flushes_during``, ``flushed_mb_during``: the library's
     log, requests that began after the set-up), so a "tape" step during which nothing
     was flushed is seen as such (a rule ``flushes_during > 0``)."""
@@ -240,7 +289,10 @@ class TapeWrite(_TapeOperation):
 
     def run(self, driver, client, iteration, context):
         path = f"{context['folder']}/c{client}-{iteration}"
-        writer = _client(driver, client, context) if context["into"] == "tape" else driver
+        if context["into"] == "tape":
+            writer = _client(driver, client, context)
+        else:  # the same kind of client, writable in the step's own folder only
+            writer = _client(driver, client, context, root=context["folder"])
         writer.put(path, context["data"])
         return len(context["data"])
 
@@ -259,6 +311,128 @@ def central_flushing_duration(planned: float, library: Any) -> float | None:
     None when ``planned`` leaves the pools time to flush beside the writes."""
     floor = WRITING_FLUSH_DELAYS * library.flush_delay_s
     return floor if planned < floor else None
+
+
+def window_order(pairs: int = FLUSHING_PAIRS) -> list[str]:
+    """The labels of a central-flushing comparison's windows, as the paired gate
+    alternates two servers (:func:`pytest_storagescale.paired.pairs_order`: A B B A
+    ...): ``disk`` (A, the baseline) and ``tape`` (B), ``pairs`` of each, so that what
+    the machine does during one pair it does to both of its windows."""
+    if pairs < 1:
+        raise ValueError(f"a central-flushing comparison of {pairs} pairs: give 1 or more")
+    return [label for index in range(pairs)
+            for label in (("disk", "tape") if index % 2 == 0 else ("tape", "disk"))]
+
+
+def window_sample(result: Any) -> WindowSample:
+    """One window (a step's :class:`~pytest_storagescale.load.stats.StepResult`) as one
+    sample of the paired gate: its **bytes** written (the count) over its measured
+    window, so the sample's ``rate_hz`` is its bytes per second (MB/s x 1e6), and its
+    p50 and p99 (None without a succeeded write)."""
+    total = result.total
+    latency = total.latency_s if total.succeeded else {}
+
+    def seconds(key: str) -> float | None:
+        value = latency.get(key)
+        return None if value is None or value != value else float(value)
+
+    return WindowSample(start_s=0.0, width_s=float(result.duration_s),
+                        operations=int(total.bytes), p50_s=seconds("p50"),
+                        p99_s=seconds("p99"))
+
+
+def flushing_pairs(windows: Sequence[tuple[str, WindowSample]]
+                   ) -> list[tuple[WindowSample, WindowSample]]:
+    """The pairs ``(disk, tape)`` of windows measured in :func:`window_order`: the
+    n-th disk window with the n-th tape window (made one right after the other: disk
+    tape, then tape disk, ...), as :func:`pytest_storagescale.paired.measure_alternating`
+    pairs side A's n-th run with side B's; a window without its partner is left out."""
+    unknown = sorted({label for label, _ in windows} - {"disk", "tape"})
+    if unknown:
+        raise ValueError(f"central-flushing windows labelled {unknown}: disk or tape only")
+    disk = [sample for label, sample in windows if label == "disk"]
+    tape = [sample for label, sample in windows if label == "tape"]
+    return list(zip(disk, tape, strict=False))
+
+
+@dataclass(frozen=True)
+class Flushing:
+    """The central-flushing comparison judged: the paired gate's :class:`StepGate` of
+    tape (B) against disk (A) over the pairs of windows. The verdict is its write
+    throughput's (the rate effect's, bytes per second): ``regressed`` when the
+    interval of tape/disk lies wholly below ``1 - min_effect_rate`` (flushing cost the
+    writers more than that share), ``improved`` wholly above ``1 / (1 -
+    min_effect_rate)``, ``unchanged`` wholly between, ``inconclusive`` across a bound
+    or with too few pairs. The p99 of the writes is shown, not judged."""
+
+    gate: Any  # the paired gate's StepGate
+    pairs: int
+
+    @property
+    def effect(self) -> Any:
+        return self.gate.effects.get("rate_hz")
+
+    @property
+    def verdict(self) -> GateVerdict:
+        effect = self.effect
+        return effect.verdict if effect is not None else GateVerdict.INCONCLUSIVE
+
+    def metrics(self) -> dict[str, float]:
+        """``flush_ratio``, ``flush_ratio_low``, ``flush_ratio_high`` (NaN when not
+        computed: too few pairs, which no rule accepts) and ``flush_regressed``."""
+        effect = self.effect
+
+        def number(value: float | None) -> float:
+            return math.nan if value is None else float(value)
+
+        return {"flush_ratio": number(effect.ratio if effect else None),
+                "flush_ratio_low": number(effect.low if effect else None),
+                "flush_ratio_high": number(effect.high if effect else None),
+                "flush_regressed": float(self.verdict is GateVerdict.REGRESSED)}
+
+    def text(self) -> str:
+        """``tape/disk MB/s 0.76 [0.64-0.90] over 4 pairs: unchanged (95 % interval
+        against the share flushing may cost, min_effect_rate 0.5: below 0.5 regressed,
+        above 2 improved); write p99 tape/disk 1.45 [1.06-1.99] (shown, not judged)``;
+        with too few pairs, the gate's reason."""
+        effect = self.effect
+        if effect is None or effect.low is None:
+            return (f"tape/disk MB/s {effect.interval_text() if effect else '?'} over "
+                    f"{self.pairs} pair{'s' * (self.pairs != 1)}: {self.verdict.value} "
+                    f"({self.gate.reason})")
+        share = effect.min_effect
+        p99 = self.gate.effects.get("p99_s")
+        latency = (f"; write p99 tape/disk {p99.interval_text()} (shown, not judged)"
+                   if p99 is not None else "")
+        return (f"tape/disk MB/s {effect.interval_text()} over {self.pairs} pairs: "
+                f"{self.verdict.value} (95 % interval against the share flushing may "
+                f"cost, min_effect_rate {share:g}: wholly below {1 - share:.2g} regressed, "
+                f"wholly above {1 / (1 - share):.2g} improved){latency}")
+
+
+def judge_flushing(windows: Sequence[tuple[str, WindowSample]],
+                   settings: GateSettings | None = None) -> Flushing:
+    """The central-flushing comparison of ``windows`` (label, sample), in the order
+    they were measured: their pairs (:func:`flushing_pairs`) judged by the paired
+    gate (:func:`pytest_storagescale.gate.judge_pairs`: the geometric mean of the
+    pairs' tape/disk ratios with its bootstrap interval, ``settings``' minimum
+    effects and confidence)."""
+    pairs = flushing_pairs(windows)
+    return Flushing(judge_pairs(pairs, settings=settings or GateSettings()), len(pairs))
+
+
+def wait_flushed(control: Any, since: float, written: int, timeout: float) -> int:
+    """Wait until the tape library logged ``written`` flushes (successful ``put``
+    records) that began at or after ``since`` (a time.time()), at most ``timeout``
+    seconds: how many were still missing then (0: all flushed)."""
+    deadline = time.monotonic() + max(0.0, timeout)
+    while True:
+        done = sum(1 for record in control.records()
+                   if record.get("op") == "put" and not record.get("error")
+                   and record.get("started", 0) >= since)
+        if done >= written or time.monotonic() >= deadline:
+            return max(0, written - done)
+        time.sleep(max(POLL_S, 1.0))
 
 
 def stage(control: Any, interface: str, paths: list[str], timeout: float = WAIT_S) -> float:

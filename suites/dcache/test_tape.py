@@ -24,11 +24,15 @@ eviction of its replicas are not driven by this suite).
   the session user's X.509 proxy as the client certificate, no password.
 - ``test_bulk_stage`` (``[ops.stage_bulk]``): one Tape REST request for many files
   (seed 004's 450).
-- ``test_central_flushing[disk|tape]`` (``[ops.tape_write]``): seed 004's central
-  flushing question: writers into a folder never flushed, then into the tape-backed
-  directory while the pools flush each file a second after its write: the MB/s of
-  both labels, and the flushes that ran beside the ``tape`` writes. Each writes for
-  at least 5 times the library's flush delay (15 s), whatever ``--storage-scale``.
+- ``test_central_flushing`` (``[ops.tape_write]``): seed 004's central flushing
+  question, measured as the paired gate compares two servers: the same writers in
+  alternating windows (disk tape tape disk ..., 4 pairs) into a folder never flushed
+  (``disk``) and into the tape-backed directory while the pools flush each file a
+  second after its write (``tape``); the last window gets the ratio tape/disk of the
+  MB/s with its 95 % interval (``flush_ratio``, ``flush_ratio_low``,
+  ``flush_ratio_high``, the gate's :func:`~pytest_storagescale.gate.judge_pairs`) and
+  ``flush_regressed`` against the section's ``min_effect_rate``. Each window writes
+  for at least 5 times the library's flush delay (15 s), whatever ``--storage-scale``.
 - ``test_archiveinfo``: the Tape REST API's ``archiveinfo`` names the locality of a file
   on disk and tape (``DISK_AND_TAPE``), on tape only (``TAPE``), and an error for a
   missing one.
@@ -157,30 +161,89 @@ def test_bulk_stage(storage_load, tape_access, storage_endpoint):
 
 
 @pytest.mark.storagescale_op("tape_write")
-@pytest.mark.parametrize("into", ["disk", "tape"])
 def test_central_flushing(storage_load, storage_clients, tape_access, storage_endpoint,
-                          storage_settings, storage_embedded_server, into):
-    """Seed 004's central-flushing question: the same writers into a folder that is
-    never flushed (``disk``) and into the tape-backed directory while the pools flush
-    each file a second after its write (``tape``): MB/s of each label, and the flushes
-    that ran during the ``tape`` step (``flushes_during``). Both labels write for at
-    least :data:`tape.WRITING_FLUSH_DELAYS` times the library's flush delay (a small
-    ``--storage-scale`` ends the step before a flush can begin otherwise)."""
+                          storage_settings, storage_embedded_server, record_property):
+    """Seed 004's central-flushing question, measured as the paired gate compares two
+    servers: the same writers in alternating windows, ``disk`` (a folder never
+    flushed) and ``tape`` (the tape-backed directory while the pools flush each file a
+    second after its write), disk tape tape disk ... (:data:`tape.FLUSHING_PAIRS`
+    pairs), so that what the machine does during a pair it does to both windows. Each
+    window is a step of its own (its MB/s, its flushes beside, ``flushes_during``);
+    before a disk window the pools are given up to :data:`tape.DRAIN_MIN_S` (at least
+    10 flush delays) to flush the tape windows' files, and the flushes that ran during
+    disk windows anyway are counted (``flushes_beside_disk``). The last window is
+    judged: ``flush_ratio`` (tape/disk MB/s, the geometric mean of the pairs' ratios)
+    with its 95 % interval (``flush_ratio_low``, ``flush_ratio_high``: the gate's
+    paired statistics) and ``flush_regressed`` against the section's
+    ``min_effect_rate``. Each window writes for at least
+    :data:`tape.WRITING_FLUSH_DELAYS` times the library's flush delay (a small
+    ``--storage-scale`` ends a window before a flush can begin otherwise)."""
+    from pytest_storagescale import GateSettings
+
     _main_door_only(storage_load)
-    planned = storage_settings.duration or storage_load.section_plan("tape_write").duration
-    longer = tape.central_flushing_duration(planned, storage_embedded_server.tape)
-    if longer is not None:
-        print(f"central flushing [{into}]: {longer:g} s instead of the plan's {planned:g} s "
-              f"(the pools flush a file up to "
-              f"{storage_embedded_server.tape.flush_delay_s:g} s after its write)")
-    record = storage_load.run(context=_context(tape_access, storage_endpoint), into=into,
-                              label=into, **({"duration": longer} if longer else {}))
-    observed = record.result.observed if record.result is not None else {}
-    print(f"central flushing [{into}]: {observed}")
-    if into == "tape" and record.result is not None and record.result.total.succeeded:
-        assert observed.get("flushes_during", 0) > 0, (
-            "no flush ran while the clients wrote into the tape-backed directory: the "
-            "step did not measure writes beside flushes")
+    section = storage_load.section_plan("tape_write")
+    library = storage_embedded_server.tape
+    planned = storage_settings.duration or section.duration
+    window = tape.central_flushing_duration(planned, library) or planned
+    order = tape.window_order(tape.FLUSHING_PAIRS)
+    print(f"central flushing: {len(order)} windows of {window:g} s ({' '.join(order)}; "
+          f"the plan's {planned:g} s, the pools flush a file up to "
+          f"{library.flush_delay_s:g} s after its write)")
+    settings = GateSettings(min_effect_rate=section.min_effect_rate,
+                            min_effect_p99=section.min_effect_p99,
+                            latency_floor_s=section.latency_floor)
+    control = tape_access.control()
+    drain_s = max(tape.DRAIN_MIN_S, 10 * library.flush_delay_s)
+    windows: list = []
+    beside: dict[str, float] = {"disk": 0.0, "tape": 0.0}
+    verdicts: list = []
+    began, written = time.time(), 0
+
+    def derive(last):
+        flushing = tape.judge_flushing(
+            [*windows, (order[-1], tape.window_sample(last.result))], settings)
+        verdicts.append(flushing)
+        during = last.derived.get("flushes_during", 0.0)
+        return {**flushing.metrics(),
+                "flushes_beside_disk": beside["disk"] + (during if order[-1] == "disk"
+                                                         else 0.0)}
+
+    for index, into in enumerate(order):  # bounded: 2 x FLUSHING_PAIRS windows
+        if into == "disk" and written:
+            missing = tape.wait_flushed(control, began, written, drain_s)
+            if missing:
+                print(f"central flushing: {missing} of the tape windows' {written} files "
+                      f"not flushed after {drain_s:g} s: the next disk window runs beside "
+                      f"their flushes (flushes_beside_disk)")
+        last = index == len(order) - 1
+        record = storage_load.run(context=_context(tape_access, storage_endpoint), into=into,
+                                  label=into, duration=window, judge=last,
+                                  derive=derive if last else None)
+        total = record.result.total if record.result is not None else None
+        observed = record.derived
+        print(f"central flushing window {index + 1}/{len(order)} [{into}]: "
+              f"{total.mb_s if total else float('nan'):.2f} MB/s, "
+              f"{observed.get('flushes_during', 0):g} flushes beside")
+        if last:
+            break
+        if total is None or total.failed or total.hung or not total.succeeded:
+            pytest.fail(f"central flushing window {index + 1} [{into}]: "
+                        f"{total.succeeded if total else 0} written, "
+                        f"{total.failed if total else '?'} failed, "
+                        f"{total.hung if total else '?'} hung: {record.error or ''}"[:600],
+                        pytrace=False)
+        windows.append((into, tape.window_sample(record.result)))
+        beside[into] += observed.get("flushes_during", 0.0)
+        if into == "tape":  # the writes that ended after the window are flushed too
+            written += total.succeeded + total.warmup_operations + total.drain_operations
+    assert verdicts, "the last window was not judged"
+    flushing = verdicts[-1]
+    print(f"central flushing: {flushing.text()}")
+    record_property("central_flushing", flushing.text())
+    assert beside["tape"] + (observed.get("flushes_during", 0.0)
+                             if order[-1] == "tape" else 0.0) > 0, (
+        "no flush ran while the clients wrote into the tape-backed directory: the "
+        "comparison did not measure writes beside flushes")
 
 
 def test_archiveinfo(tape_access, storage_endpoint):
