@@ -47,6 +47,8 @@ import time
 
 import pytest
 
+from pytest_storagescale import StepError
+
 from . import tape
 
 pytestmark = pytest.mark.storagescale_system("dcache")
@@ -117,9 +119,19 @@ def test_stage(storage_load, storage_clients, tape_access, storage_endpoint, int
     issue = storage_load.thresholds.known_issue(f"stage[{interface}]")
     # a known issue is measured, not judged (its verdict info): the test then XFAILs
     # with the answer seen, or fails when the interface staged after all
-    record = storage_load.run(context=_context(tape_access, storage_endpoint),
-                              interface=interface, label=interface,
-                              check=issue is None, judge=issue is None)
+    try:
+        record = storage_load.run(context=_context(tape_access, storage_endpoint),
+                                  interface=interface, label=interface,
+                                  check=issue is None, judge=issue is None)
+    except StepError as exc:
+        # 10.2.25 answers ``prepare -s`` and stages nothing: at a small --storage-scale
+        # the step's cap (45 s at 0.05) ends before the stage gives up (ROOT_STAGE_S),
+        # so nothing completed; that is the known issue's answer too, not a pass
+        if issue is None or "no operation completed" not in str(exc):
+            raise
+        pytest.xfail(f"known issue ({storage_load.thresholds.path} [known_issues] "
+                     f"'stage[{interface}]'): {issue}; this run staged nothing within the "
+                     f"step: {exc}"[:600])
     if issue is None:
         return
     total = record.result.total if record.result is not None else None
