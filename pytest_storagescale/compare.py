@@ -438,6 +438,12 @@ class Gate:
                 if not compared.tests_known]
 
 
+def _where(step: StepRecord) -> str:
+    """A step's title and, when the run recorded one, its door: a run over several
+    doors has one ``ls at 1 clients`` per door."""
+    return f"{step.title} over {step.door}" if step.door else step.title
+
+
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'s' * (number != 1)}"
 
@@ -487,17 +493,18 @@ def gate(runs: list[ComparedRun], acceptance: Acceptance | None = None) -> Gate:
         regressions = []
         for step in after.steps:
             if step.step_id in statistical and statistical[step.step_id] is None:
-                regressions.append(f"{step.title}: its gate cannot be read")
+                regressions.append(f"{_where(step)}: its gate cannot be read")
                 continue
             judged = statistical.get(step.step_id)
             reason = f" ({judged.reason})" if judged is not None and judged.reason else ""
             if judged is not None and judged.fails:
-                regressions.append(f"{step.title}: {judged.short()}{reason}")
+                regressions.append(f"{_where(step)}: {judged.short()}{reason}")
             elif step.verdict is Verdict.FAIL:
-                failures.append(f"{step.title}: {step.verdict}: {'; '.join(step.violations)}")
+                failures.append(f"{_where(step)}: {step.verdict}: "
+                                f"{'; '.join(step.violations)}")
             if judged is not None and judged.verdict is GateVerdict.INCONCLUSIVE:
-                notes.append(f"{step.title}: {judged.short()}{reason}")
-    failures += [f"{step.title}: {step.verdict}" + (f": {step.error}" if step.error else "")
+                notes.append(f"{_where(step)}: {judged.short()}{reason}")
+    failures += [f"{_where(step)}: {step.verdict}" + (f": {step.error}" if step.error else "")
                  for step in after.steps if step.verdict in UNMEASURED]
     blocking = {change.test for change in behaviour.blocking}
     failures += [f"{nodeid}: {test.outcome}" + (

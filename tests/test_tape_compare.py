@@ -98,3 +98,15 @@ def test_compare_of_the_two_releases_runs_lists_the_tape_path_under_the_gate() -
                            str(BEFORE), str(AFTER)], capture_output=True, text=True,
                           timeout=120)
     assert "tape path (A -> B)" in done.stdout, done.stdout + done.stderr
+
+
+def test_the_gates_lines_name_a_steps_door() -> None:
+    """A run over several doors has one ``ls at 1 clients`` per door: the compare's
+    regression, failure and inconclusive lines name the door the step ran over (the
+    whole-suite compare of both releases printed ``ls_open at 5/s ...: inconclusive``
+    with no door); a step of results written before doors were recorded, none."""
+    from pytest_storagescale.compare import _where
+
+    step = dataclasses.replace(record("ls", 1), door="davs")
+    assert _where(step) == "ls at 1 clients over davs"
+    assert _where(dataclasses.replace(step, door="")) == "ls at 1 clients"
