@@ -290,7 +290,11 @@ def joined(parts: list[StepResult]) -> StepResult:
         sides={name: _joined_side([p.sides[name] for p in parts if name in p.sides])
                for name in names},
         cleanup_error="; ".join(cleanup) or None,
-        interrupted=any(p.interrupted for p in parts))
+        interrupted=any(p.interrupted for p in parts),
+        lost=sum(p.lost for p in parts),
+        # what the operation observed, added over the runs (a streaming step's bytes
+        # and seconds per client: without them its client spread was NaN when paired)
+        observed=dict(sum((Counter(p.observed) for p in parts), Counter())))
 
 
 @dataclass

@@ -115,9 +115,13 @@ def test_runs_of_one_side_join_in_order():
                           windows=[WindowSample(0.0, 0.5, ops // 2),
                                    WindowSample(0.5, 0.5, ops - ops // 2)])
         return StepResult(operation="stat", clients=2, started=start, ended=start + 1.2,
-                          duration_s=1.0, warmup_s=0.2, sides={"stat": side})
+                          duration_s=1.0, warmup_s=0.2, sides={"stat": side}, lost=1,
+                          observed={"bytes:c0": ops * 1e6, "seconds:c0": 1.0})
 
     both = joined([part(10.0, 10), part(20.0, 30)])
+    # what the operation observed is added over the runs (a streaming step's client
+    # spread was NaN when paired: the joined result dropped it), and the lost clients
+    assert both.observed == {"bytes:c0": 40e6, "seconds:c0": 2.0} and both.lost == 2
     total = both.total
     assert (total.succeeded, total.failed, total.errors) == (40, 2, {"x": 2})
     assert total.duration_s == both.duration_s == 2.0 and total.rate_hz == 20.0
