@@ -73,9 +73,11 @@ def test_a_step_of_one_run_only_is_a_change() -> None:
 @pytest.mark.skipif(not (BEFORE.exists() and AFTER.exists()),
                     reason="the two runs' results files are not in tests/data")
 def test_compare_of_the_two_releases_runs_lists_the_tape_path_under_the_gate() -> None:
-    """The two real runs: the tape block comes right after the gate's lines, before
-    the table; xrootd's stage is a change (10.2.25 accepted it and staged nothing
-    within 120 s, 11.2.5 refused it), the Tape REST API served both."""
+    """The two real runs (tests/data: the whole-suite runs of both releases over
+    every door at --storage-scale 0.05, 2026-11-29, docs/dcache-upgrade.md, kept to
+    their tape steps and tape tests): the tape block comes right after the gate's
+    lines, before the table; xrootd's stage is a change (10.2.25 accepted it and staged
+    nothing within the step, 11.2.5 refused it), the Tape REST API served both."""
     runs = load_runs([BEFORE, AFTER])
     lines = report_lines(runs)
     at = next(index for index, line in enumerate(lines) if line.startswith("tape path"))
