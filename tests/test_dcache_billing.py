@@ -8,6 +8,7 @@ against a real dCache is ``test_dcache_dcap_gsiftp.py`` (its module's dCache).""
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -244,7 +245,7 @@ def test_flushes_still_coming_after_the_load_do_not_hold_the_watch(tmp_path):
     assert (counts.write, counts.note) == (1, "") and counts.stored >= 1
 
 
-def test_the_tape_steps_are_watched_and_a_stage_compares_nothing(tmp_path):
+def test_the_tape_steps_are_watched_and_a_stage_compares_nothing(tmp_path, monkeypatch):
     """steps.server_watch's billing part for the tape steps (suites/dcache/tape.py,
     registered by the suite's conftest): a flush and a central-flushing write are
     compared by their writes; a stage is watched (its files' stages counted) with no
@@ -259,6 +260,9 @@ def test_the_tape_steps_are_watched_and_a_stage_compares_nothing(tmp_path):
     spec = importlib.util.spec_from_file_location("billing_test_tape_operations", source)
     assert spec is not None and spec.loader is not None
     tape = importlib.util.module_from_spec(spec)
+    # a module loaded from its file is in sys.modules while it runs, as an import puts
+    # it: its dataclasses look their module up there (tape.Flushing)
+    monkeypatch.setitem(sys.modules, spec.name, tape)
     spec.loader.exec_module(tape)
     operations = {operation.name: operation for operation in tape.OPERATIONS}
     day = _billing(tmp_path, [_line("/storagescale/run/stage-c1-main-002/before")])
