@@ -340,7 +340,6 @@ def test_the_tape_rest_api_stages_with_a_bearer_token(embedded_dcache, tape_fold
     user's password, activities LIST, READ_METADATA, STAGE) sent as ``Authorization:
     Bearer`` and nothing else stages an evicted file, polls and releases it; a token
     that is no macaroon is refused, and so is one without the STAGE activity."""
-    from suites.dcache import tape
 
     folder, client, control = tape_folder
     path, pnfsid = _flushed_and_evicted(folder, client, control, "token.dat", b"t" * 4000)
@@ -363,11 +362,20 @@ def test_the_tape_rest_api_stages_with_a_bearer_token(embedded_dcache, tape_fold
     else:
         assert status in (401, 403), (status, answer)
     assert control.replicas(pnfsid) == []
-    seconds = tape.stage(with_token, "tape-rest", [path], timeout=300)
-    print(f"staged with a bearer token in {seconds:.1f} s")
+    _staged_back(with_token, "a bearer token", control, client, path, pnfsid, b"t" * 4000)
+
+
+def _staged_back(login, how: str, control, client, path: str, pnfsid: str,
+                 content: bytes) -> None:
+    """Stage the evicted ``path`` through the Tape REST API with ``login`` (a control
+    logged in another way): back on a pool, on disk and tape, read whole."""
+    from suites.dcache import tape
+
+    seconds = tape.stage(login, "tape-rest", [path], timeout=300)
+    print(f"staged with {how} in {seconds:.1f} s")
     assert control.replicas(pnfsid)
-    assert with_token.archiveinfo([path]) == {path: "DISK_AND_TAPE"}
-    assert client.read(path, 0, 4000) == b"t" * 4000
+    assert login.archiveinfo([path]) == {path: "DISK_AND_TAPE"}
+    assert client.read(path, 0, len(content)) == content
 
 
 def test_the_tape_rest_api_stages_with_the_x509_proxy(embedded_dcache, tape_folder) -> None:
@@ -378,7 +386,6 @@ def test_the_tape_rest_api_stages_with_the_x509_proxy(embedded_dcache, tape_fold
     import http.client
     import ssl
 
-    from suites.dcache import tape
 
     folder, client, control = tape_folder
     access = embedded_dcache.tape_access
@@ -403,11 +410,7 @@ def test_the_tape_rest_api_stages_with_the_x509_proxy(embedded_dcache, tape_fold
     assert answer.status != 200 or anonymous.get("status") == "ANONYMOUS", anonymous
     path, pnfsid = _flushed_and_evicted(folder, client, control, "x509.dat", b"x" * 4000)
     assert control.replicas(pnfsid) == []
-    seconds = tape.stage(with_x509, "tape-rest", [path], timeout=300)
-    print(f"staged with the X.509 proxy in {seconds:.1f} s")
-    assert control.replicas(pnfsid)
-    assert with_x509.archiveinfo([path]) == {path: "DISK_AND_TAPE"}
-    assert client.read(path, 0, 4000) == b"x" * 4000
+    _staged_back(with_x509, "the X.509 proxy", control, client, path, pnfsid, b"x" * 4000)
 
 
 def _wait(check, timeout: float) -> None:

@@ -45,17 +45,12 @@ def test_a_dcap_client_lists_through_the_xrootd_door_and_moves_data_actively(
     import psutil
 
     from pytest_storagescale.drivers.base import CreatedPaths
-    from pytest_storagescale.drivers.registry import driver_spec
     from pytest_storagescale.errors import StorageError, StorageNotFound
     from pytest_storagescale.load.engine import remove_created
-    from pytest_storagescale.session.endpoint import with_listing_door
 
     dcache = lean_dcache
     folder = f"/storagescale/dcap-list-{secrets.token_hex(4)}"
-    spec = with_listing_door(driver_spec(dcache.url_for("dcap"),
-                                         options=dcache.driver_options(),
-                                         writable_root=folder),
-                             {door: dcache.url_for(door) for door in ("davs", "root", "dcap")})
+    spec = _dcap_spec(dcache, folder)
     assert spec.options["listing_door"] == dcache.url_for("root")
     service = spec.connect("cleanup", timeout=120)
     service.created = CreatedPaths(folder)
@@ -130,17 +125,12 @@ def test_concurrent_dcap_uploads_all_arrive_whole(lean_dcache):
     from concurrent.futures import ThreadPoolExecutor
 
     from pytest_storagescale.drivers.base import CreatedPaths
-    from pytest_storagescale.drivers.registry import driver_spec
     from pytest_storagescale.errors import StorageError
     from pytest_storagescale.load.engine import remove_created
-    from pytest_storagescale.session.endpoint import with_listing_door
 
     dcache = lean_dcache
     folder = f"/storagescale/dcap-many-{secrets.token_hex(4)}"
-    spec = with_listing_door(driver_spec(dcache.url_for("dcap"),
-                                         options=dcache.driver_options(),
-                                         writable_root=folder),
-                             {door: dcache.url_for(door) for door in ("davs", "root", "dcap")})
+    spec = _dcap_spec(dcache, folder)
     service = spec.connect("cleanup", timeout=180)
     service.created = CreatedPaths(folder)
     clients = [spec.client(index, timeout=180) for index in range(3)]
@@ -179,3 +169,15 @@ def test_concurrent_dcap_uploads_all_arrive_whole(lean_dcache):
             client.close()
         remove_created(service, service.created, None)
         service.close()
+
+
+def _dcap_spec(dcache, folder: str):
+    """The dcap door's driver spec writing in ``folder``, listing through another door
+    of the same namespace (the session's ``with_listing_door``)."""
+    from pytest_storagescale.drivers.registry import driver_spec
+    from pytest_storagescale.session.endpoint import with_listing_door
+
+    return with_listing_door(
+        driver_spec(dcache.url_for("dcap"), options=dcache.driver_options(),
+                    writable_root=folder),
+        {door: dcache.url_for(door) for door in ("davs", "root", "dcap")})
