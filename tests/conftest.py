@@ -101,7 +101,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "embedded_dcache" in fixtures:
             item.add_marker(pytest.mark.slow_server)
             item.add_marker(pytest.mark.xdist_group(DCACHE_GROUP))
+        _group_by_module_fixture(item)
     _long_modules_first(items)
+
+
+def _group_by_module_fixture(item: pytest.Item) -> None:
+    """A test using a module- or class-scoped fixture of its own module (a server, a
+    wheel, a cluster started once for the module's tests) joins the xdist group of that
+    module, unless it is in a group already. Under ``--dist loadgroup`` an ungrouped
+    test is a unit of its own and consecutive ones go to whichever worker asks first,
+    so the module's tests were split over both workers and each worker set the fixture
+    up (a second lean dCache for test_dcap_load_door.py, each login's servers of
+    test_logins.py twice); grouped, the module's tests run on one worker, on one
+    set-up."""
+    if item.get_closest_marker("xdist_group") is not None:
+        return
+    module = item.getparent(pytest.Module)
+    info = getattr(item, "_fixtureinfo", None)
+    if module is None or info is None:
+        return
+    for name in getattr(item, "fixturenames", ()):
+        definitions = info.name2fixturedefs.get(name)
+        if not definitions:
+            continue
+        used = definitions[-1]  # the definition in effect for this test
+        if used.scope in ("module", "class") and used.baseid.startswith(module.nodeid):
+            item.add_marker(pytest.mark.xdist_group(f"module-{module.path.name}"))
+            return
 
 
 #: a test that runs a minute or more on the reference machine (a whole suite against a
