@@ -9,8 +9,8 @@ Two means, applied together by :func:`redact_text`:
   is replaced wherever it appears, also percent-, HTML- or JSON-escaped;
 * **what a credential looks like**, for those the session never saw (a server's error
   page quoting a request): URL ``user:password@``, token query parameters,
-  ``Authorization:`` headers, ``Bearer <token>``, ``"access_token": ...`` and PEM
-  blocks.
+  ``Authorization:`` headers, ``Bearer <token>``, ``"access_token": ...``, JWTs
+  (``eyJ...``, whole or cut) and PEM blocks.
 
 URL userinfo ends at the *last* ``@`` of the authority: Python's ``urlsplit`` splits
 there, XRootD's ``XrdCl::URL`` at the first one, so the last removes what either takes
@@ -68,6 +68,13 @@ _PATTERNS = (
      re.compile(r"(?i)([\"']?\b(?:access_token|refresh_token|id_token|bearer_token|"
                 r"client_secret|password|passwd)\b[\"']?\s*[:=]\s*[\"']?)[^\s\"'&,;}]+"),
      r"\1***"),
+    # a JWT (a WLCG or SciToken, an OIDC access token) none registered: three base64url
+    # parts, the first two JSON objects ("eyJ"), whole or cut; also one whose header and
+    # payload the registry took already (a cut token: its signature's rest)
+    (("eyj", "***.***."),
+     re.compile(r"(?:\beyJ[A-Za-z0-9_-]{6,}|\*\*\*)\.(?:eyJ[A-Za-z0-9_-]*|\*\*\*)"
+                r"(?:\.[A-Za-z0-9_-]*)?"),
+     "***"),
     # a PEM block (a private key, a proxy), cut or whole
     (("-----begin",),
      re.compile(r"(-----BEGIN ([A-Z0-9 ]+)-----).*?(?:-----END \2-----|\Z)", re.S),
