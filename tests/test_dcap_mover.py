@@ -17,6 +17,7 @@ import os
 import random
 import socket
 import threading
+import time
 
 import pytest
 from test_loopback_only import (  # noqa: F401 - outside_addresses is a fixture
@@ -80,7 +81,8 @@ def _open_through(outside: list[str], *, movers: bool):
     """A dcap read of a file through the gfal2 driver (its movers switched off when not
     ``movers``: the driver before the fix) from a fake door; the door and the driver's
     processes (this one, its movers)."""
-    door = FakeDoor(lambda: [os.getpid(), *(driver._movers.pids() if driver._movers else [])],
+    door = FakeDoor(lambda: [os.getpid(), *(driver._movers.pids() if driver._movers else []),
+                             *([driver._movers.factory_pid()] if driver._movers else [])],
                     outside)
     driver = gfal2_driver.Gfal2Driver(
         gfal2_driver.Gfal2Driver.parse_endpoint(f"dcap://127.0.0.1:{door.port}/area"),
@@ -144,3 +146,132 @@ def test_in_its_own_process_libdcap_listens_on_every_interface():
     active, callback, sockets = done.stdout.strip().splitlines()[-1].split(" ", 2)
     assert active == "1"
     assert f"'::|{callback}'" in sockets, done.stdout
+
+
+def _status(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/status", encoding="utf-8") as status:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in status if ":\t" in line)
+
+
+def _cpu_ticks(pid: int) -> int:
+    """User and system CPU of ``pid`` so far, in clock ticks (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _closed_port() -> int:
+    """A loopback port below 32768 where nothing listens (libdcap: a signed short)."""
+    server = _door_socket()
+    port = server.getsockname()[1]
+    server.close()
+    return port
+
+
+def _dcap_driver(port: int, **kwargs):
+    return gfal2_driver.Gfal2Driver(
+        gfal2_driver.Gfal2Driver.parse_endpoint(f"dcap://127.0.0.1:{port}/area"),
+        writable_root="/area", timeout=30, **kwargs)
+
+
+def test_movers_are_forked_from_one_factory_of_the_client_process():
+    """Why 47 of 50 dcap clients hung at their logins (suites/dcache,
+    test_transaction_rate_vs_users[c50-dcap], 11.2.5, load 14-25: each login started
+    its mover, a new interpreter importing gfal2 and the package, 50 at once on 2
+    cores, and 47 were still starting after the step's hang_timeout of 60 s): the
+    movers of every client of a process are forked from one factory, a child of this
+    process that imported the driver's imports once, preloaded the loopback-only
+    library and runs one thread. A mover, its child, pays neither the interpreter nor
+    those imports: its CPU until it answered its client is under half the factory's
+    (CPU time of two processes of this host, not a speed). Closing the clients ends
+    their movers, and the last one the factory."""
+    from pytest_storagescale.servers.loopback import library_path
+
+    port = _closed_port()
+    clients = [_dcap_driver(port, client_id=index) for index in range(3)]
+    try:
+        for client in clients:
+            client._movers.start()
+        movers = [pid for client in clients for pid in client._movers.pids()]
+        assert len(set(movers)) == 3, movers
+        parents = {int(_status(mover)["PPid"]) for mover in movers}
+        assert len(parents) == 1 and os.getpid() not in parents, (parents, os.getpid())
+        factory = parents.pop()
+        assert int(_status(factory)["PPid"]) == os.getpid()
+        assert {client._movers.factory_pid() for client in clients} == {factory}
+        assert _status(factory)["Threads"] == "1"
+        library = library_path().name
+        for pid in (factory, *movers):
+            with open(f"/proc/{pid}/maps", encoding="utf-8") as maps:
+                assert library in maps.read()
+        spent = {mover: _cpu_ticks(mover) for mover in movers}
+        assert max(spent.values()) * 2 < _cpu_ticks(factory), (spent, _cpu_ticks(factory))
+    finally:
+        for client in clients[:2]:
+            client.close()
+    assert not any(_alive(pid) for pid in movers[:2])
+    assert _alive(factory), "closed with its last client, not before"
+    clients[2].close()
+    assert not _alive(movers[2]) and not _alive(factory)
+
+
+def test_a_mover_that_ended_is_a_crashed_request_and_the_next_one_forks_another():
+    """A mover killed from outside (SIGKILL): the client's next request through it is
+    a storage error of class 'crashed' naming the mover, not an OSError of the pipe;
+    the request after it is made by a new mover forked from the same factory (here:
+    refused by the closed port, as libdcap says it)."""
+    import signal
+
+    driver = _dcap_driver(_closed_port())
+    try:
+        driver._movers.start()
+        first, = driver._movers.pids()
+        factory = int(_status(first)["PPid"])
+        os.kill(first, signal.SIGKILL)
+        for _ in range(600):  # at most 60 s: its end of the pipe is closed
+            if not _alive(first):
+                break
+            time.sleep(0.1)
+        with pytest.raises(gfal2_driver.StorageError) as crashed:
+            driver.get("/area/file", None)
+        assert crashed.value.error_class == "crashed", crashed.value
+        assert f"the dcap mover (pid {first}) ended" in str(crashed.value)
+        with pytest.raises(gfal2_driver.StorageError) as refused:
+            driver.get("/area/file", None)
+        assert refused.value.error_class != "crashed", refused.value
+        second, = driver._movers.pids()
+        assert second != first and int(_status(second)["PPid"]) == factory
+        assert factory != os.getpid()
+    finally:
+        driver.close()
+    assert not _alive(factory)
+
+
+def test_a_factory_with_threads_forks_no_mover(monkeypatch):
+    """A fork copies only the forking thread: a factory that runs more than one after
+    its imports (here made to import the gfal2 driver's module itself, whose import
+    activates Globus and its threads) forks nothing, and the client's login fails
+    with the reason."""
+    from pytest_storagescale.drivers import dcap_mover
+
+    monkeypatch.setattr(dcap_mover, "imports_of", lambda name: [name])
+    monkeypatch.setattr(dcap_mover, "_FAILED", {})
+    driver = _dcap_driver(_closed_port())
+    try:
+        with pytest.raises(gfal2_driver.StorageError,
+                           match=r"runs \d+ threads after importing "
+                                 r"pytest_storagescale\.drivers\.gfal2: a process forked "
+                                 r"from it would lack them \(not forked\)"):
+            driver._movers.start()
+        with pytest.raises(gfal2_driver.StorageError, match="not tried again"):
+            driver._movers.start()  # the failed start is not repeated by every client
+    finally:
+        driver.close()

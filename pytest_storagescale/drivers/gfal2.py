@@ -46,9 +46,11 @@ through gfal2's dcap plug-in (libdcap, dccp's library), in libdcap's active mode
 (``DCACHE_CLIENT_ACTIVE=1``, dccp's ``-A``: the client connects to the pool's mover).
 libdcap still opens a socket listening on every interface at a process's first
 ``open`` (active mode or not, no setting for its address: :mod:`.dcap_mover`), so the
-data requests (uploads, copies out, reads) are made by *movers*, child processes
-running this driver with the loopback-only preload library, where that socket is bound
-to loopback; stat, mkdir, delete and rmdir open no file and are made here. dcap has no
+data requests (uploads, copies out, reads) are made by *movers*, processes running
+this driver with the loopback-only preload library, where that socket is bound to
+loopback, forked from one factory per client process (a mover's start costs no
+interpreter start: 50 clients' logins at once); stat, mkdir, delete and rmdir open no
+file and are made here. dcap has no
 checksum request and no rename
 (``EPROTONOSUPPORT``), and its listing is never sent (:data:`DCAP_NO_LISTING`): a
 service connection (a step's set-up and clean-up, a check's, the run directory's) lists
