@@ -223,13 +223,14 @@ def parse_load_doors(value: str | tuple[str, ...]) -> tuple[str, ...]:
     once the endpoint is known: :func:`.session.endpoint.load_door_names`)."""
     text = ",".join(value) if isinstance(value, (tuple, list)) else str(value)
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    if names and all(re.fullmatch(r"[A-Za-z][\w.-]*", n) for n in names) and (
-            ALL_DOORS not in names or len(names) == 1):
+    if names and all(re.fullmatch(r"[A-Za-z][\w.-]*(\+[a-z][a-z0-9_.-]*)?", n)
+                     for n in names) and (ALL_DOORS not in names or len(names) == 1):
         return names
     raise StorageScaleUsageError(
         f"--storage-load-doors: {value!r} is not a list of door names. Write all, or the "
         f"doors' names separated by commas, e.g. --storage-load-doors root,davs (the "
-        f"embedded server's doors, or the endpoint's scheme and the --storage-door names)."
+        f"embedded server's doors, or the endpoint's scheme and the --storage-door names); "
+        f"DOOR+CLIENT runs a door's steps through another client (driver), e.g. dcap+dccp."
     )
 
 
@@ -436,6 +437,8 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
         "the doors the load steps run over: all, or door names separated by commas (e.g. "
         "root,davs: the embedded server's doors, or the endpoint's scheme and the "
         "--storage-door names); each load test runs once per door (test id [c10-davs]). "
+        "DOOR+CLIENT: that door through the driver CLIENT (e.g. dcap+dccp, "
+        "gsiftp+globus-url-copy: the seeds' own command-line clients). "
         "Default: the endpoint's own door only.",
     ),
     "storage_tpc_peer": (

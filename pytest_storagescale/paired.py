@@ -169,10 +169,10 @@ def check_compare_with(run: StorageRun) -> None:
         b.check()
     except StorageScaleUsageError as exc:
         raise StorageScaleUsageError(f"--storage-compare-with {text}: {exc}") from None
-    from .session.endpoint import endpoint_door_names
+    from .session.endpoint import endpoint_door_names, split_client
 
-    doors_b = endpoint_door_names(b)
-    missing = [door for door in run.load_doors if door not in doors_b]
+    doors_b = endpoint_door_names(b)  # a load door DOOR+CLIENT needs B's door DOOR
+    missing = [door for door in run.load_doors if split_client(door)[0] not in doors_b]
     if missing:
         raise StorageScaleUsageError(
             f"--storage-compare-with {text}: the load steps run over side A's "

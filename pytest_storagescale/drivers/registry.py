@@ -248,3 +248,12 @@ register_driver(
 register_driver("pytest_storagescale.drivers.local:LocalDriver", name="local", schemes=("file",))
 register_driver("pytest_storagescale.drivers.memory:MemoryDriver", name="memory",
                 schemes=("memory",))
+# the seeds' own command-line clients, one process per load request (drivers/commands.py):
+# never chosen by a scheme; named by --storage-driver, or by a load door DOOR+CLIENT
+register_driver("pytest_storagescale.drivers.commands:DccpDriver", name="dccp", schemes=(),
+                install_hint="the driver's module ships with the plugin; dccp itself: "
+                "'apt-get install dcap dcap-tunnel-gsi'")
+register_driver("pytest_storagescale.drivers.commands:GlobusUrlCopyDriver",
+                name="globus-url-copy", schemes=(),
+                install_hint="the driver's module ships with the plugin; globus-url-copy "
+                "itself: 'apt-get install globus-gass-copy-progs'")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..drivers.base import OWNER_FILE, Driver
 from ..drivers.registry import DriverSpec
 from ..errors import EndpointError, StorageError, StorageNotFound, StorageScaleUsageError
-from .endpoint import EndpointUnderTest, endpoint_door_names
+from .endpoint import EndpointUnderTest, endpoint_door_names, split_client
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -166,9 +166,9 @@ def open_door(endpoint: EndpointUnderTest, run_dir: str, run_id: str, name: str 
     resolved = endpoint.resolved
     if name is None or name == resolved.main_door:
         return Door(resolved.main_door, resolved.driver_spec(run_dir), run_dir, timeout)
-    if name not in resolved.door_urls:
+    if split_client(name)[0] not in resolved.door_urls:
         raise StorageScaleUsageError(unknown)
-    spec, door_dir = door_spec(resolved.door_specs[name], run_id)
+    spec, door_dir = door_spec(resolved.door_spec(name), run_id)
     door = Door(name, spec, door_dir, timeout)
     if name not in checks:
         checks[name] = door_problem(door, what, run_dir_made=True)

@@ -86,6 +86,33 @@ class ResolvedEndpoint:
         return specs
 
 
+    def door_spec(self, name: str) -> DriverSpec:
+        """Door ``name``'s client spec (writable nowhere): :attr:`door_specs`'s, or for a
+        load door ``DOOR+CLIENT`` (:func:`split_client`) door ``DOOR``'s URL through the
+        driver ``CLIENT``, with the options it takes of the main door's and ``DOOR``'s.
+        ``KeyError``: the storage has no door ``DOOR``."""
+        door, client = split_client(name)
+        base = self.door_specs[door]
+        if client is None:
+            return base
+        taken = driver_class(client).option_names
+        options = {key: value for key, value in {**self.spec.options, **base.options}.items()
+                   if key in taken}
+        return with_listing_door(driver_spec(base.endpoint_url, driver=client,
+                                             options=options), self.door_urls)
+
+
+#: ``--storage-load-doors DOOR+CLIENT``: the door ``DOOR`` through the driver ``CLIENT``
+#: (``dcap+dccp``, ``gsiftp+globus-url-copy``: the seeds' own command-line clients)
+CLIENT_SEPARATOR = "+"
+
+
+def split_client(name: str) -> tuple[str, str | None]:
+    """A load door's name as its door and its client (None: the door's own driver)."""
+    door, separator, client = name.partition(CLIENT_SEPARATOR)
+    return door, (client if separator else None)
+
+
 def with_listing_door(spec: DriverSpec, door_urls: Mapping[str, str]) -> DriverSpec:
     """``spec`` with the option naming the door its service connections list through,
     when its driver lists no directory over its scheme (gfal2 over dcap:
@@ -516,7 +543,7 @@ def load_door_names(endpoint: EndpointUnderTest) -> tuple[str, ...]:
         return (main_door_name(endpoint),)
     if wanted == (ALL_DOORS,):
         return known
-    unknown = [name for name in wanted if name not in known]
+    unknown = [name for name in wanted if split_client(name)[0] not in known]
     if unknown:
         where = (f"the embedded {endpoint.embedded_kind}" if endpoint.is_embedded
                  else "this storage (the --storage-endpoint's scheme and the --storage-door "
@@ -526,4 +553,49 @@ def load_door_names(endpoint: EndpointUnderTest) -> tuple[str, ...]:
             f"of {where}: {', '.join(known)}. Name some of those, or all; another door of a "
             f"remote storage is added with --storage-door NAME=URL."
         )
+    for name in wanted:
+        check_client(endpoint, name)
     return tuple(wanted)
+
+
+def check_client(endpoint: EndpointUnderTest, name: str) -> None:
+    """A load door ``DOOR+CLIENT``'s client is a driver that speaks the door's scheme
+    and is installed (its ``check_options``: a tool it runs is there); one usage error
+    naming the fix otherwise. No server is started."""
+    door, client = split_client(name)
+    if client is None:
+        return
+    if endpoint.is_embedded:
+        scheme = door  # the embedded servers name their doors by their schemes
+    else:
+        url = (endpoint.settings.doors or {}).get(door) or endpoint.settings.endpoint or ""
+        scheme = urlsplit(url).scheme.lower()
+    try:
+        cls = driver_class(client)
+    except StorageScaleUsageError as exc:
+        raise StorageScaleUsageError(f"--storage-load-doors {name}: no client {client!r}: "
+                                     f"{exc}") from None
+    if scheme not in cls.schemes:
+        raise StorageScaleUsageError(
+            f"--storage-load-doors {name}: the {client} driver speaks "
+            f"{', '.join(s + '://' for s in cls.schemes)}, not the {door} door's "
+            f"{scheme}://. Drivers that speak it: {', '.join(drivers_of(scheme)) or 'none'} "
+            f"(write {door}+DRIVER).")
+    try:
+        cls.check_options({})
+    except StorageScaleUsageError as exc:
+        raise StorageScaleUsageError(f"--storage-load-doors {name}: {exc}") from None
+
+
+def drivers_of(scheme: str) -> list[str]:
+    """The installed drivers that speak ``scheme`` (an error's hint: imports them all)."""
+    from ..drivers.registry import driver_names
+
+    found = []
+    for driver in driver_names():
+        try:
+            if scheme in driver_class(driver).schemes:
+                found.append(driver)
+        except StorageScaleUsageError:  # not installed
+            continue
+    return found

@@ -182,7 +182,9 @@ def _skip_listing(config: pytest.Config, item: pytest.Item) -> None:
 
 def _door_scheme(config: pytest.Config, door: str | None) -> str:
     """The scheme of a door: the embedded server's doors are named by their scheme, a
-    remote one's ``--storage-door NAME=URL`` by the URL's."""
+    remote one's ``--storage-door NAME=URL`` by the URL's; a load door ``DOOR+CLIENT``
+    (the door through another client, e.g. ``dcap+dccp``) by its door's."""
+    door = door.partition("+")[0] if door else door
     view = storage_view(config)
     doors = (view.settings.doors or {}) if view is not None else {}
     url = doors.get(door or "", "")
