@@ -197,7 +197,15 @@ class CommandDriver(Driver):
         """``tool arguments`` run bounded by this client's timeout; a failure or a kill
         as the :class:`StorageError` of ``operation`` on ``path``."""
         try:
-            done = run_bounded([self.tool, *arguments], environment=self.tool_environment(),
+            environment = self.tool_environment()
+        except EndpointError as exc:  # the loopback-only library could not be built
+            raise StorageError(f"{self.tool} is not run without the loopback-only library "
+                               f"(it may listen on every interface): {exc}",
+                               driver=self.name, endpoint=self.endpoint.server,
+                               operation=operation, path=path,
+                               error_class="client_missing") from None
+        try:
+            done = run_bounded([self.tool, *arguments], environment=environment,
                                deadline_s=self.timeout,
                                stdout_limit=stdout_limit or STDOUT_LIMIT)
         except CommandKilled as killed:
