@@ -234,7 +234,7 @@ def server_watch(run: StorageRun, record: StepRecord):
 
     pids = server.server_pids() if server is not None else []
     billing = _billing_watch(server, plan)
-    exporter = _exporter_watch(server, plan)
+    exporter = _exporter_watch(server, plan, record.door)
     where = ([f"embedded {server.kind} (pid {', '.join(map(str, pids))})"] if pids else []) \
         + ([f"xrd.report to {listener.address}"] if listener is not None else []) \
         + ([f"billing in {billing.log.folder}"] if billing is not None else []) \
@@ -264,10 +264,11 @@ def _billing_watch(server, plan):
     return watch
 
 
-def _exporter_watch(server, plan):
+def _exporter_watch(server, plan, door: str = ""):
     """dCache's Prometheus exporter over the step (:mod:`.load.dcache_exporter`) when
     the embedded server is a dCache (``prometheus_url``): one that says the release
-    ships none when it is "" (10.2), else None (another kind of server)."""
+    ships none when it is "" (10.2), else None (another kind of server). ``door``: the
+    step's (on ``srm`` the SRM door's request counter is compared)."""
     url = getattr(server, "prometheus_url", None)
     if url is None:
         return None
@@ -279,7 +280,8 @@ def _exporter_watch(server, plan):
                              or no_exporter(getattr(server, "version", "")))
     from .servers.dcache import PROMETHEUS_USER
 
-    return ExporterWatch(url, PROMETHEUS_USER, server.password, plan.operation.name)
+    return ExporterWatch(url, PROMETHEUS_USER, server.password, plan.operation.name,
+                         door=door)
 
 
 def measure(run: StorageRun, record: StepRecord,

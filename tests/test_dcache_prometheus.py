@@ -266,6 +266,124 @@ def test_a_dcache_without_exporter_has_a_watch_that_says_so_and_another_server_n
     assert _exporter_watch(SimpleNamespace(), _plan("put")) is None  # an xrootd
 
 
+#: the end of 11.2.5's shipped rules (etc/prometheus_exporter_config.yaml) as it is
+SHIPPED = """
+lowercaseOutputName: true
+lowercaseOutputLabelNames: true
+
+rules:
+
+  # PnfsManager operations
+
+  - pattern: 'org.dcache.commons.stats<type=RequestExecutionTimeGauge, family=PnfsManagerV3, name=(.*)><>UpdateNum'
+    name: dcache_pnfsmanager_ops_$1_updatenum
+    help: "PnfsManager operations execution metrics"
+    type: COUNTER
+
+
+# PnfsManager messages
+
+  - pattern: 'org.dcache.commons.stats<type=RequestCounter, family=ChimeraNameSpaceProvider, name=(.*)\\(.*><>(Failed|Successful)'
+    name: dcache_pnfsmanager_messages_$1_$2
+    help: "PnfsManager message counter"
+    type: COUNTER"""
+
+
+def _exported(rule: dict, bean: str) -> str | None:
+    """The name a jmx_exporter rule gives a bean's attribute (its pattern unanchored,
+    ``$n`` its groups, lower-cased as the release's ``lowercaseOutputName``), None when
+    it does not match."""
+    import re
+
+    found = re.search(rule["pattern"], bean)
+    if found is None:
+        return None
+    return re.sub(r"\$(\d)", lambda m: found.group(int(m.group(1))), rule["name"]).lower()
+
+
+def test_our_srm_rules_come_after_the_releases_and_export_the_srm_doors_counters():
+    """The configuration is the release's rules unchanged, then ours: one rule that
+    exports the SRM door's request counters (``family=srmv2``, one bean per request
+    type: SrmHandler's RequestCounters) as ``dcache_srm_requests_<type>_<outcome>``;
+    it names no chimera counter and no other attribute, and the release's rules name
+    no SRM counter. The indentation follows the release's, a text without rules gets
+    the list."""
+    import yaml
+
+    from pytest_storagescale.load.dcache_exporter import SRM_PREFIX, with_rules
+
+    shipped = yaml.safe_load(SHIPPED)["rules"]
+    config = yaml.safe_load(with_rules(SHIPPED))
+    assert config["lowercaseOutputName"] is True
+    assert config["rules"][:-1] == shipped and len(config["rules"]) == len(shipped) + 1
+    ours = config["rules"][-1]
+    assert ours["type"] == "COUNTER"
+    beans = "org.dcache.commons.stats<type=RequestCounter, family={family}, name={name}><>{attr}: 7"
+    for name, attribute, exported in (
+            ("SrmLsRequest", "Successful", SRM_PREFIX + "ls_successful"),
+            ("SrmLsRequest", "Failed", SRM_PREFIX + "ls_failed"),
+            ("SrmPrepareToPutRequest", "Successful", SRM_PREFIX + "preparetoput_successful"),
+            ("SrmStatusOfLsRequestRequest", "Failed", SRM_PREFIX + "statusoflsrequest_failed"),
+            ("SrmBringOnlineRequest", "Successful", SRM_PREFIX + "bringonline_successful")):
+        bean = beans.format(family="srmv2", name=name, attr=attribute)
+        assert _exported(ours, bean) == exported, bean
+        assert not any(_exported(rule, bean) for rule in shipped), bean  # not theirs
+    for bean in (beans.format(family="srmv2", name="SrmLsRequest", attr="TotalRequests"),
+                 beans.format(family="ChimeraNameSpaceProvider", name="createFile(x)",
+                              attr="Successful"),
+                 beans.format(family="diskCacheV111.srm.dcache.Storage",
+                              name="listDirectory|x", attr="Successful")):
+        assert _exported(ours, bean) is None, bean
+    assert _exported(shipped[-1], beans.format(
+        family="ChimeraNameSpaceProvider", name="createFile(x)", attr="Successful")) \
+        == "dcache_pnfsmanager_messages_createfile_successful"
+    deeper = yaml.safe_load(with_rules("rules:\n    - pattern: 'x'\n      name: y"))
+    assert deeper["rules"][0] == {"pattern": "x", "name": "y"} and deeper["rules"][1] == ours
+    assert yaml.safe_load(with_rules("lowercaseOutputName: true\n"))["rules"] == [ours]
+
+
+def test_an_srm_step_compares_the_srm_doors_request_count_another_door_chimeras():
+    """On the ``srm`` door a step's operation is compared with the SRM door's requests
+    of its type (a stat: srmLs; a put: srmPrepareToPut...); on another door, or
+    an operation without an SRM request of its own, with chimera's call as before. A
+    request type's counter that appeared between the two scrapes (dCache makes it at
+    the type's first request) rose from 0: before, such a step counted nothing."""
+    from pytest_storagescale.load.dcache_exporter import counter_for
+
+    assert counter_for("stat", "srm") == "dcache_srm_requests_ls"
+    assert counter_for("ls", "srm") == ""  # 2 srmLs an ls: not one of a kind
+    assert counter_for("put", "srm") == "dcache_srm_requests_preparetoput"
+    assert counter_for("get", "srm") == "dcache_srm_requests_preparetoget"
+    assert counter_for("mkdir", "srm") == "dcache_srm_requests_mkdir"
+    assert counter_for("delete", "srm") == "dcache_srm_requests_rm"
+    assert counter_for("put", "davs") == "dcache_pnfsmanager_messages_createfile"
+    assert counter_for("write", "srm") == "dcache_pnfsmanager_messages_createfile"
+    assert counter_for("stat", "root") == "" and counter_for("stat") == ""
+    watch = ExporterWatch("http://127.0.0.1:9/metrics", "prometheus", "pw", "stat",
+                          door="srm")
+    assert watch.counter == "dcache_srm_requests_ls" and "door='srm'" in repr(watch)
+    assert ExporterWatch("", "", "", "stat", door="srm").counter == ""  # no exporter
+    before = parse(_exposition())
+    after = parse(_exposition() + (
+        "# TYPE dcache_srm_requests_ls_successful counter\n"
+        "dcache_srm_requests_ls_successful_total 9.0\n"
+        "# TYPE dcache_srm_requests_ls_failed counter\n"
+        "dcache_srm_requests_ls_failed_total 1.0\n"))
+    rose = rises(before, after)
+    assert counted(rose, "dcache_srm_requests_ls") == 10, rose
+
+
+def test_an_srm_step_whose_srm_count_disagrees_says_it_was_the_srm_door():
+    counter = "dcache_srm_requests_ls"
+    assert exporter_disagreement(10, 0, _usage(10, counter)) is None
+    said = exporter_disagreement(10, 0, _usage(13, counter))
+    assert said is not None and said.startswith(
+        "dCache's Prometheus exporter (the SRM door's requests) counted 13"), said
+    assert "13 'ls' requests" in said and "load from outside the plugin" in said
+    said = exporter_disagreement(10, 0, _usage(7, counter))
+    assert said is not None and "never reached the server" in said
+
+
 # -- the tests' shared dCache ---------------------------------------------------------
 def test_the_exporters_password_digest_reads_the_same_as_java_spells_it(tmp_path):
     """jmx_exporter compares the salted SHA-256 as ``BigInteger.toString(16)`` spells
@@ -472,3 +590,102 @@ def test_the_dcache_over_hosts_says_its_exporter_is_out_of_reach_not_unmeasured(
     assert "own host's network namespace" in figures.note
     assert "ships no Prometheus exporter" not in figures.note
     assert ServerUsage(exporter=figures).exporter_unmeasured == ""
+
+
+# -- the SRM door's request counters (our rules after the release's) ------------------
+def _srm(server, root: str, name: str):
+    from pytest_storagescale.drivers.registry import driver_spec
+
+    options = {key: value for key, value in server.driver_options().items()
+               if key in ("ca_dir", "x509_proxy")}
+    return driver_spec(server.url_for("srm"), driver="gfal2", writable_root=root,
+                       options=options).connect(name, timeout=120)
+
+
+def _srm_rises(server, action, times: int) -> dict[str, float]:
+    """What the SRM door's counters rose by over ``times`` calls of ``action``."""
+    from pytest_storagescale.load.dcache_exporter import SRM_PREFIX
+    from pytest_storagescale.servers.dcache import PROMETHEUS_USER
+
+    before = scrape(server.prometheus_url, PROMETHEUS_USER, server.password)
+    for index in range(times):
+        action(index)
+    after = scrape(server.prometheus_url, PROMETHEUS_USER, server.password)
+    return {name: value for name, value in rises(before, after).items()
+            if name.startswith(SRM_PREFIX)}
+
+
+def test_the_srm_doors_request_counters_rise_by_a_clients_requests(embedded_dcache):
+    """Our rules export the SRM door's request counters (``family=srmv2``), which the
+    release's rules do not: N stats through gfal2's SRM plugin raise the door's
+    ``SrmLsRequest`` count by exactly N, and each operation of :data:`SRM_COUNTERS`
+    raises its request type's by one an operation (its successes and failures). An
+    ls, measured beside them, made 2 srmLs: it is not in the map."""
+    from pytest_storagescale.load.dcache_exporter import SRM_COUNTERS
+    from pytest_storagescale.servers.dcache import AREA
+
+    server = embedded_dcache
+    if not server.prometheus_url:
+        pytest.skip(f"dCache {server.version} ships no Prometheus exporter")
+    root = f"{AREA}/srm-exporter-{secrets.token_hex(4)}"
+    client = _srm(server, root, "srm-exporter")
+    times = 7
+    seen: dict[str, dict[str, float]] = {}
+    try:
+        client.mkdir(root)
+        client.put(f"{root}/sample", b"sample")  # what the stats and gets ask for
+        seen["stat"] = _srm_rises(server, lambda _: client.stat(f"{root}/sample"), times)
+        seen["ls"] = _srm_rises(server, lambda _: client.ls(root), times)
+        seen["mkdir"] = _srm_rises(server, lambda i: client.mkdir(f"{root}/d{i}"), times)
+        seen["put"] = _srm_rises(server, lambda i: client.put(f"{root}/p{i}", b"put"), times)
+        seen["get"] = _srm_rises(server, lambda _: client.get(f"{root}/sample"), times)
+        seen["delete"] = _srm_rises(server, lambda i: client.delete(f"{root}/p{i}"), times)
+    finally:
+        client.remove_tree(root)
+        client.close()
+    print(f"dCache {server.version}, {times} of each through gfal2's SRM plugin: {seen}")
+    assert counted(seen["stat"], "dcache_srm_requests_ls") == times, seen["stat"]
+    for operation, counter in SRM_COUNTERS.items():
+        assert counted(seen[operation], counter) == times, (operation, seen[operation])
+    assert "ls" not in SRM_COUNTERS and counted(seen["ls"], "dcache_srm_requests_ls") \
+        == 2 * times, seen["ls"]
+
+
+def test_an_srm_steps_watch_compares_the_srm_doors_count_with_its_clients(embedded_dcache):
+    """A stat step over the ``srm`` door as steps.server_watch makes it: its watch
+    compares the SRM door's ``srmLs`` count with its clients' stats: 10 agree; with 3
+    stats meanwhile from a client outside the step the door counted 13 and the step
+    says it measured load from outside. Over another door the same step compares
+    nothing of SRM (a stat makes no chimera call: no counter)."""
+    from pytest_storagescale.servers.dcache import AREA
+    from pytest_storagescale.steps import _exporter_watch
+
+    server = embedded_dcache
+    if not server.prometheus_url:
+        pytest.skip(f"dCache {server.version} ships no Prometheus exporter")
+    root = f"{AREA}/srm-step-{secrets.token_hex(4)}"
+    client, outside = _srm(server, root, "srm-step"), _srm(server, root, "srm-outside")
+    seen = []
+    try:
+        client.mkdir(root)
+        client.put(f"{root}/f", b"stat me")
+        for extra in (0, 3):
+            watch = _exporter_watch(server, _plan("stat", root), "srm")
+            assert watch.counter == "dcache_srm_requests_ls", watch.counter
+            watch.start()
+            for _ in range(10):
+                client.stat(f"{root}/f")
+            for _ in range(extra):
+                outside.stat(root)
+            seen.append(watch.finish())
+        assert _exporter_watch(server, _plan("stat", root), "davs").counter == ""
+    finally:
+        client.remove_tree(root)
+        client.close()
+        outside.close()
+    print(f"dCache {server.version}: SRM door over a stat step {[f.to_json() for f in seen]}")
+    assert [f.operations for f in seen] == [10, 13], seen
+    assert exporter_disagreement(10, 0, ServerUsage(exporter=seen[0])) is None
+    said = exporter_disagreement(10, 0, ServerUsage(exporter=seen[1]))
+    assert said is not None and "counted 13" in said and "SRM door" in said, said
+    assert "load from outside the plugin" in said, said

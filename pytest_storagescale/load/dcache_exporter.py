@@ -7,9 +7,12 @@ rules export is the namespace's side, not the pools': PnfsManager's requests by
 message type (``dcache_pnfsmanager_ops_<message>_updatenum_total``) and chimera's
 calls by method (``dcache_pnfsmanager_messages_<method>_successful_total`` and
 ``_failed_total``), beside the agent's JVM figures (threads, heap, CPU, garbage
-collection). dCache keeps no mover or per-door counter in JMX: the pools' transfers
-are in billing (:mod:`.dcache_billing`). 10.2 ships neither jar nor option: a step
-there says so (:func:`no_exporter`), never a zero.
+collection). Our own rule after the release's (:data:`SRM_RULES`) adds the SRM door's
+requests by type (``dcache_srm_requests_<type>_successful_total``, ``_failed_total``),
+which its JMX holds and the release's rules leave out. dCache keeps no mover or
+per-door transfer counter in JMX: the pools' transfers are in billing
+(:mod:`.dcache_billing`). 10.2 ships neither jar nor option: a step there says so
+(:func:`no_exporter`), never a zero.
 
 :class:`ExporterWatch` brackets a step's load as :class:`~.dcache_billing.
 BillingWatch` does: one scrape when the clients start (after the set-up), one when
@@ -17,8 +20,10 @@ they are done (before the clean-up), each bounded (:data:`SCRAPE_DEADLINE_S` in 
 :data:`MAX_SCRAPE_BYTES`), parsed by prometheus_client's parser. The step keeps what
 the counters rose by (:attr:`ExporterFigures.rose`) and a few gauges at the load's
 end (:data:`GAUGES`); for an operation that makes exactly one chimera call of a kind
-(:data:`COUNTERS`: a ``put`` creates one file on every door) it compares that rise
-with its clients' operations (:func:`~.server_monitor.exporter_disagreement`). The
+(:data:`COUNTERS`: a ``put`` creates one file on every door), or on the ``srm`` door
+exactly one SRM request of a kind (:data:`SRM_COUNTERS`: a ``stat`` one ``srmLs``), it
+compares that rise with its clients' operations (:func:`~.server_monitor.
+exporter_disagreement`). The
 exporter counts the whole domain, not the step's folder: load from outside the step
 is seen as such, as XRootD's summary counters see it.
 
@@ -64,6 +69,62 @@ COUNTERS = {
 }
 #: the endings of a chimera call's two counters (prometheus_client keeps ``_total``)
 OUTCOMES = ("_successful_total", "_failed_total")
+#: the SRM door's request counters as :data:`SRM_RULES` name them: the request type
+#: (``ls`` for ``SrmLsRequest``, ``preparetoput``, ``bringonline``...) between this
+#: and an outcome of :data:`OUTCOMES`
+SRM_PREFIX = "dcache_srm_requests_"
+#: our own rules, after the release's: its rules export no SRM counter, though the
+#: SRM door (``diskCacheV111.srm.SrmHandler``) registers one JMX bean per request type,
+#: ``org.dcache.commons.stats:type=RequestCounter,family=srmv2,name=<request class>``
+#: (created at the type's first request; attributes ``TotalRequests``, ``Failed``,
+#: ``Successful``: ``Failed`` counts the answers whose status is a failure,
+#: ``Successful`` the others and those not answered yet). One rule: every request type
+#: the door was asked for, its successes and failures
+SRM_RULES = (
+    "# pytest-storagescale: the SRM door's requests by type (not in the release's rules)",
+    "- pattern: 'org.dcache.commons.stats<type=RequestCounter, family=srmv2, "
+    "name=Srm(\\w+)Request><>(Successful|Failed)'",
+    f"  name: {SRM_PREFIX}$1_$2",
+    '  help: "SRM door requests by type"',
+    "  type: COUNTER",
+)
+#: operation -> the SRM request type whose count is the step's operations on the
+#: ``srm`` door, one per operation through gfal2's SRM plugin (measured on 11.2.5, 7 of
+#: each: a stat 1 ``srmLs``; a mkdir 1 ``srmMkdir`` (and 1 ``srmLs``, failed: is it
+#: there?); a put 1 ``srmPrepareToPut`` (and 2 ``srmLs``, 1 ``srmPing``, 1
+#: ``srmPutDone``, 1 ``srmRm`` failed); a get 1 ``srmPrepareToGet`` (and 2 ``srmLs``,
+#: 1 ``srmPing``, 1 ``srmReleaseFiles``); a delete 1 ``srmRm``). An ls made 2
+#: ``srmLs`` (the folder's stat, then its listing): not one request of a kind, not
+#: compared
+SRM_COUNTERS = {
+    "stat": SRM_PREFIX + "ls",
+    "mkdir": SRM_PREFIX + "mkdir",
+    "delete": SRM_PREFIX + "rm",
+    "put": SRM_PREFIX + "preparetoput",
+    "get": SRM_PREFIX + "preparetoget",
+}
+
+
+def counter_for(operation: str, door: str = "") -> str:
+    """The counter compared with a step's operations ("" none): on the ``srm`` door
+    the SRM door's request type (:data:`SRM_COUNTERS`), else chimera's call
+    (:data:`COUNTERS`)."""
+    if door == "srm" and operation in SRM_COUNTERS:
+        return SRM_COUNTERS[operation]
+    return COUNTERS.get(operation, "")
+
+
+def with_rules(shipped: str, rules: tuple[str, ...] = SRM_RULES) -> str:
+    """The release's exporter configuration (its text) with ``rules`` after its own,
+    indented as its rules are (a ``rules:`` list added when it has none)."""
+    import re
+
+    text = shipped if shipped.endswith("\n") or not shipped else shipped + "\n"
+    found = re.search(r"^( *)- pattern:", text, re.MULTILINE)
+    if not re.search(r"^rules:", text, re.MULTILINE):
+        text += "rules:\n"
+    indent = found.group(1) if found else "  "
+    return text + "".join(f"{indent}{line}\n" for line in rules)
 
 
 class ScrapeError(Exception):
@@ -168,10 +229,13 @@ def rises(before: Scrape, after: Scrape, prefixes: tuple[str, ...] = KEPT_PREFIX
           most: int = MAX_KEPT) -> dict[str, float]:
     """What the counters (and the counts and sums of summaries and histograms) rose by
     between two scrapes: only those that rose, at most ``most`` (the largest rises); a
-    counter gone or lower (a restarted JVM) is left out."""
-    rose = {name: value - before.samples[name] for name, value in after.samples.items()
+    counter gone or lower (a restarted JVM) is left out, one new since ``before`` rose
+    from 0 (dCache makes a request type's counter at its first request: the SRM door's
+    first ``srmLs`` makes ``SrmLsRequest``'s)."""
+    rose = {name: value - before.samples.get(name, 0.0)
+            for name, value in after.samples.items()
             if name.startswith(prefixes) and cumulative(name, after.kinds.get(name, ""))
-            and name in before.samples and value > before.samples[name]}
+            and value > before.samples.get(name, 0.0)}
     kept = sorted(rose, key=lambda name: (-rose[name], name))[:most]
     return {name: rose[name] for name in sorted(kept)}
 
@@ -229,20 +293,22 @@ class ExporterWatch:
     (a release that ships no exporter): :meth:`finish` says so, ``note``."""
 
     def __init__(self, url: str, user: str, password: str, operation: str, *,
-                 note: str = "", deadline_s: float = SCRAPE_DEADLINE_S) -> None:
+                 door: str = "", note: str = "", deadline_s: float = SCRAPE_DEADLINE_S) -> None:
         self.url = url
         self.user = user
         self._password = password
         self.operation = operation
+        self.door = door
         #: the counter compared with the step's operations ("" none)
-        self.counter = COUNTERS.get(operation, "") if url else ""
+        self.counter = counter_for(operation, door) if url else ""
         self.deadline_s = deadline_s
         self._note = note
         self._before: Scrape | None = None
         self.figures: ExporterFigures | None = None
 
     def __repr__(self) -> str:  # never the password
-        return f"ExporterWatch({self.url!r}, operation={self.operation!r})"
+        return (f"ExporterWatch({self.url!r}, operation={self.operation!r}, "
+                f"door={self.door!r})")
 
     def start(self) -> None:
         """The counters when the clients start."""

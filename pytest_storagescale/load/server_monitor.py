@@ -749,15 +749,22 @@ def exporter_disagreement(client_operations: int, in_flight: int, usage: ServerU
     """Why dCache's Prometheus exporter counted the step's operations otherwise than
     its clients did (its counter's rise, one per operation: :data:`.dcache_exporter.
     COUNTERS`), by more than ``limit``; None when they agree or nothing was compared.
-    A login makes no such call (``per_login`` 0)."""
+    A login makes no such call (``per_login`` 0). On the ``srm`` door the counter is
+    the SRM door's requests of a type (:data:`.dcache_exporter.SRM_COUNTERS`)."""
+    from .dcache_exporter import SRM_PREFIX
+
     figures = usage.exporter
     if figures is None or not figures.counter or figures.operations is None:
         return None
-    counter = figures.counter.rsplit("_", 1)[-1]  # createfile, mkdir
+    srm = figures.counter.startswith(SRM_PREFIX)
+    # createfile, mkdir; the SRM door's ls, preparetoput
+    counter = figures.counter.removeprefix(SRM_PREFIX) if srm \
+        else figures.counter.rsplit("_", 1)[-1]
     view = ServerUsage(ops={counter: round(figures.operations)}, counted=counter,
                        per_operation=1.0, per_login=0.0)
     return disagreement(client_operations, in_flight, view, limit=limit,
-                        who="dCache's Prometheus exporter")
+                        who="dCache's Prometheus exporter"
+                            + (" (the SRM door's requests)" if srm else ""))
 
 
 def parse_listen_address(value: str) -> str:

@@ -424,11 +424,14 @@ class EmbeddedDCache(EmbeddedServer):
 
     def _prometheus_lines(self) -> list[str]:
         """``dcache.conf`` lines enabling the release's Prometheus JMX exporter on
-        loopback, with the release's own rules and basic authentication (the run's
-        password as a salted SHA-256: the file holds no secret; another local user
-        reads no counter), when the release ships the agent."""
+        loopback, with the release's own rules and ours after them (the SRM door's
+        requests by type, :data:`~..load.dcache_exporter.SRM_RULES`) and basic
+        authentication (the run's password as a salted SHA-256: the file holds no
+        secret; another local user reads no counter), when the release ships the agent."""
         import hashlib
         import secrets
+
+        from ..load.dcache_exporter import with_rules
 
         assert self.home is not None and self.directory is not None
         shipped = self.home / "etc" / "prometheus_exporter_config.yaml"
@@ -447,7 +450,7 @@ class EmbeddedDCache(EmbeddedServer):
         config.write_text("httpServer:\n  authentication:\n    basic:\n"
                           f"      username: {PROMETHEUS_USER}\n"
                           f"      passwordHash: {digest}\n      algorithm: SHA-256\n"
-                          f"      salt: {salt}\n" + shipped.read_text())
+                          f"      salt: {salt}\n" + with_rules(shipped.read_text()))
         config.chmod(0o600)
         return ["dcache.enable.prometheus.exporter=true",
                 f"dcache.enable.prometheus.exporter.endpoint=127.0.0.1:{self.ports['prometheus']}",
