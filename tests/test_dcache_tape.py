@@ -181,6 +181,56 @@ def test_an_x509_login_needs_the_proxy_and_no_token() -> None:
         dcache_tape.TapeAccess(**fields).control(x509=True)
 
 
+def test_a_jwt_login_needs_a_trusted_issuer(tmp_path: Path) -> None:
+    """A server trusting no issuer names the fix; one that trusts the loopback issuer
+    mints a WLCG-profile JWT of storage.stage on the tape-backed directory."""
+    import jwt
+
+    from pytest_storagescale.errors import EndpointError
+    from pytest_storagescale.servers.credentials import ThrowawayCA
+    from pytest_storagescale.servers.oidc_issuer import OidcIssuer
+
+    fields = dict(area="/a/tape", user="u", password="p", ca_dir="/ca", frontend_port=1,
+                  admin_port=2, admin_key="/k", pools="/p", library="/l", srm_url="srm://x",
+                  xrootd_url="root://x")
+    with pytest.raises(EndpointError, match="trusts no token issuer"):
+        dcache_tape.TapeAccess(**fields).mint_jwt()
+    issuer = OidcIssuer(tmp_path / "oidc", ThrowawayCA(tmp_path / "grid")).start()
+    try:
+        access = dcache_tape.TapeAccess(**fields, oidc=issuer.access)
+        claims = jwt.decode(access.mint_jwt(), options={"verify_signature": False})
+    finally:
+        issuer.stop()
+    assert claims["scope"] == "storage.stage:/tape" == dcache_tape.JWT_SCOPE
+    assert claims["iss"] == issuer.url and claims["wlcg.ver"] == "1.0"
+    assert "oidc" not in repr(access) and str(tmp_path) not in repr(access)
+
+
+def test_the_embedded_dcache_trusts_its_issuer_with_the_wlcg_profile(tmp_path: Path) -> None:
+    """With the tape (the frontend) an issuer by default, none without unless asked;
+    the provider line a site writes for its IAM: the issuer's URL, the WLCG profile,
+    the scopes' paths under the test area, the audience it mints for."""
+    from pytest_storagescale.servers.credentials import ThrowawayCA
+    from pytest_storagescale.servers.dcache import EmbeddedDCache
+    from pytest_storagescale.servers.oidc_issuer import AUDIENCE, OidcIssuer
+
+    without = EmbeddedDCache(tape=None)
+    without._start_oidc_issuer()  # returns before needing a folder: no issuer wanted
+    assert without.oidc_issuer is None and without._oidc_lines() == []
+    assert without.oidc_access is None
+    server = EmbeddedDCache(tape=TapeLibrary(), oidc_issuer=None)
+    assert server.oidc_issuer_wanted is None and server.tape is not None
+    server.oidc_issuer = OidcIssuer(tmp_path / "oidc", ThrowawayCA(tmp_path / "grid")).start()
+    try:
+        assert server._oidc_lines() == [
+            f"gplazma.oidc.provider!storagescale={server.oidc_issuer.url} -profile=wlcg "
+            f"-prefix=/storagescale", f"gplazma.oidc.audience-targets={AUDIENCE}"]
+        assert server.oidc_access is not None and server.oidc_access.issuer.startswith(
+            "https://localhost:")
+    finally:
+        server.oidc_issuer.stop()
+
+
 def test_a_door_is_found_by_its_name_or_its_urls_scheme() -> None:
     """A load step over the dcap door asks the tape for a client of its driver's scheme
     (``gsidcap``), the embedded dCache names the door ``dcap``: both find it (a trial
@@ -411,6 +461,114 @@ def test_the_tape_rest_api_stages_with_the_x509_proxy(embedded_dcache, tape_fold
     path, pnfsid = _flushed_and_evicted(folder, client, control, "x509.dat", b"x" * 4000)
     assert control.replicas(pnfsid) == []
     _staged_back(with_x509, "the X.509 proxy", control, client, path, pnfsid, b"x" * 4000)
+
+
+def test_the_tape_rest_api_stages_with_an_outside_issuers_jwt(embedded_dcache,
+                                                             tape_folder) -> None:
+    """A WLCG site's login: a WLCG-profile JWT of an outside OIDC issuer (the loopback
+    one), ``storage.stage:/tape``. dCache's gPlazma ``oidc`` plugin (``-profile=wlcg``)
+    fetched the issuer's discovery document and keys over HTTPS (the issuer served
+    them), the frontend's ``/api/v1/user`` names the password's user (the token's
+    subject mapped to it), and the Tape REST API stages an evicted file with it, polls
+    and releases; the WebDAV door reads the file with the same token."""
+    from pytest_storagescale.drivers.registry import driver_spec
+    from pytest_storagescale.servers.oidc_issuer import DISCOVERY, JWKS
+
+    folder, client, control = tape_folder
+    access = embedded_dcache.tape_access
+    issuer = embedded_dcache.oidc_issuer
+    assert access.oidc is not None and issuer is not None
+    etc = embedded_dcache.home / "etc"
+    assert "auth    optional    oidc\n" in (etc / "gplazma.conf").read_text()
+    assert (f"gplazma.oidc.provider!storagescale={issuer.url} -profile=wlcg "
+            f"-prefix=/storagescale") in (etc / "dcache.conf").read_text()
+    token = access.mint_jwt()
+    with_jwt = access.control(token)
+    assert token not in repr(with_jwt)
+    status, by_password, _ = control.rest("GET", "/api/v1/user")
+    assert status == 200 and by_password["status"] == "AUTHENTICATED", by_password
+    status, by_jwt, _ = with_jwt.rest("GET", "/api/v1/user")
+    print(f"/api/v1/user: password {by_password}; JWT {by_jwt}")
+    assert status == 200 and by_jwt["status"] == "AUTHENTICATED", by_jwt
+    assert by_jwt["uid"] == by_password["uid"], (by_jwt, by_password)
+    # dCache checked the token against the issuer's published key, fetched over HTTPS
+    assert {("GET", DISCOVERY, 200), ("GET", JWKS, 200)} <= set(issuer.served), issuer.served
+    data = b"j" * 4000
+    path, pnfsid = _flushed_and_evicted(folder, client, control, "jwt.dat", data)
+    assert control.replicas(pnfsid) == []
+    _staged_back(with_jwt, "an outside issuer's JWT", control, client, path, pnfsid, data)
+    options = {"ca_dir": embedded_dcache.ca_dir, "token": token}
+    reader = driver_spec(embedded_dcache.url_for("davs"), driver="http",
+                         options=options).connect("jwt-reader", timeout=60)
+    try:
+        assert reader.read(path, 0, len(data)) == data
+    finally:
+        reader.close()
+
+
+def _quiet_frontend(control, timeout: float = 120) -> None:
+    """Until the frontend serves the password's request again, then 11 s without a
+    request: 11.2's frontend (``frontend.limits.error.*``, 10.2 has none) answers every
+    request of an address 429 for 20 s once it made more than 3 authentication or
+    permission errors in 20 s, and forgets its errors after 10 s without a request, so
+    a refused token's own answer is the login's (401), not the limiter's."""
+    began = time.monotonic()
+    while control.rest("GET", "/api/v1/user")[0] != 200:
+        assert time.monotonic() - began < timeout, "the frontend blocked us for good"
+        time.sleep(2)
+    time.sleep(11)
+
+
+@pytest.mark.parametrize("made, why", [
+    ({"lifetime": -120}, "expired"),
+    ({"audience": "https://elsewhere.example"}, "another audience"),
+    ({"key": "other"}, "signed by a key the issuer never published"),
+    ({"subject": "someone-else"}, "a subject mapped to no user"),
+])
+def test_a_jwt_dcache_must_refuse_logs_no_one_in(embedded_dcache, made, why) -> None:
+    """The tokens a site's dCache must refuse: none logs in (401) to ask for a stage,
+    where the same issuer's good token stages (the test above: the check can fail)."""
+    access = embedded_dcache.tape_access
+    control = access.control()
+    refused = access.control(access.mint_jwt(**made))
+    _quiet_frontend(control)
+    try:
+        status, answer, _ = refused.rest("POST", "/api/v1/tape/stage",
+                                         {"files": [{"path": f"{access.area}/none"}]})
+        print(f"a token {why}: stage {status} {answer}")
+        assert status == 401, (why, status, answer)
+    finally:
+        _quiet_frontend(control)
+
+
+def test_a_jwt_without_storage_stage_stages_nothing(embedded_dcache, tape_folder) -> None:
+    """A good token of the wrong scope (``storage.read:/tape``: it may read, not
+    stage): the file stays on tape."""
+    folder, client, control = tape_folder
+    access = embedded_dcache.tape_access
+    _quiet_frontend(control)
+    path, pnfsid = _flushed_and_evicted(folder, client, control, "jwt-read.dat", b"r" * 4000)
+    read_only = access.control(access.mint_jwt(scope="storage.read:/tape"))
+    try:
+        status, user, _ = read_only.rest("GET", "/api/v1/user")
+        assert status == 200 and user["status"] == "AUTHENTICATED", user  # logged in
+        status, answer, _ = read_only.rest("POST", "/api/v1/tape/stage",
+                                           {"files": [{"path": path}]})
+        print(f"a token of storage.read only: stage {status} {answer}")
+        if status in (200, 201):  # accepted: the file must then fail, not stage
+            request = str(answer["requestId"])
+            _wait(lambda: read_only.poll_tape_rest(request).get(path) not in (
+                "", "QUEUED", "SUBMITTED", "CREATED"), 120)
+            time.sleep(10)  # a stage with the right scope took 1-4 s here: time for one
+            states = read_only.tape_rest_files(request)
+            print(f"... then {states}")
+            control.cancel_tape_rest(request, [path])  # no pin left asking for it
+            assert states[path]["state"] != "COMPLETED", states
+        else:
+            assert status in (401, 403), (status, answer)
+    finally:
+        _quiet_frontend(control)
+    assert control.replicas(pnfsid) == [] and control.locality(path) == "NEARLINE"
 
 
 def _wait(check, timeout: float) -> None:

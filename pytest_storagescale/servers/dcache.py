@@ -54,6 +54,8 @@ from ..redact import register_secret, register_url
 from . import dcache_tape as tape_config
 from .dcache_tape import TapeLibrary
 from .family import EmbeddedServer, start_timeout_hint
+from .oidc_issuer import SUBJECT as OIDC_SUBJECT
+from .oidc_issuer import IssuerAccess, OidcIssuer
 from .orphans import server_directory
 from .postgres import PostgresCluster
 from .postgres import check_installed as check_postgres
@@ -69,6 +71,9 @@ if TYPE_CHECKING:  # .credentials loads cryptography: imported where a server ma
 AREA = "/storagescale"
 #: the test user: its name in gPlazma, uid and gid in the namespace
 USER, UID, GID = "storagescale", 1000, 1000
+#: the outside token issuer's name in gPlazma (``gplazma.oidc.provider!<name>``, the
+#: ``@<name>`` of its subjects in the multi-mapfile)
+OIDC_PROVIDER = "storagescale"
 #: the JVM's heap and direct memory (``dcache.java.memory.*``)
 HEAP, DIRECT_MEMORY = "768m", "512m"
 #: the listening ports of the domain (then the pools' movers' ranges: WAN, LAN)
@@ -233,8 +238,14 @@ class EmbeddedDCache(EmbeddedServer):
     def __init__(self, *, login: str = "unix", startup_timeout: float = 300.0,
                  gsi_xrootd: bool | None = None, state_directory: Path | None = None,
                  extra_doors: tuple[str, ...] = DEFAULT_EXTRA_DOORS,
-                 tape: TapeLibrary | None | str = "default") -> None:
+                 tape: TapeLibrary | None | str = "default",
+                 oidc_issuer: bool | None = None) -> None:
         super().__init__(login=login)
+        #: an outside OIDC token issuer the server trusts (:mod:`.oidc_issuer`: HTTPS on
+        #: loopback, WLCG-profile JWTs; gPlazma's ``oidc`` plugin with ``-profile=wlcg``):
+        #: None, with the tape (the Tape REST API's token login); True or False
+        self.oidc_issuer_wanted = oidc_issuer
+        self.oidc_issuer: OidcIssuer | None = None
         #: the tape behind both pools (:mod:`.dcache_tape`: an HSM script emulating a
         #: tape library in the run's folder, the tape-backed directory, the frontend
         #: with the WLCG Tape REST API, bulk, cleaner-hsm, the admin door); None: none;
@@ -534,6 +545,7 @@ class EmbeddedDCache(EmbeddedServer):
         d = self.directory
         self.home = self._unpack(self.tarball, d / "dist")
         self._make_credentials()
+        self._start_oidc_issuer()
         self._take_state()
         self.database = PostgresCluster(d / "postgres").start()
         if self.state_kept:
@@ -681,6 +693,31 @@ class EmbeddedDCache(EmbeddedServer):
         # any spelling: as written, URL-escaped, and as HTTP basic sends it
         register_url(f"https://{USER}:{self.password}@localhost/")
 
+    @property
+    def oidc_access(self) -> IssuerAccess | None:
+        """How to mint the trusted issuer's tokens (picklable); None without one."""
+        return self.oidc_issuer.access if self.oidc_issuer is not None else None
+
+    def _start_oidc_issuer(self) -> None:
+        """The outside token issuer (``<run>/oidc``), with the tape unless told: its
+        HTTPS server on loopback and the Java trust store of the session's CA (gPlazma's
+        ``oidc`` plugin fetches the issuer's documents with the JVM's own trust)."""
+        wanted = self.oidc_issuer_wanted
+        if not (self.tape is not None if wanted is None else wanted):
+            return
+        assert self.directory is not None and self.authority is not None
+        self.oidc_issuer = OidcIssuer(self.directory / "oidc", self.authority).start()
+        self.oidc_issuer.java_trust_store()
+
+    def _oidc_lines(self) -> list[str]:
+        """``dcache.conf`` lines trusting the issuer: the provider with the WLCG profile,
+        its scopes' paths under the test area, the audience it mints for."""
+        if self.oidc_issuer is None:
+            return []
+        return [f"gplazma.oidc.provider!{OIDC_PROVIDER}={self.oidc_issuer.url} "
+                f"-profile=wlcg -prefix={AREA}",
+                f"gplazma.oidc.audience-targets={self.oidc_issuer.audience}"]
+
     def _write_configuration(self) -> None:
         assert self.home is not None and self.directory is not None
         assert self.database is not None and self.user_certificate is not None
@@ -692,6 +729,11 @@ class EmbeddedDCache(EmbeddedServer):
         tmp = d / "tmp"  # the JVM's java.io.tmpdir (the SRM door's Jetty folder): the run's
         tmp.mkdir(mode=0o700)
         jaas = self._write_zookeeper_login()
+        # the JVM's own trust (gPlazma's oidc plugin fetching the issuer's documents):
+        # the session's CA only
+        trust = (f" -Djavax.net.ssl.trustStore={self.oidc_issuer.trust_store}"
+                 f" -Djavax.net.ssl.trustStoreType=JKS"
+                 if self.oidc_issuer is not None and self.oidc_issuer.trust_store else "")
         conf.write_text("\n".join([
             f"dcache.layout={LAYOUT}",
             f"dcache.paths.grid-security={d / 'grid-security'}",
@@ -704,7 +746,8 @@ class EmbeddedDCache(EmbeddedServer):
             "dcache.config.cache=false",
             # the domain's ZooKeeper client logs in (a later -D wins over dCache's
             # own -Dzookeeper.sasl.client=false); the JVM's temporary files are the run's
-            f"dcache.java.options.extra=-Djava.io.tmpdir={tmp} -Dzookeeper.sasl.client=true",
+            f"dcache.java.options.extra=-Djava.io.tmpdir={tmp} -Dzookeeper.sasl.client=true"
+            f"{trust}",
             f"dcache.authn.jaas.config={jaas}",
             "dcache.net.listen=127.0.0.1",
             f"dcache.net.wan.port.min={wan}",
@@ -724,6 +767,7 @@ class EmbeddedDCache(EmbeddedServer):
             "billing.format.json=true",
             *(tape_config.conf_lines() if self.tape is not None else ()),
             *self._prometheus_lines(),
+            *self._oidc_lines(),
             "",
         ]))
         layout = [
@@ -764,11 +808,16 @@ class EmbeddedDCache(EmbeddedServer):
         (etc / "gplazma.conf").write_text(
             "auth    optional    x509\n"
             "auth    optional    htpasswd\n"
-            "map     optional    multimap\n"
+            + ("auth    optional    oidc\n" if self.oidc_issuer is not None else "")
+            + "map     optional    multimap\n"
             "map     requisite   authzdb\n"
             "session requisite   authzdb\n")
+        # the issuer's subject is the test user (a token of another subject maps to no
+        # one: authzdb refuses it)
         (etc / "multi-mapfile").write_text(
-            f'dn:"{self.user_certificate.subject}" username:{USER}\n')
+            f'dn:"{self.user_certificate.subject}" username:{USER}\n'
+            + (f"oidc:{OIDC_SUBJECT}@{OIDC_PROVIDER} username:{USER}\n"
+               if self.oidc_issuer is not None else ""))
         write_private(etc / "htpasswd", f"{USER}:{apr1_hash(self.password)}\n")
         (d / "run-domain.sh").write_text(_RUN_DOMAIN)
 
@@ -1081,6 +1130,9 @@ class EmbeddedDCache(EmbeddedServer):
         if self.database is not None:
             self.database.stop()
             self.database = None
+        if self.oidc_issuer is not None:  # after the JVM: nothing asks it any more
+            self.oidc_issuer.stop()
+            self.oidc_issuer = None
         self._give_state_back()
         HELD_BLOCKS.pop(self.port_block, None)
         self.port_block = 0

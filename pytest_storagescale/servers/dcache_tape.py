@@ -15,8 +15,9 @@ What a :class:`TapeLibrary` adds to an :class:`~.dcache.EmbeddedDCache`:
 - the tape-backed directory ``/storagescale/tape`` (tags ``sGroup tape``,
   ``RetentionPolicy CUSTODIAL``, ``AccessLatency NEARLINE``): a file written there is
   precious on its pool until the flush, then cached (``ONLINE_AND_NEARLINE``);
-- the services: ``frontend`` (HTTPS, the user's password or proxy: the namespace's
-  locality and the WLCG Tape REST API ``/api/v1/tape``), ``bulk`` (what serves the
+- the services: ``frontend`` (HTTPS, the user's password, proxy or a bearer token: a
+  macaroon, or a WLCG-profile JWT of the loopback issuer, :mod:`.oidc_issuer`: the
+  namespace's locality and the WLCG Tape REST API ``/api/v1/tape``), ``bulk`` (what serves the
   Tape REST API's requests; its database ``bulk``), ``cleaner-hsm`` (a deleted file's
   tape copy is removed through the script), and ``admin`` (ssh, public key only: the
   run's own key in the run's folder, to evict a replica from a pool:
@@ -42,6 +43,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..errors import EndpointError
+from .oidc_issuer import IssuerAccess
 
 #: the HSM's type and instance (the URIs the script prints: ``osm://osm/?...``)
 HSM = "osm"
@@ -66,6 +68,11 @@ ADMIN_WAIT_S = 600.0
 #: what a bearer token for the Tape REST API may do (dCache's macaroon activities;
 #: ``STAGE`` is staging, the rest the namespace's reads the suite polls with)
 TOKEN_ACTIVITIES = ("LIST", "READ_METADATA", "STAGE")
+#: the WLCG-profile scope of the Tape REST API's JWT login (:meth:`TapeAccess.mint_jwt`):
+#: ``storage.stage`` (the profile's "read, potentially staging from tape": dCache's
+#: LIST, READ_METADATA, DOWNLOAD and STAGE) of the tape-backed directory, a path under
+#: the issuer's ``-prefix`` (the test area, servers/dcache.py)
+JWT_SCOPE = f"storage.stage:/{FOLDER}"
 #: dCache's error code of a stage whose tape copy is gone (``CacheException``'s
 #: ``BROKEN_ON_TAPE``: "File is broken on a tape, can't be staged"): the library's
 #: ``lost`` fault and a copy it does not hold exit with it (:data:`.tape_hsm.LOST_RC`)
@@ -246,6 +253,9 @@ class TapeAccess:
     #: dCache's billing folder (``var/billing``: its records of every stage, failed
     #: ones with their error code; "" unknown)
     billing: str = ""
+    #: the outside token issuer the server trusts (its gPlazma ``oidc`` plugin, WLCG
+    #: profile: :mod:`.oidc_issuer`); None: the server trusts none
+    oidc: IssuerAccess | None = None
 
     @classmethod
     def of(cls, server: Any, root: str, user: str) -> TapeAccess:
@@ -260,7 +270,8 @@ class TapeAccess:
                    srm_url=server.url_for("srm"), xrootd_url=server.url_for("root"),
                    driver_options=tuple(server.driver_options().items()),
                    doors=tuple((scheme, server.url_for(scheme)) for scheme in server.schemes),
-                   billing=str(server.home / "var" / "billing") if server.home else "")
+                   billing=str(server.home / "var" / "billing") if server.home else "",
+                   oidc=getattr(server, "oidc_access", None))
 
     def __repr__(self) -> str:  # never the password
         return f"TapeAccess(area={self.area!r}, frontend_port={self.frontend_port})"
@@ -276,6 +287,17 @@ class TapeAccess:
     def x509_proxy(self) -> str:
         """The session user's proxy (the SRM door's login; '' when there is none)."""
         return dict(self.driver_options).get("x509_proxy", "")
+
+    def mint_jwt(self, scope: str = JWT_SCOPE, **claims: Any) -> str:
+        """A bearer token for the frontend from the outside issuer the server trusts: a
+        WLCG-profile JWT (:meth:`.oidc_issuer.IssuerAccess.mint`; ``scope`` paths under
+        the test area, :data:`JWT_SCOPE` by default; ``lifetime=``, ``audience=``,
+        ``subject=``, ``key="other"`` make the tokens dCache must refuse), checked by
+        dCache's gPlazma ``oidc`` plugin against the issuer's published keys."""
+        if self.oidc is None:
+            raise EndpointError("this embedded dCache trusts no token issuer "
+                                "(EmbeddedDCache(oidc_issuer=True), with a tape)")
+        return self.oidc.mint(scope, **claims)
 
     def mint_token(self, validity: str = "PT1H",
                    activities: tuple[str, ...] = TOKEN_ACTIVITIES,

@@ -21,8 +21,12 @@ its own in the tape-backed directory (``/storagescale/tape``) and the test remov
   gfal2, polled; ``root``: ``xrdfs prepare -s`` through the xrootd door, the locality
   polled; ``tape-rest``: the WLCG Tape REST API, ``POST /api/v1/tape/stage``, polled,
   then ``release``; ``login = "token"``: with a bearer token, a macaroon the WebDAV door
-  minted, instead of the password; ``login = "x509"``: with the session user's X.509
-  proxy as the TLS client certificate) and waits until it is on disk again: the latency is
+  minted, instead of the password; ``login = "jwt"``: with a WLCG-profile JWT of an
+  outside issuer the server trusts, ``storage.stage`` of the tape-backed directory, as
+  a WLCG site's clients log in (the embedded dCache's loopback OIDC issuer,
+  ``servers/oidc_issuer.py``, checked by its gPlazma ``oidc`` plugin); ``login =
+  "x509"``: with the session user's X.509 proxy as the TLS client certificate) and
+  waits until it is on disk again: the latency is
   the stage latency. A step stages each file once (``operations = files``).
 
 A file dCache cannot stage ends the stage at once, as a failure naming dCache's answer:
@@ -70,8 +74,9 @@ ON_TAPE = frozenset({"NEARLINE", "ONLINE_AND_NEARLINE"})
 ON_DISK = frozenset({"ONLINE", "ONLINE_AND_NEARLINE"})
 #: the stage interfaces (the thresholds' and records' names)
 INTERFACES = ("srm", "root", "tape-rest")
-#: the Tape REST API's logins: the user's password, a bearer token, the X.509 proxy
-LOGINS = ("password", "token", "x509")
+#: the Tape REST API's logins: the user's password, a bearer token (dCache's own
+#: macaroon), a WLCG-profile JWT of an outside issuer, the X.509 proxy
+LOGINS = ("password", "token", "jwt", "x509")
 #: the Tape REST API's file states that end a file other than staged
 ENDED = ("FAILED", "CANCELLED", "SKIPPED")
 #: a central-flushing step writes for at least this many times the tape library's
@@ -204,8 +209,10 @@ class Stage(_TapeOperation):
         "per_request": Param("count", 1, description="files one stage request names"),
         "login": Param("choice", "password", LOGINS,
                        description="the Tape REST API's login: the user's password, a "
-                                   "bearer token (a macaroon the WebDAV door mints), or "
-                                   "the session user's X.509 proxy (no password)"),
+                                   "bearer token (a macaroon the WebDAV door mints), a "
+                                   "WLCG-profile JWT of an outside issuer the server "
+                                   "trusts, or the session user's X.509 proxy (no "
+                                   "password)"),
     }
 
     def prepare(self, driver, workdir, params, clients, step=None):
@@ -219,6 +226,11 @@ class Stage(_TapeOperation):
             raise StorageScaleUsageError(
                 "login = \"x509\": the embedded dCache handed out no X.509 proxy "
                 "(x509_proxy); give login = \"password\" or \"token\"")
+        if params["login"] == "jwt" and access.oidc is None:
+            raise StorageScaleUsageError(
+                "login = \"jwt\": the embedded dCache trusts no token issuer (its "
+                "loopback OIDC issuer comes with the tape: EmbeddedDCache(oidc_issuer=True)); "
+                "give login = \"token\" for dCache's own macaroon")
         control = access.control()
         folder = _folder(driver, step, workdir)
         data = b"s" * params["file_size"]
@@ -233,7 +245,8 @@ class Stage(_TapeOperation):
             control.wait_locality(path, ON_TAPE, WAIT_S)
         control.evict_many(paths)
         # the step's token, minted once (never pickled out: the operation runs in process)
-        token = access.mint_token() if params["login"] == "token" else None
+        token = (access.mint_token() if params["login"] == "token"
+                 else access.mint_jwt() if params["login"] == "jwt" else None)
         return {"folder": folder, "access": access, "paths": paths, "next": itertools.count(),
                 "lock": threading.Lock(), "clients": {}, "size": len(data), "token": token,
                 **params}

@@ -20,6 +20,11 @@ eviction of its replicas are not driven by this suite).
 - ``test_stage_with_a_token`` (``[ops.stage]``, label ``tape-rest token``): the Tape
   REST API with a bearer token (a macaroon the WebDAV door mints for the user) instead
   of the password.
+- ``test_stage_with_a_jwt`` (``[ops.stage]``, label ``tape-rest jwt``): the same with a
+  WLCG-profile JWT (``storage.stage`` of the tape-backed directory) of an outside OIDC
+  issuer the server trusts, as a WLCG site's clients log in (the embedded dCache's
+  loopback issuer; its gPlazma ``oidc`` plugin, ``-profile=wlcg``, fetches the issuer's
+  keys and maps the token's subject to the test user).
 - ``test_stage_with_x509`` (``[ops.stage]``, label ``tape-rest x509``): the same with
   the session user's X.509 proxy as the client certificate, no password.
 - ``test_bulk_stage`` (``[ops.stage_bulk]``): one Tape REST request for many files
@@ -151,6 +156,18 @@ def test_stage_with_a_token(storage_load, storage_clients, tape_access, storage_
     _main_door_only(storage_load)
     storage_load.run(context=_context(tape_access, storage_endpoint), interface="tape-rest",
                      login="token", label="tape-rest token")
+
+
+@pytest.mark.storagescale_op("stage")
+def test_stage_with_a_jwt(storage_load, storage_clients, tape_access, storage_endpoint):
+    """The Tape REST API with a WLCG-profile JWT of an outside issuer (an IAM's token, as
+    FTS and Rucio stage with): stages per second, latency."""
+    _main_door_only(storage_load)
+    if tape_access.oidc is None:
+        pytest.skip("the embedded dCache trusts no token issuer (EmbeddedDCache("
+                    "oidc_issuer=False), or a layout without the tape's frontend)")
+    storage_load.run(context=_context(tape_access, storage_endpoint), interface="tape-rest",
+                     login="jwt", label="tape-rest jwt")
 
 
 @pytest.mark.storagescale_op("stage")
