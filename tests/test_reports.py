@@ -36,6 +36,49 @@ def _run_suite(pytester, *extra, select="stat_scan or ls_scan"):
     )
 
 
+#: the xdist group of the tests that read :func:`suite_runs` (under ``--dist loadgroup``
+#: they run on one worker, so the module's three runs are made once)
+SUITE_RUNS_GROUP = pytest.mark.xdist_group("reports_suite_runs")
+
+
+@pytest.fixture(scope="module")
+def suite_runs(tmp_path_factory):
+    """The suite's stat and ls scans (as :func:`_run_suite`) run three times against
+    the embedded xrootd, each run writing every output its readers look at, so that
+    the Allure history, the HTML report, the report page and the pytest-benchmark
+    tests read the same runs (7 runs of the same scans before: 84 s and 44 s of a make
+    test in the two slowest): ``first`` (``--alluredir=first``, the report page
+    ``report/``, ``--storage-benchmark-json=old.json``), ``second`` (``second/``,
+    ``second.json``, ``new.json``) and ``third`` (``third/``, with ``second.json`` as
+    its baseline). Each is a :class:`pytest.RunResult`; ``path`` is their folder."""
+    from types import SimpleNamespace
+
+    path = tmp_path_factory.mktemp("suite-runs")
+    thresholds = mechanism_plan(path)
+    # a session of its own, as pytester's subprocess runs have (its HOME, no addopts)
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("PYTEST_ADDOPTS", "TOX_ENV_DIR")}
+    env.update(HOME=str(path), USERPROFILE=str(path),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(path), env.get("PYTHONPATH")])))
+
+    def run(name: str, *extra: str) -> pytest.RunResult:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", f"--basetemp={path / f'basetemp-{name}'}",
+             str(REPO / "suites" / "xrootd"), f"--storage-thresholds={thresholds}",
+             "--storage-clients=2,3", "--storage-duration=0.5s", "-p", "no:cacheprovider",
+             "-k", "stat_scan or ls_scan", f"--alluredir={name}", *extra],
+            cwd=path, env=env, capture_output=True, text=True, timeout=600)
+        return pytest.RunResult(done.returncode, done.stdout.splitlines(),
+                                done.stderr.splitlines(), 0.0)
+
+    return SimpleNamespace(
+        path=path,
+        first=run("first", "--storage-report=report", "--storage-benchmark-json=old.json"),
+        second=run("second", "--storage-results=second.json",
+                   "--storage-benchmark-json=new.json"),
+        third=run("third", "--storage-baseline=second.json"))
+
+
 @contextlib.contextmanager
 def _chromium():
     """A headless Chromium (selenium), quit at the end."""
@@ -64,19 +107,19 @@ def _results(directory: Path) -> dict[str, dict]:
 
 @pytest.mark.integration
 @pytest.mark.long_running
-def test_allure_results_and_stable_history(pytester):
-    first = _run_suite(pytester, "--alluredir=first")
+@SUITE_RUNS_GROUP
+def test_allure_results_and_stable_history(suite_runs):
+    first, second, third, path = (suite_runs.first, suite_runs.second, suite_runs.third,
+                                  suite_runs.path)
     first.assert_outcomes(passed=4)
-    second = _run_suite(pytester, "--alluredir=second", "--storage-results=second.json")
     second.assert_outcomes(passed=4)
-    a, b = _results(pytester.path / "first"), _results(pytester.path / "second")
+    a, b = _results(path / "first"), _results(path / "second")
     # the overview's Environment names the run's verdict (and a baseline's gate)
-    third = _run_suite(pytester, "--alluredir=third", "--storage-baseline=second.json")
     assert third.ret in (0, 1)  # the load steps' gate on a busy machine decides
-    environment = (pytester.path / "third" / "environment.properties").read_text()
+    environment = (path / "third" / "environment.properties").read_text()
     verdict = "PASSED (4 passed)" if third.ret == 0 else "FAILED"
     assert f"run.verdict={verdict}" in environment, environment
-    assert f"run.baseline={pytester.path / 'second.json'}" in environment
+    assert f"run.baseline={path / 'second.json'}" in environment
     assert "run.behaviour_gate=gate\\: no behaviour change against" in environment
     step = a["test_stat_scan[c3]"]
     parameters = {p["name"]: p for p in step["parameters"]}
@@ -93,10 +136,10 @@ def test_allure_results_and_stable_history(pytester):
     # a new embedded server (new port) and new numbers: still the same history
     for name in a:
         assert a[name]["historyId"] == b[name]["historyId"], name
-    environment = (pytester.path / "first" / "environment.properties").read_text()
+    environment = (path / "first" / "environment.properties").read_text()
     assert "storage.system=xrootd" in environment and "client.pytest=" in environment
     assert "run.verdict=PASSED (4 passed)" in environment and "run.baseline" not in environment
-    categories = json.loads((pytester.path / "first" / "categories.json").read_text())
+    categories = json.loads((path / "first" / "categories.json").read_text())
     assert [c["name"] for c in categories][:2] == ["Hung clients", "Threshold violations"]
 
 
@@ -113,12 +156,13 @@ def test_allure_results_written_once_under_xdist(pytester):
 
 
 @pytest.mark.integration
-def test_allure_html_report_shows_the_scan_plot_in_a_browser(pytester, tmp_path):
+@SUITE_RUNS_GROUP
+def test_allure_html_report_shows_the_scan_plot_in_a_browser(suite_runs, tmp_path):
     if not ALLURE.exists():
         pytest.fail(f"{ALLURE} missing: run 'make setup' (installs the Allure command line)")
-    _run_suite(pytester, "--alluredir=results").assert_outcomes(passed=4)
+    suite_runs.first.assert_outcomes(passed=4)
     report = tmp_path / "report"
-    subprocess.run([str(ALLURE), "generate", str(pytester.path / "results"), "-o",
+    subprocess.run([str(ALLURE), "generate", str(suite_runs.path / "first"), "-o",
                     str(report), "--clean"], check=True, capture_output=True, timeout=120)
     case = next(json.loads(p.read_text()) for p in (report / "data" / "test-cases").glob("*")
                 if json.loads(p.read_text())["name"] == "test_stat_scan[c3]")
@@ -146,14 +190,15 @@ def test_allure_html_report_shows_the_scan_plot_in_a_browser(pytester, tmp_path)
 
 
 @pytest.mark.integration
-def test_storage_report_page(pytester):
-    result = _run_suite(pytester, "--storage-report=report")
+@SUITE_RUNS_GROUP
+def test_storage_report_page(suite_runs):
+    result = suite_runs.first
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["report: */report/index.html"])
-    page = (pytester.path / "report" / "index.html").read_text()
+    page = (suite_runs.path / "report" / "index.html").read_text()
     assert page.count("data:image/png;base64,") == 2 + 4 * 2  # 2 scans, 4 steps x 2 plots
     assert "<td>stat</td>" in page and "scan stat" in page
-    csv = (pytester.path / "report" / "table.csv").read_text().splitlines()
+    csv = (suite_runs.path / "report" / "table.csv").read_text().splitlines()
     assert csv[0].startswith("op,clients,succeeded,rate") and len(csv) == 5
 
 
@@ -399,16 +444,18 @@ def test_live_progress_leaves_pytests_line_whole_in_a_terminal(pytester):
 
 
 @pytest.mark.integration
-def test_pytest_benchmark_compare_reads_our_results(pytester):
-    _run_suite(pytester, "--storage-benchmark-json=old.json").assert_outcomes(passed=4)
-    _run_suite(pytester, "--storage-benchmark-json=new.json").assert_outcomes(passed=4)
-    document = json.loads((pytester.path / "new.json").read_text())
+@SUITE_RUNS_GROUP
+def test_pytest_benchmark_compare_reads_our_results(suite_runs):
+    suite_runs.first.assert_outcomes(passed=4)
+    suite_runs.second.assert_outcomes(passed=4)
+    path = suite_runs.path
+    document = json.loads((path / "new.json").read_text())
     stat = next(b for b in document["benchmarks"] if b["name"] == "stat[c3]")
     assert stat["stats"]["rounds"] > 0 and stat["stats"]["ops"] > 0
     assert stat["stats"]["min"] <= stat["stats"]["median"] <= stat["stats"]["max"]
     compare = shutil.which("pytest-benchmark", path=str(Path(sys.executable).parent))
     done = subprocess.run(
-        [compare, "compare", str(pytester.path / "old.json"), str(pytester.path / "new.json"),
+        [compare, "compare", str(path / "old.json"), str(path / "new.json"),
          "--group-by", "name", "--columns", "min,median,max,ops"],
         capture_output=True, text=True, timeout=60,
     )
