@@ -388,3 +388,20 @@ def test_door_client_names_parse():
     for bad in ("dcap+", "+dccp", "dcap+dccp+x", "dcap+DCCP"):
         with pytest.raises(StorageScaleUsageError, match="DOOR\\+CLIENT"):
             parse_load_doors(bad)
+
+
+def test_a_steps_client_cpu_counts_its_tools():
+    """The client CPU of a step (the client-CPU check, the results' client_cpu) counts
+    the tools its clients ran: a tool's CPU is its own process's, which the Python
+    client waits for (before, a step through dccp measured ~1 % of a core)."""
+    from pytest_storagescale.load.stats import CpuMeter
+
+    meter = CpuMeter(1)
+    meter.start()
+    done = run_bounded(["sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"],
+                       environment={"PATH": os.environ["PATH"]}, deadline_s=120)
+    meter.stop()
+    assert done.returncode == 0
+    own = os.times()
+    assert own.children_user + own.children_system >= 0.2  # the tool did burn CPU
+    assert meter.usage is not None and meter.usage.cpu_s >= 0.2, meter.usage

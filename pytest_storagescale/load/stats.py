@@ -539,8 +539,10 @@ class ClientUsage:
 
 
 class CpuMeter:
-    """This process's CPU time (every thread, user + system) between :meth:`start` and
-    :meth:`stop`: the measured window of the clients it runs.
+    """This process's CPU time (every thread, user + system, and its children's once
+    they ended: the command-line tools a load client runs per request,
+    ``drivers/commands.py``) between :meth:`start` and :meth:`stop`: the measured window
+    of the clients it runs.
 
     The coordinator marks it (:meth:`mark`) on every tick; :meth:`start` begins the window
     at the last mark, so a coordinator that busy clients kept from running at the
@@ -555,7 +557,8 @@ class CpuMeter:
     @staticmethod
     def _now() -> tuple[float, float]:
         times = os.times()
-        return time.time(), times.user + times.system
+        return time.time(), (times.user + times.system + times.children_user
+                             + times.children_system)
 
     def mark(self) -> None:
         self._latest = self._now()
