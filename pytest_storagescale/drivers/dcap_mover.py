@@ -225,7 +225,11 @@ class Factory:
         """A new mover: its process, and the ends of its pipes (requests, answers)."""
         to_child, from_parent = os.pipe()
         to_parent, from_child = os.pipe()
-        request = json.dumps({"environment": dict(os.environ), "cwd": os.getcwd()})
+        try:
+            folder = os.getcwd()
+        except OSError:  # removed: the mover's paths are absolute
+            folder = "/"
+        request = json.dumps({"environment": dict(os.environ), "cwd": folder})
         path = driver.endpoint.path
         try:
             with self._lock:
@@ -259,6 +263,7 @@ class Factory:
                                f"no mover: {answer.get('error', answer)}", driver=driver.name,
                                endpoint=driver.endpoint.server, operation="login", path=path,
                                error_class="mover")
+        os.set_inheritable(fds[0], False)  # received as inheritable (SCM_RIGHTS)
         return (ForkedProcess(int(answer["pid"]), fds[0]),
                 Connection(from_parent, readable=False), Connection(to_parent, writable=False))
 

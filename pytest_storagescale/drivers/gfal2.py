@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import stat as stat_module
 import tempfile
@@ -124,6 +125,11 @@ _GLOBUS_STARTED = new_context()
 #: process, so a gsiftp:// client is not made where the next descriptors are near it
 #: (a GridFTP client holds a control and a data connection, and Globus some pipes)
 _SELECT_LIMIT, _GRIDFTP_MARGIN = 1024, 64
+#: GridFTP's reply 530 (not logged in) or a GSS failure in a gsiftp:// error, read
+#: with the message's URLs taken out: a path may hold those digits (a run folder
+#: ``...-fa2a5304e2b7f216`` made a missing file's ENOENT a refused login)
+_GRIDFTP_LOGIN_REFUSED = re.compile(r"(?<![\w./-])530(?![\w./])|gss", re.IGNORECASE)
+_URL = re.compile(r"[a-z][a-z0-9+.-]*://\S*", re.IGNORECASE)
 
 #: dcap, plain and through libdcap's GSI tunnel (``dcap-tunnel-gsi``)
 DCAP_SCHEMES = ("dcap", "gsidcap")
@@ -323,7 +329,8 @@ class Gfal2Driver(XRootDLogins, Driver):
                 f"the server throttled the request: {message} (gfal2 does not wait; the "
                 f"driver sent it again each {THROTTLE_WAIT:g} s while half its deadline "
                 f"allowed)", error_class="throttled", **kwargs)
-        if self.endpoint.scheme == "gsiftp" and ("530" in message or "gss" in lowered):
+        if self.endpoint.scheme == "gsiftp" and _GRIDFTP_LOGIN_REFUSED.search(
+                _URL.sub("", message)):
             # GridFTP's 530 / a GSS failure: the login was refused (no proxy, a CA the
             # server does not trust, no grid-mapfile entry), not the server's certificate
             return StoragePermissionDenied(login_refusal(message, self.options),
