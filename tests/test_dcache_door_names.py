@@ -1,8 +1,9 @@
 """The embedded dCache's doors by name (issue 35): ``--storage-load-doors`` takes
-``gsiftp`` beside ``davs``, ``root`` and ``srm``, and ``all`` is the four; ``dcap`` is
-not a door of the session (the gfal2 driver lists no dcap directory, which a folder's
-clean-up needs: servers/dcache.py DEFAULT_EXTRA_DOORS). The load tests of suites/dcache
-are collected once per door, without a dCache start (``--storage-version``)."""
+``dcap`` and ``gsiftp`` beside ``davs``, ``root`` and ``srm``, and ``all`` is the five
+(servers/dcache.py DEFAULT_EXTRA_DOORS: dcap's folders are listed through the xrootd
+door, its data moved by the gfal2 driver's forked movers). The load tests of
+suites/dcache are collected once per door, without a dCache start
+(``--storage-version``)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ def _collected(pytester, *options: str):
 
 
 @pytest.mark.parametrize(("doors", "expected"), [
-    ("all", ["davs", "root", "srm", "gsiftp"]),
+    ("all", ["davs", "root", "srm", "dcap", "gsiftp"]),
     ("root,gsiftp", ["root", "gsiftp"]),
+    ("dcap", ["dcap"]),
 ])
 def test_the_dcap_and_gridftp_doors_are_load_doors(pytester, doors, expected):
     result = _collected(pytester, f"--storage-load-doors={doors}")
@@ -32,10 +34,10 @@ def test_the_dcap_and_gridftp_doors_are_load_doors(pytester, doors, expected):
         == sorted(expected), ids
 
 
-def test_an_unknown_door_names_the_four(pytester):
-    result = _collected(pytester, "--storage-load-doors=dcap")
-    result.stderr.fnmatch_lines(["*--storage-load-doors: unknown door 'dcap'. The doors of "
-                                 "the embedded dcache: davs, root, srm, gsiftp.*"])
+def test_an_unknown_door_names_the_five(pytester):
+    result = _collected(pytester, "--storage-load-doors=nfs")
+    result.stderr.fnmatch_lines(["*--storage-load-doors: unknown door 'nfs'. The doors of "
+                                 "the embedded dcache: davs, root, srm, dcap, gsiftp.*"])
     assert result.ret == 4
 
 

@@ -89,12 +89,12 @@ BASE_DOORS = ("davs", "root", "srm")
 #: directory it made, :data:`DCAP_LOGIN`) and GridFTP (GSI)
 EXTRA_DOORS = ("dcap", "gsiftp")
 #: the extra doors a server has by default, and so the session's doors
-#: (``--storage-load-doors all``, the conformance checks): GridFTP. Not dcap yet: its
-#: folders' clean-up lists through the xrootd door (session/endpoint.py
-#: with_listing_door) and its concurrent uploads' EIO is gone with the gfal2 driver's
-#: movers, but suites/dcache over it failed 3 of 99 (the tape steps ask for a
-#: ``gsidcap`` door; 47 hung at 50 clients): docs/guarantees.md
-DEFAULT_EXTRA_DOORS = ("gsiftp",)
+#: (``--storage-load-doors all``, the conformance checks): both. dcap's folders' clean-up
+#: lists through the xrootd door (session/endpoint.py with_listing_door); its data moves
+#: in the gfal2 driver's movers, forked from one factory per client process (50 clients
+#: that each started an interpreter at their logins hung there: drivers/dcap_mover.py);
+#: the tape steps find it by its driver's scheme, gsidcap (docs/guarantees.md)
+DEFAULT_EXTRA_DOORS = ("dcap", "gsiftp")
 #: why the dcap door logs in with GSI (docs/servers.md)
 DCAP_LOGIN = ("a plain dcap door's anonymous user (dcap.authz.anonymous-operations=FULL) is "
               "gPlazma's nobody: chimera gives a directory nobody makes its parent's owner "
@@ -227,7 +227,7 @@ class EmbeddedDCache(EmbeddedServer):
     """A throwaway dCache on loopback (see the module's doc)."""
 
     kind = "dcache"
-    summary = "a real dCache release: WebDAV, xrootd, SRM and GridFTP doors"
+    summary = "a real dCache release: WebDAV, xrootd, SRM, dcap and GridFTP doors"
     schemes = (*BASE_DOORS, *DEFAULT_EXTRA_DOORS)
     logins = ("unix", "gsi")
     packages = PACKAGES
