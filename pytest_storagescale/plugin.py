@@ -299,7 +299,10 @@ def check_extras(config: pytest.Config, run: StorageRun) -> None:
             ("--storage-cluster", run.settings.cluster, "distributed", "cluster",
              "run without --storage-cluster"),
             ("the embedded server (no --storage-endpoint given)", run.endpoint.is_embedded,
-             "cryptography", "servers", "give --storage-endpoint URL of a running server")):
+             "cryptography", "servers", "give --storage-endpoint URL of a running server"),
+            ("the embedded dCache's token issuer (servers/oidc_issuer.py)",
+             run.endpoint.is_embedded and run.endpoint.embedded_kind == "dcache",
+             "jwt", "servers", "give --storage-endpoint URL of a running dCache")):
         if asked and importlib.util.find_spec(module) is None:
             raise StorageScaleUsageError(
                 f"{what} needs {module}, which is not installed in this environment: "

@@ -146,6 +146,7 @@ def test_a_storage_setting_makes_the_storage_used_from_the_start(pytester, plain
     ("distributed", "--storage-cluster=local:1", "cluster"),
     ("pycurl", "--storage-endpoint=https://127.0.0.1:1/area", "http"),
     ("cryptography", "--storage-embedded=xrootd", "servers"),
+    ("jwt", "--storage-embedded=dcache", "servers"),  # PyJWT: the dCache's token issuer
 ])
 def test_a_missing_library_is_named_with_its_extra(pytester, tmp_path, module, option, extra):
     """The library an asked-for output or driver needs, hidden from the session: one
