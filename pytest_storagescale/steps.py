@@ -457,7 +457,8 @@ def counts_disagree(record: StepRecord) -> str | None:
     from .load.server_monitor import disagreement, exporter_disagreement
 
     return (disagreement(issued, record.total.hung, record.server, record.total.clients)
-            or exporter_disagreement(issued, record.total.hung, record.server))
+            or exporter_disagreement(issued, record.total.hung, record.server,
+                                     record.total.clients))
 
 
 #: what a step whose server counters could not be taken says where its verdict is read

@@ -355,7 +355,9 @@ def test_an_srm_step_compares_the_srm_doors_request_count_another_door_chimeras(
     assert counter_for("put", "srm") == "dcache_srm_requests_preparetoput"
     assert counter_for("get", "srm") == "dcache_srm_requests_preparetoget"
     assert counter_for("mkdir", "srm") == "dcache_srm_requests_mkdir"
-    assert counter_for("delete", "srm") == "dcache_srm_requests_rm"
+    # a delete's set-up put makes an srmRm and a chimera remove too: neither compared
+    assert counter_for("delete", "srm") == ""
+    assert counter_for("delete", "davs") == "dcache_pnfsmanager_messages_remove"
     assert counter_for("put", "davs") == "dcache_pnfsmanager_messages_createfile"
     assert counter_for("write", "srm") == "dcache_pnfsmanager_messages_createfile"
     assert counter_for("stat", "root") == "" and counter_for("stat") == ""
@@ -382,6 +384,27 @@ def test_an_srm_step_whose_srm_count_disagrees_says_it_was_the_srm_door():
     assert "13 'ls' requests" in said and "load from outside the plugin" in said
     said = exporter_disagreement(10, 0, _usage(7, counter))
     assert said is not None and "never reached the server" in said
+
+
+def test_an_srm_stat_steps_count_has_room_for_its_clients_login_stats():
+    """A gfal2 SRM client logs in with a stat (one srmLs) before the step's clock,
+    inside the load's scrapes: measured through the plugin, 2 clients, 31 stats, 33
+    srmLs, which the step called load from outside before. Each client's login may add
+    one srmLs, no more; a counter a login does not touch (srmPrepareToPut) gets none."""
+    from pytest_storagescale.steps import counts_disagree
+
+    ls, put = "dcache_srm_requests_ls", "dcache_srm_requests_preparetoput"
+    assert exporter_disagreement(31, 0, _usage(33, ls), clients=2) is None
+    assert exporter_disagreement(31, 0, _usage(31, ls), clients=2) is None
+    said = exporter_disagreement(31, 0, _usage(35, ls), clients=2)
+    assert said is not None and "load from outside the plugin" in said, said
+    assert exporter_disagreement(31, 0, _usage(33, ls)) is not None  # no clients given
+    assert exporter_disagreement(31, 0, _usage(33, put), clients=2) is not None
+    record = SimpleNamespace(issued_operations=31, server=_usage(33, ls),
+                             total=SimpleNamespace(hung=0, clients=2))
+    assert counts_disagree(record) is None
+    record.total.clients = 1
+    assert counts_disagree(record) is not None
 
 
 # -- the tests' shared dCache ---------------------------------------------------------
@@ -602,8 +625,10 @@ def _srm(server, root: str, name: str):
                        options=options).connect(name, timeout=120)
 
 
-def _srm_rises(server, action, times: int) -> dict[str, float]:
-    """What the SRM door's counters rose by over ``times`` calls of ``action``."""
+def _srm_rises(server, action, times: int, also: tuple[str, ...] = ()
+               ) -> dict[str, float]:
+    """What the SRM door's counters (and the counters ``also`` begins) rose by over
+    ``times`` calls of ``action``."""
     from pytest_storagescale.load.dcache_exporter import SRM_PREFIX
     from pytest_storagescale.servers.dcache import PROMETHEUS_USER
 
@@ -612,7 +637,7 @@ def _srm_rises(server, action, times: int) -> dict[str, float]:
         action(index)
     after = scrape(server.prometheus_url, PROMETHEUS_USER, server.password)
     return {name: value for name, value in rises(before, after).items()
-            if name.startswith(SRM_PREFIX)}
+            if name.startswith((SRM_PREFIX, *also))}
 
 
 def test_the_srm_doors_request_counters_rise_by_a_clients_requests(embedded_dcache):
@@ -620,8 +645,9 @@ def test_the_srm_doors_request_counters_rise_by_a_clients_requests(embedded_dcac
     release's rules do not: N stats through gfal2's SRM plugin raise the door's
     ``SrmLsRequest`` count by exactly N, and each operation of :data:`SRM_COUNTERS`
     raises its request type's by one an operation (its successes and failures). An
-    ls, measured beside them, made 2 srmLs: it is not in the map."""
-    from pytest_storagescale.load.dcache_exporter import SRM_COUNTERS
+    ls, measured beside them, made 2 srmLs, and a delete step's repetition (a put, then
+    the delete) 2 srmRm and 2 chimera removes: neither is compared."""
+    from pytest_storagescale.load.dcache_exporter import SRM_COUNTERS, counter_for
     from pytest_storagescale.servers.dcache import AREA
 
     server = embedded_dcache
@@ -640,6 +666,10 @@ def test_the_srm_doors_request_counters_rise_by_a_clients_requests(embedded_dcac
         seen["put"] = _srm_rises(server, lambda i: client.put(f"{root}/p{i}", b"put"), times)
         seen["get"] = _srm_rises(server, lambda _: client.get(f"{root}/sample"), times)
         seen["delete"] = _srm_rises(server, lambda i: client.delete(f"{root}/p{i}"), times)
+        # a delete step's repetition: its file put (Delete.before), then deleted
+        seen["put+delete"] = _srm_rises(server, lambda i: (
+            client.put(f"{root}/q{i}", b""), client.delete(f"{root}/q{i}")), times,
+            also=("dcache_pnfsmanager_messages_remove",))
     finally:
         client.remove_tree(root)
         client.close()
@@ -649,6 +679,13 @@ def test_the_srm_doors_request_counters_rise_by_a_clients_requests(embedded_dcac
         assert counted(seen[operation], counter) == times, (operation, seen[operation])
     assert "ls" not in SRM_COUNTERS and counted(seen["ls"], "dcache_srm_requests_ls") \
         == 2 * times, seen["ls"]
+    assert counted(seen["delete"], "dcache_srm_requests_rm") == times, seen["delete"]
+    # a delete step over srm: 2 srmRm and 2 chimera removes a repetition (measured
+    # 14 and 14 for 7): compared with neither
+    assert counter_for("delete", "srm") == ""
+    assert counted(seen["put+delete"], "dcache_srm_requests_rm") == 2 * times
+    assert counted(seen["put+delete"], "dcache_pnfsmanager_messages_remove") \
+        == 2 * times, seen["put+delete"]
 
 
 def test_an_srm_steps_watch_compares_the_srm_doors_count_with_its_clients(embedded_dcache):
@@ -689,3 +726,52 @@ def test_an_srm_steps_watch_compares_the_srm_doors_count_with_its_clients(embedd
     said = exporter_disagreement(10, 0, ServerUsage(exporter=seen[1]))
     assert said is not None and "counted 13" in said and "SRM door" in said, said
     assert "load from outside the plugin" in said, said
+
+
+@pytest.mark.integration
+@pytest.mark.slow_server
+def test_an_srm_stat_steps_record_has_the_srm_doors_count_through_the_plugin(
+        pytester, dcache_release):
+    """Through the plugin over the ``srm`` door (``--storage-load-doors srm``): a
+    2-client stat step's exporter figures count the SRM door's ``srmLs`` requests, and
+    on 11.2.5 that count is the clients' operations (warm-up, measured and drain) and
+    at most their 2 logins' stats: the step passed, so the comparison agreed (before
+    the logins were allowed for, it was an error: 33 counted for 31); on 10.2.25 the
+    record says the release ships no exporter."""
+    import json
+
+    (pytester.path / "thr" / "dcache").mkdir(parents=True)
+    (pytester.path / "thr" / "dcache" / "t.toml").write_text(
+        '[storage]\nsystem = "dcache"\nversions = ["*"]\n[defaults]\nduration = "2s"\n'
+        'warmup = "0.5s"\nhang_timeout = "60s"\n[ops.stat]\nclients = [2]\n'
+        '[[ops.stat.expect]]\nrules = ["failed == 0", "hung == 0"]\n')
+    pytester.makepyfile(test_suite="""
+        import pytest
+
+        @pytest.mark.storagescale_system("dcache")
+        @pytest.mark.storagescale_op("stat")
+        def test_stat(storage_load, storage_clients):
+            storage_load.run()
+    """)
+    results = pytester.path / "results.json"
+    result = pytester.runpytest_subprocess(
+        "test_suite.py", "--storage-embedded=dcache",
+        f"--storage-embedded-version={dcache_release}", "--storage-load-doors=srm",
+        "--storage-thresholds=thr", f"--storage-results={results}", "-p",
+        "no:cacheprovider", timeout=1200)
+    assert result.ret == 0, (result.stdout.str() + result.stderr.str())[-4000:]
+    [step] = json.loads(results.read_text())["steps"]
+    exporter = step["server"]["exporter"]
+    print(f"dCache {dcache_release}, a stat step over srm: {exporter}")
+    if dcache_release.startswith("10."):
+        assert "ships no Prometheus exporter" in exporter["note"], exporter
+        assert exporter["operations"] is None and exporter["rose"] == {}, exporter
+        return
+    sent = (step["warmup_operations"] + step["succeeded"] + step["failed"]
+            + step.get("throttled", 0) + step["drain_operations"])
+    assert step["door"] == "srm", step["door"]
+    assert exporter["counter"] == "dcache_srm_requests_ls", exporter
+    # each client's login stat (one srmLs) may fall within the scrapes: measured 20
+    # srmLs for 18 stats of 2 clients (2026-11-29, load 14-21), 33 for 31
+    assert sent > 0 and sent <= exporter["operations"] <= sent + 2, (exporter, sent)
+    assert step["verdict"] == "pass", step

@@ -745,13 +745,15 @@ def disagreement(client_operations: int, in_flight: int, usage: ServerUsage,
 
 
 def exporter_disagreement(client_operations: int, in_flight: int, usage: ServerUsage,
-                          limit: float = 0.02) -> str | None:
+                          clients: int = 0, limit: float = 0.02) -> str | None:
     """Why dCache's Prometheus exporter counted the step's operations otherwise than
     its clients did (its counter's rise, one per operation: :data:`.dcache_exporter.
     COUNTERS`), by more than ``limit``; None when they agree or nothing was compared.
-    A login makes no such call (``per_login`` 0). On the ``srm`` door the counter is
-    the SRM door's requests of a type (:data:`.dcache_exporter.SRM_COUNTERS`)."""
-    from .dcache_exporter import SRM_PREFIX
+    A login makes no chimera call of those (``per_login`` 0). On the ``srm`` door the
+    counter is the SRM door's requests of a type (:data:`.dcache_exporter.
+    SRM_COUNTERS`), and each of the ``clients``' logins may add its
+    :data:`.dcache_exporter.PER_LOGIN` (a gfal2 client's login stat: one ``srmLs``)."""
+    from .dcache_exporter import PER_LOGIN, SRM_PREFIX
 
     figures = usage.exporter
     if figures is None or not figures.counter or figures.operations is None:
@@ -761,8 +763,8 @@ def exporter_disagreement(client_operations: int, in_flight: int, usage: ServerU
     counter = figures.counter.removeprefix(SRM_PREFIX) if srm \
         else figures.counter.rsplit("_", 1)[-1]
     view = ServerUsage(ops={counter: round(figures.operations)}, counted=counter,
-                       per_operation=1.0, per_login=0.0)
-    return disagreement(client_operations, in_flight, view, limit=limit,
+                       per_operation=1.0, per_login=PER_LOGIN.get(figures.counter, 0.0))
+    return disagreement(client_operations, in_flight, view, clients=clients, limit=limit,
                         who="dCache's Prometheus exporter"
                             + (" (the SRM door's requests)" if srm else ""))
 
