@@ -156,3 +156,20 @@ def test_a_jwt_the_session_never_saw_is_redacted_by_its_shape() -> None:
     assert redact_text("pytest_storagescale.servers.oidc_issuer") == (
         "pytest_storagescale.servers.oidc_issuer")
     assert redact_text("eyJhbGciOiJIUzI1NiJ9 alone") == "eyJhbGciOiJIUzI1NiJ9 alone"
+
+
+def test_stop_closes_the_port_and_ends_the_thread(tmp_path: Path) -> None:
+    """Nothing is left listening once the server that started it stops it (twice is
+    harmless: the dCache's stop may run again after a failed start)."""
+    import socket
+    import threading
+
+    issuer = OidcIssuer(tmp_path / "oidc", ThrowawayCA(tmp_path / "grid")).start()
+    port = issuer.port
+    socket.create_connection(("127.0.0.1", port), timeout=10).close()  # it listens
+    issuer.stop()
+    issuer.stop()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=10)
+    assert not [thread for thread in threading.enumerate() if thread.name == "oidc-issuer"]
+    assert issuer.served == [] and issuer.port == 0
