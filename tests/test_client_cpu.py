@@ -160,3 +160,46 @@ def test_records_of_the_previous_release_have_no_client_cpu():
     assert all(step.metric_or_none("client_cpu") is None for step in steps)
     assert not any(step.client_saturated for step in steps)
     assert "client CPU" not in format_table(steps)[0]
+
+
+def _meter_a_living_child(burn_s: float) -> tuple[float, float]:
+    """In a client process: a child that burns ``burn_s`` of CPU and then waits, alive
+    through the meter's window (as the dcap movers' factory lives through a step)."""
+    import subprocess
+    import sys
+
+    from pytest_storagescale.load.stats import CpuMeter
+
+    meter = CpuMeter(1)
+    meter.start()
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import time, sys\n"
+        f"end = time.process_time() + {burn_s}\n"
+        "while time.process_time() < end: pass\n"
+        "sys.stdout.write('burnt\\n'); sys.stdout.flush(); time.sleep(60)\n")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "burnt\n"
+        meter.stop()
+    finally:
+        child.kill()
+        child.wait()
+    assert meter.usage is not None
+    return meter.usage.cpu_s, meter.usage.window_s
+
+
+def test_a_living_childs_cpu_counts_in_its_client_processs_window():
+    """The dcap movers' factory lives as long as its clients: its CPU reached the step
+    only when it ended (os.times counts a child once waited for), all at once, so a
+    short step's window held 1.67 s of CPU in 0.81 s. A client process's meter counts
+    its living descendants' CPU: a child that burnt 0.6 s and still lives at the
+    window's end is in it (0 before). In the session's own process (the threads
+    executor) it does not: its descendants are the embedded servers."""
+    import multiprocessing
+
+    from pytest_storagescale.load.stats import live_children_cpu_s
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        cpu_s, window_s = pool.apply(_meter_a_living_child, (0.6,))
+    assert cpu_s >= 0.5, (cpu_s, window_s)
+    assert live_children_cpu_s() == 0.0

@@ -538,11 +538,41 @@ class ClientUsage:
                    compiled_clients=int(data.get("compiled_clients") or 0))
 
 
+def live_children_cpu_s() -> float:
+    """The CPU time so far of this client process's living descendants (their own and
+    what their ended children took), 0 outside a client process.
+
+    A child's time reaches :func:`os.times` only once it ended and was waited for: the
+    dcap movers' factory (``drivers/dcap_mover.py``) lives as long as its clients, so its
+    movers' CPU came in at once when it ended, inside a short step's window (1.67 s of
+    CPU in a 0.81 s window: "saturated"). Counted alive, each second is counted once: a
+    descendant that ends between the two readings moves from here into its waiter's
+    children's times. Only in a client process (a child of the session's process): the
+    session's own descendants are the embedded servers, not clients."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is None:
+        return 0.0
+    try:
+        descendants = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for child in descendants:
+        try:
+            t = child.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
 class CpuMeter:
-    """This process's CPU time (every thread, user + system, and its children's once
-    they ended: the command-line tools a load client runs per request,
-    ``drivers/commands.py``) between :meth:`start` and :meth:`stop`: the measured window
-    of the clients it runs.
+    """This process's CPU time (every thread, user + system, and its children's: the
+    command-line tools a load client runs per request, ``drivers/commands.py``, once
+    they ended; its living descendants', the dcap movers' factory and its movers, by
+    :func:`live_children_cpu_s`) between :meth:`start` and :meth:`stop`: the measured
+    window of the clients it runs.
 
     The coordinator marks it (:meth:`mark`) on every tick; :meth:`start` begins the window
     at the last mark, so a coordinator that busy clients kept from running at the
@@ -565,13 +595,15 @@ class CpuMeter:
 
     def start(self) -> None:
         if self._began is None:
-            self._began = self._latest or self._now()
+            wall, cpu = self._latest or self._now()
+            self._began = wall, cpu + live_children_cpu_s()
 
     def stop(self) -> None:
         """End the window (once; a meter never started measured nothing)."""
         if self._began is None or self.usage is not None:
             return
         (wall0, cpu0), (wall1, cpu1) = self._began, self._now()
+        cpu1 += live_children_cpu_s()
         self.usage = ClientUsage(cpu_s=max(0.0, cpu1 - cpu0), window_s=max(0.0, wall1 - wall0),
                                  cores=usable_cores(), processes=1,
                                  clients_per_process=self.clients, rss_mb=_rss_mb())
