@@ -203,3 +203,22 @@ def test_a_living_childs_cpu_counts_in_its_client_processs_window():
         cpu_s, window_s = pool.apply(_meter_a_living_child, (0.6,))
     assert cpu_s >= 0.5, (cpu_s, window_s)
     assert live_children_cpu_s() == 0.0
+
+
+def test_a_steps_timeline_ends_with_its_last_active_second(spec):
+    """A count-bounded step of 6 requests under a 10-hour ceiling: its timeline was
+    36,000 seconds and more a series (the ceiling plus the hang timeout), zeros after
+    the first; now it ends with the last second anything happened, every count kept."""
+    from pytest_storagescale.load.stats import trimmed_timeline
+
+    plan = StepPlan(driver=spec(), operation=get_operation("stat"), workdir="/area/tl",
+                    clients=1, duration=36_000.0, warmup=0.0, max_operations=6,
+                    hang_timeout=5.0)
+    result = run_step(plan, executor="threads")
+    timeline = result.total.timeline
+    assert result.total.succeeded == 6 and sum(timeline["completions"]) == 6
+    assert {len(v) for v in timeline.values()} == {len(timeline["completions"])}
+    assert 1 <= len(timeline["completions"]) <= 60, len(timeline["completions"])
+    assert trimmed_timeline({"a": [0, 2, 0, 0], "b": [1, 0, 3, 0, 0]}) == {
+        "a": [0, 2, 0], "b": [1, 0, 3]}
+    assert trimmed_timeline({"a": [0, 0]}) == {"a": []}
