@@ -260,7 +260,10 @@ def test_the_dcache_upgrade_paired_one_step_and_the_checks_on_both_sides(pyteste
     assert paired["a"]["succeeded"] > 0 and paired["b"]["succeeded"] > 0, paired
     assert len(paired["pairs"]) >= 4 and step["gate"]["samples"] == len(paired["pairs"])
     assert step["gate"]["verdict"] in ("regressed", "unchanged", "improved", "inconclusive")
-    assert step["gate"]["reason"].startswith("B/A paired (ABBAABBA")
+    # a step measured again reads "regressed, then measured again: ...; first: B/A
+    # paired (ABBAABBA ...": its first measurement's reason is quoted (CI 2026-11-29:
+    # rate 0.52 [0.34-0.81] at the first look, 1.16 [0.71-1.89] again, not reproduced)
+    assert "B/A paired (ABBAABBA" in step["gate"]["reason"], step["gate"]["reason"]
     outcomes = {test["nodeid"].rpartition("::")[2]: test for test in document["tests"]}
     for name, words in CHANGED.items():
         assert outcomes[name]["outcome"] == "passed", outcomes[name]

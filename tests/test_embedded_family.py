@@ -315,7 +315,7 @@ def test_the_lists_of_kinds_protocols_and_logins_load_no_heavy_library():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
     protocols, by_servers, by_plugin = done.stdout.splitlines()
-    assert protocols == ("('root', 'davs', 'file', 'https', 'gsiftp', 'srm') "
+    assert protocols == ("('root', 'davs', 'file', 'https', 'gsiftp', 'srm', 'dcap') "
                          "('unix', 'krb5', 'gsi', 'token')")
     assert (by_servers, by_plugin) == ("[]", "[]"), done.stdout
 
