@@ -450,15 +450,24 @@ def gate_check(gate: StepGate) -> RuleCheck:
 def counts_disagree(record: StepRecord) -> str | None:
     """Why the server's count of the step's operations and its clients' disagree by
     more than 2 % (:func:`~.load.server_monitor.disagreement`; dCache's exporter's
-    too, :func:`~.load.server_monitor.exporter_disagreement`), or None."""
+    too, :func:`~.load.server_monitor.exporter_disagreement`), or None. The exporter's
+    calls taken for retries inside the clients' operations (:func:`~.load.
+    server_monitor.exporter_retries`) go into the record (``server.exporter.retried``
+    and ``retries``)."""
     issued = record.issued_operations
     if record.server is None or issued is None or record.total is None:
         return None
-    from .load.server_monitor import disagreement, exporter_disagreement
+    from .load.server_monitor import disagreement, exporter_disagreement, exporter_retries
 
-    return (disagreement(issued, record.total.hung, record.server, record.total.clients)
-            or exporter_disagreement(issued, record.total.hung, record.server,
-                                     record.total.clients))
+    total = record.total
+    failed = total.failed + total.throttled
+    retried, retries = exporter_retries(issued, total.hung, record.server, failed)
+    if retried and record.server.exporter is not None:  # the record says what it took
+        record.server = replace(record.server, exporter=replace(
+            record.server.exporter, retried=retried, retries=retries))
+    return (disagreement(issued, total.hung, record.server, total.clients)
+            or exporter_disagreement(issued, total.hung, record.server, total.clients,
+                                     clients_failed=failed))
 
 
 #: what a step whose server counters could not be taken says where its verdict is read

@@ -212,11 +212,122 @@ def test_a_step_whose_exporter_count_disagrees_is_an_error_saying_so():
     from pytest_storagescale.steps import counts_disagree
 
     record = SimpleNamespace(issued_operations=10, server=_usage(14),
-                             total=SimpleNamespace(hung=0, clients=2))
+                             total=SimpleNamespace(hung=0, clients=2, failed=0, throttled=0))
     said = counts_disagree(record)
     assert said is not None and said.startswith("dCache's Prometheus exporter counted 14")
     record.server = _usage(10)
     assert counts_disagree(record) is None
+
+
+#: the writers' step of ``test_mixing_readers_and_writers[c1-gsiftp]`` on 11.2.5
+#: (2026-11-29, ``--storage-load-doors all --storage-scale 0.05``): 70 puts through
+#: gfal2's GridFTP plug-in (68 in the window, 1 warm-up, 1 drain), none failed; the
+#: exporter's chimera calls that rose over the load, and billing's transfers of the
+#: step's folder, as its record holds them
+GSIFTP_RETRY_ROSE = {
+    "dcache_pnfsmanager_messages_addinodelocation_successful_total": 71.0,
+    "dcache_pnfsmanager_messages_createfile_failed_total": 1.0,
+    "dcache_pnfsmanager_messages_createfile_successful_total": 71.0,
+    "dcache_pnfsmanager_messages_find_successful_total": 145.0,
+    "dcache_pnfsmanager_messages_path2inodes_failed_total": 70.0,
+    "dcache_pnfsmanager_messages_remove_successful_total": 1.0,
+    "dcache_pnfsmanager_messages_setinodeattributes_successful_total": 71.0,
+    "dcache_pnfsmanager_ops_pnfscreateentrymessage_updatenum_total": 72.0,
+    "dcache_pnfsmanager_ops_pnfsdeleteentrymessage_updatenum_total": 1.0,
+    "dcache_pnfsmanager_ops_pnfsgetfileattributes_updatenum_total": 359.0,
+}
+GSIFTP_RETRY_BILLING = {"read": 0, "write": 70, "transfers": 70, "failed": 0,
+                        "read_bytes": 0, "write_bytes": 35_000_000}
+
+
+def _recorded(rose: dict[str, float] | None = None, billing: dict[str, int] | None = None,
+              **changed: float) -> ServerUsage:
+    """The gsiftp writers' step's server side (:data:`GSIFTP_RETRY_ROSE`), with
+    ``changed`` counters (``createfile_successful=72``: chimera's ``createfile``
+    successes) and billing's counts (None: as recorded; {}: no billing count)."""
+    rose = dict(GSIFTP_RETRY_ROSE if rose is None else rose)
+    for short, value in changed.items():
+        name = f"dcache_pnfsmanager_messages_{short}_total"
+        rose[name] = value
+    counter = "dcache_pnfsmanager_messages_createfile"
+    ops = dict(GSIFTP_RETRY_BILLING if billing is None else billing)
+    return ServerUsage(source="embedded dcache", ops=ops,
+                       counted="write" if ops else "", per_operation=1.0, per_login=0.0,
+                       compare_with="write", exporter=ExporterFigures(
+                           rose=rose, counter=counter, operations=counted(rose, counter)))
+
+
+def test_an_upload_retried_inside_one_gsiftp_operation_is_no_load_from_outside():
+    """The recorded step: 72 ``createfile`` (71 successful, 1 failed), 1 ``remove``,
+    billing 70 transfers, for 70 puts none of which failed. One upload's file was
+    created, removed and created again inside one client operation: 2 calls beyond
+    the clients', each matched by a failed create or a remove, while billing counted
+    no transfer beyond theirs. The step gets its verdict, and its record says how
+    many calls were taken for retries (the table's cell too). Before: *dCache's
+    Prometheus exporter counted 72 ... load from outside the plugin*, no verdict."""
+    from pytest_storagescale.records import StepRecord
+    from pytest_storagescale.reporting.table import exporter_part
+    from pytest_storagescale.steps import counts_disagree
+
+    usage = _recorded()
+    assert usage.exporter is not None and usage.exporter.operations == 72
+    assert exporter_disagreement(70, 0, usage, clients=1) is None
+    record = SimpleNamespace(issued_operations=70, server=usage,
+                             total=SimpleNamespace(hung=0, clients=1, failed=0, throttled=0))
+    assert counts_disagree(record) is None
+    figures = record.server.exporter
+    assert figures.retried == 2 and figures.operations == 72, figures
+    assert figures.retries == (
+        "2 'createfile' call(s) beyond the clients' 70 operations taken for retries "
+        "inside them (a client library's or the door's): 1 failed (the clients' failed "
+        "operations 0), 1 file(s) removed again; billing counted 70 transfers")
+    again = ServerUsage.from_json(record.server.to_json())
+    assert again == record.server and again.to_json()["exporter"]["retried"] == 2
+    step = StepRecord(step_id="main-045", test="t", section="mixed", operation="put",
+                      clients=1, system="dcache", server=record.server)
+    assert exporter_part(step) == "exporter 72 put, 2 retried (432 pnfs req)"
+
+
+def test_creates_from_outside_still_disagree_beside_a_retry():
+    """What stays load from outside: creates a failed create or a remove does not
+    match one for one (the files remain), a transfer billing counted beyond the
+    clients' (an outside writer in the step's folder, its file removed again), a
+    failed create that is a client's own failed operation, no billing count to
+    confirm the transfers, and an excess partly matched (all or nothing)."""
+    from pytest_storagescale.load.server_monitor import exporter_retries
+
+    outside = "load from outside the plugin"
+    # 2 files created from outside, neither failed nor removed: 72 successful
+    said = exporter_disagreement(70, 0, _recorded(
+        createfile_successful=72, createfile_failed=0, remove_successful=0))
+    assert said is not None and "counted 72" in said and outside in said, said
+    # as recorded, but billing counted 71 transfers in the step's folder: one more
+    # upload than the clients made, created and removed again by another client
+    billed = dict(GSIFTP_RETRY_BILLING, write=71, transfers=71)
+    said = exporter_disagreement(70, 0, _recorded(billing=billed))
+    assert said is not None and "counted 72" in said, said
+    assert exporter_retries(70, 0, _recorded(billing=billed)) == (0, "")
+    # no billing count (not read, or none for the operation): nothing confirms it
+    said = exporter_disagreement(70, 0, _recorded(billing={}))
+    assert said is not None and "counted 72" in said, said
+    # 3 beyond the clients', 2 matched: the whole excess stays compared (74)
+    said = exporter_disagreement(70, 0, _recorded(createfile_successful=73))
+    assert said is not None and "counted 74" in said, said
+    # 10 puts, 1 failed at its client (its failed create), 1 file from outside: the
+    # client's failed create is not a retry's trace
+    ten = _recorded(createfile_successful=10, createfile_failed=1, remove_successful=0,
+                    billing=dict(GSIFTP_RETRY_BILLING, write=10, transfers=10))
+    said = exporter_disagreement(10, 0, ten, clients_failed=1)
+    assert said is not None and "counted 11" in said and outside in said, said
+    assert exporter_disagreement(10, 0, ten) is None  # a retry, had no client failed
+    # a counter whose calls a step makes otherwise (remove: a delete step) is not read so
+    removes = _recorded()
+    removes = ServerUsage(ops=removes.ops, counted="write", per_login=0.0,
+                          exporter=ExporterFigures(
+                              rose=GSIFTP_RETRY_ROSE,
+                              counter="dcache_pnfsmanager_messages_remove",
+                              operations=3.0))
+    assert exporter_retries(1, 0, removes) == (0, "")
 
 
 def test_the_exporters_figures_go_into_the_json_and_the_table():
@@ -401,7 +512,7 @@ def test_an_srm_stat_steps_count_has_room_for_its_clients_login_stats():
     assert exporter_disagreement(31, 0, _usage(33, ls)) is not None  # no clients given
     assert exporter_disagreement(31, 0, _usage(33, put), clients=2) is not None
     record = SimpleNamespace(issued_operations=31, server=_usage(33, ls),
-                             total=SimpleNamespace(hung=0, clients=2))
+                             total=SimpleNamespace(hung=0, clients=2, failed=0, throttled=0))
     assert counts_disagree(record) is None
     record.total.clients = 1
     assert counts_disagree(record) is not None

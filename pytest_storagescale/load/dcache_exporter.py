@@ -25,7 +25,12 @@ exactly one SRM request of a kind (:data:`SRM_COUNTERS`: a ``stat`` one ``srmLs`
 compares that rise with its clients' operations (:func:`~.server_monitor.
 exporter_disagreement`). The
 exporter counts the whole domain, not the step's folder: load from outside the step
-is seen as such, as XRootD's summary counters see it.
+is seen as such, as XRootD's summary counters see it. Except a retry inside one
+client operation (an upload that a client library or the door began again): a
+``createfile`` beyond the clients' operations matched one for one by a failed
+``createfile`` or a ``remove``, while billing counted no transfer beyond theirs, is
+taken for one and said so in the step's record (:func:`retried_calls`,
+:func:`~.server_monitor.exporter_retries`).
 
 The password (the run's, basic authentication) goes only into the request's header:
 no message, repr or record holds it.
@@ -114,6 +119,44 @@ PER_LOGIN = {SRM_PREFIX + "ls": 1.0}
 #: operations of :data:`COUNTERS` whose chimera call is not one a repetition over the
 #: ``srm`` door (see :data:`SRM_COUNTERS`): compared with nothing there
 SRM_UNCOMPARED = ("delete",)
+
+
+#: a counter -> the two of :data:`COUNTERS`' whose rises show a call retried inside
+#: one client operation: a ``createfile`` that failed (it made no file), and a
+#: ``remove`` (a file created, then removed again). An upload retried by the client
+#: library or the door makes more than one ``createfile`` call in one operation: the
+#: gsiftp writers' step of 2026-11-29 (11.2.5, 70 puts through gfal2's GridFTP plug-in)
+#: counted 71 ``createfile`` successful, 1 failed and 1 ``remove``, and billing 70
+#: transfers (:func:`retried_calls`)
+RETRY_TRACES = {
+    "dcache_pnfsmanager_messages_createfile": (
+        "dcache_pnfsmanager_messages_createfile_failed_total",
+        "dcache_pnfsmanager_messages_remove_successful_total"),
+}
+
+
+def retried_calls(rose: dict[str, float], counter: str, clients_most: float,
+                  clients_failed: float = 0.0) -> int:
+    """How many of ``counter``'s calls over the load were retries inside the clients'
+    operations (0: none, or not all of the excess can be): the calls beyond
+    ``clients_most`` (the most the clients' operations may have made, one each: those
+    finished and those given up), when each of them is matched one for one by a trace
+    of :data:`RETRY_TRACES` (a failed call beyond the ``clients_failed`` operations that
+    failed at the clients, which may have made one each; a ``remove``): then no file
+    beyond the clients' remains. All or nothing: an excess a trace does not match is
+    not a retry, and the whole excess stays compared (a file created from outside and
+    not removed, :func:`~.server_monitor.exporter_disagreement`). Only the counters of
+    :data:`RETRY_TRACES` (``createfile``): a step that removes files (``delete``) or
+    makes folders is not read so."""
+    traces = RETRY_TRACES.get(counter)
+    if traces is None:
+        return 0
+    extra = counted(rose, counter) - clients_most
+    if extra < 0.5:
+        return 0
+    failed, removed = traces
+    matched = max(0.0, rose.get(failed, 0.0) - clients_failed) + rose.get(removed, 0.0)
+    return round(extra) if extra <= matched else 0
 
 
 def counter_for(operation: str, door: str = "") -> str:
@@ -272,6 +315,10 @@ class ExporterFigures:
     operations: float | None = None
     #: why there are no figures ("" when there are)
     note: str = ""
+    #: of ``operations``, the calls taken for retries inside the clients' operations
+    #: (:func:`retried_calls`; set when the step is judged), and what matched them
+    retried: int = 0
+    retries: str = ""
     #: the scrapes' times (epoch s): the counters' interval
     began: float = 0.0
     ended: float = 0.0
@@ -287,6 +334,7 @@ class ExporterFigures:
         return {"rose": dict(self.rose), "gauges": dict(self.gauges),
                 "counter": self.counter, "operations": self.operations,
                 "namespace_requests": self.namespace_requests, "note": self.note,
+                "retried": self.retried, "retries": self.retries,
                 "began": self.began, "ended": self.ended}
 
     @classmethod
@@ -297,6 +345,8 @@ class ExporterFigures:
                    counter=str(data.get("counter") or ""),
                    operations=None if operations is None else float(operations),
                    note=str(data.get("note") or ""),
+                   retried=int(data.get("retried") or 0),
+                   retries=str(data.get("retries") or ""),
                    began=float(data.get("began") or 0.0),
                    ended=float(data.get("ended") or 0.0))
 

@@ -744,15 +744,55 @@ def disagreement(client_operations: int, in_flight: int, usage: ServerUsage,
             + "); rerun it on a quiet server")
 
 
+def exporter_retries(client_operations: int, in_flight: int, usage: ServerUsage,
+                     clients_failed: int = 0) -> tuple[int, str]:
+    """The exporter's calls beyond the clients' operations that were retries inside
+    them, and what says so (``0, ""``: none). A client library or a door that retries
+    an upload inside one operation makes a ``createfile`` more: one that failed, or
+    one whose file it removed again (:func:`.dcache_exporter.retried_calls`: every
+    call beyond the clients' ``client_operations`` and ``in_flight`` must be matched
+    by such a trace, failed calls beyond the ``clients_failed`` operations counted
+    first). And billing, which keeps the step's folder, must have counted no transfer
+    beyond the clients' operations (:attr:`ServerUsage.operations` of its
+    ``transfers``): without billing's count (none for the step's operation, or not
+    read) no call is taken for a retry. What this cannot tell from a retry: another
+    client's create that failed, or whose file was removed again, outside the step's
+    folder."""
+    from .dcache_exporter import RETRY_TRACES, retried_calls
+    from .server_usage import TRANSFERS
+
+    figures = usage.exporter
+    if (figures is None or figures.operations is None
+            or figures.counter not in RETRY_TRACES):
+        return 0, ""
+    most = client_operations + in_flight
+    billed = usage.operations if TRANSFERS in usage.ops else None
+    if billed is None or billed > most:
+        return 0, ""
+    retried = retried_calls(figures.rose, figures.counter, most, clients_failed)
+    if not retried:
+        return 0, ""
+    failed, removed = (figures.rose.get(name, 0.0) for name in RETRY_TRACES[figures.counter])
+    call = figures.counter.rsplit("_", 1)[-1]
+    return retried, (
+        f"{retried} {call!r} call(s) beyond the clients' {most} operations taken for "
+        f"retries inside them (a client library's or the door's): {failed:.0f} failed "
+        f"(the clients' failed operations {clients_failed}), {removed:.0f} file(s) "
+        f"removed again; billing counted {billed:.0f} transfers")
+
+
 def exporter_disagreement(client_operations: int, in_flight: int, usage: ServerUsage,
-                          clients: int = 0, limit: float = 0.02) -> str | None:
+                          clients: int = 0, limit: float = 0.02,
+                          clients_failed: int = 0) -> str | None:
     """Why dCache's Prometheus exporter counted the step's operations otherwise than
     its clients did (its counter's rise, one per operation: :data:`.dcache_exporter.
     COUNTERS`), by more than ``limit``; None when they agree or nothing was compared.
     A login makes no chimera call of those (``per_login`` 0). On the ``srm`` door the
     counter is the SRM door's requests of a type (:data:`.dcache_exporter.
     SRM_COUNTERS`), and each of the ``clients``' logins may add its
-    :data:`.dcache_exporter.PER_LOGIN` (a gfal2 client's login stat: one ``srmLs``)."""
+    :data:`.dcache_exporter.PER_LOGIN` (a gfal2 client's login stat: one ``srmLs``).
+    The calls that were retries inside the clients' operations (:func:`exporter_retries`;
+    ``clients_failed``: the operations that failed at the clients) are not counted."""
     from .dcache_exporter import PER_LOGIN, SRM_PREFIX
 
     figures = usage.exporter
@@ -762,7 +802,8 @@ def exporter_disagreement(client_operations: int, in_flight: int, usage: ServerU
     # createfile, mkdir; the SRM door's ls, preparetoput
     counter = figures.counter.removeprefix(SRM_PREFIX) if srm \
         else figures.counter.rsplit("_", 1)[-1]
-    view = ServerUsage(ops={counter: round(figures.operations)}, counted=counter,
+    retried, _ = exporter_retries(client_operations, in_flight, usage, clients_failed)
+    view = ServerUsage(ops={counter: round(figures.operations) - retried}, counted=counter,
                        per_operation=1.0, per_login=PER_LOGIN.get(figures.counter, 0.0))
     return disagreement(client_operations, in_flight, view, clients=clients, limit=limit,
                         who="dCache's Prometheus exporter"

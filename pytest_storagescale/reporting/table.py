@@ -240,7 +240,8 @@ def server_cell(step: StepRecord) -> str:
 def exporter_part(step: StepRecord) -> str:
     """dCache's Prometheus exporter in the server cell: ``exporter 20 put (143 pnfs
     req)`` (its count of the step's operations, and PnfsManager's requests of every
-    kind), ``exporter 143 pnfs req`` when no counter is the step's, ``no exporter``
+    kind; ``exporter 72 put, 2 retried (...)``: 2 of them retries inside the clients'
+    operations), ``exporter 143 pnfs req`` when no counter is the step's, ``no exporter``
     when the release ships none (10.2), ``exporter not read`` when a scrape failed
     (the JSON says why); "" when the server has no exporter to ask (not a dCache)."""
     figures = step.server.exporter if step.server is not None else None
@@ -251,7 +252,8 @@ def exporter_part(step: StepRecord) -> str:
     requests = f"{figures.namespace_requests} pnfs req"
     if figures.operations is None:
         return f"exporter {requests}"
-    return f"exporter {figures.operations:.0f} {step.operation} ({requests})"
+    retried = f", {figures.retried} retried" if figures.retried else ""
+    return f"exporter {figures.operations:.0f} {step.operation}{retried} ({requests})"
 
 
 def _with_open_loop(steps: list[StepRecord], columns: tuple[str, ...],
