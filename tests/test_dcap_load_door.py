@@ -181,3 +181,60 @@ def _dcap_spec(dcache, folder: str):
         driver_spec(dcache.url_for("dcap"), options=dcache.driver_options(),
                     writable_root=folder),
         {door: dcache.url_for(door) for door in ("davs", "root", "dcap")})
+
+
+def test_a_dcap_client_with_other_credentials_than_its_process_first_goes_through_movers(
+        lean_dcache, tmp_path):
+    """libdcap's GSI tunnel keeps the credentials its process presented first: a second
+    embedded dCache (another CA) had every request of the pytest process refused with
+    EIO ("control line [28] is down": the fresh-clone CI of 0fb45ef, this module after
+    another dCache's dcap tests in the same worker; reproduced with two dCaches started
+    one after the other in one process: the second's mkdir failed, in a process of its
+    own it passed). A dcap client whose CA folder or proxy is not its process's first
+    makes every request, the namespace's too, in its movers; one with the first
+    credentials keeps the namespace's in its own process."""
+    import shutil
+
+    from pytest_storagescale.drivers.base import CreatedPaths
+    from pytest_storagescale.drivers.registry import driver_spec
+    from pytest_storagescale.load.engine import remove_created
+    from pytest_storagescale.session.endpoint import with_listing_door
+
+    dcache = lean_dcache
+    folder = f"/storagescale/dcap-apart-{secrets.token_hex(4)}"
+    first = _dcap_spec(dcache, folder).connect("cleanup", timeout=120)
+    # the same CA and proxy under other names: other credentials to the process (the
+    # first dcap client of this process, this one or an earlier test's, had others)
+    ca_copy = tmp_path / "ca"
+    shutil.copytree(dcache.ca_dir, ca_copy)
+    proxy_copy = tmp_path / "x509up"
+    shutil.copy2(dcache.proxy, proxy_copy)
+    proxy_copy.chmod(0o600)
+    options = {**dcache.driver_options(), "ca_dir": str(ca_copy), "x509_proxy": str(proxy_copy)}
+
+    spec = with_listing_door(
+        driver_spec(dcache.url_for("dcap"), options=options, writable_root=folder),
+        {door: dcache.url_for(door) for door in ("davs", "root", "dcap")})
+    apart = spec.connect("cleanup", timeout=120)
+    apart.created = CreatedPaths(folder)
+    asked: list[str] = []
+    moved = apart._movers.call
+
+    def recorded(request, *args):
+        asked.append(request)
+        return moved(request, *args)
+
+    apart._movers.call = recorded
+    try:
+        assert apart._apart and not first._apart
+        apart.mkdir(f"{folder}/sub")
+        apart.put(f"{folder}/sub/f", b"x" * 1000)
+        assert apart.stat(f"{folder}/sub/f").size == 1000
+        apart.delete(f"{folder}/sub/f")
+        apart.created.forget(f"{folder}/sub/f")
+        assert {"_mkdir", "_stat", "_delete", "_upload"} <= set(asked), asked
+        assert first.stat(folder).is_dir
+    finally:
+        remove_created(apart, apart.created, None)
+        apart.close()
+        first.close()

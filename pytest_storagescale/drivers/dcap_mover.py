@@ -21,7 +21,9 @@ already has the library loaded (a mover) moves the data itself (:func:`contained
 client holds its movers for its life (one per request in flight, at most
 :data:`MAX_MOVERS`); a mover ends when its client closes, or when its pipe closes (its
 parent gone). The namespace requests (stat, mkdir, delete, rmdir) open no file and stay
-in the client's process.
+in the client's process, unless the client's GSI credentials are not the first its
+process presented to a dcap door (libdcap's GSI tunnel keeps those: gfal2.py
+``_DCAP_FIRST_CREDENTIALS``); then its movers serve them too.
 
 A mover is forked, not started. A new interpreter that imports gfal2, this package and
 the driver costs about 0.2 s of CPU (0.17 s user here), and a client's first mover
@@ -74,6 +76,9 @@ ANSWER_TIMEOUTS, ANSWER_GRACE = 3, 30.0
 STOP_WAIT = 5.0
 #: the requests a mover serves: the driver's methods of the same names
 REQUESTS = ("_upload", "_get", "copy_out", "_read", "_readv")
+#: the namespace's requests, served by a mover for a client whose GSI credentials are
+#: not its process's first (gfal2.py ``_DCAP_FIRST_CREDENTIALS``)
+NAMESPACE_REQUESTS = ("_stat", "_mkdir", "_mkdir_exclusive", "_delete", "_rmdir", "_rename")
 #: the most bytes of one message to or from a factory (a request holds the client
 #: process's environment)
 FACTORY_MESSAGE = 1 << 20
@@ -522,7 +527,7 @@ def _serve(requests: Connection, answers: Connection) -> None:
             request, args = requests.recv()
         except (EOFError, OSError):
             break
-        if request not in REQUESTS:
+        if request not in REQUESTS + NAMESPACE_REQUESTS:
             answers.send(("error", f"not a dcap mover's request: {request!r}"))
             continue
         try:

@@ -150,6 +150,13 @@ LISTING_DOOR = "listing_door"
 #: mover instead of waiting for the pool's call back (dccp's -A); libdcap listens all
 #: the same (drivers/dcap_mover.py), in the movers on loopback only
 DCAP_ACTIVE = ("DCACHE_CLIENT_ACTIVE", "1")
+#: the GSI credentials (CA folder, proxy: path, size and time) of this process's first
+#: dcap client. libdcap's GSI tunnel keeps what it loaded first for the life of the
+#: process: a second dCache with another CA (the next embedded one of a test session,
+#: side B of a paired run) had every request of this process refused ("control line
+#: down", EIO), while a process of its own was served. A dcap client with other
+#: credentials than these makes all its requests, the namespace's too, in its movers
+_DCAP_FIRST_CREDENTIALS: list[tuple[str, ...]] = []
 _CHUNK = 8 * 1024 * 1024
 _TIMEOUT_ERRNOS = {errno.ETIMEDOUT, errno.ECANCELED}
 _UNREACHABLE_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.EHOSTDOWN,
@@ -245,6 +252,10 @@ class Gfal2Driver(XRootDLogins, Driver):
         #: where this client's dcap data moves: processes bound to loopback (libdcap
         #: listens on every interface otherwise: drivers/dcap_mover.py); None: here
         self._movers = Movers(self) if self._dcap and not contained() else None
+        #: this dcap client's credentials are not the process's first (libdcap's GSI
+        #: tunnel would present those): every request goes through its movers
+        self._apart = self._movers is not None and not _first_dcap_credentials(
+            self.options)
         #: the client of :data:`LISTING_DOOR` that lists for a dcap service connection
         self._lister: Gfal2Driver | None = None
         #: on HTTP doors what writes or removes goes through the http driver (module doc)
@@ -398,14 +409,24 @@ class Gfal2Driver(XRootDLogins, Driver):
         machine, in a client process that starts with each step), and the gridftp
         plugin keeps that session for the requests after it (``SESSION_REUSE``)."""
         path = self.endpoint.path
+        if self._apart:  # a mover logs in (_DCAP_FIRST_CREDENTIALS)
+            self._in_mover("_stat", path)
+            return
         self._call("login", path, self._context.stat, self._url(path))
         if self._movers is not None:  # its first mover's start is no request's time
             self._movers.start()
+
+    def _in_mover(self, request: str, path: str, *args):
+        """A namespace request of a client :attr:`_apart`, served by a mover."""
+        assert self._movers is not None  # _apart: a dcap client outside a mover
+        return self._movers.call(request, path, *args)
 
     def _stat(self, path: str) -> StatInfo:
         # gfal2's SRM plugin answers every other stat of a path from its cache (a
         # server's answer is kept until the next stat takes it): a context of its own
         # (1.4 ms here) makes each stat the server's
+        if self._apart:
+            return self._in_mover("_stat", path)
         context = self._new_context() if self._srm else self._context
         info = self._call("stat", path, context.stat, self._url(path))
         return StatInfo(size=info.st_size, is_dir=stat_module.S_ISDIR(info.st_mode),
@@ -454,6 +475,8 @@ class Gfal2Driver(XRootDLogins, Driver):
                            operation="ls", path=path, error_class="unsupported")
 
     def _mkdir(self, path: str) -> None:
+        if self._apart:
+            return self._in_mover("_mkdir", path)
         if self._writer is not None:
             return self._writer.mkdir(path)
         self._call("mkdir", path, self._context.mkdir_rec, self._url(path), 0o755)
@@ -466,22 +489,30 @@ class Gfal2Driver(XRootDLogins, Driver):
         return "ENOTDIR" not in exc.native_status
 
     def _mkdir_exclusive(self, path: str) -> None:
+        if self._apart:
+            return self._in_mover("_mkdir_exclusive", path)
         if self._writer is not None:
             return self._writer.mkdir(path, parents=False)
         # gfal2's plain mkdir: fails when the path exists or its parent does not
         self._call("mkdir", path, self._context.mkdir, self._url(path), 0o755)
 
     def _delete(self, path: str) -> None:
+        if self._apart:
+            return self._in_mover("_delete", path)
         if self._writer is not None:
             return self._writer.delete(path)
         self._call("delete", path, self._context.unlink, self._url(path))
 
     def _rmdir(self, path: str) -> None:
+        if self._apart:
+            return self._in_mover("_rmdir", path)
         if self._writer is not None:
             return self._writer.rmdir(path)
         self._call("rmdir", path, self._context.rmdir, self._url(path))
 
     def _rename(self, source: str, target: str) -> None:
+        if self._apart:
+            return self._in_mover("_rename", source, target)
         if self._writer is not None:
             return self._writer.rename(source, target)
         self._call("rename", source, self._context.rename, self._url(source), self._url(target))
@@ -675,3 +706,25 @@ class Gfal2Driver(XRootDLogins, Driver):
             for _, local in self._stage.values():
                 os.unlink(local)
             self._stage.clear()
+
+
+def _first_dcap_credentials(options) -> bool:
+    """Whether a dcap client with these driver options presents the GSI credentials
+    of this process's first dcap client (:data:`_DCAP_FIRST_CREDENTIALS`; the first
+    client's are recorded)."""
+    def part(option: str) -> tuple[str, ...]:
+        value = options.get(option) or os.environ.get(CREDENTIAL_ENVIRONMENT[option], "")
+        try:
+            found = os.stat(value) if value else None
+        except OSError:
+            found = None
+        return (value, *((str(found.st_size), str(found.st_mtime_ns)) if found else ()))
+
+    credentials = (*part("ca_dir"), *part("x509_proxy"))
+    with _DCAP_LOCK:
+        if not _DCAP_FIRST_CREDENTIALS:
+            _DCAP_FIRST_CREDENTIALS.append(credentials)
+        return _DCAP_FIRST_CREDENTIALS[0] == credentials
+
+
+_DCAP_LOCK = threading.Lock()
