@@ -302,7 +302,7 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, Any, str]] = {
     ),
     "storage_results": (
         "--storage-results", None, None,
-        "write JSON results to this file, each step as soon as it ends.",
+        "write JSON results to this file, each step within 2 s of its end.",
     ),
     "storage_report": (
         "--storage-report", None, None,

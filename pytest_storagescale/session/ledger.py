@@ -6,7 +6,9 @@ Each process appends its finished steps to the session's shared log
 step travels: the process that owns the results (a plain session, or the xdist
 controller) reads what is new in it whenever a test report says a step finished,
 and once more at the end (a worker that crashed after a step loses nothing), then
-rewrites the results file. A scan's plot reads the same log (any worker's steps).
+rewrites the results file (at once, or within a gap when steps end faster than it:
+:meth:`.ResultsFile.write_soon`; a lost step at once). A scan's plot reads the same
+log (any worker's steps).
 
 A step is logged when it begins too (``begin``: its plan, a ``started`` line): one
 whose process dies before it is logged as finished (an xdist worker killed mid-step)
@@ -245,11 +247,16 @@ class StepLedger:
             new.append(step)
         return self._take(new)
 
-    def _take(self, new: list[StepRecord]) -> list[StepRecord]:
+    def _take(self, new: list[StepRecord], *, at_once: bool = False) -> list[StepRecord]:
+        """``new`` into the steps and the results file: written within a gap of the
+        last writing (the session's end writes it whole), or ``at_once``."""
         if new:
             self.steps = sorted([*self.steps, *new], key=lambda step: step.started)
             if self.run is not None:  # set with the first step
-                self.results.write(self.run, self.steps)
+                if at_once:
+                    self.results.write(self.run, self.steps)
+                else:
+                    self.results.write_soon(self.run, self.steps)
         return new
 
     def lose(self, worker: str | None, why: str, verdict: Verdict = Verdict.ERROR
@@ -267,4 +274,4 @@ class StepLedger:
             self.run = self.run or run
             lost.append(dataclasses.replace(step, verdict=verdict, ended=time.time(),
                                             error=why.format(worker=step.worker)))
-        return self._take(lost)
+        return self._take(lost, at_once=True)
