@@ -33,6 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from gate_replay import share  # noqa: E402  (benchmarks/, this script's folder)
+
 from pytest_storagescale.gate import GateSettings, WindowSample, judge_pairs, reproduced  # noqa: E402
 from pytest_storagescale.paired import PAIRS, look_points  # noqa: E402
 
@@ -83,13 +85,6 @@ def one_trial(pool: list[tuple[float, float]], budget: int, settings: GateSettin
     again, more = judged()
     return ("regressed (confirmed)" if reproduced(gate, again)
             else "inconclusive (not reproduced)"), used + more
-
-
-def share(hits: int, count: int) -> str:
-    from scipy.stats import binomtest
-
-    ci = binomtest(hits, count).proportion_ci(confidence_level=0.95, method="exact")
-    return f"{hits / count:.1%} [{ci.low:.1%}-{ci.high:.1%}]"
 
 
 def main() -> int:
@@ -143,7 +138,7 @@ def main() -> int:
             used = [n for _, n in results]
             hits = sum(v.startswith("regressed") for v in verdicts)
             print(f"| {budget} | {budget / PAIRS:g} | {NAMES.get(kind, kind)} | "
-                  f"{share(hits, len(verdicts))} | "
+                  f"{share(hits, len(verdicts), decimals=1)} | "
                   f"{sum(v.startswith('inconclusive') for v in verdicts)} | "
                   f"{verdicts.count('unchanged')} | {verdicts.count('improved')} | "
                   f"{statistics.median(used):g} | "

@@ -155,13 +155,16 @@ def stored_trials(kind_records: list[dict], a_records: list[dict], settings: Gat
     return trials
 
 
-def share(hits: int, count: int) -> str:
+def share(hits: int, count: int, decimals: int = 0) -> str:
+    """``hits`` of ``count`` and their share with its exact (Clopper-Pearson) 95 %
+    interval, in percent with ``decimals`` (also for ``gate_power.py``)."""
     from scipy.stats import binomtest
 
     if not count:
         return "-"
     ci = binomtest(hits, count).proportion_ci(confidence_level=0.95, method="exact")
-    return f"{hits}/{count} = {hits / count:.0%} [{ci.low:.0%}-{ci.high:.0%}]"
+    return (f"{hits}/{count} = {hits / count:.{decimals}%} "
+            f"[{ci.low:.{decimals}%}-{ci.high:.{decimals}%}]")
 
 
 def effect_line(records: list[dict]) -> str:
