@@ -657,6 +657,38 @@ def test_a_steps_watch_puts_the_exporters_count_beside_the_clients(embedded_dcac
         client.close()
 
 
+def _one_step_through_the_plugin(pytester, dcache_release: str, operation: str, *,
+                                 plan: str = "", door: str | None = None):
+    """A 2-client ``operation`` step (2 s after 0.5 s of warm-up; ``plan``: more lines
+    of its thresholds section) through the plugin against a dCache of its own
+    (``--storage-embedded dcache``), over ``door`` when one is named: the run, which
+    passed, and the step's record from the results file."""
+    import json
+
+    (pytester.path / "thr" / "dcache").mkdir(parents=True)
+    (pytester.path / "thr" / "dcache" / "t.toml").write_text(
+        '[storage]\nsystem = "dcache"\nversions = ["*"]\n[defaults]\nduration = "2s"\n'
+        f'warmup = "0.5s"\nhang_timeout = "60s"\n[ops.{operation}]\nclients = [2]\n'
+        f'{plan}[[ops.{operation}.expect]]\nrules = ["failed == 0", "hung == 0"]\n')
+    pytester.makepyfile(test_suite=f"""
+        import pytest
+
+        @pytest.mark.storagescale_system("dcache")
+        @pytest.mark.storagescale_op("{operation}")
+        def test_{operation}(storage_load, storage_clients):
+            storage_load.run()
+    """)
+    results = pytester.path / "results.json"
+    doors = [f"--storage-load-doors={door}"] if door else []
+    result = pytester.runpytest_subprocess(
+        "test_suite.py", "--storage-embedded=dcache",
+        f"--storage-embedded-version={dcache_release}", *doors, "--storage-thresholds=thr",
+        f"--storage-results={results}", "-p", "no:cacheprovider", timeout=1200)
+    assert result.ret == 0, (result.stdout.str() + result.stderr.str())[-4000:]
+    [step] = json.loads(results.read_text())["steps"]
+    return result, step
+
+
 @pytest.mark.integration
 @pytest.mark.slow_server
 def test_a_put_steps_record_has_the_exporters_count_through_the_plugin(pytester,
@@ -666,28 +698,8 @@ def test_a_put_steps_record_has_the_exporters_count_through_the_plugin(pytester,
     created is the clients' operations (the step passed, so billing's and the
     exporter's checks agreed) and the table's server cell says ``exporter N put``; on
     10.2.25 the record says the release ships no exporter, with no count."""
-    import json
-
-    (pytester.path / "thr" / "dcache").mkdir(parents=True)
-    (pytester.path / "thr" / "dcache" / "t.toml").write_text(
-        '[storage]\nsystem = "dcache"\nversions = ["*"]\n[defaults]\nduration = "2s"\n'
-        'warmup = "0.5s"\nhang_timeout = "60s"\n[ops.put]\nclients = [2]\n'
-        'file_size = "10kB"\n[[ops.put.expect]]\nrules = ["failed == 0", "hung == 0"]\n')
-    pytester.makepyfile(test_suite="""
-        import pytest
-
-        @pytest.mark.storagescale_system("dcache")
-        @pytest.mark.storagescale_op("put")
-        def test_put(storage_load, storage_clients):
-            storage_load.run()
-    """)
-    results = pytester.path / "results.json"
-    result = pytester.runpytest_subprocess(
-        "test_suite.py", "--storage-embedded=dcache",
-        f"--storage-embedded-version={dcache_release}", "--storage-thresholds=thr",
-        f"--storage-results={results}", "-p", "no:cacheprovider", timeout=1200)
-    assert result.ret == 0, (result.stdout.str() + result.stderr.str())[-4000:]
-    [step] = json.loads(results.read_text())["steps"]
+    result, step = _one_step_through_the_plugin(pytester, dcache_release, "put",
+                                                plan='file_size = "10kB"\n')
     exporter = step["server"]["exporter"]
     print(f"dCache {dcache_release}: {exporter}")
     row = "\n".join(line for line in result.stdout.lines if "exporter" in line)
@@ -849,29 +861,7 @@ def test_an_srm_stat_steps_record_has_the_srm_doors_count_through_the_plugin(
     at most their 2 logins' stats: the step passed, so the comparison agreed (before
     the logins were allowed for, it was an error: 33 counted for 31); on 10.2.25 the
     record says the release ships no exporter."""
-    import json
-
-    (pytester.path / "thr" / "dcache").mkdir(parents=True)
-    (pytester.path / "thr" / "dcache" / "t.toml").write_text(
-        '[storage]\nsystem = "dcache"\nversions = ["*"]\n[defaults]\nduration = "2s"\n'
-        'warmup = "0.5s"\nhang_timeout = "60s"\n[ops.stat]\nclients = [2]\n'
-        '[[ops.stat.expect]]\nrules = ["failed == 0", "hung == 0"]\n')
-    pytester.makepyfile(test_suite="""
-        import pytest
-
-        @pytest.mark.storagescale_system("dcache")
-        @pytest.mark.storagescale_op("stat")
-        def test_stat(storage_load, storage_clients):
-            storage_load.run()
-    """)
-    results = pytester.path / "results.json"
-    result = pytester.runpytest_subprocess(
-        "test_suite.py", "--storage-embedded=dcache",
-        f"--storage-embedded-version={dcache_release}", "--storage-load-doors=srm",
-        "--storage-thresholds=thr", f"--storage-results={results}", "-p",
-        "no:cacheprovider", timeout=1200)
-    assert result.ret == 0, (result.stdout.str() + result.stderr.str())[-4000:]
-    [step] = json.loads(results.read_text())["steps"]
+    _, step = _one_step_through_the_plugin(pytester, dcache_release, "stat", door="srm")
     exporter = step["server"]["exporter"]
     print(f"dCache {dcache_release}, a stat step over srm: {exporter}")
     if dcache_release.startswith("10."):
