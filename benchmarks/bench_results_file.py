@@ -5,8 +5,10 @@ most once per gap, each step's text made once), side by side.
 ``--steps`` steps, each with a ``--timeline``-second per-second timeline (four
 series, as a step's side has), go through the session's step log as a plain
 session's do: appended, then taken by the owner (``StepLedger.sync``), as fast as
-they come (the worst case: a suite of short checks' steps); the session's end writes
-the file once more (``finish``). Prints, for each way, the seconds spent in the
+they come (the worst case: a suite of short checks' steps), or with ``--apart`` s
+between their ends (a clock of the benchmark's, not waited for: more than the gap,
+and every step is written, each writing joining the steps' texts made once); the
+session's end writes the file once more (``finish``). Prints, for each way, the seconds spent in the
 owner's taking and the end's writing, and how many times the file was written. The
 "before" way is the previous ``ResultsFile.write``: ``write_json_atomic`` of the
 whole document after each step.
@@ -56,23 +58,26 @@ def step(index: int, seconds: int) -> StepRecord:
 
 
 class Before(ResultsFile):
-    """The previous writing: the whole document after each step."""
+    """The previous writing: the whole document serialized after each step (and at
+    the end)."""
 
     def write_soon(self, run: RunInfo, steps: list[StepRecord]) -> None:
         self.write(run, steps)
 
-    def write(self, run: RunInfo, steps: list[StepRecord]) -> None:
+    def _write(self, run: RunInfo, steps: list[StepRecord]) -> None:
         assert self.path is not None
         write_json_atomic(self.path, self.document(run, steps))
         self.writes += 1
 
 
-def session(results: ResultsFile, folder: Path, steps: list[StepRecord]) -> float:
+def session(results: ResultsFile, folder: Path, steps: list[StepRecord],
+            clock: list[float], apart: float) -> float:
     worker = StepLedger(folder / "shared", ResultsFile(None))
     owner = StepLedger(folder / "shared", results)
     spent = 0.0
     for record in steps:
         worker.append(RUN, record)
+        clock[0] += apart
         started = time.perf_counter()
         owner.sync()
         spent += time.perf_counter() - started
@@ -85,15 +90,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--timeline", type=int, default=3600)
+    parser.add_argument("--apart", type=float, default=0.0,
+                        help="seconds between two steps' ends (the benchmark's clock)")
     options = parser.parse_args()
     steps = [step(index, options.timeline) for index in range(options.steps)]
     print(f"load average {os.getloadavg()[0]:.1f}; {options.steps} steps, "
-          f"{options.timeline} s timelines")
+          f"{options.timeline} s timelines, {options.apart:g} s apart")
     for name, kind in (("before", Before), ("now", ResultsFile)):
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "r.json"
-            results = kind(path)
-            spent = session(results, Path(folder), [dataclasses.replace(s) for s in steps])
+            clock = [0.0]
+            results = kind(path, clock=lambda clock=clock: clock[0])
+            spent = session(results, Path(folder), [dataclasses.replace(s) for s in steps],
+                            clock, options.apart)
             print(f"{name:6} {spent:7.1f} s writing, {results.writes:3d} writings, "
                   f"{path.stat().st_size / 1e6:.1f} MB")
 
