@@ -240,7 +240,7 @@ duration = "0.05s"
 [ops.long]
 op = "stat"
 clients = [1]
-duration = "60s"
+duration = "300s"
 """
 
 QUICK = """
