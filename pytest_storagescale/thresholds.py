@@ -527,12 +527,14 @@ def _known_issues(table: Any, path: Path) -> dict[str, str]:
         raise ThresholdsError(f"{_where(path, 'known_issues')}: must be a table of "
                               f"\"<check>\" = \"<why it fails on these versions>\".")
     for check, reason in table.items():
-        if not re.fullmatch(r"\w+(\[[\w.-]+\])?", check) or not (
+        # a door: its name, or a load door through another client (``dcap+dccp``)
+        if not re.fullmatch(r"\w+(\[[\w.+-]+\])?", check) or not (
                 isinstance(reason, str) and reason.strip()):
             raise ThresholdsError(
                 f"{_where(path, f'[known_issues].{check}')}: write \"<check>\" = \"<reason>\" "
                 f"with a check name such as \"readv_overlapping\" (or \"readv_overlapping[root]\""
-                f" for one door) and a non-empty reason, e.g. the storage's answer."
+                f" for one door, \"overwrite[dcap+dccp]\" for a load door through another "
+                f"client) and a non-empty reason, e.g. the storage's answer."
             )
     return dict(table)
 

@@ -309,10 +309,14 @@ def test_the_tools_environment_is_given_whole(tools, tmp_path, monkeypatch):
 
 
 def test_a_globus_url_copy_listing_is_read():
+    # as globus-url-copy 10.12 writes it against dCache 10.2.25 and 11.2.5: a space after
+    # a file's name, a slash after a directory's (measured: 'a.dat ' was taken for the
+    # name before, test_seed_clients.py's test_ls failed)
     answer = (b"gsiftp://door:2811/pnfs/area/run/ls-dir/\n"
-              b"    entry-00001\n    entry-00000\n    sub/\n    ./\n    ../\n\n")
+              b"    entry-00001 \n    entry-00000 \n    sub/\n    c d.dat \n"
+              b"    ends in a space  \n    ./\n    ../\n\n")
     assert parse_listing(answer, "globus-url-copy", "gsiftp://door:2811", "/d") == [
-        "entry-00000", "entry-00001", "sub"]
+        "c d.dat", "ends in a space ", "entry-00000", "entry-00001", "sub"]
     with pytest.raises(BadAnswer, match="not UTF-8"):
         parse_listing(b"gsiftp://door/d/\n    caf\xe9\n", "g", "e", "/d")
     with pytest.raises(BadAnswer, match="not a listing"):
@@ -405,3 +409,137 @@ def test_a_steps_client_cpu_counts_its_tools():
     own = os.times()
     assert own.children_user + own.children_system >= 0.2  # the tool did burn CPU
     assert meter.usage is not None and meter.usage.cpu_s >= 0.2, meter.usage
+
+
+# -- the tools themselves, for the checks through them (suites/dcache/test_seed_clients.py)
+
+def test_a_check_runs_the_tool_with_its_options_on_any_connection(tools, tmp_path):
+    """copy_in / copy_out / copy_within / listing run the tool on a service connection
+    too (a check asks the tool, not gfal2), options before the URLs; a copy in is
+    guarded (outside the run directory: refused before anything runs) and recorded as
+    made, refused or not; ``check=False`` returns a non-zero exit with what the tool
+    said, else it is the storage error of its words."""
+    from pytest_storagescale import CreatedPaths, UnsafePathError
+
+    calls = tmp_path / "calls"
+    tools("dccp", f"""
+        echo "$@" >> {calls}
+        case "$*" in *exists*) echo 'Can'"'"'t open destination file : "File is readOnly"' >&2
+                              exit 255 ;; esac
+        """)
+    tools("globus-url-copy", f"""
+        echo "$@" >> {calls}
+        case "$*" in *-list*) printf 'gsiftp://door/d/\\n    a.dat \\n    sub/\\n' ;; esac
+        """)
+    local = tmp_path / "local"
+    local.write_bytes(b"x" * 5)
+    dccp = _client(DccpDriver, DCAP, load=False)
+    guc = _client(GlobusUrlCopyDriver, GRIDFTP, load=False)
+    dccp.created = CreatedPaths("/pnfs/area/run")
+    try:
+        dccp.copy_in(str(local), "/pnfs/area/run/d/new", "-d", "2")
+        refused = dccp.copy_in(str(local), "/pnfs/area/run/exists", check=False)
+        assert refused.returncode == 255 and b"File is readOnly" in refused.stderr
+        with pytest.raises(StorageError, match="File is readOnly") as caught:
+            dccp.copy_in(str(local), "/pnfs/area/run/exists")
+        assert caught.value.operation == "put"
+        with pytest.raises(UnsafePathError):
+            dccp.copy_in(str(local), "/pnfs/area/elsewhere")
+        dccp.copy_out("/pnfs/area/run/d/new", str(tmp_path / "out"), "-c")
+        guc.copy_within("/pnfs/area/run/a", "/pnfs/area/run/b", "-verify-checksum")
+        with pytest.raises(UnsafePathError):
+            guc.copy_within("/pnfs/area/run/a", "/pnfs/other/b")
+        assert guc.listing("/pnfs/area/run") == ["a.dat", "sub"]
+    finally:
+        dccp.close()
+        guc.close()
+    assert dccp.created.kind("/pnfs/area/run/d/new") == "file"
+    assert dccp.created.kind("/pnfs/area/run/d") == "dir"
+    assert dccp.created.kind("/pnfs/area/run/exists") == "file"
+    lines = calls.read_text().splitlines()
+    assert lines == [
+        f"-d 2 -A {local} gsidcap://door.example:22125/pnfs/area/run/d/new",
+        f"-A {local} gsidcap://door.example:22125/pnfs/area/run/exists",
+        f"-A {local} gsidcap://door.example:22125/pnfs/area/run/exists",
+        f"-c -A gsidcap://door.example:22125/pnfs/area/run/d/new {tmp_path}/out",
+        "-verify-checksum gsiftp://door.example:2811/pnfs/area/run/a "
+        "gsiftp://door.example:2811/pnfs/area/run/b",
+        "-list gsiftp://door.example:2811/pnfs/area/run/",
+    ]  # the refused paths ran nothing
+
+
+def test_what_the_tools_say_of_checksums_is_read():
+    """dccp -d 2's "File checksum is: N" (decimal, the adler32 it sends with its close)
+    as 8 hex digits; globus-url-copy -dbg's CKSM commands paired with the door's
+    replies, the debug lines between them skipped (as 10.12 writes them)."""
+    from pytest_storagescale.drivers.bounded import Finished
+
+    said = Finished(0, b"", b"Enabling checksumming on write.\nFile checksum is: 1579600897\n"
+                            b"Sending CLOSE for fd:7 ID:2.\n", 0.1)
+    assert DccpDriver.sent_checksum(said) == "5e26cc01"
+    assert DccpDriver.sent_checksum(Finished(0, b"", b"300000 bytes in 0 seconds\n", 0.1)) \
+        is None
+    assert DccpDriver.sent_checksum(Finished(0, b"", b"File checksum is: 1\n", 0.1)) \
+        == "00000001"
+    debug = (b"debug: sending command to gsiftp://h:1/s/a:\n"
+             b"CKSM adler32 0 -1 /storagescale/run/source.dat\n\n"
+             b"debug: response from gsiftp://h:1/s/a:\n"
+             b"213 5e26cc01\n\n"
+             b"debug: sending command to gsiftp://h:1/s/b:\n"
+             b"CKSM MD5 0 -1 /storagescale/run/c d.dat\n"
+             b"debug: response from gsiftp://h:1/s/b:\n"
+             b"500-Operation failed\n"
+             b"500 Operation failed due to internal error: null\n")
+    assert GlobusUrlCopyDriver.door_checksums(Finished(1, b"", debug, 0.1)) == [
+        ("adler32", "/storagescale/run/source.dat", "213 5e26cc01"),
+        ("MD5", "/storagescale/run/c d.dat", "500 Operation failed due to internal error: null"),
+    ]
+    assert GlobusUrlCopyDriver.door_checksums(Finished(0, b"", b"226 Transfer complete.\n",
+                                                       0.1)) == []
+
+
+def test_the_seed_clients_checks_say_why_a_tool_lacks_one():
+    """suites/dcache/seed_clients.py: the seed tool of a load door; every check neither
+    tool makes has a reason for each; a check one tool makes has none for it."""
+    from suites.dcache import seed_clients
+
+    assert seed_clients.seed_tool("dcap+dccp") == "dccp"
+    assert seed_clients.seed_tool("gsiftp+globus-url-copy") == "globus-url-copy"
+    for door in ("dcap", "gsiftp", "root+gfal2", "davs", None, "dcap+"):
+        assert seed_clients.seed_tool(door) is None, door
+    assert seed_clients.seed_doors(["davs", "dcap+dccp", "dcap", "gsiftp+globus-url-copy"]) \
+        == ["dcap+dccp", "gsiftp+globus-url-copy"]
+    for check in seed_clients.NEITHER:
+        for tool in seed_clients.SEED_TOOLS:
+            assert seed_clients.not_through(check, tool), (check, tool)
+    assert seed_clients.not_through("ls", "dccp")
+    for check in ("ls", "partial_read", "md5_of_a_local_copy", "overwrite", "checksum"):
+        assert seed_clients.not_through(check, "globus-url-copy") is None, check
+    assert seed_clients.not_through("overwrite", "dccp") is None
+
+
+def test_the_seed_clients_checks_run_on_their_load_doors_only(pytester):
+    """suites/dcache deselects test_seed_clients.py's checks on a load door that is not
+    a seed tool's, and says so in its header when no load door is; on dcap+dccp and
+    gsiftp+globus-url-copy each check is collected once per door. Collection only: no
+    server starts, none is contacted (the version is given)."""
+    from pathlib import Path as _Path
+
+    suite = _Path(__file__).resolve().parent.parent / "suites" / "dcache"
+    common = ["--co", "-p", "no:cacheprovider", "--storage-version=11.2.5",
+              "--storage-endpoint=davs://door.example:2880/pnfs/area",
+              "--storage-door=dcap=gsidcap://door.example:22125/pnfs/area",
+              "--storage-door=gsiftp=gsiftp://door.example:2811/pnfs/area",
+              str(suite / "test_seed_clients.py")]
+    result = pytester.runpytest_subprocess(*common, "--storage-load-doors=davs,dcap")
+    result.stdout.fnmatch_lines([
+        "storagescale: suites/dcache's checks through the seeds' own clients "
+        "(test_seed_clients.py) deselected: no load door runs dccp or globus-url-copy*",
+        "*no tests collected (36 deselected)*"])
+    result = pytester.runpytest_subprocess(
+        *common, "--storage-load-doors=dcap,dcap+dccp,gsiftp+globus-url-copy")
+    result.stdout.fnmatch_lines(["*36/54 tests collected (18 deselected)*"])
+    result.stdout.no_fnmatch_line("*test_seed_clients.py) deselected*")
+    assert "test_overwrite[dcap+dccp]" in result.stdout.str()
+    assert "test_overwrite[gsiftp+globus-url-copy]" in result.stdout.str()
+    assert "[dcap]" not in result.stdout.str()

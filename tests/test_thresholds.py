@@ -498,3 +498,21 @@ rules = ["hot_ratio <= 2"]
     assert issues.known_issue("readv_overlapping", "root") == "the gateway merges the ranges"
     assert issues.known_issue("readv_overlapping", "davs") is None
     assert not issues.sections
+
+
+def test_a_known_issue_may_name_a_load_door_through_another_client(thresholds_dir):
+    """``check[DOOR+CLIENT]`` (suites/dcache/test_seed_clients.py's checks through
+    dccp and globus-url-copy) is a known issue's door; a door name with a space or a
+    slash is still refused, naming the form."""
+    text = PLAN + """
+[known_issues]
+"md5_of_a_local_copy[gsiftp+globus-url-copy]" = "the door answers 500 to CKSM MD5"
+"""
+    issues = load_thresholds(thresholds_dir(text, system="dcache"))
+    assert issues.known_issue("md5_of_a_local_copy", "gsiftp+globus-url-copy") \
+        == "the door answers 500 to CKSM MD5"
+    assert issues.known_issue("md5_of_a_local_copy", "gsiftp") is None
+    for bad in ("ls[dcap dccp]", "ls[a/b]"):
+        with pytest.raises(ThresholdsError, match=r"overwrite\[dcap\+dccp\]"):
+            load_thresholds(thresholds_dir(PLAN + f'\n[known_issues]\n"{bad}" = "x"\n',
+                                           system="dcache"))

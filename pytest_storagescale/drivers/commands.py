@@ -66,6 +66,13 @@ KEPT_NAMES = ("PATH", "HOME", "TMPDIR")
 #: how many characters of a tool's stderr an error quotes (its last lines)
 QUOTED = 600
 
+#: ``dccp -d 2``'s line naming the adler32 it sends with its close (decimal)
+SENT_CHECKSUM = re.compile(rb"File checksum is: (\d+)")
+#: a ``CKSM ALGORITHM OFFSET LENGTH PATH`` command in ``globus-url-copy -dbg``'s output
+CKSM_COMMAND = re.compile(r"^CKSM (\S+) \S+ \S+ (.+?)\s*$")
+#: an FTP reply line (its code, then a space: the last line of a reply)
+FTP_REPLY = re.compile(r"^\d{3} ")
+
 #: stderr text -> (error class, exception): the first match wins
 _FAILURES: tuple[tuple[re.Pattern[str], str, type[StorageError]], ...] = (
     (re.compile(r"no such file|not found|does not exist|file not exist|\b550\b.*no such",
@@ -193,9 +200,10 @@ class CommandDriver(Driver):
         return self.url_of(self.endpoint, path)
 
     def run_tool(self, operation: str, path: str, arguments: list[str], *,
-                 stdout_limit: int | None = None) -> Finished:
+                 stdout_limit: int | None = None, check: bool = True) -> Finished:
         """``tool arguments`` run bounded by this client's timeout; a failure or a kill
-        as the :class:`StorageError` of ``operation`` on ``path``."""
+        as the :class:`StorageError` of ``operation`` on ``path`` (``check`` False: a
+        non-zero exit is returned, a kill still raised)."""
         try:
             environment = self.tool_environment()
         except EndpointError as exc:  # the loopback-only library could not be built
@@ -214,7 +222,7 @@ class CommandDriver(Driver):
             raise StorageError(f"{self.tool} could not be started: {exc}", driver=self.name,
                                endpoint=self.endpoint.server, operation=operation, path=path,
                                error_class="client_missing") from None
-        if done.returncode != 0:
+        if check and done.returncode != 0:
             raise self.failure(operation, path, done)
         return done
 
@@ -288,6 +296,25 @@ class CommandDriver(Driver):
         finally:
             if not local_path:
                 _unlink(target)
+
+    # -- the tool itself, for a check of what it does (suites/dcache/test_seed_clients.py)
+    def copy_in(self, local: str, path: str, *options: str, check: bool = True) -> Finished:
+        """``tool OPTIONS LOCAL URL`` on any connection of this driver, guarded as a put
+        (``path`` inside the run's directory) and recorded as made (its clean-up removes
+        it through the service connection); what the tool said. A non-zero exit is the
+        :class:`StorageError` of its words (:meth:`failure`), or returned unless
+        ``check``."""
+        self._guard("put", path)
+        self._made(path, "file")  # a refused or half-done copy may leave it too
+        return self.run_tool("put", path, [*options, *self.copy_in_arguments(local, path)],
+                             check=check)
+
+    def copy_out(self, path: str, local: str, *options: str,
+                 check: bool = True) -> Finished:
+        """``tool OPTIONS URL LOCAL`` on any connection of this driver; what the tool said
+        (a non-zero exit: its :class:`StorageError`, or returned unless ``check``)."""
+        return self.run_tool("get", path, [*options, *self.copy_out_arguments(path, local)],
+                             check=check)
 
     def copy_in_arguments(self, local: str, path: str) -> list[str]:
         raise NotImplementedError
@@ -383,6 +410,14 @@ class DccpDriver(CommandDriver):
     def copy_out_arguments(self, path: str, local: str) -> list[str]:
         return ["-A", self._tool_url(path), local]
 
+    @staticmethod
+    def sent_checksum(done: Finished) -> str | None:
+        """The adler32 ``dccp -d 2`` says it computed while writing and sent with its
+        close (``File checksum is: N``, decimal), as 8 hex digits; None: it said none
+        (``-c``, or a copy out)."""
+        found = SENT_CHECKSUM.search(done.stderr + done.stdout)
+        return f"{int(found.group(1)):08x}" if found else None
+
 
 class GlobusUrlCopyDriver(CommandDriver):
     """``globus-url-copy`` (Debian's ``globus-gass-copy-progs``) over a GridFTP door:
@@ -400,18 +435,54 @@ class GlobusUrlCopyDriver(CommandDriver):
     def copy_out_arguments(self, path: str, local: str) -> list[str]:
         return [self._tool_url(path), f"file://{local}"]
 
+    def copy_within(self, source: str, target: str, *options: str,
+                    check: bool = True) -> Finished:
+        """``globus-url-copy OPTIONS SOURCE-URL TARGET-URL``: a third-party copy from this
+        door to itself (its only way to compare checksums of adler32, which it can ask
+        the door for: a local file's checksum is OpenSSL's, which has no adler32),
+        guarded as a put of ``target`` and recorded as made."""
+        self._guard("put", target)
+        self._made(target, "file")
+        return self.run_tool("put", target, [*options, self._tool_url(source),
+                                             self._tool_url(target)], check=check)
+
+    def listing(self, path: str) -> list[str]:
+        """``globus-url-copy -list URL/`` on any connection of this driver: the names."""
+        done = self.run_tool("ls", path, ["-list", self._tool_url(path.rstrip("/") + "/")])
+        return parse_listing(done.stdout, self.name, self.endpoint.server, path)
+
+    @staticmethod
+    def door_checksums(done: Finished) -> list[tuple[str, str, str]]:
+        """What a ``globus-url-copy -dbg`` run asked the door with ``CKSM`` and what the
+        door answered, in order: ``(algorithm, path, answer)``, the answer as the door
+        wrote it (``213 5e26cc01``, or its error: ``500 ...``); the debug lines between
+        them skipped."""
+        asked: list[tuple[str, str, str]] = []
+        pending: tuple[str, str] | None = None
+        for line in (done.stderr + done.stdout).decode(errors="replace").splitlines():
+            command = CKSM_COMMAND.match(line)
+            if command:
+                pending = (command.group(1), command.group(2))
+            elif pending is not None and FTP_REPLY.match(line):
+                asked.append((*pending, line.strip()))
+                pending = None
+        return asked
+
     def _ls(self, path: str) -> list[str]:
         """``globus-url-copy -list URL/``: its first line the URL, then one entry per
         line, indented, a directory's with a ``/`` after it."""
         if not self.is_load_client:
             return self._service()._ls(path)
-        done = self.run_tool("ls", path, ["-list", self._tool_url(path.rstrip("/") + "/")])
-        return parse_listing(done.stdout, self.name, self.endpoint.server, path)
+        return self.listing(path)
 
 
 def parse_listing(output: bytes, driver: str, endpoint: str, path: str) -> list[str]:
     """The names of a ``globus-url-copy -list`` answer, sorted (``.`` and ``..`` left
-    out); a name that is not UTF-8 is :class:`BadAnswer`, as on the other drivers."""
+    out); a name that is not UTF-8 is :class:`BadAnswer`, as on the other drivers.
+    globus-url-copy 10.12 writes each entry indented by four spaces and followed by one
+    character, a space after a file's name and a ``/`` after a directory's (``    a.dat
+    ``, ``    sub/``): that one character is taken off, no more (a name may end in a
+    space)."""
     try:
         text = output.decode()
     except UnicodeDecodeError as exc:
@@ -422,8 +493,14 @@ def parse_listing(output: bytes, driver: str, endpoint: str, path: str) -> list[
     if not lines or "://" not in lines[0]:
         raise BadAnswer(f"not a listing: {text[:200]!r}", driver=driver, endpoint=endpoint,
                         operation="ls", path=path, error_class="bad_answer")
-    names = (line.removeprefix("    ").rstrip("/") for line in lines[1:] if line.strip())
+    names = (_entry_name(line.removeprefix("    ")) for line in lines[1:] if line.strip())
     return sorted(name for name in names if name not in (".", ".."))
+
+
+def _entry_name(entry: str) -> str:
+    """An entry of a listing without the one character globus-url-copy writes after it
+    (a space after a file, ``/`` after a directory)."""
+    return entry[:-1] if entry.endswith((" ", "/")) else entry
 
 
 def _tail(output: bytes) -> str:

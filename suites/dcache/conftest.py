@@ -28,7 +28,7 @@ import pytest
 from pytest_storagescale import embedded_class, storage_view
 
 from ..conformance.checks import ConformanceChecks, KnownIssues, VectorReadChecks
-from . import streaming, tape
+from . import seed_clients, streaming, tape
 
 #: door scheme -> why a vector read does not apply to it
 NO_VECTOR_READ = {
@@ -110,6 +110,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     other = _no_tape_server(config)
     lines = [f"storagescale: suites/dcache's tape steps (test_tape.py) deselected: the "
              f"embedded {other} has no tape (--storage-embedded dcache has)"] if other else []
+    view = storage_view(config)
+    if view is not None and not seed_clients.seed_doors(view.settings.load_doors or ()):
+        lines.append(seed_clients.NO_SEED_DOOR)
     if not _on_apache(config):
         return lines
     return lines + [
@@ -144,12 +147,30 @@ def _deselect_tape(config: pytest.Config, items: list[pytest.Item]) -> None:
         items[:] = [item for item in items if item not in tape_items]
 
 
+def _deselect_seed_clients(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The checks through the seeds' own clients (``test_seed_clients.py``) run on the
+    load doors ``DOOR+dccp`` and ``DOOR+globus-url-copy`` only: deselected on the others
+    (with no such load door the header says so)."""
+    other = [item for item in items
+             if item.nodeid.split("::")[0].endswith(seed_clients.MODULE)
+             and seed_clients.seed_tool(_load_door(item)) is None]
+    if other:
+        config.hook.pytest_deselected(items=other)
+        items[:] = [item for item in items if item not in other]
+
+
+def _load_door(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("storage_load_door") if callspec is not None else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip the vector-read checks on doors without a vector read and the rename check
     on doors without a rename (dcap), saying why; move the checks that may get this
     host blocked to the end."""
     items.sort(key=lambda item: getattr(item, "originalname", "") in RUN_LAST)
     _deselect_tape(config, items)
+    _deselect_seed_clients(config, items)
     for item in items:
         _skip_listing(config, item)
         cls = getattr(item, "cls", None)
