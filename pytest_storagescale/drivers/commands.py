@@ -25,6 +25,13 @@ movers, and its listing through the door ``listing_door`` names), so the files a
 copy-out step reads are written through the same door by gfal2, and what the run made
 is removed as through any door.
 
+A check of what a tool itself does (``suites/dcache/test_seed_clients.py``: overwrite,
+checksums, a partial copy...) runs it on any connection with its own options:
+:meth:`CommandDriver.copy_in` / :meth:`~CommandDriver.copy_out`,
+:meth:`GlobusUrlCopyDriver.copy_within` (between two URLs of the door) and
+:meth:`~GlobusUrlCopyDriver.listing`, bounded the same way, a copy in guarded and
+recorded as made.
+
 libdcap (``dccp``'s library) listens on every interface at a process's first open
 (:mod:`.dcap_mover`), and a GridFTP client may listen for a data connection: both
 tools run with the loopback-only preload library (``servers/loopback.py``), where any
