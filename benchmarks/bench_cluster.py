@@ -129,7 +129,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch, \
             NamespaceCluster(4, Path(scratch), threads=1) as hosts, \
             bridge_xrootd(https=False) as server:
-        url = f"root://{hosts.head}:{server.port}//storagescale"
+        url = f"root://{server.host}:{server.port}//storagescale"
         root = f"/storagescale/bench-{time.time_ns()}"
         driver_spec(url, writable_root=root).connect("bench", timeout=30).mkdir(root)
         try:
@@ -290,7 +290,7 @@ def scale(args) -> None:
                           f"{batch.started_in if batch else 0:.1f} s, {most} workers joined in "
                           f"{joined_s:.1f} s; idle host {statistics.mean(idle):.0f} MB; "
                           f"available {before:.0f} MB before", flush=True)
-                    url = f"root://{network.head}:{server.port}//storagescale"
+                    url = f"root://{server.host}:{server.port}//storagescale"
                     root = f"/storagescale/bench-scale-{time.time_ns()}"
                     driver_spec(url, writable_root=root).connect("bench", timeout=30).mkdir(root)
                     pid = server.process.pid

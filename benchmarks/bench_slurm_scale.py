@@ -3,8 +3,8 @@ xrootd suite's namespace scan (``suites/xrootd``: ``test_stat_scan``, ``test_ls_
 run by pytest as a user runs it, its clients on N client hosts whose Dask workers the
 plugin's own SLURM cluster runs as batch jobs, at 400, 1,000 and 2,000 clients in total.
 
-A real xrootd (Debian's, as ``tests/test_slurm_embedded.py`` starts it: listening on
-every address, reached by the namespace hosts at this machine's outward address) and
+A real xrootd (Debian's, as ``tests/test_slurm_embedded.py`` starts it: on the address of
+an interface made for it, reached by the namespace hosts through their default route) and
 one pytest run of the suite with a plan of its own (thresholds ``clients = [...]`` for
 ``stat`` and ``ls``, short steps; the rules: no failed, hung or lost client). Per step,
 from the run's results JSON: total clients, each host's row (its Dask worker, address,
@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from netns import bridge_xrootd, outward_address  # noqa: E402
+from netns import bridge_xrootd  # noqa: E402
 from suite_runs import (  # noqa: E402
     Periodic,
     available_mb,
@@ -110,11 +110,8 @@ class Sampler(Periodic):
 def run(args) -> tuple[list[dict], dict, str, Sampler, float]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the xrootd's 2,000 sockets
-    try:
-        address = outward_address()  # what the hosts reach
-    except RuntimeError as exc:
-        sys.exit(str(exc))
     with tempfile.TemporaryDirectory() as scratch, bridge_xrootd(https=False) as server:
+        address = server.host  # what the hosts reach
         work = Path(scratch)
         (work / "thr" / "xrootd").mkdir(parents=True)
         (work / "thr" / "xrootd" / "scale.toml").write_text(thresholds(args))

@@ -185,6 +185,8 @@ class NamespaceCluster:
         from pytest_storagescale.cluster.hosts import register_security
 
         try:
+            with _SERVING:
+                _CLUSTERS.append(self)
             self._network()
             if not self.dask:
                 return self
@@ -234,7 +236,21 @@ class NamespaceCluster:
                 namespace=ns)
         _ip("link", "set", host.veth_inside, "up", namespace=ns)
         _ip("link", "set", "lo", "up", namespace=ns)
+        with _SERVING:
+            for address in _SERVER_ADDRESSES:
+                self._route(host, address)
         return host
+
+    def _route(self, host: NamespaceHost, address: str, *, remove: bool = False) -> None:
+        """``host``'s route to a bridge server's ``address`` (:func:`bridge_xrootd`)
+        through the bridge: one /32 (/128), nothing else."""
+        six = ":" in address
+        if six and host.address6 is None:
+            return
+        via = self.head6 if six else self.head
+        _ip(*(["-6"] if six else []), "route", "del" if remove else "replace",
+            f"{address}/{128 if six else 32}", "via", via, namespace=host.namespace,
+            check=not remove)
 
     def add_controller(self) -> NamespaceHost:
         """A namespace of its own on the bridge at .254 (a batch system's controller:
@@ -347,6 +363,9 @@ class NamespaceCluster:
         """Stop every process; remove the namespaces, veths and the bridge."""
         from pytest_storagescale.cluster.hosts import forget_security
 
+        with _SERVING:
+            if self in _CLUSTERS:
+                _CLUSTERS.remove(self)
         if self.port:
             forget_security(self.address)
         for process in [h.worker for h in self.hosts] + [self.scheduler]:
@@ -438,26 +457,62 @@ def delete_left_behind(url: str, root: str, path: str) -> str:
             time.sleep(0.5)
 
 
-def bridge_xrootd(**kw):
-    """An embedded xrootd the namespace hosts reach on the bridge: it listens on every
-    interface (the embedded servers' loopback-only library turns a wildcard bind into
-    127.0.0.1, which a namespace cannot reach, and has no other address to bind), for
-    the cluster tests and benchmark only."""
+#: the addresses the bridge servers listen on, and the clusters running (whose hosts
+#: get a route to each): :func:`bridge_xrootd`
+_SERVER_ADDRESSES: list[str] = []
+_CLUSTERS: list[NamespaceCluster] = []
+_SERVING = threading.RLock()
+
+
+@contextlib.contextmanager
+def bridge_xrootd(*, ipv6: bool = False, **kw):
+    """An embedded xrootd that the namespace hosts reach: it listens on the address of an
+    interface made for it in this namespace (a bridge without ports) (a free private /24's ``.1``, or
+    with ``ipv6`` a free ULA /64's ``::1``), never on every interface. The loopback-only
+    library binds there (``STORAGESCALE_BIND_ADDRESS``, servers/loopback.c); each
+    cluster host has a /32 (/128) route to it through its bridge, and an embedded
+    SLURM's hosts reach it through their default route (an address of this machine).
+    Nothing forwards: it is not reachable from beyond this machine's namespaces.
+    Before, it listened on ``*`` (every interface: an anonymous server any host that
+    reaches this machine could write to while the cluster tests ran)."""
     from pytest_storagescale.servers.xrootd import EmbeddedXRootD
 
-    try:
-        from pytest_storagescale.servers.loopback import library_path
-    except ImportError:  # a tree without the loopback-only library
-        return EmbeddedXRootD(**kw)
+    subnet = free_subnet6() if ipv6 else free_subnet()
+    address = str(subnet.network_address + 1)
+    link = f"ssdm{os.getpid() % 10000:04d}{random.randint(0, 35 ** 2):03x}"[:15]
 
     class BridgeXRootD(EmbeddedXRootD):
-        def _environment(self) -> dict[str, str]:
-            environment = super()._environment()
-            library = str(library_path())
-            kept = [e for e in environment.get("LD_PRELOAD", "").split() if e != library]
-            return {**environment, "LD_PRELOAD": " ".join(kept)}
+        @property
+        def host(self) -> str:
+            return f"[{address}]" if ipv6 else address
 
-    return BridgeXRootD(**kw)
+        @property
+        def listen_address(self) -> str:
+            return address
+
+        def _environment(self) -> dict[str, str]:
+            return {**super()._environment(), "STORAGESCALE_BIND_ADDRESS": address}
+
+    _ip("link", "add", link, "type", "bridge")  # a bridge without ports: this kernel has no dummy
+    try:
+        _ip(*(["-6"] if ipv6 else []), "address", "add",
+            f"{address}/{128 if ipv6 else 32}", "dev", link, *(["nodad"] if ipv6 else []))
+        _ip("link", "set", link, "up")
+        with _SERVING:
+            _SERVER_ADDRESSES.append(address)
+            for cluster in _CLUSTERS:
+                for host in [*cluster.hosts, *filter(None, [cluster.controller])]:
+                    cluster._route(host, address)
+        with BridgeXRootD(**kw) as server:
+            yield server
+    finally:
+        with _SERVING:
+            if address in _SERVER_ADDRESSES:
+                _SERVER_ADDRESSES.remove(address)
+                for cluster in _CLUSTERS:
+                    for host in [*cluster.hosts, *filter(None, [cluster.controller])]:
+                        cluster._route(host, address, remove=True)
+        _ip("link", "del", link, check=False)
 
 
 def outward_address() -> str:

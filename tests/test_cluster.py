@@ -171,7 +171,7 @@ def netns():
 
 @pytest.fixture(scope="module")
 def server(netns):
-    """One embedded xrootd; it listens on every address, the bridge's too."""
+    """One embedded xrootd on an address the namespace hosts reach (netns.bridge_xrootd)."""
     with bridge_xrootd(https=False) as xrootd:
         yield xrootd
 
@@ -200,7 +200,7 @@ def four_hosts(netns, tmp_path_factory):
 def run_root(server, request):
     """A run directory on the server, and the URL the namespace hosts reach it by."""
     def make(cluster: NamespaceCluster) -> tuple[str, str]:
-        url = f"root://{cluster.head}:{server.port}//storagescale"
+        url = f"root://{server.host}:{server.port}//storagescale"
         root = f"/storagescale/{request.node.name[:30]}-{time.time_ns()}"
         driver_spec(url, writable_root=root).connect("functional-tests", timeout=10).mkdir(root)
         return url, root
@@ -336,7 +336,7 @@ def test_suite_on_the_cluster_under_xdist(pytester, server, four_hosts, monkeypa
                 plan(op_section("stat", 8),
                      op_section("ls", 4, ("failed == 0", "lost == 0"), clients_per_host=2)))
     result = pytester.runpytest_subprocess(
-        f"--storage-endpoint=root://{four_hosts.head}:{server.port}//storagescale",
+        f"--storage-endpoint=root://{server.host}:{server.port}//storagescale",
         "--storage-version=5.5", "--storage-thresholds=thr", "-p", "no:cacheprovider",
         f"--storage-cluster={four_hosts.address}", "--storage-results=out.json", "-v",
         "-n", "2", timeout=300)

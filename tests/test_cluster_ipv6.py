@@ -29,7 +29,9 @@ def test_a_step_over_ipv6_and_one_over_ipv4_in_one_run(tmp_path):
         pytest.skip(why)
     cluster = NamespaceCluster(2, tmp_path, ipv6=True)
     try:
-        with bridge_xrootd(https=False) as server:
+        # one server a family: a bridge server listens on one address, never on all
+        with bridge_xrootd(https=False, ipv6=True) as server6, \
+                bridge_xrootd(https=False) as server4:
             cluster.start()
             assert cluster.address.startswith(f"tls://[{cluster.head6}]:")
             connection = cluster_hosts.connect(cluster.address)
@@ -38,8 +40,8 @@ def test_a_step_over_ipv6_and_one_over_ipv4_in_one_run(tmp_path):
                         if h.address6)
             assert sorted(h.address for h in hosts) == v6  # the workers speak IPv6
             seen: dict[str, dict[str, set[str]]] = {}
-            for family, head in (("v6", f"[{cluster.head6}]"), ("v4", cluster.head)):
-                url = f"root://{head}:{server.port}//storagescale"
+            for family, server in (("v6", server6), ("v4", server4)):
+                url = f"root://{server.host}:{server.port}//storagescale"
                 root = f"/storagescale/ipv6-{family}-{time.time_ns()}"
                 driver_spec(url, writable_root=root).connect("functional-tests",
                                                               timeout=10).mkdir(root)

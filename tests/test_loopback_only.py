@@ -160,6 +160,54 @@ def test_the_library_turns_wildcard_binds_into_loopback_ones():
     assert shimmed == ["127.0.0.1", "::ffff:127.0.0.1", "::1", "127.0.0.2"]
 
 
+def test_a_bind_address_replaces_loopback_for_a_wildcard_bind():
+    """STORAGESCALE_BIND_ADDRESS (a server its tests' namespaces reach: netns.bridge_xrootd)
+    takes loopback's place: an IPv4 one for AF_INET and a dual-stack socket, an IPv6 one
+    for both AF_INET6 sockets; a socket it does not fit keeps loopback; garbage is
+    loopback."""
+    library = str(loopback.build())
+
+    def binds(address: str) -> list[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _BINDS], capture_output=True, text=True, timeout=60,
+            check=True, env={**os.environ, "LD_PRELOAD": library,
+                             "STORAGESCALE_BIND_ADDRESS": address}).stdout.split()
+
+    assert binds("127.0.0.3") == ["127.0.0.3", "::ffff:127.0.0.3", "::1", "127.0.0.2"]
+    assert binds("::1") == ["127.0.0.1", "::1", "::1", "127.0.0.2"]
+    assert binds("0.0.0.0; rm") == ["127.0.0.1", "::ffff:127.0.0.1", "::1", "127.0.0.2"]
+
+
+_SENDS = textwrap.dedent("""
+    import socket
+    for family, target in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1"),
+                           (socket.AF_INET6, "::ffff:127.0.0.1")):
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.sendto(b"report", (target, 9))
+            print(s.getsockname()[0])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("127.0.0.1", 9))
+        print(s.getsockname()[0])
+""")
+
+
+def test_a_udp_socket_sending_to_loopback_is_bound_to_loopback():
+    """xrootd's summary reports (``xrd.report`` to the session's collector) went out of a
+    UDP socket the kernel bound to ``0.0.0.0`` at its first send: it took datagrams from
+    every interface (seen with ``ss -lunp`` while the CI ran: ``udp 0.0.0.0:36218
+    xrootd``). With the library it is bound to loopback before its first sendto or
+    connect to a loopback address."""
+    library = str(loopback.build())
+    plain = subprocess.run([sys.executable, "-c", _SENDS], capture_output=True, text=True,
+                           timeout=60, check=True).stdout.split()
+    shimmed = subprocess.run([sys.executable, "-c", _SENDS], capture_output=True, text=True,
+                             timeout=60, check=True,
+                             env={**os.environ, "LD_PRELOAD": library}).stdout.split()
+    # a connected one has the route's source address either way (the kernel's)
+    assert plain == ["0.0.0.0", "::", "::", "127.0.0.1"]
+    assert shimmed == ["127.0.0.1", "::1", "::ffff:127.0.0.1", "127.0.0.1"]
+
+
 def test_the_library_is_in_a_folder_only_its_owner_may_write():
     library = loopback.build()
     assert library.is_absolute() and library.suffix == ".so"

@@ -104,7 +104,7 @@ def _mentions(pid: str, text: str) -> bool:
 
 @pytest.fixture(scope="module")
 def server(slurm):
-    """One embedded xrootd; it listens on every address, the bridge's too."""
+    """One embedded xrootd on an address the namespace hosts reach (netns.bridge_xrootd)."""
     with bridge_xrootd(https=False) as xrootd:
         yield xrootd
 
@@ -121,7 +121,7 @@ def _settings(batch: EmbeddedSlurm) -> dict[str, object]:
 
 
 def _run_root(network: NamespaceCluster, server, name: str) -> tuple[str, str]:
-    url = f"root://{network.head}:{server.port}//storagescale"
+    url = f"root://{server.host}:{server.port}//storagescale"
     root = f"/storagescale/{name}-{time.time_ns()}"
     driver_spec(url, writable_root=root).connect("functional-tests", timeout=10).mkdir(root)
     return url, root
@@ -254,7 +254,7 @@ def test_a_suite_runs_its_clients_as_slurm_jobs(slurm, server, pytester):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
-         f"--storage-endpoint=root://{network.head}:{server.port}//storagescale",
+         f"--storage-endpoint=root://{server.host}:{server.port}//storagescale",
          "--storage-version=5.5", "--storage-thresholds=thr", "--storage-results=out.json",
          f"--storage-cluster=slurm:{HOSTS}", "-v", "test_suite.py"],
         cwd=pytester.path, capture_output=True, text=True, timeout=400,

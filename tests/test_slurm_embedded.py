@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from netns import bridge_xrootd, netns_unavailable, outward_address
+from netns import bridge_xrootd, netns_unavailable
 from plans import op_section, plan, scan_suite, write_suite
 
 from pytest_storagescale.servers import netns as server_netns
@@ -60,15 +60,6 @@ def _needs_slurm() -> None:
     if missing:
         pytest.skip(f"SLURM is not installed ({', '.join(missing)}): scripts/bootstrap.sh "
                     f"servers installs slurmctld slurmd slurm-client munge")
-
-
-def _machine_address() -> str:
-    """This machine's source address towards the outside (the namespace hosts reach it
-    through their default route); the test is skipped where there is none."""
-    try:
-        return outward_address()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
 
 
 def _ours() -> dict[str, list[str]]:
@@ -108,7 +99,8 @@ def _nothing_left(before: dict[str, list[str]], timeout: float = 30) -> dict[str
 
 @pytest.fixture(scope="module")
 def server():
-    """One xrootd that listens on every address (this machine's outward one too)."""
+    """One xrootd on the address of an interface made for it (netns.bridge_xrootd): the
+    embedded SLURM's hosts reach it through their default route."""
     _needs_slurm()
     with bridge_xrootd(https=False) as xrootd:
         yield xrootd
@@ -135,7 +127,7 @@ def test_a_suite_runs_its_clients_as_jobs_of_a_slurm_cluster_of_its_own(server, 
     with one RUNNING job on each namespace host; the stat scan's 4 clients ran 2 on
     each of those hosts (the per-host rows, the JSON), the xrootd saw logins from both
     hosts' addresses; afterwards no folder, process, veth or socket of it is left."""
-    address = _machine_address()
+    address = server.host
     before = _ours()
     _suite(pytester)
     since = len(server.log_path.read_bytes())
@@ -222,7 +214,7 @@ def _waiting_pytest(server, pytester) -> Iterator[tuple[subprocess.Popen, list[s
     once its header is out and its jobs run (with its output so far), killed at the end
     if it still runs."""
     _suite(pytester, WAITING)
-    process = subprocess.Popen(_command(_machine_address(), server.port, "test_suite.py"),
+    process = subprocess.Popen(_command(server.host, server.port, "test_suite.py"),
                                cwd=pytester.path, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, env=_environment(),
                                start_new_session=True)

@@ -243,6 +243,11 @@ class EmbeddedXRootD(EmbeddedServer):
         return "localhost" if self.login == "gsi" else "127.0.0.1"
 
     @property
+    def listen_address(self) -> str:
+        """Where it listens: loopback (servers/loopback.c)."""
+        return "127.0.0.1"
+
+    @property
     def tls(self) -> bool:
         """Whether the server has a host certificate (``xrd.tls``): for davs, gsi, ztn."""
         return self.https or self.login in ("gsi", "token")
@@ -548,7 +553,8 @@ class EmbeddedXRootD(EmbeddedServer):
             try:
                 for port in (self.port, self.http_port):
                     if port:
-                        with socket.create_connection(("127.0.0.1", port), timeout=1):
+                        with socket.create_connection((self.listen_address, port),
+                                                      timeout=1):
                             pass
             except OSError:
                 continue
