@@ -5,7 +5,9 @@ embedded dCache (``embedded_dcache``: it has the dcap and GridFTP doors), pointe
 a remote storage (its WebDAV door the endpoint, ``--storage-door`` for the others).
 Each request is one run of the real ``dccp`` / ``globus-url-copy``; a wrapper first
 in ``PATH`` logs each run and then ``exec``s the real tool, so the test sees that every
-measured request was one tool process with the URL of its door."""
+measured request was one tool process with the URL of its door. The conformance checks
+through the tools (``suites/dcache/test_seed_clients.py``) run there too, their outcomes
+those measured on the release."""
 
 from __future__ import annotations
 
@@ -150,3 +152,46 @@ def test_copy_out_transactions_and_listing_through_the_seeds_clients(
     assert steps[("transactions", "dcap+dccp")]["succeeded"] == 12
     assert steps[("transactions", "gsiftp+globus-url-copy")]["succeeded"] == 12
     assert not any("/put-" in run for run in runs)  # the set-up's uploads are gfal2's
+
+
+#: suites/dcache/test_seed_clients.py's outcomes by release (measured 2026-11-29 on the
+#: embedded 10.2.25 and 11.2.5): what the tools cannot do is skipped (17), and the
+#: known issues of thresholds/dcache/<release>.toml are strict expected failures
+SEED_CHECKS = {
+    "10.2.25": {"passed": 18, "skipped": 17, "xfailed": 1},
+    "11.2.5": {"passed": 17, "skipped": 17, "xfailed": 2},
+}
+
+
+def test_the_conformance_checks_through_the_seeds_clients(embedded_dcache, pytester):
+    """suites/dcache/test_seed_clients.py over the load doors dcap+dccp and
+    gsiftp+globus-url-copy of the shared embedded dCache, pointed at as a remote
+    storage: every check through a tool passes but the release's known issues (a
+    partial retrieve past the end on both; 11.2.5's 500 to CKSM MD5), each skip names
+    the tool that cannot, and nothing the checks made is left (no warning)."""
+    dcache = embedded_dcache
+    expected = SEED_CHECKS.get(dcache.version)
+    if expected is None:
+        pytest.skip(f"outcomes measured on {', '.join(SEED_CHECKS)} only, not "
+                    f"{dcache.version}")
+    repo = Path(__file__).resolve().parent.parent
+    result = pytester.runpytest_subprocess(
+        str(repo / "suites" / "dcache" / "test_seed_clients.py"),
+        f"--storage-endpoint={dcache.url_for('davs')}",
+        f"--storage-door=root={dcache.url_for('root')}",
+        f"--storage-door=dcap={dcache.url_for('dcap')}",
+        f"--storage-door=gsiftp={dcache.url_for('gsiftp')}",
+        f"--storage-driver-option=ca_dir={dcache.ca_dir}",
+        f"--storage-driver-option=x509_proxy={dcache.proxy}",
+        f"--storage-version={dcache.version}", f"--storage-thresholds={repo / 'thresholds'}",
+        "--storage-load-doors=dcap+dccp,gsiftp+globus-url-copy",
+        "-p", "no:cacheprovider", "-rsxX",
+        "-W", "error::pytest_storagescale.StorageScaleWarning", timeout=1200)
+    result.assert_outcomes(**expected)
+    result.stdout.fnmatch_lines([
+        "*dcap+dccp door: not applicable: dccp deletes nothing*",
+        "*gsiftp+globus-url-copy door: not applicable: globus-url-copy deletes nothing*",
+        "*known issue of dcache*'partial_read_across_the_end[[]gsiftp+globus-url-copy[]]'*",
+    ])
+    if dcache.version == "11.2.5":
+        result.stdout.fnmatch_lines(["*'md5_of_a_local_copy[[]gsiftp+globus-url-copy[]]'*"])
