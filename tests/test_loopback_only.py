@@ -147,15 +147,17 @@ _BINDS = textwrap.dedent("""
 """)
 
 
+def _printed(script: str, **environment: str) -> list[str]:
+    """The words ``script`` prints, run by Python with ``environment`` added."""
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=True,
+                          env={**os.environ, **environment}).stdout.split()
+
+
 def test_the_library_turns_wildcard_binds_into_loopback_ones():
     """0.0.0.0 -> 127.0.0.1, :: -> ::ffff:127.0.0.1 (dual-stack) or ::1 (IPv6 only); a
     given address is left as it is. Without the library the kernel keeps the wildcard."""
-    library = str(loopback.build())
-    plain = subprocess.run([sys.executable, "-c", _BINDS], capture_output=True, text=True,
-                           timeout=60, check=True).stdout.split()
-    shimmed = subprocess.run([sys.executable, "-c", _BINDS], capture_output=True, text=True,
-                             timeout=60, check=True,
-                             env={**os.environ, "LD_PRELOAD": library}).stdout.split()
+    plain, shimmed = _printed(_BINDS), _printed(_BINDS, LD_PRELOAD=str(loopback.build()))
     assert plain == ["0.0.0.0", "::", "::", "127.0.0.2"]
     assert shimmed == ["127.0.0.1", "::ffff:127.0.0.1", "::1", "127.0.0.2"]
 
@@ -168,10 +170,7 @@ def test_a_bind_address_replaces_loopback_for_a_wildcard_bind():
     library = str(loopback.build())
 
     def binds(address: str) -> list[str]:
-        return subprocess.run(
-            [sys.executable, "-c", _BINDS], capture_output=True, text=True, timeout=60,
-            check=True, env={**os.environ, "LD_PRELOAD": library,
-                             "STORAGESCALE_BIND_ADDRESS": address}).stdout.split()
+        return _printed(_BINDS, LD_PRELOAD=library, STORAGESCALE_BIND_ADDRESS=address)
 
     assert binds("127.0.0.3") == ["127.0.0.3", "::ffff:127.0.0.3", "::1", "127.0.0.2"]
     assert binds("::1") == ["127.0.0.1", "::1", "::1", "127.0.0.2"]
@@ -197,12 +196,7 @@ def test_a_udp_socket_sending_to_loopback_is_bound_to_loopback():
     every interface (seen with ``ss -lunp`` while the CI ran: ``udp 0.0.0.0:36218
     xrootd``). With the library it is bound to loopback before its first sendto or
     connect to a loopback address."""
-    library = str(loopback.build())
-    plain = subprocess.run([sys.executable, "-c", _SENDS], capture_output=True, text=True,
-                           timeout=60, check=True).stdout.split()
-    shimmed = subprocess.run([sys.executable, "-c", _SENDS], capture_output=True, text=True,
-                             timeout=60, check=True,
-                             env={**os.environ, "LD_PRELOAD": library}).stdout.split()
+    plain, shimmed = _printed(_SENDS), _printed(_SENDS, LD_PRELOAD=str(loopback.build()))
     # a connected one has the route's source address either way (the kernel's)
     assert plain == ["0.0.0.0", "::", "::", "127.0.0.1"]
     assert shimmed == ["127.0.0.1", "::1", "::ffff:127.0.0.1", "127.0.0.1"]
