@@ -120,12 +120,7 @@ def test_copy_out_transactions_and_listing_through_the_seeds_clients(
     result = pytester.runpytest_subprocess(
         # the WebDAV door's login (the password) and the proxy are the same user: the run
         # directory made through it takes the dcap and GridFTP clients' files
-        f"--storage-endpoint={dcache.url_for('davs')}",
-        f"--storage-door=root={dcache.url_for('root')}",
-        f"--storage-door=dcap={dcache.url_for('dcap')}",
-        f"--storage-door=gsiftp={dcache.url_for('gsiftp')}",
-        f"--storage-driver-option=ca_dir={dcache.ca_dir}",
-        f"--storage-driver-option=x509_proxy={dcache.proxy}",
+        *_doors_and_login(dcache),
         f"--storage-version={dcache.version}", "--storage-thresholds=thr",
         "--storage-load-doors=dcap+dccp,gsiftp+globus-url-copy",
         "--storage-results=r.json", "-p", "no:cacheprovider", "-v", "-rs", timeout=1500)
@@ -177,12 +172,7 @@ def test_the_conformance_checks_through_the_seeds_clients(embedded_dcache, pytes
     repo = Path(__file__).resolve().parent.parent
     result = pytester.runpytest_subprocess(
         str(repo / "suites" / "dcache" / "test_seed_clients.py"),
-        f"--storage-endpoint={dcache.url_for('davs')}",
-        f"--storage-door=root={dcache.url_for('root')}",
-        f"--storage-door=dcap={dcache.url_for('dcap')}",
-        f"--storage-door=gsiftp={dcache.url_for('gsiftp')}",
-        f"--storage-driver-option=ca_dir={dcache.ca_dir}",
-        f"--storage-driver-option=x509_proxy={dcache.proxy}",
+        *_doors_and_login(dcache),
         f"--storage-version={dcache.version}", f"--storage-thresholds={repo / 'thresholds'}",
         "--storage-load-doors=dcap+dccp,gsiftp+globus-url-copy",
         "-p", "no:cacheprovider", "-rsxX",
@@ -195,3 +185,13 @@ def test_the_conformance_checks_through_the_seeds_clients(embedded_dcache, pytes
     ])
     if dcache.version == "11.2.5":
         result.stdout.fnmatch_lines(["*'md5_of_a_local_copy[[]gsiftp+globus-url-copy[]]'*"])
+
+
+def _doors_and_login(dcache) -> list[str]:
+    """The options naming the embedded dCache's doors (the WebDAV one the endpoint) and
+    the CA folder and proxy its clients log in with."""
+    return [f"--storage-endpoint={dcache.url_for('davs')}",
+            *(f"--storage-door={door}={dcache.url_for(door)}"
+              for door in ("root", "dcap", "gsiftp")),
+            f"--storage-driver-option=ca_dir={dcache.ca_dir}",
+            f"--storage-driver-option=x509_proxy={dcache.proxy}"]
