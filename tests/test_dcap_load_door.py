@@ -191,8 +191,7 @@ def test_a_dcap_client_with_other_credentials_than_its_process_first_goes_throug
     another dCache's dcap tests in the same worker; reproduced with two dCaches started
     one after the other in one process: the second's mkdir failed, in a process of its
     own it passed). A dcap client whose CA folder or proxy is not its process's first
-    makes every request, the namespace's too, in its movers; one with the first
-    credentials keeps the namespace's in its own process."""
+    makes every request, the namespace's too, in its movers."""
     import shutil
 
     from pytest_storagescale.drivers.base import CreatedPaths
@@ -226,7 +225,9 @@ def test_a_dcap_client_with_other_credentials_than_its_process_first_goes_throug
 
     apart._movers.call = recorded
     try:
-        assert apart._apart and not first._apart
+        # (``first`` may be apart too: an earlier test's dCache may have been this
+        # process's first; which credentials count as the same: test_dcap_mover.py)
+        assert apart._apart
         apart.mkdir(f"{folder}/sub")
         apart.put(f"{folder}/sub/f", b"x" * 1000)
         assert apart.stat(f"{folder}/sub/f").size == 1000

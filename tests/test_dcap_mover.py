@@ -275,3 +275,29 @@ def test_a_factory_with_threads_forks_no_mover(monkeypatch):
             driver._movers.start()  # the failed start is not repeated by every client
     finally:
         driver.close()
+
+
+def test_a_dcap_clients_credentials_are_the_first_or_not(monkeypatch, tmp_path):
+    """The credentials libdcap's GSI tunnel keeps are a process's first dcap client's
+    (drivers/gfal2.py ``_DCAP_FIRST_CREDENTIALS``): the same CA folder and proxy again are
+    the first; another folder, another proxy path, or the same proxy file rewritten
+    (its size or time) are not (that client's requests then go through its movers)."""
+    import os
+
+    from pytest_storagescale.drivers import gfal2
+
+    monkeypatch.setattr(gfal2, "_DCAP_FIRST_CREDENTIALS", [])
+    (tmp_path / "ca").mkdir()
+    (tmp_path / "ca2").mkdir()
+    proxy = tmp_path / "x509up"
+    proxy.write_text("proxy one")
+    first = {"ca_dir": str(tmp_path / "ca"), "x509_proxy": str(proxy)}
+    assert gfal2._first_dcap_credentials(first)
+    assert gfal2._first_dcap_credentials(dict(first))
+    assert not gfal2._first_dcap_credentials({**first, "ca_dir": str(tmp_path / "ca2")})
+    other = tmp_path / "x509up-2"
+    other.write_text("proxy one")
+    assert not gfal2._first_dcap_credentials({**first, "x509_proxy": str(other)})
+    proxy.write_text("proxy two, longer")
+    os.utime(proxy, ns=(1, 1))
+    assert not gfal2._first_dcap_credentials(first)
