@@ -6,6 +6,10 @@ IPv6-only one), named in ``LD_PRELOAD`` of the embedded XRootD daemons (``xrootd
 the address; their ``xrd.port ... if`` matches host names, it binds nothing), of
 the embedded dCache's JVM (its pool movers: no dCache setting binds them), and of the
 gfal2 driver's dcap movers (libdcap's callback socket: ``drivers/dcap_mover.py``).
+It also binds a UDP socket to loopback before its first send to loopback (the kernel
+would bind it to the wildcard address: xrootd's ``xrd.report`` socket), and
+``STORAGESCALE_BIND_ADDRESS`` names another address to bind instead of loopback (the
+cluster tests' xrootd, on an interface made for it: ``tests/netns.py``).
 
 Debian packages no such library, so it is compiled from the package's own source with
 ``gcc`` (``make setup`` does it beforehand, else the first server start), named by a
