@@ -109,8 +109,12 @@ def test_a_stall_shows_as_rate_times_stall_slow_requests_in_the_open_loop_only(s
     assert 0.2 * slow_open <= late_half <= 0.8 * slow_open
     assert open_total.latency_s["max"] >= 0.8 * stall
     assert open_total.dropped == 0 and open_total.hung == 0
-    # the closed loop: each client's one request in flight, however long the stall
-    assert 1 <= slower_than(closed_total, 0.1) <= clients
+    # the closed loop: each client's one request in flight took the stall, however long
+    # it was; a client host's own pauses (CI, another worker busy) may make a few more
+    # slower than 0.1 s (8 of 2,299 in the fresh-clone CI of 29977dd), never the stall's
+    # share: far fewer than the open loop's
+    assert 1 <= slower_than(closed_total, stall / 2) <= clients
+    assert slower_than(closed_total, 0.1) < 0.5 * expected <= slow_open
     assert slow_open > 5 * clients
 
 
