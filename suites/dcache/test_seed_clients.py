@@ -289,26 +289,22 @@ def test_checksum(seed: Seed) -> None:
     data = payload(MiB + 3, seed=8)
     expected = adler32_hex(data)
     if seed.tool == "dccp":
-        from pytest_storagescale.drivers.commands import DccpDriver
-
         for name, options, sends in (("sent.dat", ("-d", "2"), expected),
                                      ("unsent.dat", ("-c", "-d", "2"), None)):
             done = seed.copy_in(name, data, *options)
-            sent = DccpDriver.sent_checksum(done)
+            sent = type(seed.client).sent_checksum(done)
             if sent != sends:
                 fail(seed.door, f"dccp {' '.join(options)} copy in", seed.path(name),
                      f"let dccp send the adler32 {sent}", f"{sends} (the bytes' adler32 "
                      f"with its close; none with -c)")
             seed.check_adler32(name, data)
         return
-    from pytest_storagescale.drivers.commands import GlobusUrlCopyDriver
-
     seed.copy_in("source.dat", data)
     source, target = seed.path("source.dat"), seed.path("target.dat")
     done = call(seed.door, "globus-url-copy -verify-checksum -checksum-alg adler32",
                 f"{source} -> {target}", seed.client.copy_within, source, target, "-dbg",
                 "-verify-checksum", "-checksum-alg", "adler32")
-    asked = GlobusUrlCopyDriver.door_checksums(done)
+    asked = type(seed.client).door_checksums(done)
     answers = sorted((path.rpartition("/")[2], answer.split()[-1]) for _, path, answer in asked)
     if answers != [("source.dat", expected), ("target.dat", expected)]:
         fail(seed.door, "CKSM adler32 (globus-url-copy -verify-checksum)", source,
@@ -436,14 +432,12 @@ def test_md5_of_a_local_copy(seed: Seed) -> None:
     the bytes' MD5, and the tool end with status 0. dCache 10.2.25 does; 11.2.5 answers
     "500 Operation failed due to internal error: null" (thresholds' ``[known_issues]``):
     the tool then fails every such copy, the file whole on the door (checked too)."""
-    from pytest_storagescale.drivers.commands import GlobusUrlCopyDriver
-
     data = payload(300_001, seed=11)
     path, expected = seed.path("md5.dat"), hashlib.md5(data).hexdigest()
     done = call(seed.door, "globus-url-copy -verify-checksum", path,
                 partial(seed.client.copy_in, check=False), seed.staged("local", data), path,
                 "-dbg", "-verify-checksum")
-    asked = GlobusUrlCopyDriver.door_checksums(done)
+    asked = type(seed.client).door_checksums(done)
     if [algorithm.upper() for algorithm, _, _ in asked] != ["MD5"]:
         fail(seed.door, "globus-url-copy -verify-checksum", path, f"was asked {asked}",
              "one CKSM MD5 (the tool's default algorithm)")
